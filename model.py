@@ -1,0 +1,432 @@
+"""Qwen3, written by hand in plain PyTorch, with Hugging Face checkpoint I/O.
+
+A pre-norm decoder-only transformer. For each of L layers, with x of shape (B, T, D):
+
+    h = x + o_proj( Attention( rope(q_norm(q_proj(rms(x)))), rope(k_norm(k_proj(rms(x)))), v_proj(rms(x)) ) )
+    x = h + down_proj( silu(gate_proj(rms(h))) * up_proj(rms(h)) )
+
+then logits = lm_head(rms(x)). What makes it Qwen3 rather than Llama:
+  1. a per-head RMSNorm on q and k, applied *before* RoPE;
+  2. `head_dim` is its own config field (Qwen3-0.6B: 16 heads x 128 = 2048 != hidden 1024);
+  3. no biases anywhere; RMSNorm is computed in fp32 (eps 1e-6); RoPE theta = 1e6, on two halves (rotate_half);
+  4. small models tie lm_head to embed_tokens.
+Optional YaRN RoPE scaling (`rope_scaling: {rope_type: yarn, factor, original_max_position_embeddings}`)
+stretches the context (the paper evaluates at 64K with factor 2.5 over 32K).
+
+Three seams for the rest of the project:
+  - packed rows: `document_ids` (B, T) makes attention block-diagonal (no attention across documents),
+    and `position_ids` restart per document — used by SFT and GPPO packing;
+  - an external KV cache: pass `kv_cache=` any object with `attend(layer_idx, q, k, v) -> out`
+    (q: (B, T, Hq, hd), k/v: (B, T, Hkv, hd), after q/k norm and RoPE; out: (B, T, Hq, hd)).
+    The paged engine in rollout.py implements it; the model knows nothing about pages;
+  - `return_hidden=True` returns the final normed hidden states (B, T, D) so a loss can apply the
+    LM head itself, in chunks, without holding (B, T, V) logits.
+
+Checkpoints are Hugging Face directories (config.json + model.safetensors, or shards + index);
+`from_pretrained` builds the model on the `meta` device and assigns the loaded tensors, so an 8B
+model is never allocated twice. Run `python model.py CHECKPOINT_DIR` to load one and print a summary.
+"""
+import json
+import math
+import os
+import sys
+from dataclasses import dataclass, fields
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
+
+
+# ----------------------------------------------------------------------------- config
+
+@dataclass
+class Qwen3Config:
+    vocab_size: int = 151936
+    hidden_size: int = 4096
+    intermediate_size: int = 12288
+    num_hidden_layers: int = 36
+    num_attention_heads: int = 32
+    num_key_value_heads: int = 8
+    head_dim: int = 128
+    rms_norm_eps: float = 1e-6
+    rope_theta: float = 1_000_000.0
+    rope_scaling: dict | None = None       # e.g. {"rope_type": "yarn", "factor": 2.5, "original_max_position_embeddings": 32768}
+    max_position_embeddings: int = 40960
+    tie_word_embeddings: bool = False
+    torch_dtype: str = "bfloat16"          # dtype the checkpoint is stored in
+    bos_token_id: int | None = 151643
+    eos_token_id: int | None = 151645
+
+    def __post_init__(self):
+        assert self.num_attention_heads % self.num_key_value_heads == 0, \
+            f"num_attention_heads={self.num_attention_heads} must be a multiple of num_key_value_heads={self.num_key_value_heads}"
+        if self.rope_scaling is not None:
+            kind = self.rope_scaling.get("rope_type", self.rope_scaling.get("type"))
+            if kind not in ("yarn", "default", None):
+                raise ValueError(f"rope_scaling type {kind!r} is not supported (only 'yarn' and 'default')")
+            if kind in ("default", None):
+                self.rope_scaling = None
+
+    @classmethod
+    def from_hf_dict(cls, cfg: dict, source: str = "config.json") -> "Qwen3Config":
+        archs = cfg.get("architectures") or []
+        if cfg.get("model_type") != "qwen3" and "Qwen3ForCausalLM" not in archs:
+            raise ValueError(f"{source}: model_type={cfg.get('model_type')!r}, architectures={archs}: "
+                             "this file implements Qwen3 (dense) only; Qwen3-MoE, Qwen2 and others are not supported")
+        if cfg.get("attention_bias", False):
+            raise ValueError(f"{source}: attention_bias=true is not Qwen3 and is not supported")
+        # Newer transformers nest RoPE settings under `rope_parameters`; older ones use rope_theta + rope_scaling.
+        rope_params = dict(cfg.get("rope_parameters") or {})
+        rope_theta = cfg.get("rope_theta", rope_params.get("rope_theta", 1_000_000.0))
+        rope_scaling = cfg.get("rope_scaling")
+        if rope_scaling is None and rope_params.get("rope_type", "default") != "default":
+            rope_scaling = {k: v for k, v in rope_params.items() if k != "rope_theta"}
+        kwargs = {}
+        for f in fields(cls):
+            if f.name in cfg and f.name not in ("rope_theta", "rope_scaling"):
+                kwargs[f.name] = cfg[f.name]
+        if "head_dim" not in cfg:
+            kwargs["head_dim"] = cfg["hidden_size"] // cfg["num_attention_heads"]
+        kwargs["torch_dtype"] = str(cfg.get("torch_dtype", cfg.get("dtype", "bfloat16"))).replace("torch.", "")
+        if isinstance(kwargs.get("eos_token_id"), list):
+            kwargs["eos_token_id"] = kwargs["eos_token_id"][0]
+        missing = [k for k in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                               "num_attention_heads", "num_key_value_heads") if k not in cfg]
+        if missing:
+            raise ValueError(f"{source}: missing required field(s) {missing}")
+        return cls(rope_theta=float(rope_theta), rope_scaling=rope_scaling, **kwargs)
+
+    @classmethod
+    def from_json(cls, path: str) -> "Qwen3Config":
+        try:
+            with open(path) as fh:
+                cfg = json.load(fh)
+        except FileNotFoundError:
+            raise FileNotFoundError(f"{path}: no config.json here; is this a Hugging Face checkpoint directory?") from None
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}:{e.lineno}: invalid JSON ({e.msg})") from None
+        return cls.from_hf_dict(cfg, source=path)
+
+    def to_hf_dict(self) -> dict:
+        """A config.json that transformers' Qwen3ForCausalLM loads unchanged."""
+        d = {f.name: getattr(self, f.name) for f in fields(self)}
+        d.update(architectures=["Qwen3ForCausalLM"], model_type="qwen3", hidden_act="silu",
+                 attention_bias=False, attention_dropout=0.0, use_cache=True, use_sliding_window=False,
+                 sliding_window=None, max_window_layers=self.num_hidden_layers, initializer_range=0.02)
+        if d["rope_scaling"] is None:
+            del d["rope_scaling"]
+        return d
+
+
+# ----------------------------------------------------------------------------- building blocks
+
+class RMSNorm(nn.Module):
+    """y = w * x / sqrt(mean(x^2) + eps), computed in fp32 and cast back before the weight (as HF does)."""
+
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x):
+        dtype = x.dtype
+        x = x.float()
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x.to(dtype)
+
+
+def rope_inv_freq(cfg: Qwen3Config) -> tuple[torch.Tensor, float]:
+    """Inverse frequencies (head_dim/2,) and the attention scale folded into cos/sin (1.0 without YaRN)."""
+    dim, base = cfg.head_dim, cfg.rope_theta
+    pos_freqs = base ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim)
+    inv_freq = 1.0 / pos_freqs
+    if cfg.rope_scaling is None:
+        return inv_freq, 1.0
+    # YaRN (Peng et al. 2023): interpolate the low frequencies by `factor`, keep the high ones, and
+    # blend linearly in between; scale attention logits by mscale^2 via cos/sin (as transformers does).
+    rs = cfg.rope_scaling
+    factor = float(rs["factor"])
+    original_max = rs.get("original_max_position_embeddings") or cfg.max_position_embeddings
+    beta_fast, beta_slow = rs.get("beta_fast") or 32, rs.get("beta_slow") or 1
+
+    def get_mscale(scale, mscale=1.0):
+        return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
+
+    attention_factor = rs.get("attention_factor")
+    if attention_factor is None:
+        if rs.get("mscale") and rs.get("mscale_all_dim"):
+            attention_factor = get_mscale(factor, rs["mscale"]) / get_mscale(factor, rs["mscale_all_dim"])
+        else:
+            attention_factor = get_mscale(factor)
+
+    def correction_dim(num_rotations):
+        return (dim * math.log(original_max / (num_rotations * 2 * math.pi))) / (2 * math.log(base))
+
+    low, high = correction_dim(beta_fast), correction_dim(beta_slow)
+    if rs.get("truncate", True):
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, dim - 1)
+    if low == high:
+        high += 0.001
+    ramp = ((torch.arange(dim // 2, dtype=torch.float32) - low) / (high - low)).clamp(0, 1)
+    extrapolation_weight = 1 - ramp
+    inv_freq = (inv_freq / factor) * (1 - extrapolation_weight) + inv_freq * extrapolation_weight
+    return inv_freq, float(attention_factor)
+
+
+class RotaryEmbedding(nn.Module):
+    """Precomputed fp32 cos/sin tables, looked up by position id. Not a buffer (so meta-device builds
+    and FSDP never see it); the table is built on first use on each device and grows on demand."""
+
+    def __init__(self, cfg: Qwen3Config):
+        super().__init__()
+        self.cfg = cfg
+        self._tables: dict = {}
+
+    def forward(self, position_ids: torch.Tensor):  # (B, T) -> cos, sin: (B, T, 1, hd) fp32
+        device = position_ids.device
+        needed = int(position_ids.max()) + 1 if position_ids.numel() else 1
+        table = self._tables.get(device)
+        if table is None or table[0].shape[0] < needed:
+            n = max(needed, self.cfg.max_position_embeddings)
+            inv_freq, scale = rope_inv_freq(self.cfg)
+            freqs = torch.outer(torch.arange(n, dtype=torch.float32), inv_freq)   # (n, hd/2)
+            emb = torch.cat([freqs, freqs], dim=-1)                                # (n, hd)
+            table = ((emb.cos() * scale).to(device), (emb.sin() * scale).to(device))
+            self._tables[device] = table
+        cos, sin = table
+        return cos[position_ids].unsqueeze(2), sin[position_ids].unsqueeze(2)
+
+
+def rotate_half(x):
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat([-x2, x1], dim=-1)
+
+
+def apply_rope(x, cos, sin):  # x: (B, T, H, hd); cos/sin: (B, T, 1, hd) fp32
+    return (x * cos.to(x.dtype) + rotate_half(x) * sin.to(x.dtype))
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: Qwen3Config, layer_idx: int):
+        super().__init__()
+        self.layer_idx = layer_idx
+        self.n_heads, self.n_kv_heads, self.head_dim = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+        self.q_proj = nn.Linear(cfg.hidden_size, self.n_heads * self.head_dim, bias=False)
+        self.k_proj = nn.Linear(cfg.hidden_size, self.n_kv_heads * self.head_dim, bias=False)
+        self.v_proj = nn.Linear(cfg.hidden_size, self.n_kv_heads * self.head_dim, bias=False)
+        self.o_proj = nn.Linear(self.n_heads * self.head_dim, cfg.hidden_size, bias=False)
+        self.q_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
+        self.k_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
+
+    def forward(self, x, cos, sin, attn_mask, kv_cache):
+        B, T, _ = x.shape
+        q = self.q_norm(self.q_proj(x).view(B, T, self.n_heads, self.head_dim))
+        k = self.k_norm(self.k_proj(x).view(B, T, self.n_kv_heads, self.head_dim))
+        v = self.v_proj(x).view(B, T, self.n_kv_heads, self.head_dim)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        if kv_cache is not None:
+            y = kv_cache.attend(self.layer_idx, q, k, v)                     # (B, T, Hq, hd)
+        else:
+            q, k, v = (t.transpose(1, 2) for t in (q, k, v))                 # (B, H, T, hd)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=attn_mask is None,
+                                               enable_gqa=self.n_heads != self.n_kv_heads)
+            y = y.transpose(1, 2)
+        return self.o_proj(y.reshape(B, T, self.n_heads * self.head_dim))
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: Qwen3Config):
+        super().__init__()
+        self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+
+    def forward(self, x):
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg: Qwen3Config, layer_idx: int):
+        super().__init__()
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.self_attn = Attention(cfg, layer_idx)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.mlp = MLP(cfg)
+
+    def forward(self, x, cos, sin, attn_mask=None, kv_cache=None):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, attn_mask, kv_cache)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+def document_causal_mask(document_ids: torch.Tensor) -> torch.Tensor:
+    """(B, T) document ids -> (B, 1, T, T) bool mask: query i sees key j iff j <= i and same document."""
+    T = document_ids.shape[1]
+    causal = torch.ones(T, T, dtype=torch.bool, device=document_ids.device).tril()
+    same_doc = document_ids[:, :, None] == document_ids[:, None, :]
+    return (same_doc & causal).unsqueeze(1)
+
+
+# ----------------------------------------------------------------------------- the model
+
+class Qwen3(nn.Module):
+    """Parameter names are Hugging Face's without the leading `model.` (see `hf_name`)."""
+
+    def __init__(self, cfg: Qwen3Config):
+        super().__init__()
+        self.config = cfg
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(cfg, i) for i in range(cfg.num_hidden_layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        self.rotary = RotaryEmbedding(cfg)
+        self.activation_checkpointing = False
+        self.tie_weights()
+
+    def tie_weights(self):
+        if self.config.tie_word_embeddings:
+            self.lm_head.weight = self.embed_tokens.weight
+
+    @torch.no_grad()
+    def init_weights(self, std: float = 0.02, seed: int | None = None):
+        """Fresh weights for training from scratch (the toy model): N(0, std) matrices, unit norms."""
+        gen = torch.Generator().manual_seed(seed) if seed is not None else None
+        for name, p in self.named_parameters():
+            if name.endswith("norm.weight"):
+                p.fill_(1.0)
+            else:
+                p.copy_(torch.randn(p.shape, generator=gen) * std)
+        return self
+
+    def forward(self, input_ids, position_ids=None, document_ids=None, kv_cache=None, return_hidden=False):
+        """input_ids (B, T) -> logits (B, T, V) (or final hidden (B, T, D) with return_hidden).
+
+        position_ids (B, T): default 0..T-1. document_ids (B, T): packed rows; tokens attend only within
+        their document (the caller restarts position_ids per document). kv_cache: see module docstring.
+        """
+        B, T = input_ids.shape
+        if position_ids is None:
+            position_ids = torch.arange(T, device=input_ids.device).expand(B, T)
+        attn_mask = document_causal_mask(document_ids) if document_ids is not None and kv_cache is None else None
+        cos, sin = self.rotary(position_ids)
+        x = self.embed_tokens(input_ids)                                    # (B, T, D)
+        for layer in self.layers:
+            if self.activation_checkpointing and self.training and torch.is_grad_enabled():
+                x = checkpoint(layer, x, cos, sin, attn_mask, kv_cache, use_reentrant=False)
+            else:
+                x = layer(x, cos, sin, attn_mask, kv_cache)
+        x = self.norm(x)
+        return x if return_hidden else self.lm_head(x)
+
+
+def hf_name(name: str) -> str:
+    return name if name.startswith("lm_head.") else "model." + name
+
+
+# ----------------------------------------------------------------------------- checkpoints
+
+def _checkpoint_files(path: str) -> list[str]:
+    if not os.path.isdir(path):
+        raise FileNotFoundError(f"{path}: checkpoint directory does not exist")
+    index = os.path.join(path, "model.safetensors.index.json")
+    if os.path.exists(index):
+        with open(index) as fh:
+            weight_map = json.load(fh).get("weight_map")
+        if not isinstance(weight_map, dict):
+            raise ValueError(f"{index}: field 'weight_map' missing or not an object")
+        return [os.path.join(path, f) for f in sorted(set(weight_map.values()))]
+    single = os.path.join(path, "model.safetensors")
+    if os.path.exists(single):
+        return [single]
+    raise FileNotFoundError(f"{path}: neither model.safetensors nor model.safetensors.index.json found")
+
+
+def from_pretrained(path: str, dtype: torch.dtype | None = None, device="cpu") -> Qwen3:
+    """Load a Hugging Face Qwen3 directory. dtype None keeps the stored dtype (bf16 stays bf16)."""
+    from safetensors import safe_open
+
+    cfg = Qwen3Config.from_json(os.path.join(path, "config.json"))
+    with torch.device("meta"):
+        model = Qwen3(cfg)
+    expected = {hf_name(n): p for n, p in model.named_parameters()}   # tied weights appear once
+    ours = {hf_name(n): n for n, _ in model.named_parameters()}
+    loaded: dict[str, torch.Tensor] = {}
+    for file in _checkpoint_files(path):
+        with safe_open(file, framework="pt", device=str(device)) as f:
+            for key in f.keys():
+                if key.endswith("rotary_emb.inv_freq"):
+                    continue   # old checkpoints stored this buffer; we recompute it
+                if key == "lm_head.weight" and cfg.tie_word_embeddings:
+                    continue   # tied: lm_head is embed_tokens
+                if key not in expected:
+                    raise KeyError(f"{file}: unexpected tensor {key!r} (not a parameter of Qwen3 with this config.json)")
+                t = f.get_tensor(key)
+                if tuple(t.shape) != tuple(expected[key].shape):
+                    raise ValueError(f"{file}: tensor {key!r} has shape {tuple(t.shape)}, "
+                                     f"config.json implies {tuple(expected[key].shape)}")
+                loaded[key] = t.to(dtype) if dtype is not None else t
+    missing = sorted(set(expected) - set(loaded))
+    if missing:
+        raise KeyError(f"{path}: missing tensor(s) {missing[:5]}{' ...' if len(missing) > 5 else ''}")
+    model.load_state_dict({ours[k]: v for k, v in loaded.items()}, strict=False, assign=True)
+    model.tie_weights()   # assign=True replaced the tied Parameter object; tie again
+    return model.to(device)
+
+
+def save_pretrained(model: Qwen3, path: str, state_dict: dict | None = None,
+                    max_shard_bytes: int = 5 * 2**30) -> None:
+    """Write config.json + safetensors (sharded with an index above max_shard_bytes), in the params' dtype.
+
+    state_dict: our parameter names -> full tensors; pass it when the model is sharded (FSDP) and rank 0
+    has gathered a full copy. Otherwise the model's own parameters are used.
+    """
+    from safetensors.torch import save_file
+
+    cfg = model.config
+    sd = state_dict if state_dict is not None else {n: p.detach() for n, p in model.named_parameters()}
+    tensors = {}
+    for name, t in sd.items():
+        if cfg.tie_word_embeddings and name == "lm_head.weight":
+            continue
+        tensors[hf_name(name)] = t.detach().to("cpu").contiguous()
+    os.makedirs(path, exist_ok=True)
+    hf_cfg = cfg.to_hf_dict()
+    hf_cfg["torch_dtype"] = str(next(iter(tensors.values())).dtype).replace("torch.", "")
+    with open(os.path.join(path, "config.json"), "w") as fh:
+        json.dump(hf_cfg, fh, indent=2)
+    shards, current, size = [], {}, 0
+    for key in sorted(tensors):
+        nbytes = tensors[key].numel() * tensors[key].element_size()
+        if current and size + nbytes > max_shard_bytes:
+            shards.append(current)
+            current, size = {}, 0
+        current[key], size = tensors[key], size + nbytes
+    shards.append(current)
+    for stale in os.listdir(path):   # an older save with another shard count must not leave files behind
+        if stale.startswith("model") and (stale.endswith(".safetensors") or stale.endswith(".index.json")):
+            os.remove(os.path.join(path, stale))
+    if len(shards) == 1:
+        save_file(shards[0], os.path.join(path, "model.safetensors"), metadata={"format": "pt"})
+        return
+    weight_map, total = {}, 0
+    for i, shard in enumerate(shards):
+        fname = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
+        save_file(shard, os.path.join(path, fname), metadata={"format": "pt"})
+        for key, t in shard.items():
+            weight_map[key] = fname
+            total += t.numel() * t.element_size()
+    with open(os.path.join(path, "model.safetensors.index.json"), "w") as fh:
+        json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, fh, indent=2)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2 or sys.argv[1].startswith("-"):
+        print("usage: python model.py CHECKPOINT_DIR   (loads it and prints a summary)")
+        sys.exit(0 if len(sys.argv) == 2 else 2)
+    m = from_pretrained(sys.argv[1])
+    n = sum(p.numel() for p in m.parameters())
+    print(f"{m.config}\n{n / 1e6:.2f}M parameters, dtype {next(m.parameters()).dtype}")
+    ids = torch.tensor([[1, 2, 3, 4]])
+    with torch.no_grad():
+        print("logits[0, -1, :5] =", m(ids)[0, -1, :5].tolist())
