@@ -1,0 +1,285 @@
+"""Tests of the GPPO loss (gppo.py, first half): the per-case table by hand, the closed form against
+autograd through the readable reference, the chunked and fused paths against a naive
+log_softmax -> gather -> loss, and the Triton kernels (under TRITON_INTERPRET=1, see conftest.py).
+
+Tolerances: fp32 paths agree to ~1e-6 relative (same math, different summation order). bf16 logits are
+read identically by both sides and all math is fp32, so logπ, entropy and loss stay tight (1e-4); only
+∂L/∂logits is rounded to bf16 on the way out, so it is compared with 2^-7 relative tolerance.
+"""
+import math
+
+import pytest
+import torch
+
+import gppo
+
+EPS_LOW, EPS_HIGH, C = 0.2, 0.28, 10.0
+# One token per row of method.md §2's table: (advantage, ratio, F for gppo, grpo, cispo).
+TABLE = {
+    "A>0 inside":        (2.0, 1.1, dict(gppo=1.1, grpo=1.1, cispo=1.1)),
+    "A>0 above":         (2.0, 1.5, dict(gppo=1.28, grpo=0.0, cispo=1.28)),
+    "A>0 below":         (2.0, 0.5, dict(gppo=0.5, grpo=0.5, cispo=0.8)),
+    "A<0 inside":        (-1.0, 2.0, dict(gppo=2.0, grpo=2.0, cispo=1.28)),
+    "A<0 below":         (-1.0, 0.5, dict(gppo=0.8, grpo=0.0, cispo=0.8)),
+    "A<0 dual-clip":     (-1.0, 20.0, dict(gppo=0.0, grpo=0.0, cispo=1.28)),
+}
+# PPO clip-higher + dual-clip value of each row: −A·r, −A·(1+ε_h), −A·r, −A·r, −A·(1−ε_l), −A·c.
+PPO_VALUE = {"A>0 inside": -2.2, "A>0 above": -2.56, "A>0 below": -1.0, "A<0 inside": 2.0,
+             "A<0 below": 0.8, "A<0 dual-clip": 10.0}
+LOGP = -1.0  # the new policy's logπ of every hand token; old logπ = logπ − log r
+
+
+def one_token(advantage, ratio):
+    logp = torch.tensor([LOGP], requires_grad=True)
+    old = torch.tensor([LOGP - math.log(ratio)])
+    return logp, old, torch.tensor([advantage]), torch.ones(1, dtype=torch.bool)
+
+
+@pytest.mark.parametrize("mode", gppo.MODES)
+@pytest.mark.parametrize("case", TABLE)
+def test_table_row_by_hand(mode, case):
+    advantage, ratio, F = TABLE[case]
+    expected_value = -advantage * min(max(ratio, 0.8), 1.28) * LOGP if mode == "cispo" else PPO_VALUE[case]
+    expected_coef = -F[mode] * advantage  # ∂ℓ_t/∂logπ_t
+    logp, old, A, mask = one_token(advantage, ratio)
+    loss, _ = gppo.policy_loss(logp, old, A, mask, mode=mode)
+    loss.backward()
+    assert loss.item() == pytest.approx(expected_value, rel=1e-5)
+    assert logp.grad.item() == pytest.approx(expected_coef, rel=1e-5, abs=1e-7)
+    value, coef = gppo._token_loss_and_coef(logp.detach(), old, A, mode=mode)
+    assert value.item() == pytest.approx(expected_value, rel=1e-5)
+    assert coef.item() == pytest.approx(expected_coef, rel=1e-5, abs=1e-7)
+
+
+@pytest.mark.parametrize("case, kwargs, value, F", [
+    ("A<0 below", dict(beta1=0.5), 0.5 * 0.8, 0.5 * 0.8),         # β1 scales the low side
+    ("A>0 above", dict(beta2=0.5), -2 * 0.5 * 1.28, 0.5 * 1.28),  # β2 scales the high side
+    ("A>0 above", dict(beta1=0.5), -2.56, 1.28),                  # β1 leaves the high side alone
+    ("A<0 below", dict(high_side_only=True), 0.8, 0.0),           # PPO value, no gradient
+    ("A>0 above", dict(high_side_only=True), -2.56, 1.28),
+])
+def test_gppo_general_form_and_high_side_only(case, kwargs, value, F):
+    advantage, ratio, _ = TABLE[case]
+    logp, old, A, mask = one_token(advantage, ratio)
+    loss, _ = gppo.policy_loss(logp, old, A, mask, mode="gppo", **kwargs)
+    loss.backward()
+    assert loss.item() == pytest.approx(value, rel=1e-5)
+    assert logp.grad.item() == pytest.approx(-F * advantage, rel=1e-5, abs=1e-7)
+    v, g = gppo._token_loss_and_coef(logp.detach(), old, A, mode="gppo", **kwargs)
+    assert (v.item(), g.item()) == pytest.approx((value, -F * advantage), rel=1e-5, abs=1e-7)
+
+
+def random_tokens(shape, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    logp = -torch.rand(shape, generator=gen) * 5
+    old = logp - (torch.rand(shape, generator=gen) * 8 - 4)  # ratios from e^-4 to e^4: every case
+    A = torch.randn(shape, generator=gen)
+    A[..., :3] = 0.0
+    mask = torch.rand(shape, generator=gen) > 0.25
+    return logp, old, A, mask
+
+
+def test_gppo_forward_equals_ppo_clip_higher_exactly():
+    logp, old, A, mask = random_tokens((4, 64))
+    gppo_loss, _ = gppo.policy_loss(logp, old, A, mask, mode="gppo")
+    grpo_loss, _ = gppo.policy_loss(logp, old, A, mask, mode="grpo")
+    assert torch.equal(gppo_loss, grpo_loss)
+
+
+@pytest.mark.parametrize("kwargs", [dict(mode="gppo"), dict(mode="grpo"), dict(mode="cispo"),
+                                    dict(mode="gppo", beta1=0.3, beta2=0.7),
+                                    dict(mode="gppo", high_side_only=True, dual_clip=3.0)])
+def test_closed_form_matches_autograd_of_reference(kwargs):
+    logp, old, A, mask = random_tokens((512,), seed=1)
+    leaf = logp.clone().requires_grad_()
+    loss, _ = gppo.policy_loss(leaf, old, A, torch.ones_like(mask), num_tokens=1, **kwargs)
+    loss.backward()
+    value, coef = gppo._token_loss_and_coef(logp, old, A, **kwargs)
+    torch.testing.assert_close(value.sum(), loss.detach())
+    torch.testing.assert_close(coef, leaf.grad)
+
+
+def test_metrics_and_token_mean():
+    rows = list(TABLE.values())
+    logp = torch.full((6,), LOGP)
+    ratio = torch.tensor([r for _, r, _ in rows])
+    old = logp - ratio.log()
+    A = torch.tensor([a for a, _, _ in rows])
+    loss, metrics = gppo.policy_loss(logp, old, A, torch.ones(6), mode="gppo")
+    assert loss.item() == pytest.approx(sum(PPO_VALUE.values()) / 6, rel=1e-5)
+    assert metrics["clip_frac_high"].item() == pytest.approx(1 / 6)
+    assert metrics["clip_frac_low"].item() == pytest.approx(1 / 6)
+    assert metrics["dual_clip_frac"].item() == pytest.approx(1 / 6)
+    assert metrics["ratio_mean"].item() == pytest.approx(ratio.mean().item(), rel=1e-5)
+    k3 = sum(r - 1 - math.log(r) for _, r, _ in rows) / 6
+    assert metrics["approx_kl"].item() == pytest.approx(k3, rel=1e-5)
+
+
+def test_global_token_count_and_masked_garbage():
+    logp, old, A, mask = random_tokens((2, 50), seed=2)
+    old = torch.where(mask, old, torch.nan)  # padding may hold anything
+    full, _ = gppo.policy_loss(logp, old, A, mask)
+    n = mask.sum()
+    halves = [gppo.policy_loss(logp[i], old[i], A[i], mask[i], num_tokens=n)[0] for i in range(2)]
+    assert torch.isfinite(full)
+    torch.testing.assert_close(halves[0] + halves[1], full)  # same result on 1 rank or 2
+    sft_mask = torch.tensor([True, False] * 50).view(2, 50)
+    assert gppo.sft_loss(logp, sft_mask).item() == pytest.approx(-logp[sft_mask].mean().item(), rel=1e-6)
+
+
+def naive_rl_loss(logits, targets, old, A, mask, sft_mask, temperature, alpha=0.1, **kwargs):
+    """The obvious implementation: fp32 log_softmax over all (N, V), gather, reference losses."""
+    logp = torch.log_softmax(logits.float() / temperature, dim=-1).gather(1, targets[:, None])[:, 0]
+    loss, _ = gppo.policy_loss(logp, old, A, mask, **kwargs)
+    return loss + alpha * gppo.sft_loss(logp, sft_mask), logp
+
+
+def rl_batch(N, V, D=8, seed=0, temperature=1.0, dtype=torch.float32):
+    gen = torch.Generator().manual_seed(seed)
+    hidden = torch.randn(N, D, generator=gen).to(dtype)
+    weight = (torch.randn(V, D, generator=gen) * 2).to(dtype)
+    targets = torch.randint(0, V, (N,), generator=gen)
+    logp = torch.log_softmax((hidden @ weight.T).float() / temperature, -1).gather(1, targets[:, None])[:, 0]
+    old = logp - (torch.rand(N, generator=gen) * 2 - 1)  # ratios e^-1..e^1
+    A = torch.randn(N, generator=gen)
+    mask = torch.rand(N, generator=gen) > 0.3
+    sft_mask = mask & (torch.rand(N, generator=gen) > 0.5)
+    targets[~mask & ~sft_mask] = -100  # ignored ids at inactive tokens are allowed
+    return hidden, weight, targets, old, A, mask, sft_mask
+
+
+def naive_grads(hidden, weight, targets, old, A, mask, sft_mask, temperature, **kwargs):
+    h, w = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
+    logits = h @ w.T
+    logits.retain_grad()
+    loss, logp = naive_rl_loss(logits, targets.clamp(min=0), old, A, mask, sft_mask, temperature, **kwargs)
+    loss.backward()
+    return loss.detach(), logp.detach(), logits.grad, h.grad, w.grad
+
+
+@pytest.mark.parametrize("mode", gppo.MODES)
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_chunked_paths_match_naive(mode, temperature):
+    batch = rl_batch(37, 50, seed=3, temperature=temperature)
+    hidden, weight, targets, old, A, mask, sft_mask = batch
+    loss0, logp0, glogits0, gh0, gw0 = naive_grads(*batch, temperature, mode=mode)
+    # From logits, chunks of 8 rows (37 is not a multiple), gradient written in place.
+    leaf = hidden.clone().requires_grad_()
+    logits = leaf @ weight.T
+    loss, metrics = gppo.rl_loss_from_logits(logits, targets, old, A, mask, sft_mask, temperature=temperature,
+                                             chunk_size=8, backend="torch", mode=mode)
+    loss.backward()
+    torch.testing.assert_close(loss.detach(), loss0)
+    torch.testing.assert_close(metrics["logprobs"], logp0)
+    torch.testing.assert_close(logits.detach(), glogits0)  # the buffer now holds ∂L/∂logits
+    torch.testing.assert_close(leaf.grad, gh0)
+    # From hidden: logits only ever exist 8 rows at a time.
+    h, w = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
+    loss, metrics = gppo.rl_loss_from_hidden(h, w, targets, old, A, mask, sft_mask, temperature=temperature,
+                                             chunk_size=8, backend="torch", mode=mode)
+    loss.backward()
+    torch.testing.assert_close(loss.detach(), loss0)
+    torch.testing.assert_close(h.grad, gh0)
+    torch.testing.assert_close(w.grad, gw0)
+    p = torch.softmax((hidden @ weight.T) / temperature, -1)
+    entropy = -(p * p.log()).sum(-1)
+    torch.testing.assert_close(metrics["entropy"], entropy[mask].mean())
+
+
+def test_not_inplace_keeps_logits_and_bf16_torch_path():
+    batch = rl_batch(20, 40, seed=4)
+    hidden, weight, targets, old, A, mask, sft_mask = batch
+    _, _, glogits0, _, _ = naive_grads(*batch, 1.0)
+    logits = (hidden @ weight.T).requires_grad_()  # a leaf: never overwritten
+    before = logits.detach().clone()
+    loss, _ = gppo.rl_loss_from_logits(logits, targets, old, A, mask, sft_mask, backend="torch")
+    loss.backward()
+    assert torch.equal(logits.detach(), before)
+    torch.testing.assert_close(logits.grad, glogits0)
+    h, w = hidden.bfloat16().requires_grad_(), weight.bfloat16().requires_grad_()
+    loss, _ = gppo.rl_loss_from_hidden(h, w, targets, old, A, mask, sft_mask, chunk_size=6, backend="torch")
+    loss.backward()
+    _, _, _, gh0, gw0 = naive_grads(h.detach(), w.detach(), targets, old, A, mask, sft_mask, 1.0)
+    torch.testing.assert_close(h.grad.float(), gh0.float(), rtol=2e-2, atol=2e-2 * gh0.abs().max().item())
+    torch.testing.assert_close(w.grad.float(), gw0.float(), rtol=2e-2, atol=2e-2 * gw0.abs().max().item())
+
+
+@pytest.mark.skipif(gppo.triton is None, reason="triton is not installed")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("mode", ["gppo", "cispo"])
+def test_triton_kernel_matches_reference(dtype, mode, monkeypatch):
+    monkeypatch.setattr(gppo, "_TRITON_BLOCK_V", 128)  # V = 300: two full blocks and a ragged one
+    N, V, T = 16, 300, 0.7
+    hidden, weight, targets, _, A, mask, sft_mask = rl_batch(N, V, seed=5, temperature=T)
+    logits = ((hidden @ weight.T) * 3).to(dtype)  # peaked rows: extreme logprobs too
+    logp = torch.log_softmax(logits.float() / T, -1).gather(1, targets.clamp(min=0)[:, None])[:, 0]
+    ratio = torch.tensor([1e-8, 1e8] * 4 + [0.5, 0.9, 1.0, 1.1, 1.5, 3.0, 20.0, 1.0])  # every case
+    old = logp - ratio.log()
+    A[:8] = torch.tensor([1.0, 1.0, -1.0, -1.0] * 2)
+    mask[:8] = True
+    targets[:8] = targets[:8].clamp(min=0)
+    leaf = logits.float().clone().requires_grad_()
+    loss0, logp0 = naive_rl_loss(leaf, targets.clamp(min=0), old, A, mask, sft_mask, T, mode=mode)
+    loss0.backward()
+    fused = logits.clone().requires_grad_().clone()  # a non-leaf buffer the kernel may overwrite
+    loss, metrics = gppo.rl_loss_from_logits(fused, targets, old, A, mask, sft_mask, temperature=T,
+                                             backend="triton", mode=mode)
+    loss.backward()
+    grad = fused.detach().float()
+    assert torch.isfinite(loss) and torch.isfinite(grad).all()
+    torch.testing.assert_close(loss.detach(), loss0.detach(), rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(metrics["logprobs"], logp0.detach(), rtol=1e-5, atol=1e-5)
+    p = torch.softmax(logits.float() / T, -1)
+    entropy = -(p * torch.log_softmax(logits.float() / T, -1)).sum(-1)
+    torch.testing.assert_close(metrics["entropy"], entropy[mask].mean(), rtol=1e-5, atol=1e-5)
+    tol = dict(rtol=1e-5, atol=1e-6) if dtype == torch.float32 else dict(rtol=2**-7, atol=2**-7 * grad.abs().max())
+    torch.testing.assert_close(grad, leaf.grad, **tol)
+    assert not grad[~mask & ~sft_mask].any()  # inactive tokens get exactly zero gradient
+
+
+@pytest.mark.skipif(gppo.triton is None, reason="triton is not installed")
+def test_triton_from_hidden_matches_torch_path(monkeypatch):
+    monkeypatch.setattr(gppo, "_TRITON_BLOCK_V", 64)
+    batch = rl_batch(11, 100, seed=6, temperature=1.3)
+    hidden, weight, targets, old, A, mask, sft_mask = batch
+    results = []
+    for backend in ("torch", "triton"):
+        h, w = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
+        loss, metrics = gppo.rl_loss_from_hidden(h, w, targets, old, A, mask, sft_mask, temperature=1.3,
+                                                 chunk_size=4, backend=backend, beta1=0.5)
+        loss.backward()
+        results.append((loss.detach(), metrics["entropy"], h.grad, w.grad))
+    for torch_value, triton_value in zip(*results):
+        torch.testing.assert_close(triton_value, torch_value)
+
+
+def test_closed_form_survives_overflowing_ratios():
+    logp = torch.tensor([0.0, 0.0, 0.0, 0.0])
+    old = torch.tensor([-200.0, -200.0, -200.0, 200.0])  # r = inf (fp32) or 0
+    A = torch.tensor([1.0, -1.0, 0.0, -1.0])
+    for mode in gppo.MODES:
+        value, coef = gppo._token_loss_and_coef(logp, old, A, mode=mode)
+        assert torch.isfinite(value).all() and torch.isfinite(coef).all(), mode
+
+
+def test_bad_inputs_fail_loudly(monkeypatch):
+    logp, old, A, mask = random_tokens((8,))
+    with pytest.raises(ValueError, match="mode"):
+        gppo.policy_loss(logp, old, A, mask, mode="ppo")
+    with pytest.raises(ValueError, match="one shape"):
+        gppo.policy_loss(logp, old[:4], A, mask)
+    with pytest.raises(ValueError, match="dual_clip"):
+        gppo.policy_loss(logp, old, A, mask, dual_clip=0.5)
+    logits = torch.randn(8, 5)
+    targets = torch.full((8,), 7)
+    with pytest.raises(ValueError, match=r"target_ids .* \[0, 5\)"):
+        gppo.rl_loss_from_logits(logits, targets, old, A, mask)
+    with pytest.raises(TypeError, match="eps_hi"):
+        gppo.rl_loss_from_logits(logits, targets % 5, old, A, mask, eps_hi=0.3)
+    with pytest.raises(ValueError, match="one shape"):
+        gppo.rl_loss_from_logits(logits, targets % 5, old, A[:3], mask)
+    monkeypatch.setattr(gppo, "triton", None)  # a CPU install without triton still runs
+    loss, _ = gppo.rl_loss_from_logits(logits, targets % 5, old, A, mask)
+    assert torch.isfinite(loss)
+    with pytest.raises(ValueError, match="triton not installed"):
+        gppo.rl_loss_from_logits(logits, targets % 5, old, A, mask, backend="triton")
