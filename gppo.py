@@ -5,7 +5,7 @@ ratio left that range on the side its advantage A pushes it keeps a constant los
 gradient. High-entropy exploratory tokens (A>0, r large) and the mistakes of bad responses (A<0, r
 small) then stop teaching the model. GPPO keeps PPO's forward value but lets the gradient through:
 
-    ℓ_t = max(−A·r, −A·clip(r, (1−ε_low)·r/sg(r), (1+ε_high)·r/sg(r)))   then, for A<0: min(ℓ_t, −A·c)
+    ℓ_t = max(−A·r, −A·clip(r, (1−ε_low)·r/sg(r), (1+ε_high)·r/sg(r)))  then, for A<0: min(ℓ_t, −A·c)
     L   = Σ_t ℓ_t / num_tokens  +  α · (−Σ_{t in responses with reward 1} logπ_t) / num_sft_tokens
 
 sg = stop-gradient. r/sg(r) is 1 in value, so the forward equals PPO Clip-Higher with dual-clip c
@@ -95,6 +95,7 @@ def policy_loss(logprobs, old_logprobs, advantages, response_mask, *, mode="gppo
     are constants. loss = Σ ℓ_t·mask / num_tokens (default: mask.sum()). beta1/beta2/high_side_only
     apply to mode="gppo" only. Autograd on this function gives the table's gradient; extreme ratios
     (r = inf) can make its gradient NaN — the fused paths use the NaN-free closed form instead.
+    metrics (0-dim tensors): clip_frac_high, clip_frac_low, dual_clip_frac, ratio_mean, approx_kl.
     """
     _check_loss_args(mode, eps_low, eps_high, dual_clip, beta1, beta2, logprobs=logprobs,
                      old_logprobs=old_logprobs, advantages=advantages, response_mask=response_mask)
