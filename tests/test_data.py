@@ -1,0 +1,587 @@
+"""Tests for data.py: chat format (hand-written strings, real Qwen3 ids, the official Jinja template),
+loaders and their errors, packing, the sharded resumable loader, and the toy tasks (math answers checked
+with math-verify, code solutions run in a subprocess against their tests)."""
+import base64
+import json
+import os
+import pickle
+import re
+import subprocess
+import sys
+import zlib
+
+import numpy as np
+import pytest
+import torch
+
+import data
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope="module")
+def toy_tok():
+    return data.build_toy_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def qwen_tok(qwen3_tokenizer_dir):
+    return data.load_tokenizer(qwen3_tokenizer_dir)
+
+
+# ----------------------------------------------------------------------------- chat format
+
+U = lambda c: {"role": "user", "content": c}          # noqa: E731
+A = lambda c, **kw: {"role": "assistant", "content": c, **kw}  # noqa: E731
+S = lambda c: {"role": "system", "content": c}        # noqa: E731
+
+# (messages, add_generation_prompt, enable_thinking, expected text): written by hand from the template's rules
+CHAT_CASES = [
+    ([U("Hi")], True, True,
+     "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"),
+    ([U("Hi")], True, False,
+     "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"),
+    ([S("Be brief."), U("2+2?"), A("<think>\nadd\n</think>\n\n4")], False, True,
+     "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n2+2?<|im_end|>\n"
+     "<|im_start|>assistant\n<think>\nadd\n</think>\n\n4<|im_end|>\n"),
+    # an earlier assistant turn loses its reasoning; extra newlines around the last one are normalised
+    ([U("a"), A("<think>r1</think>x1"), U("b"), A("<think>\n\nr2\n\n</think>\n\n\ny")], False, True,
+     "<|im_start|>user\na<|im_end|>\n<|im_start|>assistant\nx1<|im_end|>\n<|im_start|>user\nb<|im_end|>\n"
+     "<|im_start|>assistant\n<think>\nr2\n</think>\n\ny<|im_end|>\n"),
+    # a final answer without reasoning gets an empty think block
+    ([U("a"), A("plain")], False, True,
+     "<|im_start|>user\na<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\nplain<|im_end|>\n"),
+    ([U("a"), A("ans", reasoning_content="\nthought\n")], False, True,
+     "<|im_start|>user\na<|im_end|>\n<|im_start|>assistant\n<think>\nthought\n</think>\n\nans<|im_end|>\n"),
+    # a system message that is not first is an ordinary turn
+    ([U("a"), S("mid"), U("b")], True, True,
+     "<|im_start|>user\na<|im_end|>\n<|im_start|>system\nmid<|im_end|>\n<|im_start|>user\nb<|im_end|>\n"
+     "<|im_start|>assistant\n"),
+    # no user turn at all: the template never adds a think block
+    ([S("s"), A("<think>q</think>only")], False, True,
+     "<|im_start|>system\ns<|im_end|>\n<|im_start|>assistant\nonly<|im_end|>\n"),
+]
+
+
+@pytest.mark.parametrize("messages,agp,thinking,expected", CHAT_CASES)
+def test_render_chat_hand_written(messages, agp, thinking, expected):
+    assert data.render_chat(messages, add_generation_prompt=agp, enable_thinking=thinking) == expected
+
+
+def test_render_chat_rejects_what_it_does_not_support():
+    with pytest.raises(ValueError, match="tool"):
+        data.render_chat([U("a"), {"role": "tool", "content": "x"}])
+    with pytest.raises(ValueError, match="tool_calls"):
+        data.render_chat([U("a"), A("", tool_calls=[{"name": "f"}])])
+    with pytest.raises(ValueError, match=r"messages\[0\].content"):
+        data.render_chat([{"role": "user", "content": [{"type": "text"}]}])
+    with pytest.raises(ValueError, match="assistant"):
+        data.encode_chat(data.build_toy_tokenizer(), [U("a")])
+
+
+EXTRA_CONVERSATIONS = [
+    [U("a"), S("mid"), U("<tool_response>x</tool_response>"), A("<think>t</think>z"), A("w")],
+    [U("a"), A("<think>r</think>b"), A("<think>r3</think>c")],
+    [U("héllo wörld ✓ 数学"), A("<think>\n日本\n</think>\n\n答え  \n  spaces")],
+]
+
+
+def _jinja(template):
+    pytest.importorskip("jinja2", reason="jinja2 is not installed (an optional extra check)")
+    from jinja2.ext import loopcontrols
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
+    return env.from_string(template)  # the environment transformers renders chat templates in
+
+
+def _all_renders(render):
+    for messages in [c[0] for c in CHAT_CASES] + EXTRA_CONVERSATIONS:
+        for agp in (False, True):
+            for thinking in (True, False, None):
+                kwargs = {} if thinking is None else {"enable_thinking": thinking}
+                yield messages, agp, thinking, render(messages=messages, add_generation_prompt=agp, **kwargs)
+
+
+def test_toy_chat_template_equals_render_chat():
+    template = _jinja(data.CHAT_TEMPLATE)
+    for messages, agp, thinking, text in _all_renders(template.render):
+        assert text == data.render_chat(messages, agp, thinking is not False), (messages, agp, thinking)
+
+
+def test_real_qwen3_template_equals_render_chat(qwen3_tokenizer_dir):
+    with open(os.path.join(qwen3_tokenizer_dir, "tokenizer_config.json")) as f:
+        template = _jinja(json.load(f)["chat_template"])
+    for messages, agp, thinking, text in _all_renders(template.render):
+        assert text == data.render_chat(messages, agp, thinking is not False), (messages, agp, thinking)
+
+
+def test_encode_chat_real_qwen3_ids(qwen_tok):
+    messages = [U("What is 12 + 7?"), A("<think>\n2+7+0=9\n</think>\n\n\\boxed{19}")]
+    ids, mask = data.encode_chat(qwen_tok, messages)
+    # <|im_start|> user \n What Ġis Ġ 1 2 Ġ+ Ġ 7 ? <|im_end|> \n <|im_start|> assistant \n
+    prompt = [151644, 872, 198, 3838, 374, 220, 16, 17, 488, 220, 22, 30, 151645, 198, 151644, 77091, 198]
+    # <think> \n 2 + 7 + 0 = 9 \n </think> \n\n \ boxed { 1 9 } <|im_end|>
+    answer = [151667, 198, 17, 10, 22, 10, 15, 28, 24, 198, 151668, 271, 59, 79075, 90, 16, 24, 92, 151645]
+    assert ids == prompt + answer + [198]
+    assert mask == [0] * len(prompt) + [1] * len(answer) + [0]
+    assert data.encode_prompt(qwen_tok, "Hi") == [151644, 872, 198, 13048, 151645, 198, 151644, 77091, 198]
+    assert data.encode_prompt(qwen_tok, [U("Hi")], enable_thinking=False) == \
+        [151644, 872, 198, 13048, 151645, 198, 151644, 77091, 198, 151667, 271, 151668, 271]
+    assert data.special_token_ids(qwen_tok) == dict(im_start=151644, im_end=151645, endoftext=151643,
+                                                    think=151667, end_think=151668)
+    assert data.stop_token_ids(qwen_tok) == [151645, 151643]
+
+
+def _check_loss_mask(tok, messages):
+    ids, mask = data.encode_chat(tok, messages)
+    text = data.render_chat(messages)
+    assert ids == tok.encode(text, add_special_tokens=False).ids
+    # trained part = the final assistant turn (after its header) through <|im_end|>; the rest is context
+    head = text.rindex("<|im_start|>assistant\n") + len("<|im_start|>assistant\n")
+    trained = [i for i, m in zip(ids, mask) if m]
+    first = mask.index(1)
+    assert tok.decode(trained, skip_special_tokens=False) == text[head:-1]
+    assert tok.decode(ids[:first], skip_special_tokens=False) == text[:head]
+    assert all(mask[first:len(trained) + first]) and mask[-1] == 0
+
+
+def test_loss_mask_real_tokenizer(qwen_tok):
+    for messages in [c[0] for c in CHAT_CASES if c[0][-1]["role"] == "assistant"] + EXTRA_CONVERSATIONS:
+        _check_loss_mask(qwen_tok, messages)
+
+
+def test_loss_mask_toy_tokenizer(toy_tok):
+    for messages in [c[0] for c in CHAT_CASES if c[0][-1]["role"] == "assistant"] + EXTRA_CONVERSATIONS:
+        _check_loss_mask(toy_tok, messages)
+    for messages in data.toy_sft_conversations(20, 20, seed=3):
+        _check_loss_mask(toy_tok, messages)
+
+
+# ----------------------------------------------------------------------------- toy tokenizer
+
+def test_toy_tokenizer_shape_and_determinism(toy_tok, tmp_path):
+    assert data.build_toy_tokenizer().to_str() == toy_tok.to_str()
+    n = toy_tok.get_vocab_size()
+    assert 300 <= n <= 640
+    # the 26 Qwen3 added tokens, in Qwen3's order, at the end of the vocabulary, each a single token
+    for k, (content, special) in enumerate(data.QWEN3_ADDED_TOKENS):
+        assert toy_tok.token_to_id(content) == n - 26 + k
+        assert toy_tok.encode(f"x{content}y").tokens[1] == content
+    added = {t["content"]: t["special"] for t in json.loads(toy_tok.to_str())["added_tokens"]}
+    assert added == dict(data.QWEN3_ADDED_TOKENS)
+    assert toy_tok.encode("12345 + 9").tokens == ["1", "2", "3", "4", "5", "Ġ+", "Ġ", "9"]
+    text = "Ünïcode ✓ 数学 <think>\n x\t\r\n</think>"
+    assert toy_tok.decode(toy_tok.encode(text).ids, skip_special_tokens=False) == text
+    assert toy_tok.decode(toy_tok.encode("<|im_start|>hi<|im_end|>").ids) == "hi"  # special: skipped
+    assert toy_tok.decode(toy_tok.encode("<think>hi").ids) == "<think>hi"        # not special: kept
+    data.save_tokenizer(toy_tok, str(tmp_path))
+    again = data.load_tokenizer(str(tmp_path))
+    assert again.to_str() == toy_tok.to_str()
+    config = json.load(open(tmp_path / "tokenizer_config.json"))
+    assert config["eos_token"] == "<|im_end|>" and config["pad_token"] == "<|endoftext|>"
+    assert config["added_tokens_decoder"][str(n - 1)]["content"] == "</think>"
+    with pytest.raises(FileNotFoundError, match="tokenizer.json"):
+        data.load_tokenizer(str(tmp_path / "nothing"))
+
+
+def test_toy_tokenizer_matches_qwen_pre_tokenization(toy_tok, qwen_tok):
+    # same normaliser and split regex: the pieces before BPE are the same for both tokenizers
+    text = data.render_chat(data.toy_sft_conversations(3, 3, seed=5)[0]) + "it's  x\r\n\n  y 2024"
+    pieces = lambda tok: [p for p, _ in tok.pre_tokenizer.pre_tokenize_str(tok.normalizer.normalize_str(text))]  # noqa
+    assert pieces(toy_tok) == pieces(qwen_tok)
+
+
+# ----------------------------------------------------------------------------- loaders
+
+def _write(tmp_path, name, lines):
+    path = tmp_path / name
+    path.write_text("\n".join(line if isinstance(line, str) else json.dumps(line) for line in lines) + "\n")
+    return str(path)
+
+
+def test_load_sft_jsonl_formats(tmp_path):
+    path = _write(tmp_path, "sft.jsonl", [
+        {"messages": [U("q"), A("<think>r</think>a")]},
+        "",
+        {"system": "sys", "conversations": [{"from": "human", "value": "q2"}, {"from": "gpt", "value": "a2"}]},
+        {"conversations": [{"from": "user", "value": "q3"}, {"from": "assistant", "value": "a3"}]},
+        {"messages": [U("q4"), A("a4", reasoning_content="r4")]},
+    ])
+    convs = data.load_sft_jsonl(path)
+    assert convs == [[U("q"), A("<think>r</think>a")], [S("sys"), U("q2"), A("a2")], [U("q3"), A("a3")],
+                     [U("q4"), A("a4", reasoning_content="r4")]]
+
+
+def test_load_math_jsonl_formats(tmp_path):
+    path = _write(tmp_path, "math.jsonl", [
+        {"id": "p1", "problem": "1+1?", "answer": "2"},
+        {"question": "2+2?", "answer": 4},
+        {"prompt": [U("3+3?")], "answer": "6"},
+        {"messages": [U("4+4?")], "meta": {"solution": "8"}},
+    ])
+    assert data.load_math_jsonl(path) == [
+        dict(id="p1", prompt="1+1?", answer="2"), dict(id="math.jsonl:2", prompt="2+2?", answer="4"),
+        dict(id="math.jsonl:3", prompt=[U("3+3?")], answer="6"), dict(id="math.jsonl:4", prompt=[U("4+4?")], answer="8")]
+
+
+def _compressed(obj):  # LiveCodeBench stores private tests as base64(zlib(pickle(json string)))
+    return base64.b64encode(zlib.compress(pickle.dumps(json.dumps(obj)))).decode()
+
+
+def test_load_code_jsonl_formats(tmp_path):
+    stdin = [{"input": "1\n", "output": "2\n", "testtype": "stdin"}]
+    functional = [{"input": "[1, 2]\n3", "output": "6", "testtype": "functional"}]
+    path = _write(tmp_path, "code.jsonl", [
+        dict(question_id="abc", question_content="Double n.", starter_code="", public_test_cases=json.dumps(stdin),
+             private_test_cases=_compressed(stdin * 2), metadata="{}", contest_date="2024-08-01T00:00:00"),
+        dict(question_id="lc1", question_content="Sum.", starter_code="class Solution:\n    def f(self, a, b):\n",
+             public_test_cases=functional, private_test_cases="[]", metadata={"func_name": "f"}),
+        dict(prompt="Echo.", tests=[{"input": "x", "output": "x"}, {"input": "1", "output": "1", "fn_name": "g"}]),
+    ])
+    p = data.load_code_jsonl(path)
+    assert p[0] == dict(id="abc", prompt="Double n.", tests=[{"input": "1\n", "output": "2\n"}] * 3,
+                        contest_date="2024-08-01T00:00:00")
+    assert p[1]["prompt"] == "Sum.\n\nUse this starter code:\n```python\nclass Solution:\n    def f(self, a, b):\n\n```"
+    assert p[1]["tests"] == [{"input": "[1, 2]\n3", "output": "6", "fn_name": "f"}] and "contest_date" not in p[1]
+    assert p[2] == dict(id="code.jsonl:3", prompt="Echo.",
+                        tests=[{"input": "x", "output": "x"}, {"input": "1", "output": "1", "fn_name": "g"}])
+
+
+class _Boom:
+    def __reduce__(self):
+        return (os.system, ("echo pwned",))
+
+
+BAD_LINES = [  # (loader, second line of the file, words the error must contain)
+    ("sft", '{"messages": [', ["bad.jsonl:2", "malformed JSON"]),
+    ("sft", "[1, 2]", ["bad.jsonl:2", "JSON object"]),
+    ("sft", {"text": "hi"}, ["bad.jsonl:2", "'messages'"]),
+    ("sft", {"messages": "hi"}, ["bad.jsonl:2", "'messages'", "list", "str"]),
+    ("sft", {"messages": [U("q"), {"role": "assistant"}]}, ["bad.jsonl:2", "'messages[1].content'", "missing"]),
+    ("sft", {"messages": [U("q"), {"role": "assistant", "content": 3}]}, ["bad.jsonl:2", "'messages[1].content'", "int"]),
+    ("sft", {"messages": [{"role": "robot", "content": "x"}]}, ["bad.jsonl:2", "'messages[0].role'", "robot"]),
+    ("sft", {"messages": [U("q")]}, ["bad.jsonl:2", "assistant"]),
+    ("sft", {"conversations": [{"from": "human", "text": "x"}]}, ["bad.jsonl:2", "'conversations[0].value'"]),
+    ("math", {"problem": "x"}, ["bad.jsonl:2", "'answer'", "missing"]),
+    ("math", {"problem": 7, "answer": "1"}, ["bad.jsonl:2", "'problem'", "int"]),
+    ("math", {"answer": "1"}, ["bad.jsonl:2", "'problem'"]),
+    ("math", {"problem": "x", "answer": ["1"]}, ["bad.jsonl:2", "'answer'", "list"]),
+    ("math", {"messages": [U("q")], "meta": {}}, ["bad.jsonl:2", "'meta.solution'"]),
+    ("code", {"question_content": "q", "public_test_cases": "{oops"}, ["bad.jsonl:2", "'public_test_cases'"]),
+    ("code", {"question_content": "q", "public_test_cases": [{"input": "1"}]},
+     ["bad.jsonl:2", "'public_test_cases[0].output'"]),
+    ("code", {"question_content": "q", "public_test_cases": [{"input": 1, "output": "1"}]},
+     ["bad.jsonl:2", "'public_test_cases[0].input'", "int"]),
+    ("code", {"question_content": "q", "public_test_cases": [{"input": "1", "output": "1", "testtype": "functional"}]},
+     ["bad.jsonl:2", "'metadata.func_name'"]),
+    ("code", {"question_content": "q", "public_test_cases": [{"input": "1", "output": "1", "testtype": "magic"}]},
+     ["bad.jsonl:2", "testtype", "magic"]),
+    ("code", {"question_content": "q", "metadata": "{x", "public_test_cases": []}, ["bad.jsonl:2", "'metadata'"]),
+    ("code", {"question_content": "q", "private_test_cases": base64.b64encode(zlib.compress(pickle.dumps(_Boom()))).decode()},
+     ["bad.jsonl:2", "'private_test_cases'", "refusing"]),
+    ("code", {"prompt": "q", "tests": []}, ["bad.jsonl:2", "min_tests"]),
+    ("code", {"prompt": "q"}, ["bad.jsonl:2", "'tests'", "missing"]),
+]
+
+
+@pytest.mark.parametrize("kind,line,words", BAD_LINES)
+def test_loader_errors_name_file_line_and_field(tmp_path, kind, line, words):
+    good = {"sft": {"messages": [U("q"), A("a")]}, "math": {"problem": "p", "answer": "1"},
+            "code": {"prompt": "p", "tests": [{"input": "1", "output": "1"}]}}[kind]
+    path = _write(tmp_path, "bad.jsonl", [good, line, good])
+    loader = {"sft": data.load_sft_jsonl, "math": data.load_math_jsonl, "code": data.load_code_jsonl}[kind]
+    with pytest.raises(data.DataError) as err:
+        loader(path)
+    for word in words:
+        assert word in str(err.value), (str(err.value), word)
+
+
+def test_overlong_rules_are_counted(toy_tok):
+    short, long = [U("hi"), A("ok")], [U("hi " * 40), A("long " * 40)]
+    n_short = len(data.encode_chat(toy_tok, short)[0])
+    n_long = len(data.encode_chat(toy_tok, long)[0])
+    max_len = n_short + 5
+    ex, rep = data.encode_sft_dataset(toy_tok, [short, long, short], max_len, "drop")
+    assert len(ex) == 2 and rep == dict(conversations=3, kept=2, truncated=0, dropped=1, max_len=max_len, overlong="drop")
+    ex, rep = data.encode_sft_dataset(toy_tok, [short, long], max_len, "truncate")
+    assert rep["truncated"] == 0 and rep["dropped"] == 1  # cut inside the prompt: nothing left to learn, dropped
+    ex, rep = data.encode_sft_dataset(toy_tok, [short, long], n_long - 3, "truncate")
+    assert rep["truncated"] == 1 and rep["kept"] == 2 and len(ex[1][0]) == n_long - 3 and ex[1][1][-1]
+    assert list(ex[0][0]) == data.encode_chat(toy_tok, short)[0]
+    with pytest.raises(data.DataError, match="max_len"):
+        data.encode_sft_dataset(toy_tok, [long], max_len, "error")
+    problems = [dict(id="a", prompt="x"), dict(id="b", prompt="word " * 50)]
+    kept, rep = data.encode_prompts(toy_tok, problems, 30, "drop")
+    assert [p["id"] for p in kept] == ["a"] and rep["dropped"] == 1
+    kept, rep = data.encode_prompts(toy_tok, problems, 30, "truncate")
+    assert rep["truncated"] == 1 and kept[1]["prompt_ids"] == data.encode_prompt(toy_tok, "word " * 50)[-30:]
+
+
+# ----------------------------------------------------------------------------- packing
+
+def _random_examples(n, seed, lo=1, hi=300):
+    rng = np.random.default_rng(seed)
+    out = []
+    for k in range(n):
+        length = int(rng.integers(lo, hi + 1))
+        out.append((rng.integers(0, 1000, length).tolist(), (rng.random(length) < 0.5).tolist()))
+    return out
+
+
+def test_pack_examples_keeps_every_token_and_marks_documents():
+    examples = _random_examples(200, 0)
+    rows = data.pack_examples(examples, row_tokens=512, pad_id=-7)
+    seen = []
+    for row in rows:
+        assert all(v.shape == (512,) for v in row.values())
+        ids, mask, pos, doc = row["input_ids"], row["loss_mask"], row["position_ids"], row["document_ids"]
+        assert mask.dtype == torch.bool
+        for d in doc.unique().tolist():
+            where = (doc == d).nonzero().flatten()
+            assert (where == torch.arange(where[0], where[-1] + 1)).all()       # contiguous
+            assert (pos[where] == torch.arange(len(where))).all()               # positions restart at 0
+            seen.append((ids[where].tolist(), mask[where].tolist()))
+        assert doc[0] == 0 and (doc[1:] - doc[:-1]).ge(0).all() and (doc[1:] - doc[:-1]).le(1).all()
+    padding = [s for s in seen if set(s[0]) == {-7}]
+    real = [s for s in seen if set(s[0]) != {-7}]
+    assert all(not any(m) for _, m in padding)
+    assert sorted(map(str, real)) == sorted(map(str, examples))                  # nothing lost, nothing doubled
+    efficiency = sum(len(x) for x, _ in examples) / (len(rows) * 512)
+    assert efficiency >= 0.95, efficiency
+    with pytest.raises(ValueError, match="do not fit"):
+        data.pack_examples(examples, row_tokens=100, pad_id=0)
+
+
+@pytest.mark.parametrize("name,lengths,row_tokens", [
+    # long chain-of-thought SFT: lognormal lengths (median ~6K tokens), 32K rows
+    ("long-CoT 32K", np.clip(np.random.default_rng(1).lognormal(np.log(6000), 0.8, 3000), 200, 32768).astype(int), 32768),
+    # short chat mix with a heavy tail
+    ("chat 4K", np.clip(np.random.default_rng(2).lognormal(np.log(400), 1.0, 5000), 20, 4096).astype(int), 4096),
+    ("uniform 1..row", np.random.default_rng(3).integers(1, 2049, 2000), 2048),
+])
+def test_packing_efficiency_on_realistic_mixes(name, lengths, row_tokens):
+    rows = data.plan_packing(lengths.tolist(), row_tokens)
+    assert sorted(i for r in rows for i in r) == list(range(len(lengths)))
+    assert all(sum(lengths[i] for i in r) <= row_tokens for r in rows)
+    efficiency = lengths.sum() / (len(rows) * row_tokens)
+    print(f"packing efficiency {name}: {efficiency:.4f}")
+    assert efficiency >= 0.95, (name, efficiency)
+
+
+def test_packing_efficiency_on_toy_data(toy_tok):
+    examples, _ = data.encode_sft_dataset(toy_tok, data.toy_sft_conversations(1500, 500, seed=1), 512)
+    loader = data.PackedLoader(examples, row_tokens=2048, rows_per_step=8, pad_id=0)
+    print(f"packing efficiency toy: {loader.efficiency:.4f}")
+    assert loader.efficiency >= 0.95
+
+
+def _rows_key(rows):
+    return [tuple(r["input_ids"].tolist()) for r in rows]
+
+
+def test_packed_loader_shards_equal_steps_and_covers_each_row_once():
+    examples = _random_examples(145, 4, hi=120)
+    loaders = [data.PackedLoader(examples, 256, rows_per_step=4, pad_id=-1, seed=7, rank=r, world_size=2) for r in range(2)]
+    single = data.PackedLoader(examples, 256, rows_per_step=4, pad_id=-1, seed=7)
+    assert loaders[0].steps_per_epoch == loaders[1].steps_per_epoch == single.steps_per_epoch == len(single)
+    assert single.num_rows % 4 != 0, "pick sizes whose last step needs all-padding rows"
+    for epoch in range(2):
+        got = []
+        for step in range(single.steps_per_epoch):
+            parts = [ld.next_step() for ld in loaders]
+            assert len(parts[0]) == len(parts[1]) == 2
+            assert _rows_key(parts[0] + parts[1]) == _rows_key(single.next_step())  # 2 ranks = 1 process
+            got += parts[0] + parts[1]
+        real = [r for r in got if (r["input_ids"] != -1).any()]
+        empty = [r for r in got if (r["input_ids"] == -1).all()]
+        assert len(real) == single.num_rows and len(empty) == single.empty_rows_per_epoch
+        assert all(not r["loss_mask"].any() for r in empty)
+        assert len(set(_rows_key(real))) == single.num_rows
+        if epoch == 0:
+            first_epoch = _rows_key(got)
+    assert _rows_key(got) != first_epoch                                        # reshuffled per epoch
+    assert loaders[0].epoch == 2 and loaders[0].step == 0
+
+
+def test_packed_loader_resumes_mid_epoch():
+    examples = _random_examples(120, 5, hi=100)
+    make = lambda: data.PackedLoader(examples, 200, rows_per_step=2, pad_id=0, seed=3, rank=1, world_size=2)  # noqa
+    straight = make()
+    reference = [_rows_key(straight.next_step()) for _ in range(2 * straight.steps_per_epoch + 3)]
+    k = straight.steps_per_epoch + 2  # stop in the middle of the second epoch
+    first = make()
+    for _ in range(k):
+        first.next_step()
+    state = json.loads(json.dumps(first.state_dict()))  # survives a checkpoint as plain data
+    resumed = make()
+    resumed.load_state_dict(state)
+    assert [_rows_key(resumed.next_step()) for _ in range(len(reference) - k)] == reference[k:]
+    other = data.PackedLoader(examples, 200, rows_per_step=4, pad_id=0, seed=3)
+    with pytest.raises(ValueError, match="rows_per_step"):
+        other.load_state_dict(state)
+    with pytest.raises(ValueError, match="multiple of world_size"):
+        data.PackedLoader(examples, 200, rows_per_step=3, pad_id=0, world_size=2)
+
+
+# ----------------------------------------------------------------------------- toy math
+
+def _after_think(text):
+    return text.split("</think>")[-1]
+
+
+def test_toy_math_traces_verify_with_math_verify(toy_tok):
+    math_verify = pytest.importorskip("math_verify")
+    convs = data.toy_math_sft_examples(300, seed=11)
+    n_hard = n_wrong = 0
+    for user, assistant in convs:
+        a, b = map(int, re.fullmatch(r"What is (\d+) \+ (\d+)\?", user["content"]).groups())
+        content = assistant["content"]
+        assert content.startswith("<think>\n") and "\n</think>\n\n\\boxed{" in content
+        boxed = int(re.fullmatch(r"\\boxed\{(\d+)\}", _after_think(content).strip()).group(1))
+        correct = math_verify.verify(math_verify.parse("\\boxed{" + str(a + b) + "}"),
+                                     math_verify.parse(_after_think(content)))
+        assert correct == (boxed == a + b)
+        # the trace is arithmetic a reader can check: at most one column slips, by one, and the answer follows it
+        lines = content.split("<think>\n")[1].split("\n</think>")[0].split("\n")
+        carry, digits, slips = 0, [], 0
+        for j, line in enumerate(lines):
+            x, y, c, s = map(int, re.fullmatch(r"(\d)\+(\d)\+(\d)=(\d+)", line).groups())
+            assert (x, y, c) == ((a // 10 ** j) % 10, (b // 10 ** j) % 10, carry)
+            slips += s != x + y + c
+            assert abs(s - (x + y + c)) <= 1
+            digits.append(s % 10)
+            carry = s // 10
+        assert boxed == int("".join(map(str, reversed(digits + ([carry] if carry else [])))))
+        hard = max(len(str(a)), len(str(b))) >= 3
+        assert slips == (boxed != a + b) and (hard or slips == 0)
+        n_hard += hard
+        n_wrong += slips
+        assert len(data.encode_chat(toy_tok, [user, assistant])[0]) < 120
+    assert 0.18 < n_wrong / n_hard < 0.42, n_wrong / n_hard
+    assert all(_after_think(a["content"]).strip() == "\\boxed{" + str(eval(u["content"][8:-1])) + "}"
+               for u, a in data.toy_math_sft_examples(200, seed=11, wrong_fraction=0.0))
+
+
+def test_toy_math_splits_and_difficulty():
+    train = data.toy_math_problems(3000, seed=0, split="train")
+    test = data.toy_math_problems(400, seed=0, split="test")
+    assert not {p["id"] for p in train} & {p["id"] for p in test}
+    assert len({p["id"] for p in test}) == 400
+    assert {p["id"] for p in data.toy_math_problems(300, seed=1, split="test")}.isdisjoint({p["id"] for p in train})
+    assert data.toy_math_problems(50, seed=0) == train[:50]
+    for p in test:
+        a, b = map(int, p["id"].split("-")[1:])
+        assert p["answer"] == str(a + b) and p["prompt"] == f"What is {a} + {b}?"
+    hard = data.toy_math_problems(100, seed=0, split="test", min_digits=3, max_digits=4)
+    assert all(3 <= len(s) <= 4 for p in hard for s in p["prompt"][8:-1].split(" + "))
+    with pytest.raises(ValueError, match="distinct"):
+        data.toy_math_problems(50, seed=0, split="test", min_digits=1, max_digits=1)
+    sft_prompts = {c[0]["content"] for c in data.toy_math_sft_examples(2000, seed=0)}
+    assert sft_prompts.isdisjoint(p["prompt"] for p in test)
+
+
+# ----------------------------------------------------------------------------- toy code
+
+HARNESS = r"""
+import contextlib, io, json, sys
+results = []
+for job in json.load(sys.stdin):
+    outs = []
+    for test in job["tests"]:
+        buf = io.StringIO()
+        try:
+            if "fn_name" in test:
+                scope = {}
+                exec(job["code"], scope)
+                args = [json.loads(line) for line in test["input"].split("\n") if line.strip()]
+                outs.append(json.dumps(scope[test["fn_name"]](*args)))
+            else:
+                sys.stdin = io.StringIO(test["input"])
+                with contextlib.redirect_stdout(buf):
+                    exec(job["code"], {"__name__": "__main__"})
+                outs.append(buf.getvalue())
+        except Exception as e:
+            outs.append("ERROR " + repr(e))
+    results.append(outs)
+print(json.dumps(results))
+"""
+
+
+def _run_programs(jobs):
+    """Run (code, tests) jobs in one plain subprocess; compare outputs here, in the parent."""
+    proc = subprocess.run([sys.executable, "-c", HARNESS], input=json.dumps([{"code": c, "tests": t} for c, t in jobs]),
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    passed = []
+    for (code, tests), outs in zip(jobs, json.loads(proc.stdout)):
+        ok = []
+        for test, out in zip(tests, outs):
+            if "fn_name" in test:
+                ok.append(not out.startswith("ERROR") and json.loads(out) == json.loads(test["output"]))
+            else:
+                ok.append([s.strip() for s in out.strip().split("\n")] == [s.strip() for s in test["output"].strip().split("\n")])
+        passed.append(ok)
+    return passed
+
+
+def test_toy_code_solutions_pass_their_tests():
+    problems = data.toy_code_problems(200, seed=0, split="train") + data.toy_code_problems(60, seed=0, split="test")
+    assert all(len(p["tests"]) >= 16 for p in problems)
+    assert {p["id"].rsplit("-", 1)[0].split("-")[0] for p in problems} == {f[0] for f in data._CODE_FAMILIES}
+    assert any("fn_name" in p["tests"][0] for p in problems) and any("fn_name" not in p["tests"][0] for p in problems)
+    results = _run_programs([(p["solution"], p["tests"]) for p in problems])
+    assert all(all(r) for r in results), [p["id"] for p, r in zip(problems, results) if not all(r)]
+    # the check can fail: a slightly wrong program passes only some tests (room for a soft reward)
+    wrong = next(p for p in problems if p["id"].startswith("divisible"))
+    [r] = _run_programs([(wrong["solution"].replace("'YES'", "'NO'", 1), wrong["tests"])])
+    assert 0 < sum(r) < len(r)
+
+
+def test_toy_code_sft_answers_and_splits(toy_tok):
+    train = data.toy_code_problems(len(sum(data._code_pools("train"), [])), split="train")
+    test = data.toy_code_problems(len(sum(data._code_pools("test"), [])), split="test")
+    assert not {p["id"] for p in train} & {p["id"] for p in test}
+    by_prompt = {p["prompt"]: p for p in train}
+    convs = data.toy_code_sft_examples(60, seed=2)
+    jobs = []
+    for user, assistant in convs:
+        assert user["content"] in by_prompt, "SFT code problems come from the train split only"
+        match = re.fullmatch(r"<think>\n.+\n</think>\n\n```python\n(.+)\n```", assistant["content"], re.S)
+        jobs.append((match.group(1), by_prompt[user["content"]]["tests"]))
+        assert len(data.encode_chat(toy_tok, [user, assistant])[0]) < 120
+    assert all(all(r) for r in _run_programs(jobs))
+    with pytest.raises(ValueError, match="distinct"):
+        data.toy_code_problems(10 ** 4, split="test")
+
+
+# ----------------------------------------------------------------------------- files and command line
+
+def test_write_toy_datasets_round_trip_through_loaders(tmp_path, toy_tok):
+    paths = data.write_toy_datasets(str(tmp_path), n_sft_math=40, n_sft_code=20, n_math_train=30, n_math_test=20,
+                                    n_code_train=12, n_code_test=6)
+    assert data.load_tokenizer(paths["tokenizer"]).to_str() == toy_tok.to_str()
+    assert data.load_sft_jsonl(paths["sft"]) == data.toy_sft_conversations(40, 20, seed=0)
+    assert data.load_math_jsonl(paths["math_test"]) == data.toy_math_problems(20, split="test")
+    loaded = data.load_code_jsonl(paths["code_test"])
+    expected = data.toy_code_problems(6, split="test")
+    assert [(p["id"], p["prompt"], p["tests"]) for p in loaded] == [(p["id"], p["prompt"], p["tests"]) for p in expected]
+    assert len(data.load_code_jsonl(paths["code_train"])) == 12 and len(data.load_math_jsonl(paths["math_train"])) == 30
+
+
+def test_command_line(tmp_path):
+    run = lambda *args: subprocess.run([sys.executable, os.path.join(ROOT, "data.py"), *args],  # noqa: E731
+                                       capture_output=True, text=True, timeout=120)
+    out = run("toy", f"--out={tmp_path}", "--n_sft_math=100", "--n_sft_code=50", "--n_math_train=20",
+              "--n_math_test=10", "--n_code_train=5", "--n_code_test=5")
+    assert out.returncode == 0, out.stderr
+    assert sorted(os.listdir(tmp_path)) == ["code_test.jsonl", "code_train.jsonl", "math_test.jsonl",
+                                            "math_train.jsonl", "sft.jsonl", "tokenizer"]
+    # a tokenizer trained in another process (another hash seed) is byte-identical
+    assert json.load(open(tmp_path / "tokenizer" / "tokenizer.json")) == json.loads(data.build_toy_tokenizer().to_str())
+    out = run("stats", str(tmp_path / "sft.jsonl"), f"--tokenizer={tmp_path / 'tokenizer'}")
+    assert out.returncode == 0 and "150 sft records" in out.stdout and "real tokens" in out.stdout, out.stdout + out.stderr
+    with pytest.raises(SystemExit, match="unknown option --bogus"):
+        data._parse(data.ToyConfig, ["--bogus=1"])
+    with pytest.raises(SystemExit, match="not a valid int"):
+        data._parse(data.ToyConfig, ["--seed=abc"])
+    assert data._parse(data.ToyConfig, ["--wrong_fraction=0", "--out=x"]) == data.ToyConfig(out="x", wrong_fraction=0.0)
