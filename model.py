@@ -14,11 +14,12 @@ Optional YaRN RoPE scaling (`rope_scaling: {rope_type: yarn, factor, original_ma
 stretches the context (the paper evaluates at 64K with factor 2.5 over 32K).
 
 Three seams for the rest of the project:
-  - packed rows: `document_ids` (B, T) makes attention block-diagonal (no attention across documents),
-    and `position_ids` restart per document — used by SFT and GPPO packing;
+  - packed rows (SFT and GPPO): `document_ids` (B, T), each document a contiguous run of one id, and
+    `position_ids` restarting per document. Attention never crosses documents: each document gets its
+    own causal SDPA call, so no (T, T) mask is built and flash kernels stay usable at 32K tokens;
   - an external KV cache: pass `kv_cache=` any object with `attend(layer_idx, q, k, v) -> out`
     (q: (B, T, Hq, hd), k/v: (B, T, Hkv, hd), after q/k norm and RoPE; out: (B, T, Hq, hd)).
-    The paged engine in rollout.py implements it; the model knows nothing about pages;
+    rollout.py's paged engine implements it; the model knows nothing about pages (no document_ids then);
   - `return_hidden=True` returns the final normed hidden states (B, T, D) so a loss can apply the
     LM head itself, in chunks, without holding (B, T, V) logits.
 
@@ -54,19 +55,22 @@ class Qwen3Config:
     rope_scaling: dict | None = None       # e.g. {"rope_type": "yarn", "factor": 2.5, "original_max_position_embeddings": 32768}
     max_position_embeddings: int = 40960
     tie_word_embeddings: bool = False
-    torch_dtype: str = "bfloat16"          # dtype the checkpoint is stored in
+    torch_dtype: str = "bfloat16"          # dtype of the weights (as stored, or as loaded with dtype=)
     bos_token_id: int | None = 151643
     eos_token_id: int | None = 151645
 
     def __post_init__(self):
-        assert self.num_attention_heads % self.num_key_value_heads == 0, \
-            f"num_attention_heads={self.num_attention_heads} must be a multiple of num_key_value_heads={self.num_key_value_heads}"
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise ValueError(f"num_attention_heads={self.num_attention_heads} must be a multiple of "
+                             f"num_key_value_heads={self.num_key_value_heads}")
         if self.rope_scaling is not None:
             kind = self.rope_scaling.get("rope_type", self.rope_scaling.get("type"))
             if kind not in ("yarn", "default", None):
                 raise ValueError(f"rope_scaling type {kind!r} is not supported (only 'yarn' and 'default')")
             if kind in ("default", None):
                 self.rope_scaling = None
+            elif not self.rope_scaling.get("factor"):
+                raise ValueError(f"rope_scaling {self.rope_scaling}: YaRN needs a 'factor' (e.g. 2.5)")
 
     @classmethod
     def from_hf_dict(cls, cfg: dict, source: str = "config.json") -> "Qwen3Config":
@@ -74,8 +78,9 @@ class Qwen3Config:
         if cfg.get("model_type") != "qwen3" and "Qwen3ForCausalLM" not in archs:
             raise ValueError(f"{source}: model_type={cfg.get('model_type')!r}, architectures={archs}: "
                              "this file implements Qwen3 (dense) only; Qwen3-MoE, Qwen2 and others are not supported")
-        if cfg.get("attention_bias", False):
-            raise ValueError(f"{source}: attention_bias=true is not Qwen3 and is not supported")
+        for field, qwen3_value in (("attention_bias", False), ("hidden_act", "silu"), ("use_sliding_window", False)):
+            if cfg.get(field, qwen3_value) != qwen3_value:
+                raise ValueError(f"{source}: {field}={cfg[field]!r} is not supported (Qwen3 uses {qwen3_value!r})")
         # Newer transformers nest RoPE settings under `rope_parameters`; older ones use rope_theta + rope_scaling.
         rope_params = dict(cfg.get("rope_parameters") or {})
         rope_theta = cfg.get("rope_theta", rope_params.get("rope_theta", 1_000_000.0))
@@ -86,16 +91,19 @@ class Qwen3Config:
         for f in fields(cls):
             if f.name in cfg and f.name not in ("rope_theta", "rope_scaling"):
                 kwargs[f.name] = cfg[f.name]
-        if "head_dim" not in cfg:
-            kwargs["head_dim"] = cfg["hidden_size"] // cfg["num_attention_heads"]
-        kwargs["torch_dtype"] = str(cfg.get("torch_dtype", cfg.get("dtype", "bfloat16"))).replace("torch.", "")
-        if isinstance(kwargs.get("eos_token_id"), list):
-            kwargs["eos_token_id"] = kwargs["eos_token_id"][0]
         missing = [k for k in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
                                "num_attention_heads", "num_key_value_heads") if k not in cfg]
         if missing:
             raise ValueError(f"{source}: missing required field(s) {missing}")
-        return cls(rope_theta=float(rope_theta), rope_scaling=rope_scaling, **kwargs)
+        if cfg.get("head_dim") is None:
+            kwargs["head_dim"] = cfg["hidden_size"] // cfg["num_attention_heads"]
+        kwargs["torch_dtype"] = str(cfg.get("torch_dtype", cfg.get("dtype", "bfloat16"))).replace("torch.", "")
+        if isinstance(kwargs.get("eos_token_id"), list):
+            kwargs["eos_token_id"] = kwargs["eos_token_id"][0]
+        try:
+            return cls(rope_theta=float(rope_theta), rope_scaling=rope_scaling, **kwargs)
+        except ValueError as e:
+            raise ValueError(f"{source}: {e}") from None
 
     @classmethod
     def from_json(cls, path: str) -> "Qwen3Config":
@@ -109,7 +117,8 @@ class Qwen3Config:
         return cls.from_hf_dict(cfg, source=path)
 
     def to_hf_dict(self) -> dict:
-        """A config.json that transformers' Qwen3ForCausalLM loads unchanged."""
+        """A config.json that transformers' Qwen3ForCausalLM loads unchanged. It uses the older layout
+        (top-level rope_theta / rope_scaling / torch_dtype), which transformers 4.x reads and 5.x converts."""
         d = {f.name: getattr(self, f.name) for f in fields(self)}
         d.update(architectures=["Qwen3ForCausalLM"], model_type="qwen3", hidden_act="silu",
                  attention_bias=False, attention_dropout=0.0, use_cache=True, use_sliding_window=False,
@@ -143,36 +152,35 @@ def rope_inv_freq(cfg: Qwen3Config) -> tuple[torch.Tensor, float]:
     inv_freq = 1.0 / pos_freqs
     if cfg.rope_scaling is None:
         return inv_freq, 1.0
-    # YaRN (Peng et al. 2023): interpolate the low frequencies by `factor`, keep the high ones, and
-    # blend linearly in between; scale attention logits by mscale^2 via cos/sin (as transformers does).
+    # YaRN (Peng et al. 2023): divide the low frequencies by `factor`, keep the high ones, blend linearly
+    # in between; scale attention logits by attention_factor^2 via cos/sin. As in transformers >= 4.56
+    # (checked against 5.24 by tests/fixtures/check_hf_load.py) and vLLM, `factor` is used as given and
+    # original_max_position_embeddings defaults to max_position_embeddings. (transformers ~4.51-4.55
+    # replaced `factor` by max_position_embeddings / original_max_position_embeddings; our YaRN fixture
+    # has factor equal to that ratio, so it reads the same under both.)
     rs = cfg.rope_scaling
     factor = float(rs["factor"])
     original_max = rs.get("original_max_position_embeddings") or cfg.max_position_embeddings
-    beta_fast, beta_slow = rs.get("beta_fast") or 32, rs.get("beta_slow") or 1
 
-    def get_mscale(scale, mscale=1.0):
-        return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
+    def mscale(m=1.0):
+        return 0.1 * m * math.log(factor) + 1.0 if factor > 1 else 1.0
 
     attention_factor = rs.get("attention_factor")
-    if attention_factor is None:
-        if rs.get("mscale") and rs.get("mscale_all_dim"):
-            attention_factor = get_mscale(factor, rs["mscale"]) / get_mscale(factor, rs["mscale_all_dim"])
-        else:
-            attention_factor = get_mscale(factor)
+    if attention_factor is None:   # mscale / mscale_all_dim: DeepSeek-style configs
+        both = rs.get("mscale") and rs.get("mscale_all_dim")
+        attention_factor = mscale(rs["mscale"]) / mscale(rs["mscale_all_dim"]) if both else mscale()
 
-    def correction_dim(num_rotations):
+    def correction_dim(num_rotations):   # the dimension whose wavelength fits num_rotations times in original_max
         return (dim * math.log(original_max / (num_rotations * 2 * math.pi))) / (2 * math.log(base))
 
-    low, high = correction_dim(beta_fast), correction_dim(beta_slow)
+    low, high = correction_dim(rs.get("beta_fast") or 32), correction_dim(rs.get("beta_slow") or 1)
     if rs.get("truncate", True):
         low, high = math.floor(low), math.ceil(high)
     low, high = max(low, 0), min(high, dim - 1)
-    if low == high:
-        high += 0.001
-    ramp = ((torch.arange(dim // 2, dtype=torch.float32) - low) / (high - low)).clamp(0, 1)
-    extrapolation_weight = 1 - ramp
-    inv_freq = (inv_freq / factor) * (1 - extrapolation_weight) + inv_freq * extrapolation_weight
-    return inv_freq, float(attention_factor)
+    high += 0.001 if low == high else 0
+    keep = 1 - ((torch.arange(dim // 2, dtype=torch.float32) - low) / (high - low)).clamp(0, 1)   # (hd/2,)
+    interpolated = 1.0 / (factor * pos_freqs)   # not inv_freq / factor: equal, but rounds as HF does
+    return interpolated * (1 - keep) + inv_freq * keep, float(attention_factor)
 
 
 class RotaryEmbedding(nn.Module):
@@ -220,7 +228,7 @@ class Attention(nn.Module):
         self.q_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
         self.k_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
 
-    def forward(self, x, cos, sin, attn_mask, kv_cache):
+    def forward(self, x, cos, sin, doc_lengths, kv_cache):
         B, T, _ = x.shape
         q = self.q_norm(self.q_proj(x).view(B, T, self.n_heads, self.head_dim))
         k = self.k_norm(self.k_proj(x).view(B, T, self.n_kv_heads, self.head_dim))
@@ -230,10 +238,26 @@ class Attention(nn.Module):
             y = kv_cache.attend(self.layer_idx, q, k, v)                     # (B, T, Hq, hd)
         else:
             q, k, v = (t.transpose(1, 2) for t in (q, k, v))                 # (B, H, T, hd)
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=attn_mask is None,
-                                               enable_gqa=self.n_heads != self.n_kv_heads)
-            y = y.transpose(1, 2)
+            y = causal_attention(q, k, v, doc_lengths).transpose(1, 2)
         return self.o_proj(y.reshape(B, T, self.n_heads * self.head_dim))
+
+
+def causal_attention(q, k, v, doc_lengths=None):
+    """softmax(q k^T / sqrt(hd) + causal mask) v, with q: (B, Hq, T, hd), k/v: (B, Hkv, T, hd) -> (B, Hq, T, hd).
+
+    doc_lengths: None (each row is one sequence) or, per row, the lengths of its documents in order;
+    then each document is its own causal attention call, which equals a block-diagonal causal mask
+    without building the (T, T) mask or computing the masked-out blocks.
+    """
+    gqa = q.shape[1] != k.shape[1]
+    if doc_lengths is None:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
+    rows = []
+    for b, lengths in enumerate(doc_lengths):
+        docs = zip(*(t[b:b + 1].split(lengths, dim=2) for t in (q, k, v)))
+        rows.append(torch.cat([F.scaled_dot_product_attention(qd, kd, vd, is_causal=True, enable_gqa=gqa)
+                               for qd, kd, vd in docs], dim=2))
+    return torch.cat(rows, dim=0)
 
 
 class MLP(nn.Module):
@@ -255,17 +279,15 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.mlp = MLP(cfg)
 
-    def forward(self, x, cos, sin, attn_mask=None, kv_cache=None):
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, attn_mask, kv_cache)
+    def forward(self, x, cos, sin, doc_lengths=None, kv_cache=None):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, doc_lengths, kv_cache)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
-def document_causal_mask(document_ids: torch.Tensor) -> torch.Tensor:
-    """(B, T) document ids -> (B, 1, T, T) bool mask: query i sees key j iff j <= i and same document."""
-    T = document_ids.shape[1]
-    causal = torch.ones(T, T, dtype=torch.bool, device=document_ids.device).tril()
-    same_doc = document_ids[:, :, None] == document_ids[:, None, :]
-    return (same_doc & causal).unsqueeze(1)
+def document_lengths(document_ids: torch.Tensor) -> list[list[int]]:
+    """(B, T) ids, each document a contiguous run of one id -> per row, its documents' lengths.
+    One device-to-host copy per forward; every layer reuses the result."""
+    return [torch.unique_consecutive(row, return_counts=True)[1].tolist() for row in document_ids.cpu()]
 
 
 # ----------------------------------------------------------------------------- the model
@@ -302,20 +324,27 @@ class Qwen3(nn.Module):
     def forward(self, input_ids, position_ids=None, document_ids=None, kv_cache=None, return_hidden=False):
         """input_ids (B, T) -> logits (B, T, V) (or final hidden (B, T, D) with return_hidden).
 
-        position_ids (B, T): default 0..T-1. document_ids (B, T): packed rows; tokens attend only within
-        their document (the caller restarts position_ids per document). kv_cache: see module docstring.
+        position_ids (B, T): default 0..T-1. document_ids (B, T): packed rows, each document a contiguous
+        run of one id; tokens attend only within their document (the caller restarts position_ids per
+        document). kv_cache: see module docstring.
         """
         B, T = input_ids.shape
         if position_ids is None:
             position_ids = torch.arange(T, device=input_ids.device).expand(B, T)
-        attn_mask = document_causal_mask(document_ids) if document_ids is not None and kv_cache is None else None
+        for name, ids in (("position_ids", position_ids), ("document_ids", document_ids)):
+            if ids is not None and ids.shape != input_ids.shape:
+                raise ValueError(f"{name} has shape {tuple(ids.shape)}, input_ids {tuple(input_ids.shape)}")
+        if document_ids is not None and kv_cache is not None:
+            raise ValueError("document_ids and kv_cache were both given: with a cache, its attend() alone "
+                             "decides what each query sees; pass document_ids=None")
+        doc_lengths = document_lengths(document_ids) if document_ids is not None else None
         cos, sin = self.rotary(position_ids)
         x = self.embed_tokens(input_ids)                                    # (B, T, D)
         for layer in self.layers:
             if self.activation_checkpointing and self.training and torch.is_grad_enabled():
-                x = checkpoint(layer, x, cos, sin, attn_mask, kv_cache, use_reentrant=False)
+                x = checkpoint(layer, x, cos, sin, doc_lengths, kv_cache, use_reentrant=False)
             else:
-                x = layer(x, cos, sin, attn_mask, kv_cache)
+                x = layer(x, cos, sin, doc_lengths, kv_cache)
         x = self.norm(x)
         return x if return_hidden else self.lm_head(x)
 
@@ -327,26 +356,34 @@ def hf_name(name: str) -> str:
 # ----------------------------------------------------------------------------- checkpoints
 
 def _checkpoint_files(path: str) -> list[str]:
-    if not os.path.isdir(path):
-        raise FileNotFoundError(f"{path}: checkpoint directory does not exist")
     index = os.path.join(path, "model.safetensors.index.json")
     if os.path.exists(index):
         with open(index) as fh:
             weight_map = json.load(fh).get("weight_map")
         if not isinstance(weight_map, dict):
             raise ValueError(f"{index}: field 'weight_map' missing or not an object")
-        return [os.path.join(path, f) for f in sorted(set(weight_map.values()))]
+        files = [os.path.join(path, f) for f in sorted(set(weight_map.values()))]
+        absent = [f for f in files if not os.path.exists(f)]
+        if absent:
+            raise FileNotFoundError(f"{index} lists shard(s) that do not exist: {absent}")
+        return files
     single = os.path.join(path, "model.safetensors")
     if os.path.exists(single):
         return [single]
     raise FileNotFoundError(f"{path}: neither model.safetensors nor model.safetensors.index.json found")
 
 
-def from_pretrained(path: str, dtype: torch.dtype | None = None, device="cpu") -> Qwen3:
-    """Load a Hugging Face Qwen3 directory. dtype None keeps the stored dtype (bf16 stays bf16)."""
+def from_pretrained(path: str, dtype: torch.dtype | None = None, device=None) -> Qwen3:
+    """Load a Hugging Face Qwen3 directory. dtype None keeps the stored dtype (bf16 stays bf16);
+    device None means CPU."""
     from safetensors import safe_open
 
+    if not os.path.isdir(path):
+        raise FileNotFoundError(f"{path}: checkpoint directory does not exist")
+    device = torch.device(device if device is not None else "cpu")
     cfg = Qwen3Config.from_json(os.path.join(path, "config.json"))
+    if dtype is not None:
+        cfg.torch_dtype = str(dtype).removeprefix("torch.")
     with torch.device("meta"):
         model = Qwen3(cfg)
     expected = {hf_name(n): p for n, p in model.named_parameters()}   # tied weights appear once
@@ -389,35 +426,34 @@ def save_pretrained(model: Qwen3, path: str, state_dict: dict | None = None,
     for name, t in sd.items():
         if cfg.tie_word_embeddings and name == "lm_head.weight":
             continue
+        if hasattr(t, "full_tensor"):   # an FSDP2 shard
+            raise TypeError(f"save_pretrained: {name} is a sharded DTensor; pass state_dict= a full state dict "
+                            "(get_model_state_dict with StateDictOptions(full_state_dict=True, cpu_offload=True))")
         tensors[hf_name(name)] = t.detach().to("cpu").contiguous()
     os.makedirs(path, exist_ok=True)
     hf_cfg = cfg.to_hf_dict()
     hf_cfg["torch_dtype"] = str(next(iter(tensors.values())).dtype).replace("torch.", "")
     with open(os.path.join(path, "config.json"), "w") as fh:
         json.dump(hf_cfg, fh, indent=2)
-    shards, current, size = [], {}, 0
+    nbytes = {key: t.numel() * t.element_size() for key, t in tensors.items()}
+    shards = [{}]
     for key in sorted(tensors):
-        nbytes = tensors[key].numel() * tensors[key].element_size()
-        if current and size + nbytes > max_shard_bytes:
-            shards.append(current)
-            current, size = {}, 0
-        current[key], size = tensors[key], size + nbytes
-    shards.append(current)
+        if shards[-1] and sum(nbytes[k] for k in shards[-1]) + nbytes[key] > max_shard_bytes:
+            shards.append({})
+        shards[-1][key] = tensors[key]
     for stale in os.listdir(path):   # an older save with another shard count must not leave files behind
         if stale.startswith("model") and (stale.endswith(".safetensors") or stale.endswith(".index.json")):
             os.remove(os.path.join(path, stale))
     if len(shards) == 1:
         save_file(shards[0], os.path.join(path, "model.safetensors"), metadata={"format": "pt"})
         return
-    weight_map, total = {}, 0
+    weight_map = {}
     for i, shard in enumerate(shards):
         fname = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
         save_file(shard, os.path.join(path, fname), metadata={"format": "pt"})
-        for key, t in shard.items():
-            weight_map[key] = fname
-            total += t.numel() * t.element_size()
+        weight_map.update(dict.fromkeys(shard, fname))
     with open(os.path.join(path, "model.safetensors.index.json"), "w") as fh:
-        json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, fh, indent=2)
+        json.dump({"metadata": {"total_size": sum(nbytes.values())}, "weight_map": weight_map}, fh, indent=2)
 
 
 if __name__ == "__main__":
