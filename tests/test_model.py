@@ -1,0 +1,322 @@
+"""Tests for model.py: our Qwen3 against golden logits from Hugging Face transformers, checkpoint I/O,
+packed rows, the KV-cache seam, meta-device loading and activation checkpointing.
+
+The golden fixtures under tests/fixtures/ were written once by tests/fixtures/make_golden.py (which needs
+transformers); these tests only read them. Run: pytest -q tests/test_model.py
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+from safetensors import safe_open
+from safetensors.torch import load_file, save_file
+
+from model import Qwen3, Qwen3Config, from_pretrained, hf_name, save_pretrained
+
+FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")
+NAMES = ["qwen3-tiny-gqa", "qwen3-tiny-tied", "qwen3-tiny-yarn"]
+
+
+def fixture(name):
+    return os.path.join(FIXTURES, name)
+
+
+def golden(name):
+    return load_file(os.path.join(fixture(name), "golden.safetensors"))
+
+
+def tokens(vocab, B, T, seed=0):
+    return torch.randint(0, vocab, (B, T), generator=torch.Generator().manual_seed(seed))
+
+
+# ----------------------------------------------------------------------------- golden logits
+
+@pytest.mark.parametrize("name", NAMES)
+def test_logits_match_transformers_golden(name):
+    g = golden(name)
+    model = from_pretrained(fixture(name))
+    with torch.no_grad():
+        logits = model(g["input_ids"], position_ids=g["position_ids"])
+        assert logits.dtype == torch.float32 and logits.shape == g["logits"].shape
+        assert (logits - g["logits"]).abs().max().item() <= 1e-4
+        default_positions = model(g["input_ids"])   # position_ids default to 0..T-1
+    assert torch.equal(default_positions, logits)
+
+
+def test_golden_fixtures_exercise_what_they_claim():
+    """Guards the golden test itself: each fixture must fail if its special feature were ignored."""
+    gqa, tied, yarn = (Qwen3Config.from_json(os.path.join(fixture(n), "config.json")) for n in NAMES)
+    assert gqa.num_key_value_heads < gqa.num_attention_heads and not gqa.tie_word_embeddings
+    assert gqa.head_dim * gqa.num_attention_heads != gqa.hidden_size
+    assert tied.tie_word_embeddings and tied.num_key_value_heads == 1
+    assert yarn.rope_scaling["rope_type"] == "yarn" and yarn.rope_theta == 10_000.0
+    g = golden("qwen3-tiny-yarn")
+    assert g["position_ids"].max() > yarn.rope_scaling["original_max_position_embeddings"]
+    model = from_pretrained(fixture("qwen3-tiny-yarn"))
+    model.config.rope_scaling = None          # plain RoPE: the golden must then be far off
+    model.rotary._tables.clear()
+    with torch.no_grad():
+        assert (model(g["input_ids"], g["position_ids"]) - g["logits"]).abs().max() > 0.1
+
+
+# ----------------------------------------------------------------------------- config.json
+
+def test_config_reads_old_and_new_rope_layouts():
+    with open(os.path.join(fixture("qwen3-tiny-yarn"), "config.json")) as fh:
+        new = json.load(fh)
+    assert "rope_parameters" in new      # what the installed transformers wrote
+    old = dict(new)
+    rope = dict(old.pop("rope_parameters"))
+    old["rope_theta"] = rope.pop("rope_theta")
+    old["rope_scaling"] = rope
+    old["torch_dtype"] = old.pop("dtype")
+    a, b = Qwen3Config.from_hf_dict(new), Qwen3Config.from_hf_dict(old)
+    assert a == b and a.rope_theta == 10_000.0 and a.rope_scaling["factor"] == 2.5 and a.head_dim == 32
+    assert Qwen3Config.from_hf_dict(Qwen3Config.from_hf_dict(old).to_hf_dict()) == a
+
+
+# ----------------------------------------------------------------------------- checkpoints
+
+@pytest.mark.parametrize("name", ["qwen3-tiny-gqa", "qwen3-tiny-tied"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_save_load_round_trip_is_bit_exact(tmp_path, name, dtype):
+    model = from_pretrained(fixture(name), dtype=dtype)
+    save_pretrained(model, str(tmp_path))
+    with open(tmp_path / "config.json") as fh:
+        assert json.load(fh)["torch_dtype"] == str(dtype).removeprefix("torch.")
+    with safe_open(str(tmp_path / "model.safetensors"), "pt") as f:
+        keys = set(f.keys())
+    assert keys == {hf_name(n) for n, _ in model.named_parameters()}   # HF names; tied: no lm_head
+    assert ("lm_head.weight" in keys) != model.config.tie_word_embeddings
+    back = from_pretrained(str(tmp_path))                               # dtype None: as stored
+    assert back.config == model.config
+    for (n, p), (n2, p2) in zip(model.named_parameters(), back.named_parameters()):
+        assert n == n2 and p.dtype == p2.dtype == dtype and torch.equal(p, p2), n
+    assert (back.lm_head.weight is back.embed_tokens.weight) == model.config.tie_word_embeddings
+    ids = golden(name)["input_ids"]
+    with torch.no_grad():
+        assert torch.equal(back(ids), model(ids))
+
+
+@pytest.mark.parametrize("name", ["qwen3-tiny-gqa", "qwen3-tiny-tied"])
+def test_sharded_save_loads(tmp_path, name):
+    model = from_pretrained(fixture(name))
+    save_pretrained(model, str(tmp_path), max_shard_bytes=60_000)
+    with open(tmp_path / "model.safetensors.index.json") as fh:
+        weight_map = json.load(fh)["weight_map"]
+    shards = sorted(set(weight_map.values()))
+    assert len(shards) > 2 and shards[0] == f"model-00001-of-{len(shards):05d}.safetensors"
+    assert not (tmp_path / "model.safetensors").exists()
+    back = from_pretrained(str(tmp_path))
+    for (n, p), (_, p2) in zip(model.named_parameters(), back.named_parameters()):
+        assert torch.equal(p, p2), n
+    save_pretrained(back, str(tmp_path))                        # re-save unsharded into the same dir
+    assert sorted(os.listdir(tmp_path)) == ["config.json", "model.safetensors"]   # no stale shards
+
+
+def test_meta_device_load_equals_plain_build():
+    for name in ["qwen3-tiny-gqa", "qwen3-tiny-tied"]:
+        cfg = Qwen3Config.from_json(os.path.join(fixture(name), "config.json"))
+        stored = load_file(os.path.join(fixture(name), "model.safetensors"))
+        plain = Qwen3(cfg)                                       # allocated and randomly initialised first
+        result = plain.load_state_dict({n: stored[hf_name(n)] for n, _ in plain.named_parameters()}, strict=False)
+        assert result.unexpected_keys == [] and set(result.missing_keys) <= {"lm_head.weight"}
+        with torch.device("meta"):                               # FSDP-style: meta, then materialise, then load
+            staged = Qwen3(cfg)
+        staged.to_empty(device="cpu")
+        staged.tie_weights()
+        staged.load_state_dict(plain.state_dict())
+        loaded = from_pretrained(fixture(name))                  # builds on meta internally
+        assert all(not p.is_meta for p in loaded.parameters())
+        ids = golden(name)["input_ids"]
+        with torch.no_grad():
+            ref = plain(ids)
+            assert torch.equal(loaded(ids), ref) and torch.equal(staged(ids), ref)
+
+
+def _copy_fixture(tmp_path, name="qwen3-tiny-gqa"):
+    dst = tmp_path / "ckpt"
+    shutil.copytree(fixture(name), dst)
+    return dst, load_file(str(dst / "model.safetensors"))
+
+
+def test_error_missing_directory(tmp_path):
+    with pytest.raises(FileNotFoundError, match="does-not-exist"):
+        from_pretrained(str(tmp_path / "does-not-exist"))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match="config.json"):
+        from_pretrained(str(tmp_path / "empty"))
+
+
+def test_error_missing_tensor(tmp_path):
+    dst, sd = _copy_fixture(tmp_path)
+    del sd["model.layers.1.self_attn.k_norm.weight"]
+    save_file(sd, str(dst / "model.safetensors"))
+    with pytest.raises(KeyError, match=r"missing tensor.*model\.layers\.1\.self_attn\.k_norm\.weight"):
+        from_pretrained(str(dst))
+
+
+def test_error_untied_checkpoint_without_lm_head(tmp_path):
+    dst, sd = _copy_fixture(tmp_path)
+    del sd["lm_head.weight"]
+    save_file(sd, str(dst / "model.safetensors"))
+    with pytest.raises(KeyError, match="lm_head.weight"):
+        from_pretrained(str(dst))
+
+
+def test_error_unexpected_tensor(tmp_path):
+    dst, sd = _copy_fixture(tmp_path)
+    sd["model.layers.0.self_attn.q_proj.bias"] = torch.zeros(128)
+    save_file(sd, str(dst / "model.safetensors"))
+    with pytest.raises(KeyError, match=r"model\.safetensors.*unexpected tensor.*q_proj\.bias"):
+        from_pretrained(str(dst))
+
+
+def test_error_wrong_shape(tmp_path):
+    dst, sd = _copy_fixture(tmp_path)
+    sd["model.layers.0.mlp.up_proj.weight"] = torch.zeros(95, 64)
+    save_file(sd, str(dst / "model.safetensors"))
+    with pytest.raises(ValueError, match=r"model\.safetensors.*up_proj\.weight.*\(95, 64\).*\(96, 64\)"):
+        from_pretrained(str(dst))
+
+
+def test_error_missing_shard(tmp_path):
+    save_pretrained(from_pretrained(fixture("qwen3-tiny-gqa")), str(tmp_path), max_shard_bytes=60_000)
+    shard = sorted(f for f in os.listdir(tmp_path) if f.startswith("model-"))[1]
+    os.remove(tmp_path / shard)
+    with pytest.raises(FileNotFoundError, match=r"index\.json.*" + shard):
+        from_pretrained(str(tmp_path))
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"model_type": "llama", "architectures": ["LlamaForCausalLM"]}, "model_type='llama'.*Qwen3"),
+    ({"model_type": "qwen3_moe", "architectures": ["Qwen3MoeForCausalLM"]}, "qwen3_moe"),
+    ({"attention_bias": True}, "attention_bias"),
+    ({"rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1e6}}, "linear"),
+])
+def test_error_not_qwen3_config(tmp_path, change, message):
+    dst, _ = _copy_fixture(tmp_path)
+    with open(dst / "config.json") as fh:
+        cfg = json.load(fh)
+    cfg.update(change)
+    with open(dst / "config.json", "w") as fh:
+        json.dump(cfg, fh)
+    with pytest.raises(ValueError, match=message) as err:
+        from_pretrained(str(dst))
+    if "rope_type" not in str(change):
+        assert "config.json" in str(err.value)
+
+
+# ----------------------------------------------------------------------------- forward features
+
+def test_packed_row_equals_separate_documents():
+    model = from_pretrained(fixture("qwen3-tiny-yarn"))
+    lengths = [7, 12, 5]
+    docs = [tokens(128, 1, n, seed=i) for i, n in enumerate(lengths)]
+    row = torch.cat(docs, dim=1)                                               # (1, 24)
+    position_ids = torch.cat([torch.arange(n) for n in lengths])[None]
+    document_ids = torch.cat([torch.full((n,), i) for i, n in enumerate(lengths)])[None]
+    # A second row packed differently (one long document, then padding as its own document) checks
+    # that rows are split independently.
+    row2 = torch.cat([docs[1], docs[0], docs[2]], dim=1)
+    pos2 = torch.cat([torch.arange(19), torch.arange(5)])[None]
+    doc2 = torch.cat([torch.zeros(19, dtype=torch.long), torch.ones(5, dtype=torch.long)])[None]
+    with torch.no_grad():
+        packed = model(torch.cat([row, row2]), position_ids=torch.cat([position_ids, pos2]),
+                       document_ids=torch.cat([document_ids, doc2]))
+        separate = torch.cat([model(d) for d in docs], dim=1)[0]
+        unpacked = model(row)[0]   # what leaking attention across documents would give
+        long_doc = model(row2[:, :19])[0]
+    torch.testing.assert_close(packed[0], separate, rtol=0, atol=1e-5)
+    torch.testing.assert_close(packed[1, :19], long_doc, rtol=0, atol=1e-5)
+    torch.testing.assert_close(packed[1, 19:], separate[19:], rtol=0, atol=1e-5)
+    assert (unpacked[7:] - separate[7:]).abs().max() > 0.1
+
+
+def test_return_hidden_then_lm_head_equals_logits():
+    for name in ["qwen3-tiny-gqa", "qwen3-tiny-tied"]:
+        model = from_pretrained(fixture(name))
+        ids = golden(name)["input_ids"]
+        with torch.no_grad():
+            hidden = model(ids, return_hidden=True)
+            assert hidden.shape == (*ids.shape, model.config.hidden_size)
+            assert torch.equal(model.lm_head(hidden), model(ids))
+
+
+def test_activation_checkpointing_gives_identical_loss_and_grads():
+    model = from_pretrained(fixture("qwen3-tiny-gqa")).train()
+    ids = tokens(128, 2, 16, seed=3)
+    document_ids = torch.tensor([0] * 10 + [1] * 6).expand(2, 16)
+    calls = []   # a pre-hook: non-reentrant checkpointing may stop the recompute before forward hooks run
+    model.layers[0].register_forward_pre_hook(lambda *_: calls.append(1))
+
+    def loss_and_grads(checkpointing):
+        model.activation_checkpointing = checkpointing
+        model.zero_grad(set_to_none=True)
+        calls.clear()
+        logits = model(ids[:, :-1], document_ids=document_ids[:, :-1])
+        loss = F.cross_entropy(logits.flatten(0, 1), ids[:, 1:].flatten())
+        loss.backward()
+        return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}, len(calls)
+
+    loss_ref, grads_ref, calls_ref = loss_and_grads(False)
+    loss_ckpt, grads_ckpt, calls_ckpt = loss_and_grads(True)
+    assert calls_ref == 1 and calls_ckpt == 2          # the layer really was recomputed in backward
+    assert torch.equal(loss_ref, loss_ckpt)
+    for n in grads_ref:
+        torch.testing.assert_close(grads_ckpt[n], grads_ref[n], rtol=0, atol=0, msg=n)
+
+
+class ConcatKVCache:
+    """The contract of the kv_cache seam, implemented the plainest way: per layer, append this call's
+    K/V to everything seen before and let the new queries attend causally to all of it."""
+
+    def __init__(self):
+        self.k, self.v = {}, {}
+
+    def attend(self, layer_idx, q, k, v):          # q: (B, T, Hq, hd); k, v: (B, T, Hkv, hd)
+        if layer_idx in self.k:
+            k = torch.cat([self.k[layer_idx], k], dim=1)
+            v = torch.cat([self.v[layer_idx], v], dim=1)
+        self.k[layer_idx], self.v[layer_idx] = k, v
+        B, T, Hq, hd = q.shape
+        S, Hkv = k.shape[1], k.shape[2]
+        k, v = (t.repeat_interleave(Hq // Hkv, dim=2) for t in (k, v))      # (B, S, Hq, hd)
+        scores = torch.einsum("bthd,bshd->bhts", q, k) / hd ** 0.5           # (B, Hq, T, S)
+        query_pos = torch.arange(S - T, S)[:, None]
+        scores = scores.masked_fill(torch.arange(S)[None, :] > query_pos, float("-inf"))
+        return torch.einsum("bhts,bshd->bthd", scores.softmax(-1), v)       # (B, T, Hq, hd)
+
+
+@pytest.mark.parametrize("name", ["qwen3-tiny-gqa", "qwen3-tiny-yarn"])
+def test_kv_cache_seam_incremental_decoding_matches_full_forward(name):
+    model = from_pretrained(fixture(name))
+    ids = golden(name)["input_ids"]                     # yarn: positions run past original_max (64)
+    T, prefill = ids.shape[1], ids.shape[1] - 6
+    positions = torch.arange(T).expand_as(ids)
+    cache = ConcatKVCache()
+    with torch.no_grad():
+        full = model(ids)
+        steps = [model(ids[:, :prefill], position_ids=positions[:, :prefill], kv_cache=cache)]
+        for t in range(prefill, T):                     # one token at a time, then a 2-token chunk
+            if t == T - 2:
+                steps.append(model(ids[:, t:], position_ids=positions[:, t:], kv_cache=cache))
+                break
+            steps.append(model(ids[:, t:t + 1], position_ids=positions[:, t:t + 1], kv_cache=cache))
+    assert cache.k[0].shape[1] == T
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=0, atol=1e-5)
+    with pytest.raises(ValueError, match="document_ids"):
+        model(ids, document_ids=torch.zeros_like(ids), kv_cache=ConcatKVCache())
+
+
+def test_model_py_cli_prints_summary():
+    root = os.path.dirname(os.path.dirname(FIXTURES))
+    out = subprocess.run([sys.executable, os.path.join(root, "model.py"), fixture("qwen3-tiny-tied")],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "tie_word_embeddings=True" in out.stdout and "parameters" in out.stdout and "logits" in out.stdout
