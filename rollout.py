@@ -1,0 +1,617 @@
+"""A paged-KV-cache generation engine for RL rollouts and evaluation (in the spirit of nano-vllm).
+
+RL spends most of its time generating n responses per prompt. This engine does it in four ideas:
+
+  1. Paged KV cache. Per layer, one pool of `num_blocks` blocks of `block_size` tokens,
+     k_pool[layer]: (num_blocks, block_size, Hkv, hd), allocated once. A sequence owns a block table
+     (a list of block ids); its token t lives in slot  block_table[t // block_size] * block_size + t % block_size.
+     Blocks are reference-counted: the n samples of a prompt point at the same prompt blocks, the prompt is
+     prefilled once, and a partly filled last block is copied on the first write (copy-on-write).
+  2. Continuous batching. Each step is a prefill (admit waiting prompts, compute all their tokens at once)
+     or a decode (one new token for every running sequence). Either way all scheduled tokens are flattened
+     into one row (B=1, T=tokens of the step) with per-token position ids, so no padding is ever computed.
+     Finished sequences free their blocks at once. When the pool is full, the youngest running sequence is
+     preempted: its blocks are freed and it is recomputed later from prompt + tokens generated so far.
+  3. Sampling. Every sample has its own torch.Generator (seeded from the request's seed and the sample
+     index), so its tokens depend on its seed, not on the rest of the batch or on preemption. The logprob
+     returned is the one under the distribution actually sampled from:
+         p = softmax( keep_top_k_top_p(logits / T) ),     logprob = log p[token]
+     (temperature 0 = greedy: the argmax, with logprob log_softmax(logits)[argmax]).
+  4. Attention on pages. Prefill is causal attention inside each new sequence (its keys/values are all in
+     hand). Decode attends one query per sequence to that sequence's blocks: a readable PyTorch reference
+     (gathers the blocks, masked SDPA; used on CPU) and, on CUDA, a Triton kernel that reads K/V in place
+     from the pool. tests/test_rollout.py holds one against the other under TRITON_INTERPRET=1.
+
+Weight updates: the engine holds the trainer's nn.Module itself, not a copy, and keeps no KV cache across
+generate() calls (there is no prefix cache), so after an in-place update the next generate() sees only the
+new weights. Nothing needs to be reset.
+
+Simplifications compared with vLLM: no prefix cache across calls, no chunked prefill, no CUDA graphs,
+prefill and decode steps are not mixed, preemption only by recompute (no swapping to CPU).
+
+Use it:
+    engine = LLMEngine(model, max_num_seqs=256, max_model_len=4096)
+    out = engine.generate([[1, 2, 3], [4, 5]], SamplingParams(temperature=1.0, max_tokens=64, n=8, seed=0))
+    out[0][7].token_ids, out[0][7].logprobs, out[0][7].finish_reason     # prompt 0, sample 7
+    engine.stats                                                          # of the last generate() call
+Demo (a Hugging Face Qwen3 directory and its tokenizer.json):
+    python rollout.py --model=CKPT_DIR --tokenizer=CKPT_DIR/tokenizer.json --prompt="What is 17*23?" --n=2
+"""
+import math
+import os
+import sys
+import time
+from collections import deque
+from dataclasses import dataclass, fields
+
+import torch
+import torch.nn.functional as F
+import triton
+import triton.language as tl
+
+from model import from_pretrained
+
+
+# ----------------------------------------------------------------------------- config
+
+@dataclass
+class SamplingParams:
+    temperature: float = 1.0        # 0 = greedy
+    top_p: float = 1.0              # keep a token iff the mass of the tokens ranked above it is < top_p
+    top_k: int = 0                  # keep the k most likely tokens (0 = all)
+    max_tokens: int = 256           # new tokens per sample (fewer if max_model_len is reached first)
+    n: int = 1                      # samples per prompt; they share the prompt's KV blocks
+    stop_token_ids: tuple = ()      # finish ("stop") after sampling one of these; it is kept in the output
+    seed: int | None = None         # None: drawn from torch's global RNG (so torch.manual_seed fixes it)
+
+    def __post_init__(self):
+        def bad(name, why):
+            raise ValueError(f"SamplingParams.{name}={getattr(self, name)!r}: {why}")
+
+        def is_int(x):
+            return isinstance(x, int) and not isinstance(x, bool)
+
+        if isinstance(self.temperature, bool) or not isinstance(self.temperature, (int, float)) \
+                or not math.isfinite(self.temperature) or self.temperature < 0:
+            bad("temperature", "must be a finite number >= 0 (0 means greedy)")
+        if isinstance(self.top_p, bool) or not isinstance(self.top_p, (int, float)) or not 0 < self.top_p <= 1:
+            bad("top_p", "must be in (0, 1]")
+        if not is_int(self.top_k) or self.top_k < 0:
+            bad("top_k", "must be an int >= 0 (0 disables top-k)")
+        if not is_int(self.max_tokens) or self.max_tokens < 1:
+            bad("max_tokens", "must be an int >= 1")
+        if not is_int(self.n) or self.n < 1:
+            bad("n", "must be an int >= 1 (samples per prompt)")
+        if self.seed is not None and not is_int(self.seed):
+            bad("seed", "must be an int or None")
+        if isinstance(self.stop_token_ids, (str, bytes)) or not all(is_int(t) and t >= 0 for t in self.stop_token_ids):
+            bad("stop_token_ids", "must be a sequence of non-negative int token ids")
+        self.stop_token_ids = tuple(self.stop_token_ids)
+
+
+@dataclass
+class Sample:
+    token_ids: list      # the generated tokens (a stop token, if any, is the last one)
+    logprobs: list       # logprob of each token under the distribution it was sampled from
+    finish_reason: str   # "stop" (a stop token) or "length" (max_tokens or max_model_len)
+
+
+@dataclass
+class EngineStats:
+    prefill_tokens: int = 0      # prompt tokens computed: each unique prompt once, whatever its n
+    recompute_tokens: int = 0    # tokens computed again after a preemption
+    decode_tokens: int = 0       # tokens computed one at a time in decode steps
+    preemptions: int = 0
+    peak_blocks_used: int = 0
+    steps: int = 0
+
+
+# ----------------------------------------------------------------------------- building blocks
+
+class Sequence:
+    """One sample being generated: prompt + output tokens, its block table and its random stream."""
+
+    def __init__(self, prompt: list, params: SamplingParams, max_len: int, seed: int):
+        self.token_ids = list(prompt)          # prompt + generated so far
+        self.prompt_len = len(prompt)
+        self.params = params
+        self.max_len = max_len                 # stop with "length" at this many tokens
+        self.generator = torch.Generator().manual_seed(seed)   # CPU: the stream does not depend on the device
+        self.logprobs: list[float] = []
+        self.block_table: list[int] = []       # block ids holding the KV of token_ids[:-1] (+ the last after a step)
+        self.finish_reason: str | None = None
+        self.preempted = False                 # its next prefill is a recomputation
+
+    def __len__(self):
+        return len(self.token_ids)
+
+
+class BlockManager:
+    """Free list and reference counts of the pool's blocks. Pure bookkeeping; the tensors live in PagedKVCache."""
+
+    def __init__(self, num_blocks: int, block_size: int):
+        self.num_blocks, self.block_size = num_blocks, block_size
+        self.ref_counts = [0] * num_blocks
+        self.free_ids = deque(range(num_blocks))
+        self.peak_used = 0
+
+    @property
+    def num_free(self) -> int:
+        return len(self.free_ids)
+
+    def blocks_for(self, num_tokens: int) -> int:
+        return -(-num_tokens // self.block_size)
+
+    def allocate(self) -> int:
+        block = self.free_ids.popleft()
+        self.ref_counts[block] = 1
+        self.peak_used = max(self.peak_used, self.num_blocks - self.num_free)
+        return block
+
+    def share(self, block_table: list) -> list:
+        for block in block_table:
+            self.ref_counts[block] += 1
+        return list(block_table)
+
+    def release(self, seq: Sequence) -> None:
+        for block in seq.block_table:
+            self.ref_counts[block] -= 1
+            if self.ref_counts[block] == 0:
+                self.free_ids.append(block)
+        seq.block_table = []
+
+    def slot(self, seq: Sequence, pos: int) -> int:
+        return seq.block_table[pos // self.block_size] * self.block_size + pos % self.block_size
+
+    def blocks_to_append(self, seq: Sequence) -> int:
+        """Blocks needed before the KV of seq's last token (position len-1) can be written: 0 or 1."""
+        pos = len(seq) - 1
+        if pos // self.block_size == len(seq.block_table):
+            return 1                                        # it starts a new block
+        return int(self.ref_counts[seq.block_table[-1]] > 1)   # its block is shared: copy on write
+
+    def append(self, seq: Sequence) -> tuple[int, tuple | None]:
+        """Make the last token's slot writable. Returns (slot, (src, dst) block copy or None)."""
+        pos, copy = len(seq) - 1, None
+        if pos // self.block_size == len(seq.block_table):
+            seq.block_table.append(self.allocate())
+        elif self.ref_counts[seq.block_table[-1]] > 1:
+            src, dst = seq.block_table[-1], self.allocate()
+            self.ref_counts[src] -= 1                       # the other owners keep src as it is
+            seq.block_table[-1], copy = dst, (src, dst)
+        return self.slot(seq, pos), copy
+
+
+def paged_decode_reference(q, k_pool, v_pool, block_tables, context_lens):
+    """One query per sequence against its pages, in plain PyTorch. Gathers each sequence's blocks into a
+    padded copy: readable and fine on CPU, but it is the per-step copy the CUDA kernel avoids.
+
+    q (B, Hq, hd); k_pool/v_pool (num_blocks, bs, Hkv, hd); block_tables (B, max_blocks) padded with any
+    valid id; context_lens (B,) -> (B, Hq, hd)
+    """
+    Hq, Hkv = q.shape[1], k_pool.shape[2]
+    k = k_pool[block_tables].flatten(1, 2).transpose(1, 2)          # (B, Hkv, max_blocks*bs, hd)
+    v = v_pool[block_tables].flatten(1, 2).transpose(1, 2)
+    visible = torch.arange(k.shape[2], device=q.device) < context_lens[:, None]   # (B, L)
+    out = F.scaled_dot_product_attention(q[:, :, None], k, v, attn_mask=visible[:, None, None, :],
+                                         enable_gqa=Hq != Hkv)       # (B, Hq, 1, hd)
+    return out[:, :, 0]
+
+
+@triton.jit
+def _paged_decode_kernel(q_ptr, k_ptr, v_ptr, out_ptr, block_tables_ptr, context_lens_ptr, scale,
+                         stride_qb, stride_qh, stride_kb, stride_ks, stride_kh, stride_bt,
+                         GROUP: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_P2: tl.constexpr,
+                         HEAD_DIM: tl.constexpr, HEAD_DIM_P2: tl.constexpr):
+    # One program per (sequence, query head): walk the sequence's blocks through its block table, reading
+    # K/V in place from the pool, with an online softmax (running max m, normaliser l, accumulator acc).
+    seq, head = tl.program_id(0), tl.program_id(1)
+    kv_head = head // GROUP
+    d = tl.arange(0, HEAD_DIM_P2)
+    d_ok = d < HEAD_DIM
+    q = tl.load(q_ptr + seq * stride_qb + head * stride_qh + d, mask=d_ok, other=0.0).to(tl.float32) * scale
+    context_len = tl.load(context_lens_ptr + seq)
+    offs = tl.arange(0, BLOCK_P2)
+    m = tl.full([], float("-inf"), tl.float32)
+    l = tl.full([], 0.0, tl.float32)
+    acc = tl.zeros([HEAD_DIM_P2], tl.float32)
+    for start in range(0, context_len, BLOCK_SIZE):
+        block = tl.load(block_tables_ptr + seq * stride_bt + start // BLOCK_SIZE).to(tl.int64)
+        t_ok = (offs < BLOCK_SIZE) & (start + offs < context_len)
+        kv_offs = block * stride_kb + offs[:, None] * stride_ks + kv_head * stride_kh + d[None, :]
+        kv_ok = t_ok[:, None] & d_ok[None, :]
+        k = tl.load(k_ptr + kv_offs, mask=kv_ok, other=0.0).to(tl.float32)    # (BLOCK_P2, HEAD_DIM_P2)
+        v = tl.load(v_ptr + kv_offs, mask=kv_ok, other=0.0).to(tl.float32)
+        s = tl.where(t_ok, tl.sum(k * q[None, :], axis=1), float("-inf"))   # (BLOCK_P2,) scores
+        m_new = tl.maximum(m, tl.max(s, axis=0))     # finite: every block visited has a visible token
+        p = tl.exp(s - m_new)
+        alpha = tl.exp(m - m_new)
+        l = l * alpha + tl.sum(p, axis=0)
+        acc = acc * alpha + tl.sum(p[:, None] * v, axis=0)
+        m = m_new
+    out = acc / l
+    tl.store(out_ptr + seq * stride_qb + head * stride_qh + d, out.to(out_ptr.dtype.element_ty), mask=d_ok)
+
+
+def paged_decode_triton(q, k_pool, v_pool, block_tables, context_lens):
+    """Same contract as paged_decode_reference; K/V are read in place from the pool (no gather)."""
+    q = q.contiguous()
+    B, Hq, hd = q.shape
+    _, bs, Hkv, _ = k_pool.shape
+    assert k_pool.is_contiguous() and v_pool.stride() == k_pool.stride()
+    out = torch.empty_like(q)
+    _paged_decode_kernel[(B, Hq)](
+        q, k_pool, v_pool, out, block_tables, context_lens, 1.0 / math.sqrt(hd),
+        q.stride(0), q.stride(1), k_pool.stride(0), k_pool.stride(1), k_pool.stride(2), block_tables.stride(0),
+        GROUP=Hq // Hkv, BLOCK_SIZE=bs, BLOCK_P2=triton.next_power_of_2(bs),
+        HEAD_DIM=hd, HEAD_DIM_P2=triton.next_power_of_2(hd))
+    return out
+
+
+@dataclass
+class StepBatch:
+    """What attend() needs to know about the tokens of one step (all flattened into one row of N tokens)."""
+    is_prefill: bool
+    slot_mapping: torch.Tensor            # (N,) pool slot of each token's K/V
+    cu_seqlens: list                      # prefill: sequence i is tokens cu_seqlens[i]:cu_seqlens[i+1]
+    block_tables: torch.Tensor | None     # decode: (B, max_blocks) int32, padded with 0
+    context_lens: torch.Tensor | None     # decode: (B,) int32, tokens to attend to (the new one included)
+
+
+class PagedKVCache:
+    """The block pools of every layer; model.py calls attend() in every attention layer."""
+
+    def __init__(self, num_layers, num_blocks, block_size, n_kv_heads, head_dim, dtype, device, use_triton):
+        shape = (num_layers, num_blocks, block_size, n_kv_heads, head_dim)
+        # zeros, not empty: padded slots are read (and masked) by the reference path; NaN * 0 would be NaN
+        self.k_pool = torch.zeros(shape, dtype=dtype, device=device)
+        self.v_pool = torch.zeros(shape, dtype=dtype, device=device)
+        self.use_triton = use_triton
+        self.step: StepBatch | None = None
+
+    @property
+    def nbytes(self) -> int:
+        return 2 * self.k_pool.numel() * self.k_pool.element_size()
+
+    def copy_blocks(self, copies: list) -> None:   # copy-on-write, all layers at once
+        if copies:
+            src, dst = (torch.tensor(c, device=self.k_pool.device) for c in zip(*copies))
+            self.k_pool[:, dst] = self.k_pool[:, src]
+            self.v_pool[:, dst] = self.v_pool[:, src]
+
+    def attend(self, layer_idx, q, k, v):   # q (1, N, Hq, hd), k/v (1, N, Hkv, hd) -> (1, N, Hq, hd)
+        step = self.step
+        q, k, v = q[0], k[0], v[0]
+        k_pool, v_pool = self.k_pool[layer_idx], self.v_pool[layer_idx]       # (num_blocks, bs, Hkv, hd)
+        k_pool.view(-1, *k.shape[1:]).index_copy_(0, step.slot_mapping, k)
+        v_pool.view(-1, *v.shape[1:]).index_copy_(0, step.slot_mapping, v)
+        if step.is_prefill:   # no cached prefix: causal attention inside each new sequence
+            outs = []
+            for s, e in zip(step.cu_seqlens[:-1], step.cu_seqlens[1:]):
+                qi, ki, vi = (t[s:e].transpose(0, 1).unsqueeze(0) for t in (q, k, v))   # (1, H, Ti, hd)
+                y = F.scaled_dot_product_attention(qi, ki, vi, is_causal=True, enable_gqa=q.shape[1] != k.shape[1])
+                outs.append(y[0].transpose(0, 1))
+            return torch.cat(outs).unsqueeze(0)
+        decode = paged_decode_triton if self.use_triton else paged_decode_reference
+        return decode(q, k_pool, v_pool, step.block_tables, step.context_lens).unsqueeze(0)
+
+
+def keep_top_k_top_p(logits, top_k, top_p):
+    """logits (B, V); top_k (B,) in 1..V; top_p (B,) in (0, 1] -> logits with the dropped tokens at -inf.
+    Top-k first, then the nucleus of what is left: a token is kept iff the mass ranked above it is < top_p."""
+    sorted_logits, order = logits.sort(dim=-1, descending=True)
+    ranks = torch.arange(logits.shape[-1], device=logits.device)
+    sorted_logits = sorted_logits.masked_fill(ranks >= top_k[:, None], float("-inf"))
+    probs = sorted_logits.softmax(dim=-1)
+    mass_above = probs.cumsum(dim=-1) - probs
+    sorted_logits = sorted_logits.masked_fill((mass_above >= top_p[:, None]) & (top_p[:, None] < 1), float("-inf"))
+    return torch.full_like(logits, float("-inf")).scatter(-1, order, sorted_logits)
+
+
+def sample(logits, params: list, generators: list):
+    """logits (B, V) fp32 -> tokens (B,), logprobs (B,): row i drawn from softmax(keep_top_k_top_p(logits_i / T_i))
+    with one uniform from generators[i] (inverse CDF), so a row's draw depends only on its own stream."""
+    B, V = logits.shape
+    dev = logits.device
+    greedy = [p.temperature == 0 for p in params]
+    temperature = torch.tensor([1.0 if g else p.temperature for g, p in zip(greedy, params)], device=dev)
+    top_k = torch.tensor([V if g or p.top_k == 0 else min(p.top_k, V) for g, p in zip(greedy, params)], device=dev)
+    top_p = torch.tensor([1.0 if g else p.top_p for g, p in zip(greedy, params)], device=dev)
+    logits = logits / temperature[:, None]
+    if bool((top_k < V).any()) or bool((top_p < 1).any()):
+        logits = keep_top_k_top_p(logits, top_k, top_p)
+    logprobs = torch.log_softmax(logits, dim=-1)                                 # (B, V)
+    u = torch.tensor([0.0 if g else torch.rand((), generator=gen).item() for g, gen in zip(greedy, generators)],
+                     device=dev)
+    cdf = logprobs.exp().cumsum(dim=-1)
+    drawn = torch.searchsorted(cdf, (u * cdf[:, -1])[:, None], right=True)[:, 0].clamp(max=V - 1)
+    tokens = torch.where(torch.tensor(greedy, device=dev), logits.argmax(dim=-1), drawn)
+    return tokens, logprobs.gather(1, tokens[:, None])[:, 0]
+
+
+# ----------------------------------------------------------------------------- the engine
+
+class LLMEngine:
+    """Holds the model (shared with the trainer, not copied), the block pool and the scheduler.
+
+    max_num_seqs: sequences decoded together; max_model_len: prompt + output tokens of one sequence
+    (default: the model's max_position_embeddings); num_blocks: pool size, or None to derive it from
+    kv_cache_memory bytes (default: 90% of free CUDA memory, 512 MiB on CPU), capped at what max_num_seqs
+    full-length sequences need. use_triton: None = on CUDA.
+    """
+
+    def __init__(self, model, max_num_seqs: int = 256, max_model_len: int | None = None,
+                 num_blocks: int | None = None, block_size: int = 16, device=None,
+                 max_num_batched_tokens: int = 16384, kv_cache_memory: int | None = None, use_triton: bool | None = None):
+        cfg = model.config
+        param = next(model.parameters())
+        self.model, self.device, self.dtype, self.vocab_size = model, param.device, param.dtype, cfg.vocab_size
+        if device is not None:
+            want = torch.device(device)
+            if want.type != self.device.type or (want.index is not None and want.index != self.device.index):
+                raise ValueError(f"LLMEngine(device={device!r}): the model is on {self.device}; "
+                                 "generation runs where the model is (move the model, or pass device=None)")
+        self.max_model_len = cfg.max_position_embeddings if max_model_len is None else max_model_len
+        for name, value in (("max_num_seqs", max_num_seqs), ("max_model_len", self.max_model_len),
+                            ("block_size", block_size), ("max_num_batched_tokens", max_num_batched_tokens)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"LLMEngine({name}={value!r}): must be a positive int")
+        self.max_num_seqs, self.max_num_batched_tokens = max_num_seqs, max_num_batched_tokens
+        blocks_per_seq = -(-self.max_model_len // block_size)
+        block_bytes = 2 * cfg.num_hidden_layers * block_size * cfg.num_key_value_heads * cfg.head_dim * param.element_size()
+        if num_blocks is None:
+            if kv_cache_memory is None:
+                kv_cache_memory = int(0.9 * torch.cuda.mem_get_info(self.device)[0]) if self.device.type == "cuda" else 512 * 2**20
+            num_blocks = min(kv_cache_memory // block_bytes, max_num_seqs * blocks_per_seq)
+        if num_blocks < blocks_per_seq:
+            raise ValueError(f"LLMEngine: a pool of {num_blocks} blocks x {block_size} tokens cannot hold one sequence of "
+                             f"max_model_len={self.max_model_len} tokens ({blocks_per_seq} blocks, {block_bytes} bytes each); "
+                             "raise num_blocks / kv_cache_memory or lower max_model_len")
+        self.blocks = BlockManager(num_blocks, block_size)
+        use_triton = self.device.type == "cuda" if use_triton is None else use_triton
+        self.cache = PagedKVCache(cfg.num_hidden_layers, num_blocks, block_size, cfg.num_key_value_heads,
+                                  cfg.head_dim, self.dtype, self.device, use_triton)
+        self.stats = EngineStats()
+
+    def _make_groups(self, prompt_token_ids, params) -> list:
+        """Validate the requests and make, per prompt, its group of n sequences (they will share the prompt)."""
+        if isinstance(prompt_token_ids, (str, bytes)) or not isinstance(prompt_token_ids, (list, tuple)):
+            raise ValueError("generate(prompt_token_ids=...): expected a list of prompts, each a list of token ids")
+        if isinstance(params, SamplingParams):
+            params = [params] * len(prompt_token_ids)
+        if len(params) != len(prompt_token_ids):
+            raise ValueError(f"generate: {len(params)} SamplingParams for {len(prompt_token_ids)} prompts; "
+                             "pass one SamplingParams, or one per prompt")
+        groups = []
+        for i, (prompt, p) in enumerate(zip(prompt_token_ids, params)):
+            where = f"generate: prompt_token_ids[{i}]"
+            if not isinstance(p, SamplingParams):
+                raise ValueError(f"generate: params[{i}] is {type(p).__name__}, expected SamplingParams")
+            if isinstance(prompt, torch.Tensor):
+                prompt = prompt.tolist()
+            if isinstance(prompt, (str, bytes)) or not all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+                raise ValueError(f"{where}: expected a list of int token ids (tokenize text first)")
+            if len(prompt) == 0:
+                raise ValueError(f"{where} is empty: a prompt needs at least one token")
+            if len(prompt) >= self.max_model_len:
+                raise ValueError(f"{where} has {len(prompt)} tokens; max_model_len={self.max_model_len} leaves no room "
+                                 "for a response (truncate the prompt or raise max_model_len)")
+            bad = [t for t in prompt if not 0 <= t < self.vocab_size]
+            if bad:
+                raise ValueError(f"{where}: token id {bad[0]} outside the model's vocabulary [0, {self.vocab_size})")
+            if p.n > self.max_num_seqs:
+                raise ValueError(f"generate: params[{i}].n={p.n} > max_num_seqs={self.max_num_seqs}; "
+                                 "the samples of a prompt are decoded together")
+            seed = int(torch.randint(2**62, ())) if p.seed is None else p.seed
+            max_len = min(len(prompt) + p.max_tokens, self.max_model_len)
+            groups.append([Sequence(prompt, p, max_len, (seed * 1_000_003 + j) % 2**63) for j in range(p.n)])
+        return groups
+
+    @torch.inference_mode()
+    def generate(self, prompt_token_ids: list, params, progress: bool = False) -> list:
+        """prompt_token_ids: list of prompts (lists of ints); params: one SamplingParams or one per prompt.
+        Returns result[prompt][sample] = Sample(token_ids, logprobs, finish_reason)."""
+        groups = self._make_groups(prompt_token_ids, params)
+        self.stats = EngineStats()
+        self.blocks.peak_used = 0
+        waiting, running = deque(list(g) for g in groups), []
+        all_seqs = [seq for g in groups for seq in g]
+        t0 = last_print = time.perf_counter()
+        try:
+            while waiting or running:
+                admitted = self._admit(waiting, running)
+                if admitted:
+                    running += self._prefill(admitted)
+                else:
+                    self._decode(running, waiting)
+                running[:] = [seq for seq in running if seq.finish_reason is None]
+                self.stats.steps += 1
+                if progress and (time.perf_counter() - last_print > 2 or not (waiting or running)):
+                    last_print = time.perf_counter()
+                    self._print_progress(all_seqs, running, waiting, last_print - t0)
+        finally:   # also on an exception: no block may stay allocated
+            for seq in all_seqs:
+                self.blocks.release(seq)
+        assert self.blocks.num_free == self.blocks.num_blocks, "rollout.py: KV blocks leaked"
+        self.stats.peak_blocks_used = self.blocks.peak_used
+        return [[Sample(seq.token_ids[seq.prompt_len:], seq.logprobs, seq.finish_reason) for seq in g] for g in groups]
+
+    def _admit(self, waiting: deque, running: list) -> list:
+        """First come, first served: take waiting groups while sequences, tokens and blocks allow.
+        An idle engine always takes the head group (it fits: num_blocks >= one max_model_len sequence)."""
+        admitted, num_seqs, num_tokens, free = [], len(running), 0, self.blocks.num_free
+        while waiting:
+            group = waiting[0]
+            need = self.blocks.blocks_for(len(group[0]))
+            if admitted or running:
+                if (num_seqs + len(group) > self.max_num_seqs or num_tokens + len(group[0]) > self.max_num_batched_tokens
+                        or need + len(group) > free):   # + one block per sample for its first decode step
+                    break
+            admitted.append(waiting.popleft())
+            num_seqs, num_tokens, free = num_seqs + len(group), num_tokens + len(group[0]), free - need
+        return admitted
+
+    def _forward(self, input_ids: list, positions: list, step: StepBatch, rows: list):
+        """Run the model on one flattened row of tokens; return the logits (len(rows), V) fp32 at `rows`."""
+        self.cache.step = step
+        try:
+            hidden = self.model(torch.tensor([input_ids], device=self.device),
+                                position_ids=torch.tensor([positions], device=self.device),
+                                kv_cache=self.cache, return_hidden=True)[0]               # (N, D)
+        finally:
+            self.cache.step = None
+        return self.model.lm_head(hidden[rows]).float()   # only the rows we sample from: no (N, V) logits
+
+    def _prefill(self, groups: list) -> list:
+        """Compute each group's prompt once, share its blocks with the group's other samples, sample each one."""
+        ids, positions, slots, cu_seqlens = [], [], [], [0]
+        for group in groups:
+            lead = group[0]
+            lead.block_table = [self.blocks.allocate() for _ in range(self.blocks.blocks_for(len(lead)))]
+            for seq in group[1:]:
+                seq.block_table = self.blocks.share(lead.block_table)
+            ids += lead.token_ids
+            positions += range(len(lead))
+            slots += [self.blocks.slot(lead, t) for t in range(len(lead))]
+            cu_seqlens.append(len(ids))
+            if lead.preempted:
+                self.stats.recompute_tokens += len(lead)
+            else:
+                self.stats.prefill_tokens += len(lead)
+        step = StepBatch(True, torch.tensor(slots, device=self.device), cu_seqlens, None, None)
+        logits = self._forward(ids, positions, step, [end - 1 for end in cu_seqlens[1:]])   # (G, V)
+        seqs = [seq for group in groups for seq in group]
+        self._append_tokens(seqs, logits[[g for g, group in enumerate(groups) for _ in group]])
+        return [seq for seq in seqs if seq.finish_reason is None]
+
+    def _decode(self, running: list, waiting: deque) -> None:
+        """One token for every running sequence, oldest first; preempt the youngest when blocks run out."""
+        slots, copies, i = [], [], 0
+        while i < len(running):
+            seq = running[i]
+            while self.blocks.blocks_to_append(seq) > self.blocks.num_free:
+                victim = running.pop()                   # the youngest (possibly seq itself)
+                self.blocks.release(victim)
+                victim.preempted = True
+                waiting.appendleft([victim])             # recomputed first when blocks free up
+                self.stats.preemptions += 1
+                if victim is seq:
+                    break
+            else:
+                slot, copy = self.blocks.append(seq)
+                slots.append(slot)
+                if copy:
+                    copies.append(copy)
+                i += 1
+        if not running:
+            return
+        self.cache.copy_blocks(copies)   # before the forward writes into the copies
+        max_blocks = max(len(seq.block_table) for seq in running)
+        block_tables = torch.tensor([seq.block_table + [0] * (max_blocks - len(seq.block_table)) for seq in running],
+                                    dtype=torch.int32, device=self.device)
+        context_lens = torch.tensor([len(seq) for seq in running], dtype=torch.int32, device=self.device)
+        step = StepBatch(False, torch.tensor(slots, device=self.device), [], block_tables, context_lens)
+        logits = self._forward([seq.token_ids[-1] for seq in running], [len(seq) - 1 for seq in running], step,
+                               list(range(len(running))))
+        self.stats.decode_tokens += len(running)
+        self._append_tokens(running, logits)
+
+    def _append_tokens(self, seqs: list, logits) -> None:
+        tokens, logprobs = sample(logits, [seq.params for seq in seqs], [seq.generator for seq in seqs])
+        for seq, token, logprob in zip(seqs, tokens.tolist(), logprobs.tolist()):
+            seq.token_ids.append(token)
+            seq.logprobs.append(logprob)
+            if token in seq.params.stop_token_ids:
+                seq.finish_reason = "stop"
+            elif len(seq) >= seq.max_len:
+                seq.finish_reason = "length"
+            if seq.finish_reason:
+                self.blocks.release(seq)                 # free at once, for the waiting requests
+
+    def _print_progress(self, all_seqs, running, waiting, elapsed):
+        done = sum(seq.finish_reason is not None for seq in all_seqs)
+        generated = sum(len(seq) - seq.prompt_len for seq in all_seqs)
+        left = sum(seq.max_len - len(seq) for seq in all_seqs if seq.finish_reason is None)
+        rate = generated / max(elapsed, 1e-9)
+        print(f"rollout: {done}/{len(all_seqs)} samples done | {generated} tokens, {rate:.0f} tok/s | running {len(running)}, "
+              f"waiting {sum(len(g) for g in waiting)} | KV blocks {self.blocks.num_blocks - self.blocks.num_free}/"
+              f"{self.blocks.num_blocks} | preemptions {self.stats.preemptions} | ETA <= {left / max(rate, 1e-9):.0f}s",
+              flush=True)
+
+
+# ----------------------------------------------------------------------------- command-line demo
+
+@dataclass
+class DemoConfig:
+    model: str = ""                  # Hugging Face Qwen3 checkpoint directory
+    tokenizer: str = ""              # tokenizer.json (default: MODEL/tokenizer.json)
+    prompt: str = "What is 17 * 23?"
+    n: int = 2
+    temperature: float = 0.6
+    top_p: float = 0.95
+    top_k: int = 20
+    max_tokens: int = 256
+    seed: int = 0
+    max_model_len: int = 4096
+    max_num_seqs: int = 64
+    device: str = "auto"             # auto: cuda if available, else cpu
+    dtype: str = "auto"              # auto: bfloat16 on cuda, float32 on cpu; or float32/bfloat16/float16
+
+
+def parse_args(argv: list) -> DemoConfig:
+    cfg = DemoConfig()
+    for arg in argv:
+        if arg in ("-h", "--help"):
+            print(__doc__ + "\nOptions (--key=value):\n" + "\n".join(f"  --{f.name}={getattr(cfg, f.name)!r}" for f in fields(cfg)))
+            sys.exit(0)
+        key, sep, value = arg.removeprefix("--").partition("=")
+        if not arg.startswith("--") or not sep:
+            raise ValueError(f"argument {arg!r}: expected --key=value")
+        if not hasattr(cfg, key):
+            raise ValueError(f"unknown option --{key}; known: {', '.join(f.name for f in fields(cfg))}")
+        kind = type(getattr(cfg, key))
+        try:
+            setattr(cfg, key, kind(value))
+        except ValueError:
+            raise ValueError(f"--{key}={value!r}: expected {kind.__name__}") from None
+    return cfg
+
+
+def main(argv: list) -> None:
+    from tokenizers import Tokenizer
+
+    cfg = parse_args(argv)
+    if not cfg.model:
+        raise ValueError("--model=CHECKPOINT_DIR is required (a Hugging Face Qwen3 directory)")
+    tokenizer_path = cfg.tokenizer or os.path.join(cfg.model, "tokenizer.json")
+    if not os.path.isfile(tokenizer_path):
+        raise ValueError(f"--tokenizer={tokenizer_path}: no such file (pass the path of a tokenizer.json)")
+    tokenizer = Tokenizer.from_file(tokenizer_path)
+    device = ("cuda" if torch.cuda.is_available() else "cpu") if cfg.device == "auto" else cfg.device
+    dtype_name = ("bfloat16" if device.startswith("cuda") else "float32") if cfg.dtype == "auto" else cfg.dtype
+    if dtype_name not in ("float32", "bfloat16", "float16"):
+        raise ValueError(f"--dtype={cfg.dtype!r}: expected auto, float32, bfloat16 or float16")
+    model = from_pretrained(cfg.model, dtype=getattr(torch, dtype_name), device=device)
+    # The Qwen3 chat generation prompt (data.py has the full template; this file stands without it).
+    text = f"<|im_start|>user\n{cfg.prompt}<|im_end|>\n<|im_start|>assistant\n"
+    prompt_ids = tokenizer.encode(text, add_special_tokens=False).ids
+    stop = tuple(i for i in (tokenizer.token_to_id("<|im_end|>"), tokenizer.token_to_id("<|endoftext|>")) if i is not None)
+    params = SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k, max_tokens=cfg.max_tokens,
+                            n=cfg.n, stop_token_ids=stop, seed=cfg.seed)
+    engine = LLMEngine(model, max_num_seqs=cfg.max_num_seqs, max_model_len=cfg.max_model_len)
+    t0 = time.perf_counter()
+    samples = engine.generate([prompt_ids], params)[0]
+    seconds = time.perf_counter() - t0
+    for j, s in enumerate(samples):
+        mean_logprob = sum(s.logprobs) / len(s.logprobs)
+        print(f"--- sample {j}: {len(s.token_ids)} tokens, finish={s.finish_reason}, mean logprob {mean_logprob:.3f}")
+        print(tokenizer.decode(s.token_ids, skip_special_tokens=False))
+    generated = sum(len(s.token_ids) for s in samples)
+    print(f"--- {generated} tokens in {seconds:.1f}s ({generated / seconds:.1f} tok/s) on {device}/{dtype_name}; {engine.stats}")
+
+
+if __name__ == "__main__":
+    try:
+        main(sys.argv[1:])
+    except ValueError as e:
+        sys.exit(f"rollout.py: error: {e}")

@@ -1,0 +1,270 @@
+"""Tests of rollout.py against independent references: a no-cache greedy decode (full forward at every step),
+teacher-forced logprobs of model.py with a separately written top-k/top-p filter, and a per-token loop over
+block tables for the paged attention kernels. A tiny random fp32 Qwen3 keeps everything fast on a CPU."""
+import math
+
+import pytest
+import torch
+
+from model import Qwen3, Qwen3Config, save_pretrained
+from rollout import (LLMEngine, SamplingParams, main, paged_decode_reference, paged_decode_triton, parse_args)
+
+V = 97
+
+
+@pytest.fixture(scope="module")
+def model():
+    cfg = Qwen3Config(vocab_size=V, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, head_dim=16, max_position_embeddings=256, tie_word_embeddings=False)
+    return Qwen3(cfg).init_weights(std=0.2, seed=0)   # std 0.2: peaked enough that greedy has no near-ties
+
+
+def prompts_of(lengths, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randint(V, (n,), generator=g).tolist() for n in lengths]
+
+
+@torch.no_grad()
+def reference_greedy(model, prompt, max_tokens, stop=()):
+    ids = list(prompt)
+    for _ in range(max_tokens):
+        token = int(model(torch.tensor([ids]))[0, -1].argmax())
+        ids.append(token)
+        if token in stop:
+            break
+    return ids[len(prompt):]
+
+
+@torch.no_grad()
+def teacher_forced_logprobs(model, prompt, response, temperature, top_k=0, top_p=1.0):
+    """log p(response_t) under softmax(filtered logits / T), the filter written as a plain loop over ranks."""
+    logits = model(torch.tensor([prompt + response]))[0, len(prompt) - 1:-1].double() / temperature   # (R, V)
+    out = []
+    for token, row in zip(response, logits):
+        order = row.argsort(descending=True).tolist()
+        kept = order[:top_k] if top_k else order
+        probs = torch.softmax(row[kept], 0).tolist()
+        if top_p < 1:
+            mass, nucleus = 0.0, []
+            for tok, p in zip(kept, probs):
+                if mass >= top_p:
+                    break
+                nucleus.append(tok)
+                mass += p
+            kept = nucleus
+        if token not in kept:
+            out.append(-math.inf)
+            continue
+        out.append(float(torch.log_softmax(row[kept], 0)[kept.index(token)]))
+    return out
+
+
+def assert_no_leaks(engine):
+    assert engine.blocks.num_free == engine.blocks.num_blocks
+    assert all(c == 0 for c in engine.blocks.ref_counts)
+
+
+def test_greedy_equals_no_cache_reference_mixed_lengths(model):
+    prompts = prompts_of([1, 5, 15, 16, 17, 33])          # around block boundaries of block_size 16
+    engine = LLMEngine(model, max_num_seqs=8, max_model_len=128)
+    params = [SamplingParams(temperature=0, max_tokens=k) for k in (24, 3, 20, 17, 1, 30)]
+    out = engine.generate(prompts, params)
+    for prompt, p, samples in zip(prompts, params, out):
+        ref = reference_greedy(model, prompt, p.max_tokens)
+        assert samples[0].token_ids == ref
+        assert samples[0].finish_reason == "length"
+        # greedy logprob: the unscaled log_softmax at the argmax
+        assert samples[0].logprobs == pytest.approx(teacher_forced_logprobs(model, prompt, ref, 1.0), abs=1e-4)
+    assert engine.stats.prefill_tokens == sum(map(len, prompts)) and engine.stats.preemptions == 0
+    assert_no_leaks(engine)
+
+
+def test_greedy_under_preemption(model):
+    prompts = prompts_of([3, 9, 14, 20, 6, 11], seed=1)
+    max_model_len = 40
+    # the pool holds one full-length sequence (10 blocks of 4): most sequences must be preempted and recomputed
+    engine = LLMEngine(model, max_num_seqs=6, max_model_len=max_model_len, num_blocks=10, block_size=4)
+    out = engine.generate(prompts, SamplingParams(temperature=0, max_tokens=25, n=2))
+    assert engine.stats.preemptions > 0 and engine.stats.recompute_tokens > 0
+    assert engine.stats.peak_blocks_used <= 10
+    for prompt, samples in zip(prompts, out):
+        ref = reference_greedy(model, prompt, min(25, max_model_len - len(prompt)))
+        assert [s.token_ids for s in samples] == [ref, ref]
+    assert_no_leaks(engine)
+
+
+@pytest.mark.parametrize("temperature,top_k,top_p", [(1.0, 0, 1.0), (0.7, 0, 1.0), (1.3, 5, 1.0),
+                                                     (0.9, 0, 0.8), (1.0, 10, 0.9)])
+def test_logprobs_equal_teacher_forced(model, temperature, top_k, top_p):
+    prompts = prompts_of([7, 21, 2], seed=2)
+    engine = LLMEngine(model, max_num_seqs=16, max_model_len=64)
+    params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, max_tokens=12, n=3, seed=5)
+    out = engine.generate(prompts, params)
+    for prompt, samples in zip(prompts, out):
+        for s in samples:
+            ref = teacher_forced_logprobs(model, prompt, s.token_ids, temperature, top_k, top_p)
+            assert all(math.isfinite(r) for r in ref), "sampled a token outside the top-k/top-p set"
+            assert s.logprobs == pytest.approx(ref, abs=1e-4)
+    if top_k == 5:   # the filter actually removed mass: logprobs are renormalised, above the unfiltered ones
+        s = out[0][0]
+        unfiltered = teacher_forced_logprobs(model, prompts[0], s.token_ids, temperature)
+        assert all(a > b + 1e-6 for a, b in zip(s.logprobs, unfiltered))
+    assert_no_leaks(engine)
+
+
+def test_n_samples_share_the_prompt(model):
+    """Prefill computes each prompt once; the partly filled last block is copied on write, and the samples'
+    logprobs (which read that block) still match teacher forcing, so no sample overwrote another's K/V."""
+    prompts = prompts_of([21, 40], seed=3)                 # 21 = one full block + a shared partial block
+    engine = LLMEngine(model, max_num_seqs=16, max_model_len=80)
+    out = engine.generate(prompts, SamplingParams(temperature=1.0, max_tokens=10, n=4, seed=0))
+    assert engine.stats.prefill_tokens == 21 + 40          # not 4x
+    assert engine.stats.decode_tokens == 8 * 9             # the first token of each sample comes from the prefill
+    # prompt blocks 2 + 3 shared; each sample owns at most 1 copy-on-write + 1 new block
+    assert engine.stats.peak_blocks_used <= 5 + 8 * 2
+    assert len({tuple(s.token_ids) for s in out[0]}) > 1   # distinct random streams per sample
+    for prompt, samples in zip(prompts, out):
+        for s in samples:
+            assert s.logprobs == pytest.approx(teacher_forced_logprobs(model, prompt, s.token_ids, 1.0), abs=1e-4)
+    assert_no_leaks(engine)
+
+
+def test_same_seed_same_samples_whatever_the_batch(model):
+    prompt = prompts_of([10], seed=4)[0]
+    params = SamplingParams(temperature=1.0, top_p=0.95, max_tokens=20, n=3, seed=123)
+    alone = LLMEngine(model, max_num_seqs=8, max_model_len=64).generate([prompt], params)[0]
+    again = LLMEngine(model, max_num_seqs=8, max_model_len=64).generate([prompt], params)[0]
+    others = prompts_of([4, 30, 12], seed=5)
+    # in another batch, with other requests before it, and with preemptions (a pool of 2 full sequences)
+    crowded = LLMEngine(model, max_num_seqs=8, max_model_len=64, num_blocks=8, block_size=16)
+    mixed = crowded.generate(others[:2] + [prompt] + others[2:],
+                             [SamplingParams(temperature=0.8, max_tokens=30, n=2, seed=1)] * 2 + [params]
+                             + [SamplingParams(temperature=0, max_tokens=15)])[2]
+    assert crowded.stats.preemptions > 0
+    for a, b, c in zip(alone, again, mixed):
+        assert a.token_ids == b.token_ids == c.token_ids
+        assert a.logprobs == pytest.approx(c.logprobs, abs=1e-5)
+    other_seed = LLMEngine(model, max_num_seqs=8, max_model_len=64).generate(
+        [prompt], SamplingParams(temperature=1.0, top_p=0.95, max_tokens=20, n=3, seed=124))[0]
+    assert [s.token_ids for s in other_seed] != [s.token_ids for s in alone]
+    assert_no_leaks(crowded)
+
+
+def test_stop_tokens_and_lengths(model):
+    prompt = prompts_of([6], seed=6)[0]
+    ref = reference_greedy(model, prompt, 30)
+    stop = ref[4]
+    first = ref.index(stop)
+    engine = LLMEngine(model, max_num_seqs=4, max_model_len=20)
+    out = engine.generate([prompt] * 3, [SamplingParams(temperature=0, max_tokens=30, stop_token_ids=[stop]),
+                                         SamplingParams(temperature=0, max_tokens=1),
+                                         SamplingParams(temperature=0, max_tokens=30)])
+    assert out[0][0].token_ids == ref[:first + 1] and out[0][0].finish_reason == "stop"   # stop token kept
+    assert out[1][0].token_ids == ref[:1] and out[1][0].finish_reason == "length"
+    assert out[2][0].token_ids == ref[:20 - 6] and out[2][0].finish_reason == "length"     # capped by max_model_len
+    assert_no_leaks(engine)
+
+
+def test_weight_update_is_seen_by_the_next_generate(model):
+    """The engine shares the module and caches nothing across generate() calls."""
+    model = Qwen3(model.config).init_weights(std=0.2, seed=1)     # a private copy we may modify
+    prompts = prompts_of([5, 18], seed=7)
+    engine = LLMEngine(model, max_num_seqs=4, max_model_len=64)
+    params = SamplingParams(temperature=0, max_tokens=12)
+    before = [o[0].token_ids for o in engine.generate(prompts, params)]
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(9)) * 0.2)   # an in-place "optimizer step"
+    after = [o[0].token_ids for o in engine.generate(prompts, params)]
+    assert after == [reference_greedy(model, p, 12) for p in prompts]
+    assert after != before
+    assert_no_leaks(engine)
+
+
+def test_bad_requests_give_clear_errors(model):
+    engine = LLMEngine(model, max_num_seqs=4, max_model_len=32)
+    ok = SamplingParams(max_tokens=4)
+    cases = [([[]], ok, "is empty"),
+             ([list(range(32))], ok, "max_model_len=32"),
+             ([[1, 2, V]], ok, "outside the model's vocabulary"),
+             (["hello"], ok, "list of int token ids"),
+             ([[1], [2]], [ok], "2 prompts"),
+             ([[1]], SamplingParams(n=5), "max_num_seqs=4")]
+    for prompts, params, message in cases:
+        with pytest.raises(ValueError, match=message):
+            engine.generate(prompts, params)
+    for kwargs, field in [(dict(n=0), "n"), (dict(temperature=-1.0), "temperature"), (dict(top_p=0.0), "top_p"),
+                          (dict(top_p=1.5), "top_p"), (dict(top_k=-1), "top_k"), (dict(max_tokens=0), "max_tokens"),
+                          (dict(stop_token_ids=[-3]), "stop_token_ids"), (dict(seed=1.5), "seed"),
+                          (dict(temperature=float("nan")), "temperature")]:
+        with pytest.raises(ValueError, match=f"SamplingParams.{field}="):
+            SamplingParams(**kwargs)
+    with pytest.raises(ValueError, match="cannot hold one sequence"):
+        LLMEngine(model, max_model_len=64, num_blocks=3, block_size=16)
+    with pytest.raises(ValueError, match="max_num_seqs"):
+        LLMEngine(model, max_num_seqs=0, max_model_len=64)
+    assert_no_leaks(engine)
+
+
+def paged_attention_by_hand(q, k_pool, v_pool, block_tables, context_lens):
+    """Per sequence, per token: look the slot up in the block table; then softmax(q k^T / sqrt(hd)) v."""
+    B, Hq, hd = q.shape
+    bs, Hkv = k_pool.shape[1], k_pool.shape[2]
+    out = torch.empty_like(q)
+    for b in range(B):
+        n = int(context_lens[b])
+        k = torch.stack([k_pool[block_tables[b, t // bs], t % bs] for t in range(n)])   # (n, Hkv, hd)
+        v = torch.stack([v_pool[block_tables[b, t // bs], t % bs] for t in range(n)])
+        for h in range(Hq):
+            kv = h // (Hq // Hkv)
+            weights = torch.softmax(k[:, kv] @ q[b, h] / math.sqrt(hd), 0)
+            out[b, h] = weights @ v[:, kv]
+    return out
+
+
+@pytest.mark.parametrize("block_size,head_dim,group", [(16, 16, 2), (4, 12, 1), (8, 32, 4)])
+def test_paged_decode_kernel_equals_reference(block_size, head_dim, group):
+    """The Triton kernel (under TRITON_INTERPRET=1 on CPU) and the PyTorch reference vs a per-token loop."""
+    g = torch.Generator().manual_seed(block_size)
+    num_blocks, Hkv, B = 12, 2, 4
+    k_pool = torch.randn(num_blocks, block_size, Hkv, head_dim, generator=g)
+    v_pool = torch.randn(num_blocks, block_size, Hkv, head_dim, generator=g)
+    q = torch.randn(B, Hkv * group, head_dim, generator=g)
+    context_lens = torch.tensor([1, block_size, block_size + 1, 3 * block_size - 2], dtype=torch.int32)
+    perm = torch.randperm(num_blocks, generator=g)    # blocks scattered through the pool, as after reuse
+    block_tables = perm[:B * 3].view(B, 3).to(torch.int32)
+    expected = paged_attention_by_hand(q, k_pool, v_pool, block_tables, context_lens)
+    torch.testing.assert_close(paged_decode_reference(q, k_pool, v_pool, block_tables, context_lens), expected,
+                               atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(paged_decode_triton(q, k_pool, v_pool, block_tables, context_lens), expected,
+                               atol=1e-5, rtol=1e-5)
+
+
+def test_engine_with_triton_decode_equals_reference(model):
+    prompts = prompts_of([5, 17], seed=8)
+    engine = LLMEngine(model, max_num_seqs=4, max_model_len=32, use_triton=True)
+    out = engine.generate(prompts, SamplingParams(temperature=0, max_tokens=4, n=2))
+    for prompt, samples in zip(prompts, out):
+        assert [s.token_ids for s in samples] == [reference_greedy(model, prompt, 4)] * 2
+    assert_no_leaks(engine)
+
+
+def test_command_line_demo(model, tmp_path, capsys):
+    """The CLI end to end on a saved checkpoint and a tokenizer built here (word-level, with Qwen3's specials)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    words = ["user", "assistant", "hi", "there", "\n"] + [f"w{i}" for i in range(V - 9)]
+    vocab = {w: i for i, w in enumerate(specials + ["[UNK]"] + words)}
+    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Split("\n", behavior="isolated")
+    tokenizer.add_special_tokens(specials)
+    tokenizer.save(str(tmp_path / "tokenizer.json"))
+    save_pretrained(model, str(tmp_path / "ckpt"))
+    main([f"--model={tmp_path / 'ckpt'}", f"--tokenizer={tmp_path / 'tokenizer.json'}", "--prompt=hi", "--n=2",
+          "--max_tokens=5", "--max_model_len=64"])
+    printed = capsys.readouterr().out
+    assert "--- sample 0:" in printed and "--- sample 1:" in printed and "tok/s" in printed
+    with pytest.raises(ValueError, match="unknown option --temp"):
+        parse_args(["--temp=1"])
+    with pytest.raises(ValueError, match="expected int"):
+        parse_args(["--n=two"])
