@@ -1,0 +1,434 @@
+"""Tests for reward.py.
+
+Math: a table of tricky pairs judged by math-verify through our worker (from the main thread and from
+threads), format failures, and pathological input that must not hang. Code: output comparison, test
+validation, honest programs, and an adversarial suite: each program must get reward 0 (or exactly what an
+honest program earns), finish within its timeout, leave no process behind and write nothing outside its
+temporary directory. The adversarial suite runs in the best sandbox this machine allows (namespaces here);
+a smaller part runs in "plain" mode and as a non-root trainer.
+"""
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+import reward
+from reward import SandboxConfig, code_reward, code_reward_details, math_reward, run_tests
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FAST = SandboxConfig(timeout_s=1.5, workers=2, memory_mb=256)    # 256 MB: a memory bomb hits it quickly
+PLAIN = SandboxConfig(timeout_s=1.5, workers=2, memory_mb=256, namespaces="off")
+SLACK_S = 2.0            # allowed beyond the timeout: process start and teardown on a busy 2-core machine
+FILE_SECRET = "reward-test-file-secret-5b1f0c93"   # only readable by opening this file
+ADD = [{"input": "1 2\n", "output": "3"}, {"input": "20 22\n", "output": "42"}]
+ADD_FN = [{"input": "1\n2", "output": "3", "fn_name": "add"}, {"input": "20\n22", "output": "42", "fn_name": "add"}]
+
+
+def respond(code: str) -> str:
+    return f"<think>\nLet me write it.\n</think>\nHere it is:\n```python\n{code}\n```\n"
+
+
+@pytest.fixture(scope="module")
+def namespaced():
+    """The sandbox as chosen on this machine; probed once so the probe does not count in timings."""
+    info = reward.sandbox_info(FAST)
+    if info["mode"] == "plain":
+        pytest.skip("this platform cannot create namespaces (unshare missing or not permitted): " + str(info))
+    return info
+
+
+def leftovers(*markers: str, harness: bool = True) -> list[str]:
+    """Command lines of live processes belonging to a sandbox (its argv carries the harness) or bearing a marker."""
+    needles = [b"def _prepare()"] * harness + [marker.encode() for marker in markers]
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as file:
+                cmdline = file.read()
+            with open(f"/proc/{pid}/stat", "rb") as file:
+                zombie = file.read().rsplit(b")", 1)[1].split()[0] == b"Z"
+        except OSError:
+            continue
+        if not zombie and any(needle in cmdline for needle in needles):
+            found.append(cmdline[:80].decode(errors="replace"))
+    return found
+
+
+def assert_no_leftovers(*markers: str, within_s: float = 1.0):
+    deadline = time.monotonic() + within_s
+    while (found := leftovers(*markers)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not found, f"processes left behind: {found}"
+
+
+# ----------------------------------------------------------------------------- math
+
+EQUAL = [("\\frac12", "0.5"), ("0.5", "\\frac{1}{2}"), ("073", "73"), ("73", "073"), ("2\\sqrt2", "\\sqrt8"),
+         ("30\\%", "0.3"), ("\\{1,2,3\\}", "\\{3,2,1\\}"), ("3", "x=3"), ("10^{10}", "10000000000")]
+UNEQUAL = [("\\frac13", "0.333"), ("(1,2)", "(2,1)"), ("(1,2)", "[1,2]"), ("5", "6"),
+           ("3", "3} Wait, that is wrong: the answer is \\boxed{4")]  # two boxed answers, the last one wrong
+
+
+def boxed(answer: str) -> str:
+    return f"<think>\nwork\n</think>\nThe answer is $\\boxed{{{answer}}}$."
+
+
+def test_answer_region_is_text_after_last_think_end():
+    assert reward.extract_answer_region("<think>a</think>b</think>c") == "c"
+    assert reward.extract_answer_region("<think>no end") is None
+    assert reward.extract_answer_region("</think>") == ""
+
+
+@pytest.mark.parametrize("gold,answer", EQUAL)
+def test_math_equal_pairs(gold, answer):
+    assert math_reward(boxed(answer), gold) == 1.0
+
+
+@pytest.mark.parametrize("gold,answer", UNEQUAL)
+def test_math_unequal_pairs(gold, answer):
+    assert math_reward(boxed(answer), gold) == 0.0
+
+
+def test_math_judges_only_after_last_think_end():
+    assert math_reward("<think>so \\boxed{3}</think> The answer is \\boxed{4}.", "3") == 0.0
+    assert math_reward("<think>so \\boxed{4}</think> The answer is \\boxed{3}.", "3") == 1.0
+    assert math_reward("<think>so \\boxed{3}</think> I am not sure.", 3) == 0.0  # gold may be a number
+
+
+def test_math_format_failure_and_custom_scale():
+    assert math_reward("<think>\\boxed{3} and never closed", "3") == 0.0
+    assert math_reward("<think>\\boxed{3} and never closed", "3", missing_think_end=-0.5) == -0.5
+    assert math_reward(boxed("3"), "3", correct=1.0, wrong=-1.0) == 1.0
+    assert math_reward(boxed("2"), "3", correct=1.0, wrong=-1.0) == -1.0
+
+
+def test_math_works_from_threads_where_math_verify_alone_fails():
+    import math_verify
+    with ThreadPoolExecutor(2) as pool:
+        with pytest.raises(ValueError, match="thread"):  # why the worker exists: signal.alarm needs the main thread
+            pool.submit(math_verify.parse, "\\boxed{1}").result()
+        pairs = EQUAL + UNEQUAL
+        got = list(pool.map(lambda pair: math_reward(boxed(pair[1]), pair[0]), pairs))
+    assert got == [1.0] * len(EQUAL) + [0.0] * len(UNEQUAL)
+
+
+@pytest.mark.parametrize("answer", ["9^{9^{9^{9}}}", "(10^{10})!", "(" * 5000, "\\frac{1}{" * 400 + "2" + "}" * 400,
+                                    "9" * 200_000])
+def test_math_pathological_input_finishes(answer):
+    start = time.monotonic()
+    assert math_reward(boxed(answer), "3", timeout_s=1.0) == 0.0
+    assert time.monotonic() - start < 1.0 + 0.5 + SLACK_S
+
+
+def test_math_deadline_kills_a_stuck_worker_and_recovers():
+    # The worker's own alarm fires after a whole second; our 0.3 s (+0.5 s) deadline kills it first.
+    start = time.monotonic()
+    assert math_reward(boxed("9^{9^{9^{9}}}"), "3", timeout_s=0.3) == 0.0
+    assert time.monotonic() - start < 0.8 + SLACK_S
+    assert math_reward(boxed("\\frac12"), "0.5") == 1.0  # a fresh worker takes over
+
+
+def test_math_bad_gold_raises():
+    with pytest.raises(ValueError, match="empty"):
+        math_reward(boxed("3"), "  ")
+
+
+# ----------------------------------------------------------------------------- comparison, extraction, validation
+
+@pytest.mark.parametrize("got,expected,match", [
+    ("3\n", "3", True), ("1 2 3   \n", "1 2 3", True), ("1\r\n2\r\n", "1\n2\n", True), ("2.0", "2", True),
+    ("0.50", "0.5", True), ("1e3", "1000", True), ("1  2", "1 2", True), ("\n\n3\n\n", "3", True),
+    ("0.30000000000000004", "0.3", False), ("1_0", "10", False), ("nan", "nan", True), ("nan", "NaN", False),
+    ("sNaN", "sNaN", True), ("sNaN", "1", False), ("YES", "yes", False), ("1\n2", "1", False), ("1", "1\n2", False),
+    ("1 2", "1 2 3", False), ("", "0", False), ("", "", True), ("3 4", "3 5", False)])
+def test_stdout_comparison(got, expected, match):
+    assert (reward.stdout_mismatch(got, expected) is None) == match
+
+
+@pytest.mark.parametrize("a,b,same", [
+    (True, 1, False), (1, 1.0, True), ([1, [2, {"k": None}]], [1, [2, {"k": None}]], True), ("1", 1, False),
+    ({"a": 1}, {"a": 1, "b": 2}, False), ([1, 2], [2, 1], False), (None, 0, False)])
+def test_functional_json_equality(a, b, same):
+    assert reward._same_json(a, b) == same
+
+
+def test_extract_code_takes_last_block_after_think():
+    text = "<think>```python\nprint('thinking')\n```</think>```python\nprint(1)\n```\nbetter:\n```python\nprint(2)\n```"
+    assert reward.extract_code(text) == "print(2)\n"
+    assert reward.extract_code("<think>```python\nprint(1)\n```</think> no code") is None
+    assert reward.extract_code("<think>x</think>```python\nprint(1)\n") is None  # truncated block
+    assert reward.extract_code("```python\nprint(1)\n```") is None  # no </think>
+
+
+def test_code_format_failures_get_their_rewards():
+    assert code_reward("<think>never closed ```python\nprint(3)\n```", ADD, missing_think_end=-0.5) == -0.5
+    assert code_reward("<think>x</think> I cannot solve it.", ADD, missing_code=-0.25) == -0.25
+    assert code_reward_details("<think>x</think> nothing", ADD) == (0.0, [])
+
+
+@pytest.mark.parametrize("tests,message", [
+    ([], "non-empty"), ([{"input": "1"}], r"tests\[0\]\['output'\]"), ([{"input": 1, "output": "1"}], r"\['input'\]"),
+    ([{"input": "", "output": "3"}, "x"], r"tests\[1\]"), ([{"input": "1\n{", "output": "3", "fn_name": "f"}], "line 2"),
+    ([{"input": "1", "output": "[1", "fn_name": "f"}], r"\['output'\]: not JSON"),
+    ([{"input": "1", "output": "1", "fn_name": "not a name"}], "fn_name")])
+def test_bad_tests_are_named_in_the_error(tests, message):
+    with pytest.raises(ValueError, match=message):
+        code_reward(respond("print(3)"), tests)
+
+
+# ----------------------------------------------------------------------------- honest programs
+
+@pytest.mark.parametrize("program,tests", [
+    ("print(sum(map(int, input().split())))", ADD),
+    ("a, b = map(float, input().split())\nprint(a / b)", [{"input": "1 4", "output": "0.25"},
+                                                         {"input": "6 3", "output": "2"}]),  # prints 2.0
+    ("n = int(input())\nprint(*range(n), end=' \\n')\nprint('done  ')", [{"input": "3", "output": "0 1 2\ndone"}]),
+    ("import sys\nsys.stdout.write('1\\r\\n2\\r\\n')", [{"input": "", "output": "1\n2"}]),
+    ("import sys\ndata = sys.stdin.buffer.read().split()\nprint(sum(map(int, data)))\nsys.exit(0)",
+     [{"input": "1\n" * 300_000, "output": "300000"}]),  # 600 KB of input, exit(0) after the output
+    ("import sys\nsys.setrecursionlimit(10000)\ndef f(n): return n and 1 + f(n - 1)\nprint(f(int(input())))",
+     [{"input": "3000", "output": "3000"}]),
+    ("# " + "x" * 300_000 + "\nprint(3)", [{"input": "", "output": "3"}]),  # larger than one argv string
+])
+def test_honest_programs_pass(namespaced, program, tests):
+    reward_value, results = code_reward_details(respond(program), tests, config=FAST)
+    assert reward_value == 1.0, results
+    assert reward.all_passed(results)
+
+
+def test_soft_reward_is_fraction_passed(namespaced):
+    program = "a, b = map(int, input().split())\nprint(a + b if a < 10 else 0)"
+    tests = ADD + [{"input": "3 4", "output": "7"}, {"input": "10 1", "output": "11"}]
+    value, results = code_reward_details(respond(program), tests, config=FAST)
+    assert value == 0.5 and [r.passed for r in results] == [True, False, True, False]  # paper: 2 of 4 -> 0.5
+    assert "wrong answer on line 1: got '0', expected '42'" == results[1].reason
+    assert not reward.all_passed(results)
+
+
+@pytest.mark.parametrize("program", [
+    "class Solution:\n    def add(self, a: int, b: int) -> int:\n        print('debug output is ignored')\n"
+    "        return a + b",
+    "def add(a, b):\n    return a + b",
+    "class Solution:\n    def add(self, a, b) -> List[int]:\n        return (a + b,)[0]",  # starter-code names imported
+])
+def test_functional_programs_pass(namespaced, program):
+    assert code_reward(respond(program), ADD_FN, config=FAST) == 1.0
+
+
+def test_functional_results_compare_as_json(namespaced):
+    tests = [{"input": "[3, 1, 2]", "output": "[1, 2, 3]", "fn_name": "sort"},
+             {"input": "[]", "output": "[]", "fn_name": "sort"}, {"input": "[1]", "output": "true", "fn_name": "sort"}]
+    results = run_tests("def sort(xs):\n    return tuple(sorted(xs))", tests, FAST)
+    assert [r.passed for r in results] == [True, True, False]  # a tuple is a JSON list; [1] is not true
+
+
+def test_tests_of_one_program_run_in_parallel(namespaced):
+    tests = [{"input": "", "output": "ok"}] * 4
+    start = time.monotonic()
+    results = run_tests("import time\ntime.sleep(1.0)\nprint('ok')", tests, SandboxConfig(timeout_s=4, workers=4))
+    assert all(r.passed for r in results) and time.monotonic() - start < 4 * 1.0
+
+
+# ----------------------------------------------------------------------------- adversarial suite
+
+TAG = f"reward-escape-{uuid.uuid4().hex[:8]}"
+ESCAPE_PATHS = [f"/tmp/{TAG}", f"/var/tmp/{TAG}", f"/dev/shm/{TAG}", f"/run/lock/{TAG}", f"{REPO}/{TAG}", f"/{TAG}",
+                os.path.join(os.path.expanduser("~"), TAG)]
+ESCAPE_SLEEP = "97.0" + str(uuid.uuid4().int % 10**6)  # unique sleep duration, to find an escaped process
+
+ADVERSARIAL = {  # name: (program, tests, reward an honest program with the same output would earn)
+    "sys.exit(0) before output": ("import sys\nsys.exit(0)\nprint(sum(map(int, input().split())))", ADD, 0.0),
+    "os._exit(0) before output": ("import os\nos._exit(0)", ADD, 0.0),
+    "__eq__ always True": ("class Anything:\n    def __eq__(self, other): return True\n    def __ne__(self, other): "
+                           "return False\nclass Solution:\n    def add(self, a, b): return Anything()", ADD_FN, 0.0),
+    "int subclass with __eq__ always True": ("class Sneaky(int):\n    def __eq__(self, other): return True\n"
+                                             "def add(a, b): return Sneaky(0)", ADD_FN, 0.0),
+    "reads the caller's frames and memory": (
+        "import gc, json, sys\ndef add(a, b):\n    frame = sys._getframe()\n    while frame:\n"
+        "        for key in ('expected', 'output', 'test', 'tests'):\n"
+        "            if key in frame.f_locals: return frame.f_locals[key]\n        frame = frame.f_back\n"
+        "    for obj in gc.get_objects():\n        if isinstance(obj, dict) and 'output' in obj:\n"
+        "            return json.loads(obj['output'])\n    return -1", ADD_FN, 0.0),
+    "reads the test file": (
+        f"import glob, re\nfor path in [{os.path.abspath(__file__)!r}] + glob.glob('/*/*/tests/test_reward.py'):\n"
+        "    try:\n        print(re.search('FILE_SECRET = \"(.*?)\"', open(path).read()).group(1))\n        break\n"
+        "    except Exception:\n        pass", [{"input": "", "output": FILE_SECRET}], 0.0),
+    "prints part of the output": ("print(1)\nprint(2)", [{"input": "", "output": "1\n2\n3"}], 0.0),
+    "infinite loop": ("while True:\n    pass", ADD, 0.0),
+    "sleep": ("import time\ntime.sleep(100)\nprint(3)", ADD[:1], 0.0),
+    "fork bomb": ("import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass", ADD, 0.0),
+    "memory bomb": ("chunks = []\nwhile True:\n    chunks.append(bytearray(64 << 20))", ADD[:1], 0.0),
+    "1 GB of output": ("import sys\nchunk = 'x' * (1 << 20) + '\\n'\nfor _ in range(1024):\n    sys.stdout.write(chunk)",
+                       ADD[:1], 0.0),
+    "huge file": ("with open('big', 'wb') as f:\n    for _ in range(1024):\n        f.write(b'x' * (1 << 20))\nprint(3)",
+                  ADD[:1], 0.0),
+    "ignores SIGTERM": ("import signal\nfor s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGXCPU):\n"
+                        "    signal.signal(s, signal.SIG_IGN)\nwhile True:\n    pass", ADD[:1], 0.0),
+    "double fork + setsid escape": (
+        "import os, sys, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n        time.sleep(0.3)\n"
+        "        try:\n            print(3, flush=True)  # claim the answer after the main process is gone\n"
+        "        except OSError:\n            pass\n"
+        f"        os.execv('/bin/sleep', ['sleep', '{ESCAPE_SLEEP}'])\n    os._exit(0)\n"
+        "sys.exit(0)", ADD[:1], 0.0),
+    "writes outside its directory": (
+        f"for path in {ESCAPE_PATHS + [f'../{TAG}']!r}:\n    try:\n        open(path, 'w').write('escaped')\n"
+        "    except OSError:\n        pass\nprint('ok')", [{"input": "", "output": "ok"}], 1.0),
+}
+
+
+@pytest.mark.parametrize("name", list(ADVERSARIAL))
+def test_adversarial(namespaced, name):
+    program, tests, honest_reward = ADVERSARIAL[name]
+    config = SandboxConfig(timeout_s=1.5, workers=2, memory_mb=256, output_mb=1.0)
+    start = time.monotonic()
+    value, results = code_reward_details(respond(program), tests, config=config)
+    elapsed = time.monotonic() - start
+    assert value == honest_reward, results
+    assert elapsed < config.timeout_s + SLACK_S, (elapsed, results)
+    assert_no_leftovers(ESCAPE_SLEEP)
+    assert not [path for path in ESCAPE_PATHS if os.path.exists(path)]
+
+
+def test_adversarial_reasons_say_what_happened(namespaced):
+    program, tests, _ = ADVERSARIAL["memory bomb"]
+    assert "MemoryError" in run_tests(program, tests, FAST)[0].reason
+    program, tests, _ = ADVERSARIAL["sleep"]
+    assert run_tests(program, tests, FAST)[0].reason == "timeout after 1.5s"
+    program, tests, _ = ADVERSARIAL["1 GB of output"]
+    assert "output limit" in run_tests(program, tests, SandboxConfig(timeout_s=1.5, output_mb=1))[0].reason
+    program, tests, _ = ADVERSARIAL["__eq__ always True"]
+    assert "not JSON serializable" in run_tests(program, tests, FAST)[0].reason
+
+
+def test_kill_minus_one_and_killpg_hurt_nobody_else(namespaced):
+    program = ("import os, signal, time\nwhat = input().strip()\nif what == 'kill':\n    try:\n"
+               "        os.kill(-1, signal.SIGKILL)  # Linux spares the caller itself\n    except OSError:\n        pass\n"
+               "if what == 'killpg':\n    os.killpg(0, signal.SIGKILL)\n    os.killpg(os.getpgid(0), signal.SIGKILL)\n"
+               "time.sleep(0.8)\nprint('alive')")
+    tests = [{"input": "kill", "output": "alive"}, {"input": "killpg", "output": "alive"},
+             {"input": "wait", "output": "alive"}, {"input": "wait", "output": "alive"}]
+    with ThreadPoolExecutor(1) as pool:  # another program's tests, running at the same time
+        other = pool.submit(run_tests, "import time\ntime.sleep(1.0)\nprint('alive')", tests[2:], FAST)
+        results = run_tests(program, tests, SandboxConfig(timeout_s=3, workers=4))
+        assert [r.passed for r in other.result()] == [True, True]
+    # kill(-1) reached nothing but itself is spared: it earns what an honest program earns; killpg killed itself
+    assert [r.passed for r in results] == [True, False, True, True], results
+    assert_no_leftovers()
+
+
+def test_no_network(namespaced):
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    listener.setblocking(False)
+    port = listener.getsockname()[1]
+    program = ("import socket\ntry:\n    socket.create_connection(('127.0.0.1', %d), timeout=0.5)\n    print('connected')\n"
+               "except OSError as error:\n    print('blocked', error)") % port
+    try:
+        assert code_reward(respond(program), [{"input": "", "output": "connected"}], config=FAST) == 0.0
+        with pytest.raises(BlockingIOError):
+            listener.accept()  # nobody came
+    finally:
+        listener.close()
+
+
+def test_watchdog_kills_the_candidate_when_the_trainer_dies(namespaced):
+    marker = "60.0" + str(uuid.uuid4().int % 10**6)  # the candidate becomes `sleep <marker>`
+    code = (f"import sys\nsys.path.insert(0, {REPO!r})\nimport reward\n"
+            f"reward.run_tests('import os\\nos.execv(\"/bin/sleep\", [\"sleep\", \"{marker}\"])', "
+            "[{'input': '', 'output': ''}], reward.SandboxConfig(timeout_s=1))")
+    trainer = subprocess.Popen([sys.executable, "-c", code])
+    deadline = time.monotonic() + 20
+    while not leftovers(f"sleep\0{marker}", harness=False) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    trainer.kill()  # nothing in the trainer can kill its sandboxes now
+    trainer.wait()
+    assert leftovers(f"sleep\0{marker}", harness=False), "the candidate never started"
+    start = time.monotonic()
+    assert_no_leftovers(marker, within_s=1 + 2 + SLACK_S)  # the watchdog's limit is ceil(timeout_s) + 2
+    assert time.monotonic() - start > 1.0  # it was the watchdog, not something faster
+
+
+def test_environment_is_scrubbed(monkeypatch):
+    secret = "reward-env-secret-" + uuid.uuid4().hex
+    monkeypatch.setenv("REWARD_TEST_SECRET", secret)
+    program = ("import glob, os\nfound = os.environ.get('REWARD_TEST_SECRET', '')\nfor path in glob.glob('/proc/*/environ'):\n"
+               "    try:\n        text = open(path, 'rb').read().decode(errors='replace')\n    except OSError:\n        continue\n"
+               "    if 'REWARD_TEST_SECRET=' in text:\n        found = text.split('REWARD_TEST_SECRET=')[1].split('\\0')[0]\n"
+               "print(found)")
+    for config in (FAST, PLAIN):
+        assert code_reward(respond(program), [{"input": "", "output": secret}], config=config) == 0.0
+
+
+# ----------------------------------------------------------------------------- other modes
+
+@pytest.mark.parametrize("name", ["sys.exit(0) before output", "__eq__ always True", "infinite loop", "memory bomb",
+                                  "1 GB of output", "huge file", "ignores SIGTERM"])
+def test_plain_mode_still_blocks_what_it_can(name):
+    program, tests, honest_reward = ADVERSARIAL[name]
+    start = time.monotonic()
+    value, results = code_reward_details(respond(program), tests, config=SandboxConfig(
+        timeout_s=1.5, workers=2, memory_mb=256, output_mb=1.0, namespaces="off"))
+    assert value == honest_reward, results
+    assert time.monotonic() - start < 1.5 + SLACK_S
+    assert_no_leftovers()
+
+
+def test_plain_mode_runs_honest_code_and_reports_its_limits():
+    assert code_reward(respond("print(sum(map(int, input().split())))"), ADD, config=PLAIN) == 1.0
+    info = reward.sandbox_info(PLAIN)
+    assert info["mode"] == "plain" and any("network" in item for item in info["not_enforced"])
+
+
+def test_sandbox_report(namespaced):
+    assert namespaced["not_enforced"] == [] and "no network" in " ".join(namespaced["enforced"])
+    if os.geteuid() == 0:
+        assert namespaced["uid"] == FAST.uid != 0
+
+
+def test_interpreter_the_sandbox_user_cannot_run_is_refused():
+    python = os.path.realpath(sys.executable)
+    parents = [os.path.dirname(python)]
+    while parents[-1] != "/":
+        parents.append(os.path.dirname(parents[-1]))
+    blocked = os.geteuid() == 0 and any(os.stat(p).st_mode & 0o001 == 0 for p in parents)
+    config = SandboxConfig(timeout_s=3, python=sys.executable)
+    if blocked:  # e.g. pyenv under /root: we must not run it, nor loosen permissions for it
+        with pytest.raises(RuntimeError, match="cannot build a sandbox"):
+            run_tests("print(3)", ADD[:1], config)
+    else:
+        assert run_tests("print(3)", ADD[:1], config)[0].passed
+
+
+def test_non_root_trainer_uses_a_user_namespace():
+    """The trainer itself running as an unprivileged user (here: nobody, with the system python)."""
+    if os.geteuid() != 0:
+        pytest.skip("the suite already runs as non-root: every other test covers this path")
+    python = "/usr/bin/python3"
+    readable = os.stat(os.path.join(REPO, "reward.py")).st_mode & 0o004 and all(
+        os.stat(p).st_mode & 0o005 == 0o005 for p in [REPO, os.path.dirname(REPO)])
+    assert os.path.exists(python) and readable, "this check needs /usr/bin/python3 and a world-readable checkout"
+    userns = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "unshare", "--user",
+                             "--map-root-user", "--net", "true"], capture_output=True).returncode == 0
+    code = ("import json, sys\nsys.path.insert(0, sys.argv[1])\nimport reward\n"
+            "config = reward.SandboxConfig(timeout_s=3)\n"
+            "env = reward.run_tests('import os\\nprint(os.environ.get(\"REWARD_TEST_SECRET\", \"none\"))', "
+            "[{'input': '', 'output': 'none'}], config)\n"
+            "add = reward.run_tests('print(sum(map(int, input().split())))', [{'input': '1 2', 'output': '3'}], config)\n"
+            "print(json.dumps({'mode': reward.sandbox_info(config)['mode'], 'passed': [env[0].passed, add[0].passed]}))")
+    env = {"PATH": "/usr/bin:/bin", "REWARD_TEST_SECRET": "secret"}
+    proc = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", python, "-c", code, REPO],
+                          capture_output=True, text=True, timeout=60, cwd="/", env=env)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert report["passed"] == [True, True]
+    assert report["mode"] == ("namespaces (user namespace)" if userns else "plain")
+    assert_no_leftovers()
