@@ -12,38 +12,36 @@ The policy writes `<think> reasoning </think> answer`. Only the text after the L
     format failures: no `</think>` -> missing_think_end; no ```python block after it -> missing_code
     (defaults 0.0, on the default 0..1 scale; the authors' code used -0.5 on a +-1 scale)
 
-Simplifications and choices, in plain words:
-1. math-verify times out with signal.alarm, which only works in a process's main thread. Every math
-   check therefore runs in a small persistent worker process (its main thread, so math-verify's own
-   timeouts work there), and the caller kills it after a wall-clock deadline (which also covers C code
-   that an alarm cannot interrupt): math_reward works from any thread and cannot hang.
-2. Each code test runs in its own subprocess, never inside the trainer. Outputs are compared in the
-   trainer's process: stdin tests line by line after stripping, numbers as exact decimals
-   (LiveCodeBench); functional tests (LiveCodeBench `fn_name`, JSON arguments one per line) have the
-   candidate's return value serialised to JSON by a small harness in the child and compared here as
-   plain data, so an object whose __eq__ is always True gains nothing.
-3. The sandbox. Always: a new session whose whole process group is SIGKILLed at exit and at the
-   wall-clock timeout; rlimits on CPU time, address space, file size, open files, processes, no core
-   files; a scrubbed environment; stdout+stderr read with a size cap; expected outputs never enter the
-   child. Started as root, the candidate runs as `uid` (default 65534, nobody) with no capabilities,
-   through `setpriv`. Where `unshare` works (as root, or non-root with user namespaces), each test also
-   gets new network, pid and mount namespaces: no network at all, processes that escape with
-   setsid/double fork die with the test (the pid namespace's init exits), kill(-1) reaches only the
-   test's own processes, the working directory is a fresh tmpfs on /tmp that vanishes with the test, the
-   other world-writable directories are covered by read-only tmpfs, and top-level directories outside
-   the system ones (/root, /home, /work, /mnt, ..., except the one holding the interpreter) are hidden,
-   so datasets and test files there cannot be read.
-   Without namespaces ("plain" mode) those last guarantees are missing: sandbox_info() lists what is
-   and is not enforced, and a warning is printed once.
-4. The candidate's interpreter must be usable by the sandbox user inside the sandbox. One living under
-   /root (pyenv) is not, and a tmpfs on /tmp hides a virtualenv there. The first interpreter among
-   `python`, sys.executable, python3 on a system PATH, /usr/bin/python3 that passes a probe run through
-   the real sandbox is used (the probe also checks it can see its own prefix); if none does, run_tests
-   raises RuntimeError, naming each attempt. We never loosen permissions on the filesystem for it.
-5. The reward never raises into the trainer because of the candidate: a crash, timeout, wrong output or
-   format failure is a lower reward (per-test reasons in code_reward_details). It raises for broken
-   inputs that are not the candidate's fault: malformed tests (validate_tests names the test and the
-   field), an empty or unparseable gold answer, a platform where no sandbox can be built.
+Simplifications and choices, in plain words (Linux only):
+1. math-verify times out with signal.alarm, which works only in a process's main thread. So every math
+   check runs in a persistent worker process (there math-verify's own timeouts work), and the caller
+   kills it after a wall-clock deadline (also covering C code no alarm interrupts): math_reward works
+   from any thread and cannot hang. The worker has the trainer's privileges; it parses the text, never
+   runs it (math-verify's plain-expression path hands sympy only digits and operators).
+2. Each code test runs in its own subprocess. Outputs are compared in the trainer's process: stdin tests
+   line by line after stripping, numbers as exact decimals (as LiveCodeBench); functional tests
+   (`fn_name`, JSON arguments one per line) have the return value serialised to JSON by a harness in
+   the child and compared here as plain data, so an object whose __eq__ is always True gains nothing.
+3. The sandbox. Always: a new session whose whole process group is SIGKILLed at exit and at the timeout;
+   rlimits on CPU time, address space, file size, open files, processes, core files; a scrubbed
+   environment; stdout+stderr read with a size cap; expected outputs never enter the child. Started as
+   root, the candidate runs as `uid` (default nobody) without capabilities, through `setpriv`. Where
+   `unshare` works (as root, or non-root with user namespaces) each test also gets its own network, pid
+   and mount namespaces: no network; processes that escape by setsid/double fork die with the test;
+   kill(-1) reaches only the test's own processes; a root watchdog kills the candidate even if the
+   trainer dies; the working directory is a fresh tmpfs on /tmp; other world-writable directories and
+   top-level directories outside the system ones (/root, /home, /work, /mnt, ..., except the one holding
+   the interpreter) are covered by empty read-only tmpfs, so datasets and test files there cannot be
+   read. Without namespaces ("plain" mode) these are missing: a warning says so, sandbox_info() lists it.
+4. The candidate's interpreter must work for the sandbox user inside the sandbox: one under /root (pyenv)
+   does not, and a tmpfs on /tmp hides a virtualenv there. We use the first of `python`, sys.executable,
+   python3 on a system PATH, /usr/bin/python3 that passes a probe through the real sandbox (which also
+   checks it finds its own files); if none does, run_tests raises RuntimeError naming each attempt. We
+   never loosen filesystem permissions for it.
+5. The reward never raises because of the candidate: a crash, timeout, wrong output or format failure is
+   a lower reward (per-test reasons in code_reward_details). It raises for inputs that are not the
+   candidate's fault: malformed tests (validate_tests names test and field), an empty or unparseable
+   gold answer, a machine where no sandbox can be built.
 
 Public API (stable): math_reward, verify_math, code_reward, code_reward_details, run_tests, all_passed,
 extract_answer_region, extract_code, stdout_mismatch, validate_tests, sandbox_info, SandboxConfig, TestResult.
@@ -385,7 +383,8 @@ class _Plan:
                 json.dumps(_limits(cfg)), fn_name]
 
     def fstab(self, cfg: SandboxConfig) -> bytes:
-        hide = "".join(f"sandbox-hide {path} tmpfs ro,size=4k,nosuid,nodev,noexec 0 0\n" for path in self.hidden)
+        escape = lambda path: re.sub(r"[\s\\]", lambda m: "\\%03o" % ord(m.group()), path)  # noqa: E731 (fstab(5))
+        hide = "".join(f"sandbox-hide {escape(path)} tmpfs ro,size=4k,nosuid,nodev,noexec 0 0\n" for path in self.hidden)
         uid = 0 if self.uid is None else self.uid
         return (hide + f"sandbox-work /tmp tmpfs size={cfg.file_size_mb}m,mode=700,uid={uid},gid={uid},"
                 "nosuid,nodev 0 0\n").encode()
@@ -586,10 +585,7 @@ def _execute(plan: _Plan, cfg: SandboxConfig, program: str, test: dict) -> TestR
                 pass
             proc.wait()
             for pipe in (proc.stdin, proc.stdout, proc.stderr):
-                try:
-                    pipe.close()
-                except OSError:
-                    pass
+                pipe.close()  # nothing buffered: stdin was written with os.write
             if workdir:
                 shutil.rmtree(workdir, ignore_errors=True)
     if status == "timeout":

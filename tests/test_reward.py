@@ -9,11 +9,9 @@ a smaller part runs in "plain" mode and as a non-root trainer.
 """
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
