@@ -336,6 +336,7 @@ def test_no_network(namespaced):
             listener.accept()  # nobody came
     finally:
         listener.close()
+    assert_no_leftovers()
 
 
 def test_watchdog_kills_the_candidate_when_the_trainer_dies(namespaced):
@@ -364,6 +365,7 @@ def test_environment_is_scrubbed(monkeypatch):
                "print(found)")
     for config in (FAST, PLAIN):
         assert code_reward(respond(program), [{"input": "", "output": secret}], config=config) == 0.0
+    assert_no_leftovers()
 
 
 # ----------------------------------------------------------------------------- other modes
