@@ -462,9 +462,13 @@ def _sandbox_plan(cfg: SandboxConfig) -> _Plan:
 
 
 def _not_enforced(plan: _Plan) -> list[str]:
-    if plan.mode != "plain":
-        return [] if plan.drop or plan.uid is not None else ["the candidate keeps its capabilities inside the "
-                                                             "user namespace (no setpriv): it could unmount the hiding tmpfs"]
+    if plan.mode == "namespaces":
+        return []
+    if plan.mode != "plain":  # user namespace: the candidate is the trainer's own user, mapped to root
+        return ["the candidate has the trainer's real uid: it can kill the watchdog (not the trainer, outside "
+                "its pid namespace), and RLIMIT_NPROC also counts the trainer's own processes"] + (
+                [] if plan.drop else ["no setpriv: the candidate keeps its namespace capabilities and could "
+                                      "unmount the hiding tmpfs"])
     same_user = "the trainer itself" if plan.uid is None else f"other candidates running as uid {plan.uid}"
     return ["network access", "pid isolation: kill(-1) reaches " + same_user,
             "if the trainer dies mid-test, nothing kills a sleeping candidate",
