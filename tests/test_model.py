@@ -197,6 +197,7 @@ def test_error_missing_shard(tmp_path):
     ({"model_type": "llama", "architectures": ["LlamaForCausalLM"]}, "model_type='llama'.*Qwen3"),
     ({"model_type": "qwen3_moe", "architectures": ["Qwen3MoeForCausalLM"]}, "qwen3_moe"),
     ({"attention_bias": True}, "attention_bias"),
+    ({"hidden_act": "gelu"}, "hidden_act='gelu'"),
     ({"rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1e6}}, "linear"),
 ])
 def test_error_not_qwen3_config(tmp_path, change, message):
@@ -206,10 +207,8 @@ def test_error_not_qwen3_config(tmp_path, change, message):
     cfg.update(change)
     with open(dst / "config.json", "w") as fh:
         json.dump(cfg, fh)
-    with pytest.raises(ValueError, match=message) as err:
+    with pytest.raises(ValueError, match=r"config\.json.*" + message):
         from_pretrained(str(dst))
-    if "rope_type" not in str(change):
-        assert "config.json" in str(err.value)
 
 
 # ----------------------------------------------------------------------------- forward features
