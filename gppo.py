@@ -402,3 +402,418 @@ def rl_loss_from_hidden(hidden, lm_head_weight, target_ids, old_logprobs, advant
 
 
 # ---- The RL loop (config, rollouts, FSDP2 updates) follows below and calls the loss API above. ----
+
+# ============================================================================= the RL loop
+# One step (each rank works on its shard of the prompts):
+#   1. prompts -> 2. n responses each (rollout.py, keeping the sampled tokens' logprobs) -> 3. rewards
+#   (reward.py, in parallel threads) -> 4. GRPO advantages A = (R - mean_group) / (std_group + 1e-6); groups
+#   whose rewards are all equal carry no signal and are dropped (not refilled) -> 5. old logprobs, recomputed
+#   by the trainer (or the engine's) -> 6. one optimizer step per mini-batch, loss = GPPO + alpha*SFT,
+#   token-mean over the mini-batch on all ranks -> 7. FSDP2 step -> 8. copy the new weights into the engine.
+# The imports below are the loop's; the loss above needs only torch (and triton on CUDA).
+import json  # noqa: E402
+import math  # noqa: E402
+import os  # noqa: E402
+import time  # noqa: E402
+from concurrent.futures import ThreadPoolExecutor  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
+
+import numpy as np  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+
+import data  # noqa: E402
+import reward  # noqa: E402
+from model import from_pretrained  # noqa: E402
+from rollout import LLMEngine, SamplingParams  # noqa: E402
+from sft import export_hf, init_distributed, load_checkpoint, parse_config, print0, save_checkpoint, shard_model  # noqa: E402
+
+
+@dataclass
+class GPPOConfig:
+    # data: JSONL prompts (math: problem/question + answer; code: LiveCodeBench style); empty = toy math
+    math_data: str = ""
+    code_data: str = ""
+    eval_data: str = ""                # held-out math JSONL; empty = the toy held-out split
+    toy_problems: int = 2000           # toy RL prompts (addition with toy_min..toy_max digits)
+    toy_min_digits: int = 1
+    toy_max_digits: int = 4
+    toy_code_prompts: int = 0          # also mix in this many toy code prompts
+    init_from: str = "out/sft/hf"      # the SFT checkpoint (a Hugging Face directory with tokenizer.json)
+    out_dir: str = "out/gppo"
+    # rollout (paper: 128 prompts x 8, T=1.0, top-p 1.0, prompt 4096 left-truncated, response 32768)
+    prompts_per_step: int = 32
+    group_size: int = 8                # responses per prompt, n (named so torchrun's argparse cannot mistake it)
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_prompt_len: int = 4096
+    max_response_len: int = 192
+    # update (paper, math: 16 prompts per mini-batch, i.e. 8 optimizer steps per rollout batch)
+    mini_batch_prompts: int = 8
+    train_row_tokens: int = 8192       # tokens per forward/backward (packed): bounds activation memory
+    lr: float = 2e-5                   # paper: 1e-6 math, 5e-7 code; constant after warmup
+    warmup_steps: int = 10
+    weight_decay: float = 0.1
+    grad_clip: float = 1.0
+    activation_checkpointing: bool = False
+    # the loss (method.md §2)
+    loss_mode: str = "gppo"            # gppo | grpo | cispo
+    eps_low: float = 0.2
+    eps_high: float = 0.28
+    dual_clip: float = 10.0
+    beta1: float = 1.0
+    beta2: float = 1.0
+    high_side_only: bool = False
+    alpha: float = 0.1                 # weight of the SFT term on fully correct responses
+    old_logprobs: str = "recompute"    # recompute (trainer forward before the updates) | engine (sampler's)
+    filter_zero_adv: bool = True       # drop groups whose rewards are all equal (all right / all wrong)
+    # rewards
+    code_reward: str = "soft"          # soft (fraction of tests passed) | binary (1 iff all pass)
+    code_filter_k: int = 0             # pre-sample k responses per code prompt and keep the prompt only if
+    code_filter_threshold: float = 0.5 # the fraction passing all tests is >= threshold (paper: k=16, 0.5)
+    reward_workers: int = 8
+    # bookkeeping
+    steps: int = 60
+    seed: int = 1234
+    eval_every: int = 20               # held-out greedy accuracy every k steps (and before/after); 0 = off
+    eval_problems: int = 200
+    ckpt_every: int = 20               # DCP checkpoint (exact resume); always at the end
+    export_every: int = 0              # Hugging Face export every k steps; always at the end
+    resume: bool = True
+    device: str = "auto"
+    kv_cache_fraction: float = 0.3     # GPU: share of free memory for the engine's KV pool
+
+    def __post_init__(self):
+        checks = [(self.loss_mode in MODES, f"loss_mode must be one of {MODES}"),
+                  (self.old_logprobs in ("recompute", "engine"), "old_logprobs must be recompute or engine"),
+                  (self.code_reward in ("soft", "binary"), "code_reward must be soft or binary"),
+                  (self.prompts_per_step % self.mini_batch_prompts == 0, "prompts_per_step must be a multiple of mini_batch_prompts"),
+                  (self.group_size >= 2, "group_size must be >= 2 (GRPO advantages compare the samples of a prompt)")]
+        for ok, why in checks:
+            if not ok:
+                raise SystemExit(f"error: GPPOConfig: {why}")
+
+
+def load_tasks(cfg, tokenizer):
+    """RL prompts as dicts {id, kind: math|code, prompt, answer|tests, prompt_ids}."""
+    tasks = []
+    if cfg.math_data:
+        tasks += [dict(p, kind="math") for p in data.load_math_jsonl(cfg.math_data)]
+    if cfg.code_data:
+        tasks += [dict(p, kind="code") for p in data.load_code_jsonl(cfg.code_data)]
+    if not tasks:
+        tasks = [dict(p, kind="math") for p in data.toy_math_problems(cfg.toy_problems, seed=cfg.seed, split="train",
+                                                                     min_digits=cfg.toy_min_digits, max_digits=cfg.toy_max_digits)]
+    if cfg.toy_code_prompts:
+        tasks += [dict(p, kind="code") for p in data.toy_code_problems(cfg.toy_code_prompts, seed=cfg.seed, split="train")]
+    tasks, report = data.encode_prompts(tokenizer, tasks, cfg.max_prompt_len, overlong="truncate")
+    print0(f"prompts: {report}")
+    return tasks
+
+
+def score(task, text, cfg):
+    """(reward in [0, 1], fully correct?) of one response. Never raises for a bad response."""
+    if task["kind"] == "math":
+        r = reward.math_reward(text, task["answer"])
+        return r, r == 1.0
+    r, results = reward.code_reward_details(text, task["tests"])
+    passed = bool(results) and reward.all_passed(results)
+    return (float(passed) if cfg.code_reward == "binary" else r), passed
+
+
+def group_advantages(rewards):
+    """rewards (G, n) -> advantages (G, n) and keep (G,): a group whose rewards are all equal has no signal."""
+    r = torch.as_tensor(rewards, dtype=torch.float64)
+    adv = (r - r.mean(1, keepdim=True)) / (r.std(1, keepdim=True) + 1e-6)   # std unbiased, as verl's GRPO
+    keep = (r.max(1).values - r.min(1).values) > 1e-9
+    return adv.float(), keep
+
+
+def pack_micro_batches(seqs, row_tokens):
+    """Greedy, in order: sequences into rows of at most row_tokens tokens (a longer one gets its own row).
+    Each row: input_ids, position_ids, document_ids (1, T) and, per response token, where its logit is."""
+    rows, current = [], []
+    for s in seqs:
+        if current and sum(len(c["ids"]) for c in current) + len(s["ids"]) > row_tokens:
+            rows.append(current)
+            current = []
+        current.append(s)
+    if current:
+        rows.append(current)
+    return rows
+
+
+def row_tensors(row, device):
+    ids = torch.tensor([t for s in row for t in s["ids"]], device=device)[None]
+    pos = torch.cat([torch.arange(len(s["ids"])) for s in row]).to(device)[None]
+    doc = torch.cat([torch.full((len(s["ids"]),), i) for i, s in enumerate(row)]).to(device)[None]
+    # response token j of a sequence sits at prompt_len + j and is predicted by the hidden state before it
+    offsets = np.cumsum([0] + [len(s["ids"]) for s in row[:-1]])
+    where = torch.tensor([o + s["prompt_len"] - 1 + j for o, s in zip(offsets, row) for j in range(len(s["ids"]) - s["prompt_len"])],
+                         device=device)
+    per_token = {k: torch.tensor([v for s in row for v in s[k]], device=device) for k in ("old", "adv", "sft", "engine")}
+    targets = ids[0, where + 1]
+    return ids, pos, doc, where, targets, per_token
+
+
+@torch.no_grad()
+def recompute_logprobs(policy, row, temperature, device):
+    ids, pos, doc, where, targets, _ = row_tensors(row, device)
+    hidden = policy(ids, position_ids=pos, document_ids=doc, return_hidden=True)[0, where]   # (N, D)
+    out = []
+    for s in range(0, len(where), 1024):
+        logits = (hidden[s:s + 1024] @ policy.lm_head.weight.T).float() / temperature
+        out.append(torch.log_softmax(logits, -1).gather(1, targets[s:s + 1024, None])[:, 0])
+    lp = torch.cat(out).tolist()
+    k = 0
+    for s in row:
+        m = len(s["ids"]) - s["prompt_len"]
+        s["old"], k = lp[k:k + m], k + m
+
+
+def global_sum(x, device):
+    t = torch.tensor(x, dtype=torch.float64, device=device)
+    dist.all_reduce(t)
+    return t.tolist()
+
+
+def global_max(x, device):
+    t = torch.tensor([x], dtype=torch.float64, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return t.item()
+
+
+def train_mini_batch(policy, optimizer, seqs, cfg, device, world):
+    """One optimizer step on this rank's sequences of a mini-batch; token-mean over all ranks' tokens."""
+    n_tok, n_sft = global_sum([sum(len(s["adv"]) for s in seqs), sum(sum(s["sft"]) for s in seqs)], device)
+    if n_tok == 0:
+        return None
+    rows = pack_micro_batches(seqs, cfg.train_row_tokens)
+    n_rows = int(global_max(len(rows), device))   # every rank runs the same number of forward/backward passes
+    metrics, weight = {}, 0.0
+    for i in range(n_rows):
+        if i < len(rows):
+            ids, pos, doc, where, targets, tok = row_tensors(rows[i], device)
+        else:   # this rank has fewer rows: a dummy row keeps FSDP's collectives in step; it adds zero
+            ids, pos, doc = (torch.zeros((1, 2), dtype=torch.long, device=device) for _ in range(3))
+            where, targets = torch.zeros(1, dtype=torch.long, device=device), torch.zeros(1, dtype=torch.long, device=device)
+            tok = {k: torch.zeros(1, device=device) for k in ("old", "adv", "sft", "engine")}
+        hidden = policy(ids, position_ids=pos, document_ids=doc, return_hidden=True)[0, where]
+        mask = torch.ones_like(tok["adv"]) if i < len(rows) else torch.zeros_like(tok["adv"])
+        loss, m = rl_loss_from_hidden(hidden, policy.lm_head.weight, targets, tok["old"], tok["adv"], mask, tok["sft"],
+                                      temperature=cfg.temperature, alpha=cfg.alpha, num_tokens=n_tok,
+                                      num_sft_tokens=max(n_sft, 1.0), mode=cfg.loss_mode, eps_low=cfg.eps_low,
+                                      eps_high=cfg.eps_high, dual_clip=cfg.dual_clip, beta1=cfg.beta1,
+                                      beta2=cfg.beta2, high_side_only=cfg.high_side_only)
+        (loss * world).backward()   # FSDP averages gradients over ranks; the loss is already a global mean
+        w = float(mask.sum())
+        for k in ("entropy", "clip_frac_high", "clip_frac_low", "dual_clip_frac", "ratio_mean", "approx_kl"):
+            metrics[k] = metrics.get(k, 0.0) + float(m[k]) * w
+        metrics["loss"] = metrics.get("loss", 0.0) + float(loss.detach())
+        weight += w
+    grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.grad_clip)
+    grad_norm = float(grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm)
+    if not math.isfinite(grad_norm):
+        raise SystemExit(f"error: grad norm {grad_norm}: stopping before the update (the last checkpoint is intact)")
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    keys = sorted(k for k in metrics if k != "loss")
+    sums = global_sum([metrics["loss"]] + [metrics[k] for k in keys] + [weight], device)
+    out = {"loss": sums[0], "grad_norm": grad_norm}
+    out.update({k: v / max(sums[-1], 1.0) for k, v in zip(keys, sums[1:-1])})
+    return out
+
+
+@torch.no_grad()
+def sync_engine(policy, engine_model):
+    """Copy the trained weights into the engine's model, one full parameter at a time (all ranks gather)."""
+    for (name, p), (name2, q) in zip(policy.named_parameters(), engine_model.named_parameters()):
+        assert name == name2, (name, name2)
+        q.copy_(p.full_tensor() if hasattr(p, "full_tensor") else p)
+
+
+def evaluate(engine, tokenizer, problems, cfg, rank, world, device):
+    """Held-out greedy accuracy (math), problems sharded across ranks."""
+    mine = problems[rank::world]
+    params = SamplingParams(temperature=0.0, max_tokens=cfg.max_response_len, stop_token_ids=tuple(data.stop_token_ids(tokenizer)))
+    outs = engine.generate([p["prompt_ids"] for p in mine], params) if mine else []
+    correct = sum(score(p, tokenizer.decode(o[0].token_ids, skip_special_tokens=False), cfg)[1] for p, o in zip(mine, outs))
+    c, n = global_sum([correct, len(mine)], device)
+    return c / max(n, 1)
+
+
+def step_tasks(tasks, step, cfg, seed):
+    """The global batch of prompts of a step: a fresh permutation of all prompts per epoch."""
+    P = cfg.prompts_per_step
+    out = []
+    for i in range(step * P, (step + 1) * P):
+        epoch, j = divmod(i, len(tasks))
+        out.append(tasks[np.random.default_rng([seed, epoch]).permutation(len(tasks))[j]])
+    return out
+
+
+def main(cfg: GPPOConfig, reward_fn=None):
+    """reward_fn(task, text, token_ids) -> (reward, fully_correct) replaces `score` (tests use a simple task)."""
+    rank, world, device = init_distributed(cfg.device)
+    if not os.path.exists(os.path.join(cfg.init_from, "config.json")):
+        raise SystemExit(f"error: no SFT checkpoint at {cfg.init_from!r}: run `python sft.py` first "
+                         "(or `bash train.sh`), or pass --init_from=DIR (a Hugging Face Qwen3 directory)")
+    if cfg.mini_batch_prompts % world:
+        raise SystemExit(f"error: mini_batch_prompts={cfg.mini_batch_prompts} must be a multiple of world size {world}")
+    os.makedirs(cfg.out_dir, exist_ok=True)
+    torch.manual_seed(cfg.seed)
+    tokenizer = data.load_tokenizer(cfg.init_from)
+    stop_ids = tuple(data.stop_token_ids(tokenizer))
+    tasks = load_tasks(cfg, tokenizer)
+    score_fn = reward_fn or (lambda task, text, ids: score(task, text, cfg))
+
+    # the trained policy (fp32 master weights, FSDP2) and the engine's own full copy (bf16 on GPU)
+    policy = from_pretrained(cfg.init_from, dtype=torch.float32, device=device)
+    policy.activation_checkpointing = cfg.activation_checkpointing
+    engine_model = from_pretrained(cfg.init_from, dtype=torch.bfloat16 if device.type == "cuda" else torch.float32, device=device)
+    shard_model(policy, device)
+    optimizer = torch.optim.AdamW(policy.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.999))
+    kv_bytes = int(cfg.kv_cache_fraction * torch.cuda.mem_get_info(device)[0]) if device.type == "cuda" else None
+    engine = LLMEngine(engine_model, max_num_seqs=256, max_model_len=cfg.max_prompt_len + cfg.max_response_len,
+                       kv_cache_memory=kv_bytes)
+
+    if cfg.code_filter_k and any(t["kind"] == "code" for t in tasks):
+        tasks = filter_code_prompts(tasks, engine, tokenizer, cfg, score_fn, rank, world, device)
+
+    eval_problems = data.load_math_jsonl(cfg.eval_data) if cfg.eval_data else \
+        data.toy_math_problems(cfg.eval_problems, seed=cfg.seed, split="test", min_digits=cfg.toy_min_digits,
+                               max_digits=cfg.toy_max_digits)
+    eval_problems = [dict(p, kind="math") for p in data.encode_prompts(tokenizer, eval_problems[:cfg.eval_problems],
+                                                                      cfg.max_prompt_len, "truncate")[0]]
+
+    ckpt_dir, step = os.path.join(cfg.out_dir, "checkpoint"), 0
+    if cfg.resume and os.path.exists(ckpt_dir):
+        step = load_checkpoint(ckpt_dir, policy, optimizer)["step"]
+        sync_engine(policy, engine_model)
+        print0(f"resumed from {ckpt_dir} at step {step}")
+    metrics_file = open(os.path.join(cfg.out_dir, "metrics.jsonl"), "a") if rank == 0 else None
+
+    def log(rec):
+        if metrics_file:
+            metrics_file.write(json.dumps(rec) + "\n")
+            metrics_file.flush()
+
+    if cfg.eval_every and step == 0:
+        acc = evaluate(engine, tokenizer, eval_problems, cfg, rank, world, device)
+        print0(f"step 0 held-out greedy accuracy {acc:.3f}")
+        log({"step": 0, "eval_accuracy": acc})
+    pool = ThreadPoolExecutor(cfg.reward_workers)
+    M, m_local = cfg.mini_batch_prompts, cfg.mini_batch_prompts // world
+    t_run, start_step = time.time(), step
+    while step < cfg.steps:
+        t0 = time.time()
+        for group in optimizer.param_groups:
+            group["lr"] = cfg.lr * min(1.0, (step + 1) / max(1, cfg.warmup_steps))
+        batch = step_tasks(tasks, step, cfg, cfg.seed)
+        # this rank's share of every mini-batch, so each mini-batch is spread over all ranks
+        mine = [(k * M + rank * m_local + j) for k in range(len(batch) // M) for j in range(m_local)]
+        params = [SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_response_len,
+                                 n=cfg.group_size, stop_token_ids=stop_ids, seed=cfg.seed * 1_000_003 + step * 10_007 + i) for i in mine]
+        outs = engine.generate([batch[i]["prompt_ids"] for i in mine], params)
+        t1 = time.time()
+        texts = [[tokenizer.decode(s.token_ids, skip_special_tokens=False) for s in o] for o in outs]
+        jobs = [[pool.submit(score_fn, batch[i], t, s.token_ids) for t, s in zip(ts, o)] for i, ts, o in zip(mine, texts, outs)]
+        scored = [[j.result() for j in js] for js in jobs]
+        rewards = [[r for r, _ in g] for g in scored]
+        adv, keep = group_advantages(rewards)
+        if not cfg.filter_zero_adv:
+            keep = torch.ones_like(keep)
+        t2 = time.time()
+
+        # every kept response becomes one training sequence: prompt + response, per-token A, old logprob, SFT flag
+        seqs_by_mb = [[] for _ in range(len(batch) // M)]
+        for g, (i, o) in enumerate(zip(mine, outs)):
+            if not keep[g]:
+                continue
+            for j, s in enumerate(o):
+                if not s.token_ids:
+                    continue
+                prompt = batch[i]["prompt_ids"]
+                seqs_by_mb[i // M].append(dict(ids=prompt + s.token_ids, prompt_len=len(prompt),
+                                               adv=[float(adv[g, j])] * len(s.token_ids), engine=s.logprobs,
+                                               old=s.logprobs, sft=[float(scored[g][j][1])] * len(s.token_ids)))
+        lp_diff = [0.0, 0.0, 0.0]   # sum |delta|, count, max |delta| between trainer and engine logprobs
+        if cfg.old_logprobs == "recompute":
+            for seqs in seqs_by_mb:
+                for row in pack_micro_batches(seqs, cfg.train_row_tokens):
+                    recompute_logprobs(policy, row, cfg.temperature, device)
+            for s in (s for seqs in seqs_by_mb for s in seqs):
+                d = np.abs(np.asarray(s["old"]) - np.asarray(s["engine"]))
+                lp_diff = [lp_diff[0] + d.sum(), lp_diff[1] + len(d), max(lp_diff[2], float(d.max()))]
+        t3 = time.time()
+        updates = [r for r in (train_mini_batch(policy, optimizer, seqs, cfg, device, world) for seqs in seqs_by_mb) if r]
+        t4 = time.time()
+        if updates:
+            sync_engine(policy, engine_model)
+        t5 = time.time()
+        step += 1
+
+        # --- metrics over all ranks
+        lengths = [len(s.token_ids) for o in outs for s in o]
+        flat_r = [r for g in rewards for r in g]
+        flat_c = [c for g in scored for _, c in g]
+        sums = global_sum([sum(flat_r), sum(flat_c), len(flat_r), sum(lengths), sum(l >= cfg.max_response_len for l in lengths),
+                           int(keep.sum()), len(mine), lp_diff[0], lp_diff[1],
+                           sum(len(s["ids"]) for seqs in seqs_by_mb for s in seqs)], device)
+        max_len = global_max(max(lengths), device)
+        lp_max = global_max(lp_diff[2], device)
+        n_resp = max(sums[2], 1)
+        rec = dict(step=step, reward=sums[0] / n_resp, accuracy=sums[1] / n_resp, groups_kept=sums[5] / max(sums[6], 1),
+                   groups_dropped=int(sums[6] - sums[5]), response_len_mean=sums[3] / n_resp, response_len_max=int(max_len),
+                   truncated=int(sums[4]), logprob_diff_mean=sums[7] / max(sums[8], 1), logprob_diff_max=lp_max,
+                   updates=len(updates), lr=optimizer.param_groups[0]["lr"],
+                   rollout_tok_s=sums[3] / max(t1 - t0, 1e-9), train_tok_s=sums[9] / max(t4 - t3 + t3 - t2, 1e-9),
+                   time_generate=t1 - t0, time_reward=t2 - t1, time_old_logprobs=t3 - t2, time_train=t4 - t3, time_sync=t5 - t4)
+        for k in ("loss", "grad_norm", "entropy", "clip_frac_high", "clip_frac_low", "dual_clip_frac", "ratio_mean", "approx_kl"):
+            if updates:
+                rec[k] = sum(u[k] for u in updates) / len(updates)
+        if not updates:
+            print0(f"step {step}: every group has equal rewards (all right or all wrong): no update this step")
+        eta = (time.time() - t_run) / (step - start_step) * (cfg.steps - step)
+        print0(f"step {step}/{cfg.steps} reward {rec['reward']:.3f} acc {rec['accuracy']:.3f} kept {rec['groups_kept']:.2f} "
+               f"len {rec['response_len_mean']:.0f} " + (f"loss {rec['loss']:.4f} ent {rec['entropy']:.3f} "
+               f"clip_hi {rec['clip_frac_high']:.3f} clip_lo {rec['clip_frac_low']:.3f} kl {rec['approx_kl']:.2e} "
+               f"gnorm {rec['grad_norm']:.2f} " if updates else "") +
+               f"| gen {t1 - t0:.1f}s rew {t2 - t1:.1f}s train {t4 - t2:.1f}s sync {t5 - t4:.1f}s "
+               f"({rec['rollout_tok_s']:.0f} tok/s) eta {eta / 60:.1f}min")
+        if cfg.eval_every and (step % cfg.eval_every == 0 or step == cfg.steps):
+            rec["eval_accuracy"] = evaluate(engine, tokenizer, eval_problems, cfg, rank, world, device)
+            print0(f"step {step} held-out greedy accuracy {rec['eval_accuracy']:.3f}")
+        log(rec)
+        if (cfg.ckpt_every and step % cfg.ckpt_every == 0) or step == cfg.steps:
+            save_checkpoint(ckpt_dir, policy, optimizer, {"step": step})
+        if (cfg.export_every and step % cfg.export_every == 0) or step == cfg.steps:
+            export_hf(policy, os.path.join(cfg.out_dir, "hf"), cfg.init_from)
+    print0(f"done: {step} steps; Hugging Face export in {cfg.out_dir}/hf")
+    pool.shutdown()
+    if metrics_file:
+        metrics_file.close()
+    dist.destroy_process_group()
+
+
+def filter_code_prompts(tasks, engine, tokenizer, cfg, score_fn, rank, world, device):
+    """Keep a code prompt only if the fraction of k pre-samples passing all its tests is >= threshold
+    (the paper filters out prompts whose tests are broken this way, with a strong model's pass@16)."""
+    code = [t for t in tasks if t["kind"] == "code"]
+    mine = code[rank::world]
+    params = SamplingParams(temperature=cfg.temperature, max_tokens=cfg.max_response_len, n=cfg.code_filter_k,
+                            stop_token_ids=tuple(data.stop_token_ids(tokenizer)), seed=cfg.seed)
+    outs = engine.generate([t["prompt_ids"] for t in mine], params) if mine else []
+    keep_ids = []
+    for t, o in zip(mine, outs):
+        passed = [score_fn(t, tokenizer.decode(s.token_ids, skip_special_tokens=False), s.token_ids)[1] for s in o]
+        if sum(passed) / len(passed) >= cfg.code_filter_threshold:
+            keep_ids.append(t["id"])
+    gathered = [None] * world
+    dist.all_gather_object(gathered, keep_ids)
+    kept = {i for ids in gathered for i in ids}
+    print0(f"code filter: kept {len(kept)} of {len(code)} code prompts (pass rate >= {cfg.code_filter_threshold} over {cfg.code_filter_k} samples)")
+    return [t for t in tasks if t["kind"] != "code" or t["id"] in kept]
+
+
+if __name__ == "__main__":
+    main(parse_config(GPPOConfig))

@@ -1,0 +1,115 @@
+"""The RL loop: 1 process == 2 processes, stop + resume == uninterrupted, a simple task is learned,
+all-equal groups skip the step cleanly, and the pieces (advantages, packing) against hand-computed values."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+import data  # noqa: E402
+import gppo  # noqa: E402
+from model import Qwen3, Qwen3Config, from_pretrained, save_pretrained  # noqa: E402
+
+SMALL = ["--prompts_per_step=4", "--mini_batch_prompts=2", "--group_size=4", "--max_response_len=16", "--eval_every=0",
+         "--toy_problems=64", "--lr=1e-2", "--warmup_steps=1", "--reward_workers=2"]
+
+
+@pytest.fixture(scope="module")
+def tiny_checkpoint(tmp_path_factory):
+    """A random 1-layer Qwen3 with the toy tokenizer, saved as a Hugging Face directory."""
+    path = str(tmp_path_factory.mktemp("tiny"))
+    tok = data.build_toy_tokenizer()
+    data.save_tokenizer(tok, path)
+    cfg = Qwen3Config(vocab_size=tok.get_vocab_size(), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                      num_attention_heads=2, num_key_value_heads=1, head_dim=16, tie_word_embeddings=True,
+                      torch_dtype="float32", max_position_embeddings=512)
+    save_pretrained(Qwen3(cfg).init_weights(seed=0), path)
+    return path
+
+
+def run(out_dir, ckpt, *extra, nproc=1, task="even"):
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    launcher = [sys.executable] if nproc == 1 else [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                                                     f"--nproc_per_node={nproc}"]
+    cmd = launcher + [os.path.join(ROOT, "tests", "gppo_driver.py"), f"--task={task}", f"--init_from={ckpt}",
+                      f"--out_dir={out_dir}", *SMALL, *extra]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=400, cwd=ROOT)
+    assert proc.returncode == 0, f"{' '.join(cmd)}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    with open(os.path.join(out_dir, "metrics.jsonl")) as fh:
+        return [json.loads(line) for line in fh], proc.stdout
+
+
+def weights(out_dir):
+    return {n: p.detach().clone() for n, p in from_pretrained(os.path.join(out_dir, "hf")).named_parameters()}
+
+
+def test_one_process_equals_two_processes(tiny_checkpoint, tmp_path):
+    one, _ = run(tmp_path / "one", tiny_checkpoint, "--steps=2")
+    two, _ = run(tmp_path / "two", tiny_checkpoint, "--steps=2", nproc=2)
+    for a, b in zip(one, two):
+        assert a["reward"] == pytest.approx(b["reward"], abs=1e-6)
+        assert a["loss"] == pytest.approx(b["loss"], abs=1e-5), (a, b)
+        assert a["updates"] == b["updates"] == 2
+    w1, w2 = weights(tmp_path / "one"), weights(tmp_path / "two")
+    for name in w1:
+        torch.testing.assert_close(w1[name], w2[name], rtol=1e-4, atol=1e-5, msg=name)
+
+
+def test_stop_and_resume_is_exact(tiny_checkpoint, tmp_path):
+    full, _ = run(tmp_path / "full", tiny_checkpoint, "--steps=3")
+    run(tmp_path / "split", tiny_checkpoint, "--steps=1")
+    resumed, out = run(tmp_path / "split", tiny_checkpoint, "--steps=3")
+    assert "resumed from" in out
+    assert [r["step"] for r in resumed] == [1, 2, 3]
+    for a, b in zip(full[1:], resumed[1:]):
+        assert a["reward"] == b["reward"] and a["loss"] == b["loss"], (a, b)
+    w_full, w_split = weights(tmp_path / "full"), weights(tmp_path / "split")
+    for name in w_full:
+        assert torch.equal(w_full[name], w_split[name]), name
+
+
+def test_simple_task_is_learned(tiny_checkpoint, tmp_path):
+    metrics, _ = run(tmp_path / "learn", tiny_checkpoint, "--steps=8", "--prompts_per_step=8", "--mini_batch_prompts=4",
+                     "--lr=3e-2", "--max_response_len=24")
+    rewards = [m["reward"] for m in metrics]
+    assert sum(rewards[-2:]) / 2 > sum(rewards[:2]) / 2 + 0.05, rewards   # random: ~0.5
+
+
+def test_all_equal_groups_skip_the_step(tiny_checkpoint, tmp_path):
+    metrics, out = run(tmp_path / "const", tiny_checkpoint, "--steps=2", task="constant")
+    assert "no update this step" in out
+    assert all(m["updates"] == 0 and m["groups_kept"] == 0 and "loss" not in m for m in metrics)
+    before = {n: p for n, p in from_pretrained(tiny_checkpoint).named_parameters()}
+    for name, w in weights(tmp_path / "const").items():
+        assert torch.equal(w, before[name]), name
+
+
+def test_no_sft_checkpoint_says_what_to_do(tmp_path):
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "gppo.py"), f"--init_from={tmp_path}/nothing"],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert proc.returncode != 0 and "run `python sft.py` first" in proc.stderr + proc.stdout
+
+
+def test_group_advantages_by_hand():
+    adv, keep = gppo.group_advantages([[1, 0, 0, 1], [1, 1, 1, 1], [0, 0, 0, 0], [0.25, 0.5, 0.5, 1.0]])
+    s = (4 / 3 * 0.25) ** 0.5   # unbiased std of [1, 0, 0, 1]
+    torch.testing.assert_close(adv[0], torch.tensor([0.5, -0.5, -0.5, 0.5]) / (s + 1e-6))
+    assert keep.tolist() == [True, False, False, True]
+    assert torch.equal(adv[1], torch.zeros(4)) and torch.equal(adv[2], torch.zeros(4))
+
+
+def test_packing_and_logit_positions():
+    seqs = [dict(ids=[1, 2, 3, 4, 5], prompt_len=3, old=[0.1, 0.2], adv=[1.0, 1.0], sft=[0, 0], engine=[0, 0]),
+            dict(ids=[6, 7, 8], prompt_len=1, old=[0.3, 0.4], adv=[-1.0, -1.0], sft=[1, 1], engine=[0, 0]),
+            dict(ids=[9] * 7, prompt_len=2, old=[0.0] * 5, adv=[0.5] * 5, sft=[0] * 5, engine=[0] * 5)]
+    rows = gppo.pack_micro_batches(seqs, row_tokens=8)
+    assert [len(r) for r in rows] == [2, 1]
+    ids, pos, doc, where, targets, tok = gppo.row_tensors(rows[0], torch.device("cpu"))
+    assert pos.tolist() == [[0, 1, 2, 3, 4, 0, 1, 2]] and doc.tolist() == [[0, 0, 0, 0, 0, 1, 1, 1]]
+    assert where.tolist() == [2, 3, 5, 6] and targets.tolist() == [4, 5, 7, 8]
+    assert tok["adv"].tolist() == [1.0, 1.0, -1.0, -1.0]
