@@ -273,7 +273,8 @@ def encode_sft_dataset(tok: Tokenizer, conversations, max_len: int, overlong: st
     examples, report = [], dict(conversations=len(conversations), kept=0, truncated=0, dropped=0,
                                 max_len=max_len, overlong=overlong)
     for k, (enc, (_, span)) in enumerate(zip(encodings, rendered)):
-        ids, mask = np.asarray(enc.ids, dtype=np.int32), np.asarray(_loss_mask(enc.offsets, span), dtype=bool)
+        offsets = np.asarray(enc.offsets, dtype=np.int64).reshape(-1, 2)  # same rule as _loss_mask, vectorised
+        ids, mask = np.asarray(enc.ids, dtype=np.int32), (offsets[:, 1] > span[0]) & (offsets[:, 0] < span[1])
         if len(ids) > max_len:
             if overlong == "error":
                 raise DataError(f"conversation {k} has {len(ids)} tokens > max_len={max_len} (overlong=error)")

@@ -153,8 +153,13 @@ def test_loss_mask_real_tokenizer(qwen_tok):
 def test_loss_mask_toy_tokenizer(toy_tok):
     for messages in [c[0] for c in CHAT_CASES if c[0][-1]["role"] == "assistant"] + EXTRA_CONVERSATIONS:
         _check_loss_mask(toy_tok, messages)
-    for messages in data.toy_sft_conversations(20, 20, seed=3):
+    conversations = data.toy_sft_conversations(20, 20, seed=3) + EXTRA_CONVERSATIONS
+    for messages in conversations:
         _check_loss_mask(toy_tok, messages)
+    # the batched, vectorised path gives the same ids and masks as encode_chat
+    examples, _ = data.encode_sft_dataset(toy_tok, conversations, max_len=4096)
+    for messages, (ids, mask) in zip(conversations, examples):
+        assert (ids.tolist(), mask.astype(int).tolist()) == data.encode_chat(toy_tok, messages)
 
 
 # ----------------------------------------------------------------------------- toy tokenizer
