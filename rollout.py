@@ -182,20 +182,28 @@ class BlockManager:
         return self.slot(seq, pos), copy
 
 
-def paged_decode_reference(q, k_pool, v_pool, block_tables, context_lens):
+def paged_decode_reference(q, k_pool, v_pool, block_tables, context_lens, workspace=None):
     """One query per sequence against its pages, in plain PyTorch. Gathers each sequence's blocks into a
     padded copy: readable and fine on CPU, but it is the per-step copy the CUDA kernel avoids.
 
     q (B, Hq, hd); k_pool/v_pool (num_blocks, bs, Hkv, hd); block_tables (B, max_blocks) padded with any
-    valid id; context_lens (B,) -> (B, Hq, hd)
+    valid id; context_lens (B,) -> (B, Hq, hd). workspace: optional (2, >= B*max_blocks, bs, Hkv, hd) buffer
+    for the copy; reusing one across calls (PagedKVCache does) avoids allocating a fresh context-sized tensor
+    per layer and step, which on CPU costs as much as the attention itself (page faults, cold caches).
     """
-    Hq, Hkv = q.shape[1], k_pool.shape[2]
-    k = k_pool[block_tables].flatten(1, 2).transpose(1, 2)          # (B, Hkv, max_blocks*bs, hd)
-    v = v_pool[block_tables].flatten(1, 2).transpose(1, 2)
-    visible = torch.arange(k.shape[2], device=q.device) < context_lens[:, None]   # (B, L)
-    out = F.scaled_dot_product_attention(q[:, :, None], k, v, attn_mask=visible[:, None, None, :],
-                                         enable_gqa=Hq != Hkv)       # (B, Hq, 1, hd)
-    return out[:, :, 0]
+    B, Hq, hd = q.shape
+    _, bs, Hkv, _ = k_pool.shape
+    L = block_tables.shape[1] * bs
+    blocks = block_tables.flatten().long()
+    if workspace is None:
+        workspace = k_pool.new_empty(2, len(blocks), bs, Hkv, hd)
+    k = torch.index_select(k_pool, 0, blocks, out=workspace[0, :len(blocks)])
+    v = torch.index_select(v_pool, 0, blocks, out=workspace[1, :len(blocks)])
+    k, v = (t.view(B, L, Hkv, hd).transpose(1, 2).to(q.dtype) for t in (k, v))          # (B, Hkv, L, hd)
+    visible = torch.arange(L, device=q.device) < context_lens[:, None]                  # (B, L)
+    # GQA: the Hq/Hkv query heads of one KV head attend as that head's Hq/Hkv queries (heads h -> h // group)
+    out = F.scaled_dot_product_attention(q.view(B, Hkv, Hq // Hkv, hd), k, v, attn_mask=visible[:, None, None, :])
+    return out.reshape(B, Hq, hd)
 
 
 @triton.jit
@@ -267,6 +275,7 @@ class PagedKVCache:
         self.k_pool = torch.zeros(shape, dtype=dtype, device=device)
         self.v_pool = torch.zeros(shape, dtype=dtype, device=device)
         self.use_triton = use_triton
+        self.workspace = self.k_pool.new_empty(2, 0, *shape[2:])   # the reference path's gather buffer, grown on demand
         self.step: StepBatch | None = None
 
     @property
@@ -283,8 +292,8 @@ class PagedKVCache:
         step = self.step
         q, k, v = q[0], k[0], v[0]
         k_pool, v_pool = self.k_pool[layer_idx], self.v_pool[layer_idx]       # (num_blocks, bs, Hkv, hd)
-        k_pool.view(-1, *k.shape[1:]).index_copy_(0, step.slot_mapping, k)
-        v_pool.view(-1, *v.shape[1:]).index_copy_(0, step.slot_mapping, v)
+        k_pool.view(-1, *k.shape[1:]).index_copy_(0, step.slot_mapping, k.to(k_pool.dtype))
+        v_pool.view(-1, *v.shape[1:]).index_copy_(0, step.slot_mapping, v.to(v_pool.dtype))
         if step.is_prefill:   # no cached prefix: causal attention inside each new sequence
             outs = []
             for s, e in zip(step.cu_seqlens[:-1], step.cu_seqlens[1:]):
@@ -292,8 +301,11 @@ class PagedKVCache:
                 y = F.scaled_dot_product_attention(qi, ki, vi, is_causal=True, enable_gqa=q.shape[1] != k.shape[1])
                 outs.append(y[0].transpose(0, 1))
             return torch.cat(outs).unsqueeze(0)
-        decode = paged_decode_triton if self.use_triton else paged_decode_reference
-        return decode(q, k_pool, v_pool, step.block_tables, step.context_lens).unsqueeze(0)
+        if self.use_triton:
+            return paged_decode_triton(q, k_pool, v_pool, step.block_tables, step.context_lens).unsqueeze(0)
+        if self.workspace.shape[1] < step.block_tables.numel():
+            self.workspace = k_pool.new_empty(2, step.block_tables.numel() * 5 // 4, *k_pool.shape[1:])
+        return paged_decode_reference(q, k_pool, v_pool, step.block_tables, step.context_lens, self.workspace).unsqueeze(0)
 
 
 def keep_top_k_top_p(logits, top_k, top_p):
