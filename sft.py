@@ -233,7 +233,9 @@ def chunked_nll_sum(hidden, lm_head_weight, targets, mask, chunk: int):
         logits = (h @ lm_head_weight.T).float()                            # (chunk, V)
         return (F.cross_entropy(logits, t, reduction="none") * m).sum()
 
-    total = hidden.new_zeros((), dtype=torch.float32)
+    # start from a zero that is connected to the graph: a step whose rows are all padding must still run a
+    # backward on every rank (FSDP's collectives), and every parameter must get a (zero) gradient
+    total = (hidden.sum() + lm_head_weight.sum()).float() * 0.0
     for s in range(0, hidden.shape[0], chunk):
         sl = slice(s, s + chunk)
         if mask[sl].any():

@@ -111,3 +111,15 @@ def test_lr_schedule():
     assert sft.lr_at(10, 100, 8e-5, 4e-5, 10) == pytest.approx(8e-5)
     assert sft.lr_at(55, 100, 8e-5, 4e-5, 10) == pytest.approx(6e-5)   # halfway through the cosine
     assert sft.lr_at(100, 100, 8e-5, 4e-5, 10) == pytest.approx(4e-5)
+
+
+def test_all_padding_rows_still_backpropagate():
+    """The last step of an epoch may hold only padding rows: the loss is 0 but backward must still run."""
+    model = tiny_model()
+    T = 8
+    pad = dict(input_ids=torch.zeros(1, T, dtype=torch.long), loss_mask=torch.zeros(1, T, dtype=torch.bool),
+               position_ids=torch.arange(T)[None], document_ids=torch.zeros(1, T, dtype=torch.long))
+    loss = sft.sft_loss_sum(model, pad, chunk=4)
+    loss.backward()
+    assert loss.item() == 0.0
+    assert all(p.grad is not None and torch.count_nonzero(p.grad) == 0 for p in model.parameters())

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# The whole Klear-Reasoner pipeline: long-CoT SFT -> GPPO RL -> evaluation of both models, one table.
+#
+#   bash train.sh                 # toy task on a CPU (tiny model from scratch), about 15-25 minutes on 2 cores
+#   bash train.sh ablate          # the paper's ablations in miniature (see README, "Ablations")
+#
+# The real pipeline is the same script, driven by environment variables (paper hyperparameters by default):
+#   BASE_MODEL=/ckpt/Qwen3-8B-Base SFT_DATA=sft.jsonl MATH_DATA=math.jsonl CODE_DATA=code.jsonl \
+#   EVAL_MATH=aime24.jsonl,aime25.jsonl EVAL_CODE=lcb_v5.jsonl NPROC=8 bash train.sh
+# Several nodes: run it on every node with NNODES=N NODE_RANK=R MASTER_ADDR=host0 MASTER_PORT=29500.
+# Extra options for one stage: SFT_ARGS="--epochs=2", GPPO_ARGS="--steps=100", EVAL_ARGS="--k=16".
+# OUT (default out/) holds every stage's output; a stage that fails stops the script with its name.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+OUT=${OUT:-out}
+NPROC=${NPROC:-1}
+NNODES=${NNODES:-1}
+SFT_ARGS=${SFT_ARGS:-}
+GPPO_ARGS=${GPPO_ARGS:-}
+EVAL_ARGS=${EVAL_ARGS:-}
+
+if [ "$NPROC" -gt 1 ] || [ "$NNODES" -gt 1 ]; then
+  LAUNCH=(torchrun --nproc_per_node="$NPROC" --nnodes="$NNODES" --node_rank="${NODE_RANK:-0}"
+          --master_addr="${MASTER_ADDR:-127.0.0.1}" --master_port="${MASTER_PORT:-29500}")
+else
+  LAUNCH=(python)
+fi
+
+stage() {  # stage NAME command...: run it, time it, stop the pipeline with a clear message if it fails
+  local name=$1; shift
+  echo "=== [$name] $*"
+  local start=$SECONDS
+  if ! "$@"; then
+    echo "train.sh: stage '$name' failed (command: $*); stopping. Its output is above; fix it and rerun." >&2
+    exit 1
+  fi
+  echo "=== [$name] done in $((SECONDS - start)) s"
+}
+
+if [ "${1:-}" = "ablate" ]; then
+  shift
+  stage ablate python benchmarks/ablate.py --out_dir="$OUT/ablate" "$@"
+  exit 0
+fi
+
+T0=$SECONDS
+if [ -n "${BASE_MODEL:-}" ]; then
+  # --- the real pipeline (method.md §1): Qwen3 base -> SFT (32K) -> math RL (and code RL) -> eval
+  : "${SFT_DATA:?set SFT_DATA to the SFT JSONL (messages or conversations)}"
+  : "${MATH_DATA:?set MATH_DATA to the math RL JSONL (problem + answer)}"
+  stage sft "${LAUNCH[@]}" sft.py --init_from="$BASE_MODEL" --tokenizer="$BASE_MODEL" --data="$SFT_DATA" \
+      --out_dir="$OUT/sft" --max_len=32768 --row_tokens=32768 --rows_per_step=64 --micro_rows=1 \
+      --lr=8e-5 --min_lr=4e-5 --warmup_steps=20 --epochs=4 --activation_checkpointing=true --device=cuda $SFT_ARGS
+  stage gppo-math "${LAUNCH[@]}" gppo.py --init_from="$OUT/sft/hf" --math_data="$MATH_DATA" --out_dir="$OUT/gppo-math" \
+      --prompts_per_step=128 --group_size=8 --mini_batch_prompts=16 --lr=1e-6 --warmup_steps=10 \
+      --max_prompt_len=4096 --max_response_len=32768 --train_row_tokens=32768 --activation_checkpointing=true \
+      --eval_every=0 --steps=${MATH_STEPS:-500} --device=cuda $GPPO_ARGS
+  FINAL="$OUT/gppo-math/hf"
+  if [ -n "${CODE_DATA:-}" ]; then
+    stage gppo-code "${LAUNCH[@]}" gppo.py --init_from="$FINAL" --code_data="$CODE_DATA" --out_dir="$OUT/gppo-code" \
+        --prompts_per_step=128 --group_size=8 --mini_batch_prompts=32 --lr=5e-7 --warmup_steps=10 \
+        --max_prompt_len=4096 --max_response_len=32768 --train_row_tokens=32768 --activation_checkpointing=true \
+        --code_filter_k=16 --code_filter_threshold=0.5 --eval_every=0 --steps=${CODE_STEPS:-500} --device=cuda $GPPO_ARGS
+    FINAL="$OUT/gppo-code/hf"
+  fi
+  EVAL_SETS=()
+  [ -n "${EVAL_MATH:-}" ] && EVAL_SETS+=(--math_data="$EVAL_MATH")
+  [ -n "${EVAL_CODE:-}" ] && EVAL_SETS+=(--code_data="$EVAL_CODE")
+  [ ${#EVAL_SETS[@]} -gt 0 ] || { echo "train.sh: set EVAL_MATH and/or EVAL_CODE for the evaluation" >&2; exit 1; }
+  stage eval-sft "${LAUNCH[@]}" eval.py --model="$OUT/sft/hf" "${EVAL_SETS[@]}" --k=64 --max_tokens=32768 \
+      --out="$OUT/eval-sft.json" $EVAL_ARGS
+  stage eval-rl "${LAUNCH[@]}" eval.py --model="$FINAL" "${EVAL_SETS[@]}" --k=64 --max_tokens=32768 \
+      --out="$OUT/eval-rl.json" $EVAL_ARGS
+else
+  # --- the toy pipeline: a tiny Qwen3 learns multi-digit addition on a CPU
+  stage sft "${LAUNCH[@]}" sft.py --out_dir="$OUT/sft" $SFT_ARGS
+  stage gppo "${LAUNCH[@]}" gppo.py --init_from="$OUT/sft/hf" --out_dir="$OUT/gppo" $GPPO_ARGS
+  stage eval-sft "${LAUNCH[@]}" eval.py --model="$OUT/sft/hf" --out="$OUT/eval-sft.json" $EVAL_ARGS
+  stage eval-rl "${LAUNCH[@]}" eval.py --model="$OUT/gppo/hf" --out="$OUT/eval-rl.json" $EVAL_ARGS
+fi
+
+echo
+echo "=== SFT vs GPPO ($(( (SECONDS - T0) / 60 )) min in all)"
+python eval.py --compare="$OUT/eval-sft.json,$OUT/eval-rl.json" --labels=SFT,GPPO
