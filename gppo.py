@@ -32,9 +32,25 @@ This file, top to bottom:
   4. rl_loss_from_logits, rl_loss_from_hidden: the loss the RL loop calls.
   5. The RL loop (below the loss).
 
+The RL loop (second half) in plain words:
+  1. every rank samples its shard of the step's prompts, group_size responses each, with rollout.py;
+  2. rewards: math-verify on the text after </think>, or the fraction of tests a program passes;
+  3. GRPO advantages per group; groups with equal rewards (all right / all wrong) are dropped, not refilled;
+  4. old logprobs are recomputed by the trainer before any update (or taken from the engine: a switch);
+     the mean/max gap between the two is logged as a correctness check of the engine;
+  5. prompts_per_step / mini_batch_prompts optimizer steps per rollout batch (the paper: 128/16 = 8), so
+     the policy moves away from the sampler and the ratio r, hence the choice of clipping, matters;
+  6. FSDP2 (fp32 master weights; bf16 compute on GPU); after the step the engine's own copy of the
+     weights is overwritten in place, so nothing sampled later comes from stale weights.
+GPU memory: each rank holds its FSDP shard of the fp32 policy + AdamW state, the engine's full bf16 copy of
+the weights, and a KV pool of kv_cache_fraction x the free memory measured after both are built; the rest is
+for training activations (use activation_checkpointing and a smaller train_row_tokens if it does not fit).
+
 Run:
-  torchrun --nproc_per_node=8 gppo.py ...   # RL on GPUs
-  python gppo.py                            # CPU toy task
+  torchrun --nproc_per_node=8 gppo.py --init_from=out/sft/hf --math_data=math.jsonl --prompts_per_step=128 \
+      --mini_batch_prompts=16 --lr=1e-6 --max_response_len=32768 --activation_checkpointing=true
+  python gppo.py                            # CPU toy task, after `python sft.py`
+  torchrun --nproc_per_node=2 gppo.py       # the same with 2 processes (gloo)
   pytest tests/test_gppo_loss.py            # kernels run under TRITON_INTERPRET=1 on the CPU
   python benchmarks/bench_gppo_loss.py      # memory (CPU) and speed (CUDA) of the loss paths
 """
