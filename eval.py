@@ -1,0 +1,395 @@
+"""Evaluation of a reasoning model: Avg@k and unbiased pass@k on math and code benchmarks.
+
+For every problem we sample k responses, score each with reward.py (math: math-verify on the text after
+the last </think>; code: correct = every test passes in the sandbox) and aggregate per benchmark. With c_i
+of the k samples of problem i correct, over N problems:
+
+    Avg@k  = 1/N sum_i c_i / k                                   (the unbiased estimate of pass@1)
+    pass@j = 1/N sum_i [1 - C(k - c_i, j) / C(k, j)]             (Codex paper; j <= k)
+           = 1/N sum_i [1 - prod_{m = k-c_i+1}^{k} (1 - j/m)]     (the same product, no huge binomials)
+
+Also per benchmark: the mean reward (for code the soft fraction of tests passed, the paper's RL reward),
+the format-failure rate (no </think>; for code also no ```python block after it), the mean response
+length in tokens (stop token included) and the fraction of responses cut at max_tokens.
+
+Reproducible by construction: problem i of benchmark B samples with seed sha256(seed, B, i) (rollout.py
+derives each of its k samples' seeds from it), so results do not depend on how problems are sharded
+across ranks or batched. results.json records every sampling setting, the seeds, the model, the command
+line and the timing; samples.jsonl holds every response with its reward, verdict and reason.
+
+Simplifications, in plain words:
+  1. Sampling follows the paper: temperature 0.6, top-p 0.95. The authors' script also used top-k 20 and a
+     repetition penalty of 1.05; our engine has no repetition penalty, and top-k is off unless --top_k=20.
+  2. Prompts longer than max_prompt_len are left-truncated (counted in results.json, not dropped).
+  3. Problems are dealt round-robin to ranks; a rank generates its share in chunks and scores each chunk
+     in a thread pool while it generates the next; rank 0 gathers the samples and writes the files.
+
+Run:
+  python eval.py --model=out/gppo/hf                             # toy held-out math + code sets, CPU
+  python eval.py --model=out/sft/hf --out_dir=out/eval/sft --toy_code=0 --k=4
+  torchrun --nproc_per_node=8 eval.py --model=/ckpt/klear-rl --math_data=aime24.jsonl,aime25.jsonl \\
+      --k=64 --max_tokens=32768 --out_dir=out/eval/math
+  torchrun --nproc_per_node=8 eval.py --model=/ckpt/klear-rl --code_data=lcb.jsonl --k=8 \\
+      --date_from=2024-08-01 --date_to=2025-02-01 --max_tokens=32768 --out_dir=out/eval/lcb_v5
+  python eval.py --compare=out/eval/sft/results.json,out/eval/gppo/results.json --labels=SFT,GPPO
+In Python:  results, samples = evaluate_model(model, tokenizer, load_benchmarks(cfg), cfg)
+"""
+import dataclasses
+import datetime
+import hashlib
+import json
+import os
+import shlex
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+import data
+import reward
+from model import from_pretrained
+from rollout import LLMEngine, SamplingParams
+from sft import init_distributed, parse_config, print0
+
+
+@dataclass
+class EvalConfig:
+    model: str = "out/gppo/hf"       # a Hugging Face Qwen3 directory
+    tokenizer: str = ""              # a dir or tokenizer.json; empty = the model directory
+    # benchmarks: comma-separated JSONL files; none given = the built-in toy held-out sets
+    math_data: str = ""              # AIME style: {problem|question, answer} or {messages, meta.solution}
+    code_data: str = ""              # LiveCodeBench rows, or {prompt, tests}
+    date_from: str = ""              # code: keep date_from <= contest_date < date_to (YYYY-MM-DD);
+    date_to: str = ""                # LCB v5 = 2024-08-01..2025-02-01, v6 = 2025-02-01..2025-05-01
+    toy_math: int = 200              # toy held-out addition problems (0 = none)
+    toy_min_digits: int = 1
+    toy_max_digits: int = 4
+    toy_code: int = 20               # toy held-out programming problems (0 = none)
+    toy_seed: int = 0                # which toy problems (the same set for every model)
+    # sampling (paper: temperature 0.6, top-p 0.95; k = 64 math, 8 code; max_tokens 32768)
+    k: int = 8                       # samples per problem
+    pass_k: str = ""                 # e.g. 1,4,8; empty = 1, powers of 4 below k, and k
+    temperature: float = 0.6
+    top_p: float = 0.95
+    top_k: int = 0                   # 0 = off (the authors' script: 20)
+    max_tokens: int = 256
+    max_prompt_len: int = 4096
+    seed: int = 0
+    # engine and scoring
+    max_num_seqs: int = 256
+    chunk_problems: int = 0          # problems per generate() call on a rank; 0 = 4 * max_num_seqs // k
+    reward_workers: int = 8          # threads scoring responses
+    device: str = "auto"             # auto | cpu | cuda
+    dtype: str = "auto"              # auto (bfloat16 on GPU, float32 on CPU) | bfloat16 | float32
+    out_dir: str = "out/eval"        # results.json and samples.jsonl
+    # compare mode: one table of several results.json files side by side; evaluates nothing
+    compare: str = ""
+    labels: str = ""                 # column names for --compare, comma-separated
+
+    def __post_init__(self):
+        if self.compare:
+            return
+        for name, value in (("date_from", self.date_from), ("date_to", self.date_to)):
+            try:
+                datetime.date.fromisoformat(value) if value else None
+            except ValueError:
+                raise SystemExit(f"error: --{name}={value!r} is not a date YYYY-MM-DD") from None
+        checks = [(self.k >= 1, "k must be >= 1"),
+                  (self.k <= self.max_num_seqs, "k must be <= max_num_seqs (a problem's samples decode together)"),
+                  (self.dtype in ("auto", "bfloat16", "float32"), "dtype must be auto, bfloat16 or float32"),
+                  (self.reward_workers >= 1 and self.chunk_problems >= 0, "reward_workers >= 1, chunk_problems >= 0")]
+        for ok, why in checks:
+            if not ok:
+                raise SystemExit(f"error: EvalConfig: {why}")
+        pass_ks(self)  # fails now on a bad --pass_k
+
+
+def pass_ks(cfg) -> list:
+    """The j of the reported pass@j, each <= k."""
+    if not cfg.pass_k:
+        return sorted({1, cfg.k} | {4 ** i for i in range(1, 8) if 4 ** i < cfg.k})
+    try:
+        ks = sorted({int(x) for x in cfg.pass_k.split(",")})
+    except ValueError:
+        raise SystemExit(f"error: --pass_k={cfg.pass_k!r}: expected comma-separated integers like 1,4,8") from None
+    if ks[0] < 1 or ks[-1] > cfg.k:
+        raise SystemExit(f"error: --pass_k={cfg.pass_k!r}: each value must be in 1..k={cfg.k} (pass@j needs j <= k samples)")
+    return ks
+
+
+# ----------------------------------------------------------------------------- estimators and scoring
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k of a problem with c correct out of n samples: 1 - C(n-c, k) / C(n, k), k <= n."""
+    if not 0 <= c <= n or not 1 <= k <= n:
+        raise ValueError(f"pass_at_k(n={n}, c={c}, k={k}): need 0 <= c <= n and 1 <= k <= n")
+    if n - c < k:   # every k-subset holds a correct sample
+        return 1.0
+    prod = 1.0
+    for m in range(n - c + 1, n + 1):   # C(n-c, k) / C(n, k) = prod_m (1 - k/m)
+        prod *= 1.0 - k / m
+    return 1.0 - prod
+
+
+def problem_seed(seed: int, benchmark: str, index: int) -> int:
+    """The sampling seed of one problem: the same whichever rank or batch it lands in."""
+    return int.from_bytes(hashlib.sha256(f"{seed}/{benchmark}/{index}".encode()).digest()[:7], "little")
+
+
+def score(kind: str, problem: dict, text: str) -> dict:
+    """reward (code: fraction of tests passed), correct, format_failure and reason of one response."""
+    region = reward.extract_answer_region(text)
+    if kind == "math":
+        if region is None:
+            return dict(reward=0.0, correct=False, format_failure=True, reason="format: no </think>")
+        r = reward.math_reward(text, problem["answer"])
+        return dict(reward=r, correct=r == 1.0, format_failure=False, reason="correct" if r == 1.0 else "wrong answer")
+    r, results = reward.code_reward_details(text, problem["tests"])
+    if not results:
+        why = "format: no </think>" if region is None else "format: no ```python block after </think>"
+        return dict(reward=r, correct=False, format_failure=True, reason=why)
+    first_failure = next((t.reason for t in results if not t.passed), None)
+    reason = f"{sum(t.passed for t in results)}/{len(results)} tests passed"
+    return dict(reward=r, correct=reward.all_passed(results), format_failure=False,
+                reason=reason + (f"; first failure: {first_failure}" if first_failure else ""))
+
+
+def summarize(samples: list, ks: list) -> dict:
+    """Aggregate per-sample records {problem_index, problem_id, correct, reward, format_failure, length,
+    finish_reason} of one benchmark."""
+    correct, ids = {}, {}
+    for s in samples:
+        correct.setdefault(s["problem_index"], []).append(bool(s["correct"]))
+        ids[s["problem_index"]] = s["problem_id"]
+    n_problems, n = len(correct), len(samples)
+    return dict(
+        problems=n_problems, k=n // max(n_problems, 1),
+        avg_at_k=sum(sum(c) / len(c) for c in correct.values()) / n_problems,
+        pass_at_k={str(j): sum(pass_at_k(len(c), sum(c), j) for c in correct.values()) / n_problems for j in ks},
+        mean_reward=sum(s["reward"] for s in samples) / n,
+        format_failure_rate=sum(s["format_failure"] for s in samples) / n,
+        mean_length=sum(s["length"] for s in samples) / n,
+        truncated_rate=sum(s["finish_reason"] == "length" for s in samples) / n,
+        correct_per_problem=[[ids[i], sum(c)] for i, c in sorted(correct.items())])
+
+
+# ----------------------------------------------------------------------------- benchmarks
+
+def in_date_window(problems: list, path: str, date_from: str, date_to: str) -> list:
+    """Problems with date_from <= contest_date < date_to (dates compared as YYYY-MM-DD)."""
+    kept = []
+    for p in problems:
+        if "contest_date" not in p:
+            raise data.DataError(f"{path}: problem {p['id']} has no contest_date, but --date_from/--date_to was given")
+        try:
+            day = datetime.date.fromisoformat(p["contest_date"][:10]).isoformat()
+        except ValueError:
+            raise data.DataError(f"{path}: problem {p['id']}: contest_date {p['contest_date']!r} "
+                                 "does not start with YYYY-MM-DD") from None
+        if (not date_from or day >= date_from) and (not date_to or day < date_to):
+            kept.append(p)
+    return kept
+
+
+def load_benchmarks(cfg) -> list:
+    """[{name, kind, source, problems}] from the JSONL files, or the built-in toy held-out sets if none."""
+    benchmarks = []
+    for kind, files in (("math", cfg.math_data), ("code", cfg.code_data)):
+        for path in [f.strip() for f in files.split(",") if f.strip()]:
+            if not os.path.isfile(path):
+                raise FileNotFoundError(f"{path}: no such benchmark file (--{kind}_data)")
+            problems = data.load_math_jsonl(path) if kind == "math" else data.load_code_jsonl(path)
+            bench = dict(name=os.path.splitext(os.path.basename(path))[0], kind=kind, source=os.path.abspath(path))
+            if kind == "code" and (cfg.date_from or cfg.date_to):
+                bench.update(problems_in_file=len(problems), date_window=[cfg.date_from, cfg.date_to])
+                problems = in_date_window(problems, path, cfg.date_from, cfg.date_to)
+            if not problems:
+                window = " in the date window" if "date_window" in bench else ""
+                raise data.DataError(f"{path}: no problems to evaluate{window}")
+            while bench["name"] in {b["name"] for b in benchmarks}:
+                bench["name"] += "_"
+            benchmarks.append(dict(bench, problems=problems))
+    if not benchmarks:
+        if cfg.toy_math:
+            benchmarks.append(dict(name="toy_math", kind="math", source="data.toy_math_problems(split=test)",
+                                   problems=data.toy_math_problems(cfg.toy_math, cfg.toy_seed, "test",
+                                                                   cfg.toy_min_digits, cfg.toy_max_digits)))
+        if cfg.toy_code:
+            benchmarks.append(dict(name="toy_code", kind="code", source="data.toy_code_problems(split=test)",
+                                   problems=data.toy_code_problems(cfg.toy_code, cfg.toy_seed, "test")))
+    if not benchmarks:
+        raise ValueError("nothing to evaluate: give --math_data / --code_data, or --toy_math / --toy_code > 0")
+    return benchmarks
+
+
+# ----------------------------------------------------------------------------- the evaluation loop
+
+def _score_or_raise(kind, problem, text, name):
+    try:
+        return score(kind, problem, text)
+    except ValueError as e:   # a gold answer math-verify cannot parse, malformed tests: the data's fault
+        raise data.DataError(f"{name}: problem {problem['id']}: {e}") from None
+
+
+def _gather(obj, world: int) -> list:
+    if world == 1:
+        return [obj]
+    out = [None] * world
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def sampling_settings(cfg, tokenizer) -> dict:
+    return dict(k=cfg.k, temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k, max_tokens=cfg.max_tokens,
+                stop_token_ids=data.stop_token_ids(tokenizer), repetition_penalty="none (not supported by rollout.py)",
+                max_prompt_len=cfg.max_prompt_len, prompt_overlong="left-truncate", seed=cfg.seed,
+                problem_seed="int.from_bytes(sha256(f'{seed}/{benchmark}/{problem_index}')[:7], 'little')",
+                sample_seed="rollout.py: (problem_seed * 1_000_003 + sample_index) % 2**63")
+
+
+def evaluate(engine, tokenizer, benchmarks: list, cfg, rank: int = 0, world: int = 1):
+    """Sample k responses per problem with `engine` (an LLMEngine, or anything with its generate()), score
+    and aggregate. Every rank gets the same (results, samples); samples are sorted by benchmark, problem, sample."""
+    stop_ids, ks = tuple(data.stop_token_ids(tokenizer)), pass_ks(cfg)
+    chunk = cfg.chunk_problems or max(1, 4 * cfg.max_num_seqs // cfg.k)
+    results, all_samples = dict(sampling=sampling_settings(cfg, tokenizer), world_size=world, benchmarks={}), []
+    with ThreadPoolExecutor(cfg.reward_workers) as pool:
+        for bench in benchmarks:
+            name, kind = bench["name"], bench["kind"]
+            problems, prompt_report = data.encode_prompts(tokenizer, bench["problems"], cfg.max_prompt_len, "truncate")
+            mine = list(range(rank, len(problems), world))
+            jobs, tokens, t0 = [], 0, time.perf_counter()
+            for start in range(0, len(mine), chunk):
+                indices = mine[start:start + chunk]
+                params = [SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k, n=cfg.k,
+                                         max_tokens=cfg.max_tokens, stop_token_ids=stop_ids,
+                                         seed=problem_seed(cfg.seed, name, i)) for i in indices]
+                outputs = engine.generate([problems[i]["prompt_ids"] for i in indices], params)
+                for i, p, samples in zip(indices, params, outputs):
+                    for j, s in enumerate(samples):
+                        text = tokenizer.decode(s.token_ids, skip_special_tokens=False)
+                        record = dict(benchmark=name, problem_id=problems[i]["id"], problem_index=i, sample=j,
+                                      seed=p.seed, length=len(s.token_ids),
+                                      finish_reason=s.finish_reason, response=text)
+                        jobs.append((record, pool.submit(_score_or_raise, kind, problems[i], text, name)))
+                        tokens += len(s.token_ids)
+                if rank == 0:   # rank 0's share stands for all: shards differ by at most one problem
+                    done, elapsed = start + len(indices), time.perf_counter() - t0
+                    print(f"{name}: {done}/{len(mine)} problems (rank 0's share of {len(problems)}) | {tokens} tokens, "
+                          f"{tokens / elapsed:.0f} tok/s | ETA {elapsed / done * (len(mine) - done):.0f}s", flush=True)
+            generate_s = time.perf_counter() - t0
+            mine_scored = [{**rec, **job.result()} for rec, job in jobs]   # record fields first, response last
+            for rec in mine_scored:
+                rec["response"] = rec.pop("response")
+            shards = _gather((mine_scored, generate_s, tokens, time.perf_counter() - t0), world)
+            samples = sorted((s for shard in shards for s in shard[0]), key=lambda s: (s["problem_index"], s["sample"]))
+            total_tokens, slowest = sum(s[2] for s in shards), max(s[1] for s in shards)
+            window = {k: bench[k] for k in ("problems_in_file", "date_window") if k in bench}
+            b = results["benchmarks"][name] = dict(
+                kind=kind, source=bench.get("source", ""), **window, prompts=prompt_report, **summarize(samples, ks),
+                generated_tokens=total_tokens, generate_s=slowest, tokens_per_s=total_tokens / max(slowest, 1e-9),
+                total_s=max(s[3] for s in shards))
+            all_samples += samples
+            if rank == 0:
+                print(f"{name}: Avg@{cfg.k} {100 * b['avg_at_k']:.2f} | {total_tokens} tokens in {slowest:.1f}s "
+                      f"({b['tokens_per_s']:.0f} tok/s over {world} rank(s)) | scored by {b['total_s']:.1f}s", flush=True)
+    return results, all_samples
+
+
+def evaluate_model(model, tokenizer, benchmarks: list, cfg):
+    """In-process entry point: build an engine around `model` and evaluate (under torchrun: sharded)."""
+    rank, world = (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
+    engine = LLMEngine(model, max_num_seqs=cfg.max_num_seqs, max_model_len=cfg.max_prompt_len + cfg.max_tokens)
+    return evaluate(engine, tokenizer, benchmarks, cfg, rank, world)
+
+
+# ----------------------------------------------------------------------------- tables
+
+def format_table(results_list: list, labels: list | None = None) -> str:
+    """One table, a column per results dict, a block of metric rows per benchmark (rates in %)."""
+    labels = labels or [r.get("model", f"run {i}") for i, r in enumerate(results_list)]
+    names = list(dict.fromkeys(n for r in results_list for n in r["benchmarks"]))
+    rows = [("benchmark", "metric", *labels)]
+    for name in names:
+        entries = [r["benchmarks"].get(name) for r in results_list]
+        js = sorted({int(j) for b in entries if b for j in b["pass_at_k"]})
+        metrics = [("problems", lambda b: f"{b['problems']}"), ("k", lambda b: f"{b['k']}"),
+                   ("Avg@k %", lambda b: f"{100 * b['avg_at_k']:.2f}")]
+        metrics += [(f"pass@{j} %", lambda b, j=str(j): f"{100 * b['pass_at_k'][j]:.2f}" if j in b["pass_at_k"] else "-")
+                    for j in js]
+        metrics += [("mean reward %", lambda b: f"{100 * b['mean_reward']:.2f}"),
+                    ("format fail %", lambda b: f"{100 * b['format_failure_rate']:.2f}"),
+                    ("mean length", lambda b: f"{b['mean_length']:.1f}"),
+                    ("truncated %", lambda b: f"{100 * b['truncated_rate']:.2f}")]
+        for m, (metric, show) in enumerate(metrics):
+            rows.append((name if m == 0 else "", metric, *[show(b) if b else "-" for b in entries]))
+    widths = [max(len(row[c]) for row in rows) for c in range(len(rows[0]))]
+    lines = ["  ".join(cell.ljust(w) if c < 2 else cell.rjust(w) for c, (cell, w) in enumerate(zip(row, widths)))
+             for row in rows]
+    return "\n".join([lines[0], "-" * len(lines[0]), *lines[1:]])
+
+
+def compare_files(paths: str, labels: str = "") -> str:
+    """The table of several results.json files (comma-separated paths), labelled by `labels` or the paths."""
+    files = [p.strip() for p in paths.split(",") if p.strip()]
+    names = [x.strip() for x in labels.split(",")] if labels else files
+    if len(names) != len(files):
+        raise SystemExit(f"error: --labels has {len(names)} names for {len(files)} --compare files")
+    results = []
+    for path in files:
+        try:
+            with open(path) as f:
+                results.append(json.load(f))
+        except (OSError, json.JSONDecodeError) as e:
+            raise SystemExit(f"error: --compare: cannot read {path}: {e}") from None
+        if not isinstance(results[-1], dict) or "benchmarks" not in results[-1]:
+            raise SystemExit(f"error: --compare: {path} is not a results.json written by eval.py (no 'benchmarks')")
+    return format_table(results, names)
+
+
+# ----------------------------------------------------------------------------- main
+
+def main(cfg: EvalConfig):
+    if cfg.compare:
+        print(compare_files(cfg.compare, cfg.labels))
+        return
+    started, t0 = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), time.perf_counter()
+    if not os.path.isfile(os.path.join(cfg.model, "config.json")):
+        raise SystemExit(f"error: no checkpoint at --model={cfg.model!r}: expected a Hugging Face directory with "
+                         "config.json (run sft.py / gppo.py, or `bash train.sh`, or pass --model=DIR)")
+    try:   # data errors surface before any process group or model exists
+        tokenizer = data.load_tokenizer(cfg.tokenizer or cfg.model)
+        benchmarks = load_benchmarks(cfg)
+    except (data.DataError, FileNotFoundError, ValueError) as e:
+        raise SystemExit(f"error: {e}") from None
+    rank, world, device = init_distributed(cfg.device)
+    dtype = {"auto": torch.bfloat16 if device.type == "cuda" else torch.float32,
+             "bfloat16": torch.bfloat16, "float32": torch.float32}[cfg.dtype]
+    model = from_pretrained(cfg.model, dtype=dtype, device=device)
+    sizes = ", ".join(f"{b['name']} ({len(b['problems'])})" for b in benchmarks)
+    print0(f"evaluating {cfg.model} on {sizes} | "
+           f"k={cfg.k} T={cfg.temperature} top_p={cfg.top_p} top_k={cfg.top_k} max_tokens={cfg.max_tokens} | {world} rank(s)")
+    try:
+        results, samples = evaluate_model(model, tokenizer, benchmarks, cfg)
+    except data.DataError as e:
+        raise SystemExit(f"error: {e}") from None
+    if rank == 0:
+        results = dict(model=os.path.abspath(cfg.model), tokenizer=os.path.abspath(cfg.tokenizer or cfg.model),
+                       command=shlex.join(sys.argv), device=str(device), dtype=str(dtype).removeprefix("torch."),
+                       device_name=torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+                       started=started, wall_s=time.perf_counter() - t0, config=dataclasses.asdict(cfg), **results)
+        os.makedirs(cfg.out_dir, exist_ok=True)
+        with open(os.path.join(cfg.out_dir, "results.json"), "w") as f:
+            json.dump(results, f, indent=2)
+        with open(os.path.join(cfg.out_dir, "samples.jsonl"), "w") as f:
+            f.writelines(json.dumps(s) + "\n" for s in samples)
+        print(format_table([results], [os.path.basename(os.path.normpath(cfg.model))]))
+        print(f"wrote {cfg.out_dir}/results.json and samples.jsonl ({len(samples)} samples) in {results['wall_s']:.1f}s")
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main(parse_config(EvalConfig))
