@@ -589,6 +589,14 @@ def parse_args(argv: list) -> DemoConfig:
     return cfg
 
 
+def encode_chat_prompt(tokenizer, prompt: str) -> tuple[list, tuple]:
+    """The Qwen3 chat generation prompt for one user turn -> (token ids, stop token ids <|im_end|>, <|endoftext|>).
+    data.py has the full chat template; this file stands without it."""
+    text = f"<|im_start|>user\n{prompt}<|im_end|>\n<|im_start|>assistant\n"
+    stop = tuple(i for i in (tokenizer.token_to_id("<|im_end|>"), tokenizer.token_to_id("<|endoftext|>")) if i is not None)
+    return tokenizer.encode(text, add_special_tokens=False).ids, stop
+
+
 def main(argv: list) -> None:
     from tokenizers import Tokenizer
 
@@ -604,15 +612,12 @@ def main(argv: list) -> None:
     if dtype_name not in ("float32", "bfloat16", "float16"):
         raise ValueError(f"--dtype={cfg.dtype!r}: expected auto, float32, bfloat16 or float16")
     model = from_pretrained(cfg.model, dtype=getattr(torch, dtype_name), device=device)
-    # The Qwen3 chat generation prompt (data.py has the full template; this file stands without it).
-    text = f"<|im_start|>user\n{cfg.prompt}<|im_end|>\n<|im_start|>assistant\n"
-    prompt_ids = tokenizer.encode(text, add_special_tokens=False).ids
-    stop = tuple(i for i in (tokenizer.token_to_id("<|im_end|>"), tokenizer.token_to_id("<|endoftext|>")) if i is not None)
+    prompt_ids, stop = encode_chat_prompt(tokenizer, cfg.prompt)
     params = SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k, max_tokens=cfg.max_tokens,
                             n=cfg.n, stop_token_ids=stop, seed=cfg.seed)
     engine = LLMEngine(model, max_num_seqs=cfg.max_num_seqs, max_model_len=cfg.max_model_len)
     t0 = time.perf_counter()
-    samples = engine.generate([prompt_ids], params)[0]
+    samples = engine.generate([prompt_ids], params, progress=True)[0]
     seconds = time.perf_counter() - t0
     for j, s in enumerate(samples):
         mean_logprob = sum(s.logprobs) / len(s.logprobs)

@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from model import Qwen3, Qwen3Config, save_pretrained
-from rollout import (LLMEngine, SamplingParams, main, paged_decode_reference, paged_decode_triton, parse_args)
+from rollout import (LLMEngine, SamplingParams, encode_chat_prompt, main, paged_decode_reference,
+                     paged_decode_triton, parse_args)
 
 V = 97
 
@@ -273,8 +274,19 @@ def test_command_line_demo(model, tmp_path, capsys):
     main([f"--model={tmp_path / 'ckpt'}", f"--tokenizer={tmp_path / 'tokenizer.json'}", "--prompt=hi", "--n=2",
           "--max_tokens=5", "--max_model_len=64"])
     printed = capsys.readouterr().out
-    assert "--- sample 0:" in printed and "--- sample 1:" in printed and "tok/s" in printed
+    assert "--- sample 0:" in printed and "--- sample 1:" in printed and "rollout: 2/2 samples done" in printed
     with pytest.raises(ValueError, match="unknown option --temp"):
         parse_args(["--temp=1"])
     with pytest.raises(ValueError, match="expected int"):
         parse_args(["--n=two"])
+    with pytest.raises(SystemExit):
+        parse_args(["--help"])
+
+
+def test_chat_prompt_with_the_real_qwen3_tokenizer(qwen3_tokenizer_dir):
+    from tokenizers import Tokenizer
+    tokenizer = Tokenizer.from_file(f"{qwen3_tokenizer_dir}/tokenizer.json")
+    ids, stop = encode_chat_prompt(tokenizer, "What is 2+3?")
+    assert stop == (151645, 151643)                                    # <|im_end|>, <|endoftext|>
+    assert ids[:3] == [151644, 872, 198] and ids[-3:] == [151644, 77091, 198]   # <|im_start|>user\n ... assistant\n
+    assert tokenizer.decode(ids, skip_special_tokens=False) == "<|im_start|>user\nWhat is 2+3?<|im_end|>\n<|im_start|>assistant\n"
