@@ -69,17 +69,17 @@ if [ -n "${BASE_MODEL:-}" ]; then
   [ -n "${EVAL_CODE:-}" ] && EVAL_SETS+=(--code_data="$EVAL_CODE")
   [ ${#EVAL_SETS[@]} -gt 0 ] || { echo "train.sh: set EVAL_MATH and/or EVAL_CODE for the evaluation" >&2; exit 1; }
   stage eval-sft "${LAUNCH[@]}" eval.py --model="$OUT/sft/hf" "${EVAL_SETS[@]}" --k=64 --max_tokens=32768 \
-      --out="$OUT/eval-sft.json" $EVAL_ARGS
+      --out_dir="$OUT/eval/sft" $EVAL_ARGS
   stage eval-rl "${LAUNCH[@]}" eval.py --model="$FINAL" "${EVAL_SETS[@]}" --k=64 --max_tokens=32768 \
-      --out="$OUT/eval-rl.json" $EVAL_ARGS
+      --out_dir="$OUT/eval/rl" $EVAL_ARGS
 else
   # --- the toy pipeline: a tiny Qwen3 learns multi-digit addition on a CPU
   stage sft "${LAUNCH[@]}" sft.py --out_dir="$OUT/sft" $SFT_ARGS
   stage gppo "${LAUNCH[@]}" gppo.py --init_from="$OUT/sft/hf" --out_dir="$OUT/gppo" $GPPO_ARGS
-  stage eval-sft "${LAUNCH[@]}" eval.py --model="$OUT/sft/hf" --out="$OUT/eval-sft.json" $EVAL_ARGS
-  stage eval-rl "${LAUNCH[@]}" eval.py --model="$OUT/gppo/hf" --out="$OUT/eval-rl.json" $EVAL_ARGS
+  stage eval-sft "${LAUNCH[@]}" eval.py --model="$OUT/sft/hf" --out_dir="$OUT/eval/sft" $EVAL_ARGS
+  stage eval-rl "${LAUNCH[@]}" eval.py --model="$OUT/gppo/hf" --out_dir="$OUT/eval/rl" $EVAL_ARGS
 fi
 
 echo
 echo "=== SFT vs GPPO ($(( (SECONDS - T0) / 60 )) min in all)"
-python eval.py --compare="$OUT/eval-sft.json,$OUT/eval-rl.json" --labels=SFT,GPPO
+python eval.py --compare="$OUT/eval/sft/results.json,$OUT/eval/rl/results.json" --labels=SFT,GPPO
