@@ -658,12 +658,15 @@ def evaluate(engine, tokenizer, problems, cfg, rank, world, device):
 
 
 def step_tasks(tasks, step, cfg, seed):
-    """The global batch of prompts of a step: a fresh permutation of all prompts per epoch."""
-    P = cfg.prompts_per_step
+    """The global batch of prompts of a step: a fresh permutation of all prompts per epoch. A function of
+    (seed, step) only, so a resumed run and any number of ranks see the same prompts."""
+    P, perms = cfg.prompts_per_step, {}
     out = []
     for i in range(step * P, (step + 1) * P):
         epoch, j = divmod(i, len(tasks))
-        out.append(tasks[np.random.default_rng([seed, epoch]).permutation(len(tasks))[j]])
+        if epoch not in perms:
+            perms[epoch] = np.random.default_rng([seed, epoch]).permutation(len(tasks))
+        out.append(tasks[perms[epoch][j]])
     return out
 
 
