@@ -839,7 +839,8 @@ def _stats(cfg: StatsConfig) -> None:
 
 if __name__ == "__main__":
     if len(sys.argv) < 2 or sys.argv[1] not in ("toy", "stats"):
-        raise SystemExit(__doc__.split("Run:")[1])
+        print("usage:" + __doc__.split("Run:")[1])
+        raise SystemExit(0 if sys.argv[1:] in (["-h"], ["--help"]) else 2)
     if sys.argv[1] == "toy":
         cfg = _parse(ToyConfig, sys.argv[2:])
         paths = write_toy_datasets(cfg.out, **{f.name: getattr(cfg, f.name) for f in fields(cfg) if f.name != "out"})

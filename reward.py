@@ -715,6 +715,10 @@ class Config:
 
 def parse_args(argv: list[str]) -> Config:
     cfg = Config()
+    if any(a in ("-h", "--help") for a in argv):
+        print(__doc__.strip().split("\n\n")[0] + "\n\noptions (--key=value):\n"
+              + "\n".join(f"  --{f.name}={getattr(cfg, f.name)!r}" for f in dataclasses.fields(cfg)))
+        raise SystemExit(0)
     for arg in argv:
         key, eq, value = arg[2:].partition("=")
         if not arg.startswith("--") or not eq:
