@@ -1,0 +1,377 @@
+"""The paper's ablations in miniature, on the toy task: one SFT checkpoint, one change per arm, several seeds.
+
+Every RL run is `gppo.py` started from the SAME toy SFT model; runs of an arm differ in one option and
+in the seed (prompt order, sampling, held-out problems). Per variant, over S seeds (sample std, n−1):
+
+    held-out greedy accuracy at fixed steps: mean ± std     steps to target = first eval step with accuracy ≥ target
+
+Arms, with the paper's claim (a claim that does not hold at toy scale is a result too):
+  loss    GPPO vs GRPO with Clip-Higher vs CISPO                   [Fig. 2: GPPO ends highest]
+  alpha   SFT-loss weight α = 0 vs 0.1 vs 0.2 (GPPO)               [Table 6: 0.1 best]
+  filter  zero-advantage groups dropped vs kept                    [Fig. 5: dropping is steadier]
+  code    soft (fraction of tests passed) vs all-or-nothing reward, on toy code prompts only (its own
+          code_steps): the on-policy fraction of samples passing all tests, and eval.py's held-out
+          toy-code Avg@k of the SFT model and of each final model    [Fig. 3: soft better]
+  sft     SFT data only-correct (toy_wrong_fraction=0) vs mixed (0.3): eval.py Avg@k of the SFT models on
+          easy (1-2 digit) and hard (3-4 digit) held-out sums      [Table 2: mixed as good or better on hard]
+Arms share runs (GPPO α=0.1 with the filter is in loss, alpha and filter). The base SFT model is the sft arm's
+mixed seed-0 run, or --sft_from. Each rollout batch gets prompts_per_step/mini_batch_prompts > 1 updates: with
+one, r ≡ 1 and GPPO, GRPO and CISPO give the same gradient (method.md §8).
+
+Run (every run is a subprocess with OMP_NUM_THREADS=1; its output goes to out_dir/runs/NAME/log.txt):
+  bash train.sh ablate                              # all arms, 3 seeds: ~50 min on 2 free cores (below)
+  python benchmarks/ablate.py --arms=loss,filter --sft_from=out/sft/hf --steps=100   # a subset, a given SFT model
+  python benchmarks/ablate.py --out_dir=/tmp/abl --seeds=1 --steps=2 --code_steps=1 --sft_args="--max_steps=5" \\
+      --prompts_per_step=4 --code_prompts_per_step=2 --mini_batch_prompts=2 --group_size=4 --eval_every=1 \\
+      --eval_problems=8 --eval_k=2 --eval_code_problems=4        # smoke test of the whole pipeline, ~2 min
+Interrupted? Run the same command again: finished runs are skipped, unfinished ones resume from their last
+checkpoint, and a larger --steps/--code_steps extends finished runs. Other changed options need a new --out_dir.
+Output: out_dir/ablation.md (tables), ablation.json (every seed's curves), ablation.png (reward and
+accuracy curves per arm; only if matplotlib is importable, it is not a dependency).
+Cost, one thread per run (measured on the shared 2-core machine): a toy SFT (4 epochs; 2 leave the model near
+0% accuracy) ≈ 7 min; a math RL step of 32x8 samples ≈ 2.5 s, a held-out eval of 100 sums ≈ 3 s; a code RL
+sample ≈ 0.35 s (16 sandboxed tests), so a code step of 8x8 ≈ 22 s, eval.py on 30 code problems x 4 ≈ 45 s.
+The defaults: 6 SFT ≈ 41, 18 math RL ≈ 29, 6 code RL + 7 code evals ≈ 22, SFT evals ≈ 2 CPU-minutes, in
+all ≈ 94: ≈ 47-50 min with --parallel=2 if both cores are free (longer when others share them).
+"""
+import json
+import os
+import re
+import shlex
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+from sft import parse_config  # noqa: E402
+
+# arm -> (title with the paper's claim, [(variant label, run name)]); run name -> gppo.py options
+ARMS = {"loss": ("GPPO vs GRPO (Clip-Higher) vs CISPO — paper Fig. 2: GPPO ends highest",
+                 [("GPPO", "gppo"), ("GRPO", "grpo"), ("CISPO", "cispo")]),
+        "alpha": ("SFT-loss weight α (GPPO) — paper Table 6: 0.1 best",
+                  [("α=0", "alpha0"), ("α=0.1", "gppo"), ("α=0.2", "alpha0.2")]),
+        "filter": ("zero-advantage group filter — paper Fig. 5: filtering is steadier",
+                   [("filter on", "gppo"), ("filter off", "nofilter")]),
+        "code": ("soft vs all-or-nothing code reward — paper Fig. 3: soft better",
+                 [("soft", "code-soft"), ("binary", "code-binary")]),
+        "sft": ("SFT data: only-correct vs mixed traces — paper Table 2: mixed as good or better on hard problems",
+                [("only-correct", "sft-correct"), ("mixed (30% of hard traces wrong)", "sft-mixed")])}
+RL_OPTIONS = {"gppo": [], "grpo": ["--loss_mode=grpo"], "cispo": ["--loss_mode=cispo"], "alpha0": ["--alpha=0"],
+              "alpha0.2": ["--alpha=0.2"], "nofilter": ["--filter_zero_adv=false"],
+              "code-soft": ["--code_reward=soft"], "code-binary": ["--code_reward=binary"]}
+SFT_WRONG = {"sft-mixed": 0.3, "sft-correct": 0.0}
+
+
+@dataclass
+class AblateConfig:
+    out_dir: str = "out/ablate"
+    arms: str = "loss,alpha,filter,code,sft"  # any subset, comma-separated
+    seeds: int = 3
+    parallel: int = 2                  # runs at once, one thread each
+    sft_from: str = ""                 # an SFT Hugging Face dir for the RL arms; empty = train one (mixed, seed 0)
+    sft_args: str = ""                 # extra sft.py options for every SFT run, e.g. "--max_steps=300"
+    gppo_args: str = ""                # extra gppo.py options for every RL run
+    steps: int = 30                    # RL steps of the math arms (loss, alpha, filter)
+    prompts_per_step: int = 32
+    mini_batch_prompts: int = 4        # 32/4 = 8 optimizer steps per rollout batch, as the paper's 128/16
+    lr: float = 3e-5                   # gppo.py's default 2e-5 barely moves the policy within a batch: no clipping
+    group_size: int = 8
+    eval_every: int = 10               # gppo.py's held-out greedy eval (and checkpoint) every k steps
+    eval_problems: int = 100           # held-out toy sums, per eval
+    code_steps: int = 6                # the code arm: each sample runs 16 sandboxed tests (~0.35 s on a CPU)
+    code_prompts_per_step: int = 8
+    code_prompts: int = 64             # toy code RL prompts (224 exist)
+    eval_k: int = 4                    # eval.py samples per problem (code and sft arms)
+    eval_code_problems: int = 30       # held-out toy code problems (62 exist)
+    target: float = 0.6                # accuracy for "steps to target"; change it and rerun to redo only the tables
+
+    def __post_init__(self):
+        bad = set(self.arms.split(",")) - set(ARMS)
+        if bad or min(self.seeds, self.parallel, self.eval_every) < 1 or \
+                self.prompts_per_step % self.mini_batch_prompts or self.code_prompts_per_step % self.mini_batch_prompts:
+            raise SystemExit(f"error: AblateConfig: arms must be a subset of {list(ARMS)} (unknown: {sorted(bad)}); "
+                             "seeds, parallel, eval_every >= 1; (code_)prompts_per_step multiples of mini_batch_prompts")
+
+
+# ---- metrics -> tables (pure functions; tests/test_ablate.py)
+
+def read_metrics(path, max_step=None):
+    """metrics.jsonl -> {step: record}; a step logged twice (a resumed run) keeps its last record."""
+    records = [json.loads(line) for line in open(path) if line.strip()] if os.path.exists(path) else []
+    return {r["step"]: r for r in records if max_step is None or r["step"] <= max_step}
+
+
+def curve(records, key, window=1):
+    """[(step, value)] of `key`; window > 1: each value is the mean of the steps in (step − window, step]."""
+    points = sorted((s, r[key]) for s, r in records.items() if key in r)
+    return points if window <= 1 else [(s, statistics.fmean(v for t, v in points if s - window < t <= s))
+                                       for s, _ in points]
+
+
+def mean_std(values):
+    values = [v for v in values if v is not None]
+    return (None, None) if not values else (statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0)
+
+
+def summarize(curves, at_steps, target):
+    """One [(step, value)] curve per seed -> {at: {step: (mean, std)}, to_target: (mean, std, seeds reached, seeds)}."""
+    reached = [next((s for s, v in c if v >= target), None) for c in curves]
+    return dict(at={s: mean_std([dict(c).get(s) for c in curves]) for s in at_steps},
+                to_target=(*mean_std(reached), sum(r is not None for r in reached), len(curves)))
+
+
+def fmt(mean, std, digits=3):
+    return "—" if mean is None else f"{mean:.{digits}f} ± {std:.{digits}f}"
+
+
+def table_steps(steps, eval_every, columns=5):
+    """At most `columns` evenly spread eval steps out of 0, eval_every, 2·eval_every, ..., steps."""
+    points = sorted({*range(0, steps + 1, eval_every), steps})
+    return sorted({points[round(i * (len(points) - 1) / (columns - 1))] for i in range(columns)})
+
+
+def arm_table(rows, at_steps, target, extra_header=()):
+    """rows: [(label, summary, [extra cells])] -> a Markdown table."""
+    head = ["variant", *(f"step {s}" for s in at_steps), f"steps to {target:g}", *extra_header]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for label, summary, extra in rows:
+        m, sd, reached, n = summary["to_target"]
+        cells = [fmt(*summary["at"][s]) for s in at_steps] + [f"{fmt(m, sd, 0)} ({reached}/{n} seeds)", *extra]
+        lines.append("| " + " | ".join([label, *cells]) + " |")
+    return "\n".join(lines)
+
+
+# ---- the runs: jobs {name, dir, cmd, done(), after, steps}, run by a small scheduler
+
+def plan(cfg):
+    arms, seeds, jobs = cfg.arms.split(","), range(cfg.seeds), []
+    run_dir = lambda name: os.path.join(cfg.out_dir, "runs", name)  # noqa: E731
+    exported = lambda d: lambda: os.path.exists(os.path.join(d, "hf", "tokenizer.json"))  # noqa: E731 (written last)
+    rl_runs = list(dict.fromkeys(r for a in arms if a != "sft" for _, r in ARMS[a][1]))
+    rl_runs.sort(key=lambda r: not r.startswith("code"))   # longest runs first: a short one ends the ablation
+    sft_runs = [f"{v}-s{s}" for v in SFT_WRONG for s in seeds] if "sft" in arms else []
+    if rl_runs and not cfg.sft_from and "sft-mixed-s0" not in sft_runs:
+        sft_runs = ["sft-mixed-s0"]
+    base, base_after = (cfg.sft_from, []) if cfg.sft_from else (os.path.join(run_dir("sft-mixed-s0"), "hf"), ["sft-mixed-s0"])
+
+    def eval_job(of, model, out, options, after):
+        done = os.path.join(out, "results.json")
+        return dict(name=f"{os.path.basename(out)}:{of}", dir=out, after=after, steps=None,
+                    done=lambda: os.path.exists(done), cmd=["eval.py", f"--model={model}", f"--out_dir={out}",
+                                                            f"--k={cfg.eval_k}", "--reward_workers=2", *options])
+
+    code_eval = ["--toy_math=0", f"--toy_code={cfg.eval_code_problems}"]
+    for name in sft_runs:  # the base model first, so the RL runs can start early
+        d, wrong = run_dir(name), SFT_WRONG[name.rsplit("-", 1)[0]]
+        jobs.append(dict(name=name, dir=d, done=exported(d), after=[], steps=None, cmd=[
+            "sft.py", f"--out_dir={d}", f"--seed={name.rsplit('-s', 1)[1]}", f"--toy_wrong_fraction={wrong}",
+            *shlex.split(cfg.sft_args)]))
+    if "code" in arms:
+        jobs.append(eval_job("base", base, os.path.join(run_dir("base"), "eval_code"), code_eval, base_after))
+    for name in rl_runs:
+        code = name.startswith("code")
+        steps = cfg.code_steps if code else cfg.steps
+        task = ["--toy_problems=0", f"--toy_code_prompts={cfg.code_prompts}", "--eval_every=0",
+                f"--prompts_per_step={cfg.code_prompts_per_step}"] if code else \
+            [f"--eval_every={cfg.eval_every}", f"--eval_problems={cfg.eval_problems}", f"--prompts_per_step={cfg.prompts_per_step}"]
+        for s in seeds:
+            d = run_dir(f"{name}-s{s}")
+            done = lambda d=d, n=steps: max(read_metrics(os.path.join(d, "metrics.jsonl")) or [0]) >= n and exported(d)()
+            jobs.append(dict(name=f"{name}-s{s}", dir=d, done=done, after=base_after, steps=steps, cmd=[
+                "gppo.py", f"--init_from={base}", f"--out_dir={d}", f"--seed={s}", f"--steps={steps}",
+                f"--mini_batch_prompts={cfg.mini_batch_prompts}", f"--lr={cfg.lr}", f"--group_size={cfg.group_size}", f"--ckpt_every={cfg.eval_every}", "--reward_workers=2",
+                *task, *RL_OPTIONS[name], *shlex.split(cfg.gppo_args)]))
+            if code:
+                jobs.append(eval_job(f"{name}-s{s}", os.path.join(d, "hf"), os.path.join(d, "eval_code"), code_eval,
+                                     [f"{name}-s{s}"]))
+    for name in sft_runs if "sft" in arms else []:
+        for part, lo, hi in (("easy", 1, 2), ("hard", 3, 4)):
+            jobs.append(eval_job(name, os.path.join(run_dir(name), "hf"), os.path.join(run_dir(name), f"eval_{part}"),
+                                 ["--toy_code=0", f"--toy_math={cfg.eval_problems}", f"--toy_min_digits={lo}",
+                                  f"--toy_max_digits={hi}"], [name]))
+    return jobs
+
+
+def progress(job):
+    """Fraction done of a running gppo.py or sft.py run (from its metrics and log), else None."""
+    step = max(read_metrics(os.path.join(job["dir"], "metrics.jsonl")) or [0])
+    if job["steps"]:
+        return step / job["steps"]
+    total = re.findall(r"stopping after (\d+)|(\d+) steps\n", open(job["log"]).read()) if job["cmd"][0] == "sft.py" else []
+    return step / int(total[-1][0] or total[-1][1]) if total else None
+
+
+def eta(running, pending, durations, parallel):
+    """'running: A 40% (ETA 2.1 min), ...; all: ETA N min'. A kind of run (sft, gppo, eval) with none finished
+    yet is estimated from a running one; the total is left out while a pending kind has no estimate."""
+    parts, left, guess = [], 0.0, {k: statistics.fmean(v) for k, v in durations.items()}
+    for j in running:
+        f, elapsed = progress(j), time.time() - j["start"]
+        total = elapsed / f if f and f > 0.02 else guess.get(j["cmd"][0])
+        guess.setdefault(j["cmd"][0], total)
+        left += max(0.0, (total or 0) - elapsed)
+        parts.append(f"{j['name']} {f:.0%} (ETA {(total - elapsed) / 60:.1f} min)" if f and total else j["name"])
+    todo = [guess.get(j["cmd"][0]) for j in pending]
+    return "running: " + ", ".join(parts) + ("" if None in todo else f"; all: ETA {(left + sum(todo)) / parallel / 60:.0f} min")
+
+
+def run_jobs(jobs, cfg):
+    """Start ready jobs (every `after` finished) in list order, cfg.parallel at once. Returns the failed ones."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    finished = {j["name"] for j in jobs if j["done"]()}
+    pending, running, failed, durations = [j for j in jobs if j["name"] not in finished], {}, set(), {}
+    print(f"ablate: {len(jobs)} runs, {len(finished)} already done, {len(pending)} to run, {cfg.parallel} at once")
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit("ablate: terminated; rerun the same command to resume"))
+    t0, last_print = time.time(), time.time()
+    try:
+        while pending or running:
+            for j in [j for j in pending if all(a in finished | failed for a in j["after"])]:
+                if any(a in failed for a in j["after"]):
+                    pending.remove(j), failed.add(j["name"]), print(f"  skip  {j['name']}: it needs a failed run")
+                elif len(running) < cfg.parallel:
+                    pending.remove(j)
+                    os.makedirs(j["dir"], exist_ok=True)
+                    j["log"], j["start"] = os.path.join(j["dir"], "log.txt"), time.time()
+                    cmd = [sys.executable, os.path.join(ROOT, j["cmd"][0]), *j["cmd"][1:]]
+                    with open(j["log"], "a") as log:
+                        log.write(f"$ {shlex.join(cmd)}\n")
+                        log.flush()
+                        running[j["name"]] = (j, subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT))
+                    print(f"  start {j['name']}: {shlex.join(j['cmd'])}")
+            time.sleep(1)
+            for name, (j, p) in list(running.items()):
+                if p.poll() is None:
+                    continue
+                del running[name]
+                if p.returncode == 0 and j["done"]():
+                    finished.add(name)
+                    durations.setdefault(j["cmd"][0], []).append(time.time() - j["start"])
+                    print(f"  done  {name} in {(time.time() - j['start']) / 60:.1f} min [{len(finished)}/{len(jobs)}]")
+                else:
+                    failed.add(name)
+                    print(f"  FAILED {name} (exit {p.returncode}); the end of {j['log']}:\n    " +
+                          "    ".join(open(j["log"]).readlines()[-5:]))
+            if running and time.time() - last_print > 60:
+                last_print = time.time()
+                print(f"[{(last_print - t0) / 60:.1f} min] {len(finished)}/{len(jobs)} done; "
+                      + eta([j for j, _ in running.values()], pending, durations, cfg.parallel))
+    finally:  # interrupted (Ctrl-C, kill): stop our children; their checkpoints stay for the resume
+        for j, p in running.values():
+            p.terminate()
+            p.wait()
+    return failed
+
+
+# ---- the report: ablation.md, ablation.json, ablation.png
+
+def avg_at_k(path, bench):
+    return json.load(open(path))["benchmarks"][bench]["avg_at_k"] if os.path.exists(path) else None
+
+
+def report(cfg, wall_minutes):
+    run_file = lambda *p: os.path.join(cfg.out_dir, "runs", *p)  # noqa: E731
+    seeds = range(cfg.seeds)
+    md = [f"# Toy ablations: {cfg.seeds} seed(s), {cfg.steps} RL steps of {cfg.prompts_per_step} prompts x "
+          f"{cfg.group_size} samples, {cfg.prompts_per_step // cfg.mini_batch_prompts} updates per step, lr {cfg.lr:g}",
+          f"Mean ± std over seeds. Held-out accuracy: greedy, {cfg.eval_problems} toy sums (1-4 digits) per eval. "
+          f"Wall time: {sum(wall_minutes):.0f} min in {len(wall_minutes)} invocation(s). Command: `{shlex.join(sys.argv)}`"]
+    out, plots = dict(config=asdict(cfg), wall_minutes=wall_minutes, arms={}), {}
+    for arm in cfg.arms.split(","):
+        title, variants = ARMS[arm]
+        md += ["", f"## {arm}: {title}"]
+        rows, out["arms"][arm] = [], {}
+        if arm == "sft":
+            md += [f"eval.py Avg@{cfg.eval_k} (T=0.6) on {cfg.eval_problems} held-out sums of each kind.",
+                   "| SFT data | easy (1-2 digits) | hard (3-4 digits) |", "|---|---|---|"]
+            for label, name in variants:
+                scores = {p: [avg_at_k(run_file(f"{name}-s{s}", f"eval_{p}", "results.json"), "toy_math") for s in seeds]
+                          for p in ("easy", "hard")}
+                out["arms"][arm][label] = dict(run=name, per_seed=scores)
+                md.append(f"| {label} | {fmt(*mean_std(scores['easy']))} | {fmt(*mean_std(scores['hard']))} |")
+            continue
+        code = arm == "code"
+        steps, window = (cfg.code_steps, max(1, cfg.code_steps // 4)) if code else (cfg.steps, 1)
+        at_steps = table_steps(steps, cfg.eval_every) if not code else table_steps(steps, window)[1:]
+        if code:
+            base = avg_at_k(run_file("base", "eval_code", "results.json"), "toy_code")
+            md.append(f"{cfg.code_steps} RL steps of {cfg.code_prompts_per_step} code prompts x {cfg.group_size} samples. "
+                      f"Columns: the on-policy fraction of samples passing all tests (mean of the last {window} steps), "
+                      f"then eval.py Avg@{cfg.eval_k} on {cfg.eval_code_problems} held-out toy code problems "
+                      f"(the SFT model: {fmt(base, 0)[:5]}). Rewards are on different scales: compare accuracies.")
+        for label, name in variants:
+            records = [read_metrics(run_file(f"{name}-s{s}", "metrics.jsonl"), steps) for s in seeds]
+            curves = [curve(r, "accuracy", window) if code else curve(r, "eval_accuracy") for r in records]
+            final = [avg_at_k(run_file(f"{name}-s{s}", "eval_code", "results.json"), "toy_code") for s in seeds] if code else []
+            summary, rewards = summarize(curves, at_steps, cfg.target), [curve(r, "reward") for r in records]
+            rows.append((label, summary, [fmt(*mean_std(final))] if code else []))
+            out["arms"][arm][label] = dict(run=name, curves=curves, rewards=rewards, summary=summary, final_code=final)
+            plots.setdefault(arm, []).append((label, [curve(r, "reward", 5) for r in records], curves))
+        md.append(arm_table(rows, at_steps, cfg.target, ["held-out code Avg@k (final)"] if code else ()))
+    text = "\n".join(md) + "\n"
+    print("\n" + text)
+    with open(os.path.join(cfg.out_dir, "ablation.md"), "w") as f:
+        f.write(text)
+    with open(os.path.join(cfg.out_dir, "ablation.json"), "w") as f:
+        json.dump(out, f, indent=1)
+    print(f"wrote {cfg.out_dir}/ablation.md and ablation.json")
+    if plots:
+        plot(plots, os.path.join(cfg.out_dir, "ablation.png"))
+
+
+def plot(plots, path):
+    """Per RL arm: training reward and the table's accuracy; mean over seeds bold, each seed faint."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return print("matplotlib is not installed: no plot (the tables hold the numbers)")
+    fig, axes = plt.subplots(len(plots), 2, figsize=(11, 3.2 * len(plots)), squeeze=False)
+    for (arm, variants), (ax_reward, ax_acc) in zip(plots.items(), axes):
+        for label, rewards, curves in variants:
+            for ax, series in ((ax_reward, rewards), (ax_acc, curves)):
+                steps = sorted({s for c in series for s, _ in c})
+                mean = [statistics.fmean(v for c in series for t, v in c if t == s) for s in steps]
+                color = ax.plot(steps, mean, label=label)[0].get_color()
+                for c in (c for c in series if c):
+                    ax.plot(*zip(*c), color=color, alpha=0.25, linewidth=0.8)
+        ax_reward.set_title(f"{arm}: training reward (mean of 5 steps)")
+        ax_acc.set_title(f"{arm}: " + ("samples passing all tests (on-policy)" if arm == "code" else "held-out greedy accuracy"))
+        for ax in (ax_reward, ax_acc):
+            ax.set_xlabel("RL step")
+            ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    print(f"wrote {path}")
+
+
+def main(cfg):
+    os.makedirs(cfg.out_dir, exist_ok=True)
+    if cfg.sft_from and not os.path.exists(os.path.join(cfg.sft_from, "config.json")):
+        raise SystemExit(f"error: --sft_from={cfg.sft_from!r} has no config.json (give an sft.py out_dir/hf)")
+    # runs made with other settings must not be mixed in; only these may change between invocations
+    fixed = {k: v for k, v in asdict(cfg).items()
+             if k not in ("out_dir", "arms", "seeds", "parallel", "steps", "code_steps", "target")}
+    state_path = os.path.join(cfg.out_dir, "ablate_state.json")
+    state = json.load(open(state_path)) if os.path.exists(state_path) else dict(settings=fixed, wall_minutes=[])
+    diff = {k: (state["settings"].get(k), v) for k, v in fixed.items() if state["settings"].get(k) != v}
+    if diff:
+        raise SystemExit(f"error: {cfg.out_dir} holds runs made with other settings, {{option: (old, new)}} = {diff}; "
+                         "use another --out_dir or the old values")
+    t0 = time.time()
+    try:
+        failed = run_jobs(plan(cfg), cfg)
+    finally:
+        state["wall_minutes"].append(round((time.time() - t0) / 60, 2))
+        json.dump(state, open(state_path, "w"), indent=1)
+    report(cfg, state["wall_minutes"])
+    if failed:
+        raise SystemExit(f"error: {len(failed)} run(s) failed or were skipped: {sorted(failed)}; rerun to retry them")
+
+
+if __name__ == "__main__":
+    main(parse_config(AblateConfig))

@@ -1,0 +1,143 @@
+"""benchmarks/ablate.py without training anything: its aggregation against hand-computed numbers, the report
+on synthetic run directories, the run plan, and the scheduler (order, failure, resume) with stand-in scripts."""
+import importlib.util
+import json
+import os
+import textwrap
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+spec = importlib.util.spec_from_file_location("ablate", os.path.join(ROOT, "benchmarks", "ablate.py"))
+ablate = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(ablate)
+
+
+def write_jsonl(path, records):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in records)
+
+
+def write_results(out_dir, bench, avg_at_k):
+    """The part of eval.py's results.json that ablate.py reads."""
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, "results.json"), "w") as f:
+        json.dump({"benchmarks": {bench: {"avg_at_k": avg_at_k}}}, f)
+
+
+def test_read_metrics_keeps_the_last_record_of_a_step_and_cuts_at_max_step(tmp_path):
+    path = str(tmp_path / "m.jsonl")
+    write_jsonl(path, [{"step": 0, "eval_accuracy": 0.1}, {"step": 1, "reward": 0.2}, {"step": 2, "reward": 0.3},
+                       {"step": 2, "reward": 0.5}, {"step": 3, "reward": 0.9}])   # step 2 again: a resumed run
+    assert ablate.read_metrics(path, max_step=2) == {0: {"step": 0, "eval_accuracy": 0.1}, 1: {"step": 1, "reward": 0.2},
+                                                     2: {"step": 2, "reward": 0.5}}
+    assert ablate.read_metrics(str(tmp_path / "missing.jsonl")) == {}
+
+
+def test_curve_window_and_summary_against_hand_computed_values():
+    records = {1: {"accuracy": 0.0}, 2: {"accuracy": 0.5}, 3: {"accuracy": 1.0}, 4: {"other": 7}}
+    assert ablate.curve(records, "accuracy") == [(1, 0.0), (2, 0.5), (3, 1.0)]
+    assert ablate.curve(records, "accuracy", window=2) == [(1, 0.0), (2, 0.25), (3, 0.75)]
+    seeds = [[(0, 0.2), (10, 0.6), (20, 0.9)], [(0, 0.4), (10, 0.95), (20, 1.0)], [(0, 0.3), (10, 0.5), (20, 0.7)]]
+    s = ablate.summarize(seeds, [0, 20], target=0.9)
+    assert s["at"][0][0] == pytest.approx(0.3) and s["at"][0][1] == pytest.approx(0.1)       # stdev(.2,.4,.3) = .1
+    assert s["at"][20][0] == pytest.approx(2.6 / 3)
+    assert s["to_target"][0] == pytest.approx(15.0) and s["to_target"][1] == pytest.approx(50 ** 0.5)  # steps 20, 10
+    assert s["to_target"][2:] == (2, 3)                                                            # 2 of 3 seeds
+    assert ablate.mean_std([None, None]) == (None, None) and ablate.mean_std([0.5]) == (0.5, 0.0)
+    table = ablate.arm_table([("GPPO", s, [])], [0, 20], 0.9)
+    assert "| GPPO | 0.300 ± 0.100 | 0.867 ± 0.153 | 15 ± 7 (2/3 seeds) |" in table
+
+
+def test_table_steps_are_at_most_five_evenly_spread_eval_steps():
+    assert ablate.table_steps(40, 10) == [0, 10, 20, 30, 40]
+    assert ablate.table_steps(100, 5) == [0, 25, 50, 75, 100]
+    assert ablate.table_steps(2, 1) == [0, 1, 2]
+    assert ablate.table_steps(25, 10) == [0, 10, 20, 25]
+
+
+def cfg(tmp_path, **kw):
+    return ablate.AblateConfig(out_dir=str(tmp_path / "abl"), **kw)
+
+
+def test_plan_shares_runs_one_sft_checkpoint_and_several_updates_per_batch(tmp_path):
+    jobs = ablate.plan(cfg(tmp_path, arms="loss,alpha,filter", seeds=2))
+    names = [j["name"] for j in jobs]
+    assert names[0] == "sft-mixed-s0" and "--toy_wrong_fraction=0.3" in jobs[0]["cmd"]
+    rl = [j for j in jobs if j["cmd"][0] == "gppo.py"]
+    assert sorted(j["name"] for j in rl) == sorted(f"{r}-s{s}" for r in ("gppo", "grpo", "cispo", "alpha0", "alpha0.2",
+                                                                        "nofilter") for s in (0, 1))
+    base = os.path.join(str(tmp_path / "abl"), "runs", "sft-mixed-s0", "hf")
+    assert all(f"--init_from={base}" in j["cmd"] and j["after"] == ["sft-mixed-s0"] for j in rl)
+    assert all("--prompts_per_step=32" in j["cmd"] and "--mini_batch_prompts=4" in j["cmd"] for j in rl)
+    # with --sft_from the sft arm still trains both of its models, the RL runs use the given one
+    jobs = ablate.plan(cfg(tmp_path, arms="sft,code", seeds=1, sft_from="/ckpt/sft/hf", code_steps=6))
+    assert {j["name"] for j in jobs if j["cmd"][0] == "sft.py"} == {"sft-mixed-s0", "sft-correct-s0"}
+    code = [j for j in jobs if j["cmd"][0] == "gppo.py"]
+    assert all("--init_from=/ckpt/sft/hf" in j["cmd"] and "--toy_problems=0" in j["cmd"] and j["after"] == []
+               and "--steps=6" in j["cmd"] and "--prompts_per_step=8" in j["cmd"] for j in code)
+    assert {j["name"] for j in jobs if j["cmd"][0] == "eval.py"} == {
+        "eval_code:base", "eval_code:code-soft-s0", "eval_code:code-binary-s0", "eval_easy:sft-mixed-s0",
+        "eval_hard:sft-mixed-s0", "eval_easy:sft-correct-s0", "eval_hard:sft-correct-s0"}
+
+
+def test_report_on_synthetic_runs(tmp_path, capsys):
+    c = cfg(tmp_path, arms="loss,code,sft", seeds=2, steps=20, code_steps=20, eval_every=10, target=0.75)
+    runs = os.path.join(c.out_dir, "runs")
+    for s, accs in enumerate(([0.5, 0.7, 0.9], [0.5, 0.9, 0.9])):
+        for name, shift in (("gppo", 0.0), ("grpo", -0.1), ("cispo", -0.05)):
+            write_jsonl(os.path.join(runs, f"{name}-s{s}", "metrics.jsonl"),
+                        [{"step": 0, "eval_accuracy": accs[0]}] + [
+                            {"step": k, "reward": 0.5, **({"eval_accuracy": accs[k // 10] + shift} if k % 10 == 0 else {})}
+                            for k in range(1, 21)])
+        for name in ("code-soft", "code-binary"):
+            write_jsonl(os.path.join(runs, f"{name}-s{s}", "metrics.jsonl"),
+                        [{"step": k, "reward": 0.5, "accuracy": k / 20} for k in range(1, 21)])
+            write_results(os.path.join(runs, f"{name}-s{s}", "eval_code"), "toy_code", 0.25 + 0.5 * s)
+        for name in ("sft-mixed", "sft-correct"):
+            for part in ("easy", "hard"):
+                write_results(os.path.join(runs, f"{name}-s{s}", f"eval_{part}"), "toy_math", 0.6 if part == "hard" else 1.0)
+    ablate.report(c, [1.5, 2.5])
+    md = open(os.path.join(c.out_dir, "ablation.md")).read()
+    assert "| GPPO | 0.500 ± 0.000 | 0.800 ± 0.141 | 0.900 ± 0.000 | 15 ± 7 (2/2 seeds) |" in md
+    assert "| GRPO | 0.500 ± 0.000 | 0.700 ± 0.141 | 0.800 ± 0.000 | 15 ± 7 (2/2 seeds) |" in md
+    # code: on-policy accuracy k/20 at step k, averaged over the last 20/4 = 5 steps; ≥ 0.75 from step 17 on
+    assert "| soft | 0.150 ± 0.000 | 0.400 ± 0.000 | 0.650 ± 0.000 | 0.900 ± 0.000 | 17 ± 0 (2/2 seeds) | 0.500 ± 0.354 |" in md
+    assert "| only-correct | 1.000 ± 0.000 | 0.600 ± 0.000 |" in md and "4 min in 2 invocation(s)" in md
+    out = json.load(open(os.path.join(c.out_dir, "ablation.json")))
+    assert out["arms"]["loss"]["GPPO"]["curves"][1] == [[0, 0.5], [10, 0.9], [20, 0.9]]
+
+
+STAND_IN = textwrap.dedent("""
+    import os, sys
+    out, fail = sys.argv[1], sys.argv[2] == "fail"
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "..", "order.txt"), "a") as f:
+        f.write(os.path.basename(out) + "\\n")
+    if fail:
+        sys.exit(3)
+    open(os.path.join(out, "done"), "w").close()
+""")
+
+
+def test_scheduler_runs_in_dependency_order_skips_dependents_of_failures_and_resumes(tmp_path, capsys):
+    script = tmp_path / "stand_in.py"
+    script.write_text(STAND_IN)
+    runs = tmp_path / "runs"
+
+    def job(name, after=(), fail=False):
+        d = str(runs / name)
+        return dict(name=name, dir=d, cmd=[str(script), d, "fail" if fail else "ok"], after=list(after), steps=None,
+                    done=lambda: os.path.exists(os.path.join(d, "done")))
+    jobs = [job("base"), job("a", ["base"]), job("bad", ["base"], fail=True), job("after_bad", ["bad"]), job("b", ["a"])]
+    failed = ablate.run_jobs(jobs, ablate.AblateConfig(parallel=2))
+    assert failed == {"bad", "after_bad"}
+    order = (runs / "order.txt").read_text().split()
+    assert order[0] == "base" and order.index("a") < order.index("b") and "after_bad" not in order
+    assert "FAILED bad (exit 3)" in capsys.readouterr().out
+    # a second invocation runs only what is not done
+    (runs / "order.txt").unlink()
+    jobs[2] = job("bad", ["base"])
+    assert ablate.run_jobs(jobs, ablate.AblateConfig(parallel=2)) == set()
+    assert sorted((runs / "order.txt").read_text().split()) == ["after_bad", "bad"]
