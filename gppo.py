@@ -441,7 +441,8 @@ import data  # noqa: E402
 import reward  # noqa: E402
 from model import from_pretrained  # noqa: E402
 from rollout import LLMEngine, SamplingParams  # noqa: E402
-from sft import export_hf, init_distributed, load_checkpoint, parse_config, print0, save_checkpoint, shard_model  # noqa: E402
+from sft import (export_hf, init_distributed, load_checkpoint, open_metrics, parse_config, print0,  # noqa: E402
+                 save_checkpoint, shard_model)
 
 
 @dataclass
@@ -450,10 +451,10 @@ class GPPOConfig:
     math_data: str = ""
     code_data: str = ""
     eval_data: str = ""                # held-out math JSONL; empty = the toy held-out split
-    toy_problems: int = 2000           # toy RL prompts (addition with toy_min..toy_max digits)
+    toy_problems: int = 2000           # toy RL prompts (addition with toy_min..toy_max digits); 0 = none
     toy_min_digits: int = 1
     toy_max_digits: int = 4
-    toy_code_prompts: int = 0          # also mix in this many toy code prompts
+    toy_code_prompts: int = 0          # also mix in this many toy code prompts (code only: --toy_problems=0)
     init_from: str = "out/sft/hf"      # the SFT checkpoint (a Hugging Face directory with tokenizer.json)
     out_dir: str = "out/gppo"
     # rollout (paper: 128 prompts x 8, T=1.0, top-p 1.0, prompt 4096 left-truncated, response 32768)
@@ -492,6 +493,7 @@ class GPPOConfig:
     seed: int = 1234
     eval_every: int = 20               # held-out greedy accuracy every k steps (and before/after); 0 = off
     eval_problems: int = 200
+    eval_seed: int = 0                 # the toy held-out set; fixed, so every run (any --seed) sees the same problems
     ckpt_every: int = 20               # DCP checkpoint (exact resume); always at the end
     export_every: int = 0              # Hugging Face export every k steps; always at the end
     resume: bool = True
@@ -699,7 +701,7 @@ def main(cfg: GPPOConfig, reward_fn=None):
         tasks = filter_code_prompts(tasks, engine, tokenizer, cfg, score_fn, rank, world, device)
 
     eval_problems = data.load_math_jsonl(cfg.eval_data) if cfg.eval_data else \
-        data.toy_math_problems(cfg.eval_problems, seed=cfg.seed, split="test", min_digits=cfg.toy_min_digits,
+        data.toy_math_problems(cfg.eval_problems, seed=cfg.eval_seed, split="test", min_digits=cfg.toy_min_digits,
                                max_digits=cfg.toy_max_digits)
     eval_problems = [dict(p, kind="math") for p in data.encode_prompts(tokenizer, eval_problems[:cfg.eval_problems],
                                                                       cfg.max_prompt_len, "truncate")[0]]
@@ -709,7 +711,7 @@ def main(cfg: GPPOConfig, reward_fn=None):
         step = load_checkpoint(ckpt_dir, policy, optimizer)["step"]
         sync_engine(policy, engine_model)
         print0(f"resumed from {ckpt_dir} at step {step}")
-    metrics_file = open(os.path.join(cfg.out_dir, "metrics.jsonl"), "a") if rank == 0 else None
+    metrics_file = open_metrics(os.path.join(cfg.out_dir, "metrics.jsonl"), step)
 
     def log(rec):
         if metrics_file:

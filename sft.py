@@ -215,6 +215,21 @@ def export_hf(model, out_dir: str, tokenizer_dir: str | None = None):
     dist.barrier()
 
 
+def open_metrics(path: str, step: int):
+    """Rank 0's metrics JSONL, positioned at `step`: records of later steps (logged by a run that died
+    before its next checkpoint) are dropped, so a resumed run does not log a step twice."""
+    if dist.get_rank() != 0:
+        return None
+    kept = []
+    if os.path.exists(path):
+        with open(path) as fh:
+            kept = [line for line in fh if line.strip() and json.loads(line).get("step", 0) <= step]
+    fh = open(path, "w")
+    fh.writelines(kept)
+    fh.flush()
+    return fh
+
+
 def lr_at(step: int, total_steps: int, lr: float, min_lr: float, warmup: int) -> float:
     """Linear warmup, then cosine decay from lr to min_lr at the last step."""
     if step < warmup:
@@ -304,7 +319,7 @@ def main(cfg: SFTConfig):
         step = state["step"]
         loader.load_state_dict(state["loader"])
         print0(f"resumed from {ckpt_dir} at step {step}")
-    metrics_file = open(os.path.join(cfg.out_dir, "metrics.jsonl"), "a") if rank == 0 else None
+    metrics_file = open_metrics(os.path.join(cfg.out_dir, "metrics.jsonl"), step)
 
     t_start, tokens_seen, start_step = time.time(), 0, step
     while step < stop_step:

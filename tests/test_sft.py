@@ -123,3 +123,15 @@ def test_all_padding_rows_still_backpropagate():
     loss.backward()
     assert loss.item() == 0.0
     assert all(p.grad is not None and torch.count_nonzero(p.grad) == 0 for p in model.parameters())
+
+
+def test_resumed_metrics_drop_steps_after_the_checkpoint(tmp_path):
+    """A run that died at step 5 after a checkpoint at step 3 logged steps 4-5; the resumed run logs them again."""
+    if not dist.is_initialized():
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("".join(json.dumps({"step": s, "loss": 1.0 / (s + 1)}) + "\n" for s in range(6)))
+    fh = sft.open_metrics(str(path), step=3)
+    fh.write(json.dumps({"step": 4, "loss": 0.5}) + "\n")
+    fh.close()
+    assert [json.loads(line)["step"] for line in path.read_text().splitlines()] == [0, 1, 2, 3, 4]
