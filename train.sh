@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The whole Klear-Reasoner pipeline: long-CoT SFT -> GPPO RL -> evaluation of both models, one table.
 #
-#   bash train.sh                 # toy task on a CPU (tiny model from scratch), about 15-25 minutes on 2 cores
-#   bash train.sh ablate          # the paper's ablations in miniature (see README, "Ablations")
+#   bash train.sh                 # toy task on a CPU (tiny model from scratch): 26 min measured on 2 shared cores
+#   bash train.sh ablate          # the paper's ablations in miniature, 3 seeds per arm (README, "Ablations"): ~50 min
 #
 # The real pipeline is the same script, driven by environment variables (paper hyperparameters by default):
 #   BASE_MODEL=/ckpt/Qwen3-8B-Base SFT_DATA=sft.jsonl MATH_DATA=math.jsonl CODE_DATA=code.jsonl \
