@@ -568,7 +568,7 @@ def row_tensors(row, device):
     offsets = np.cumsum([0] + [len(s["ids"]) for s in row[:-1]])
     where = torch.tensor([o + s["prompt_len"] - 1 + j for o, s in zip(offsets, row) for j in range(len(s["ids"]) - s["prompt_len"])],
                          device=device)
-    per_token = {k: torch.tensor([v for s in row for v in s[k]], device=device) for k in ("old", "adv", "sft", "engine")}
+    per_token = {k: torch.tensor([v for s in row for v in s[k]], device=device) for k in ("old", "adv", "sft")}
     targets = ids[0, where + 1]
     return ids, pos, doc, where, targets, per_token
 
@@ -614,7 +614,7 @@ def train_mini_batch(policy, optimizer, seqs, cfg, device, world):
         else:   # this rank has fewer rows: a dummy row keeps FSDP's collectives in step; it adds zero
             ids, pos, doc = (torch.zeros((1, 2), dtype=torch.long, device=device) for _ in range(3))
             where, targets = torch.zeros(1, dtype=torch.long, device=device), torch.zeros(1, dtype=torch.long, device=device)
-            tok = {k: torch.zeros(1, device=device) for k in ("old", "adv", "sft", "engine")}
+            tok = {k: torch.zeros(1, device=device) for k in ("old", "adv", "sft")}
         hidden = policy(ids, position_ids=pos, document_ids=doc, return_hidden=True)[0, where]
         mask = torch.ones_like(tok["adv"]) if i < len(rows) else torch.zeros_like(tok["adv"])
         loss, m = rl_loss_from_hidden(hidden, policy.lm_head.weight, targets, tok["old"], tok["adv"], mask, tok["sft"],
