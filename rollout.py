@@ -3,7 +3,7 @@
 RL spends most of its time generating n responses per prompt. This engine does it in four ideas:
 
   1. Paged KV cache. Per layer, one pool of `num_blocks` blocks of `block_size` tokens,
-     k_pool[layer]: (num_blocks, block_size, Hkv, hd), allocated once. A sequence owns a block table
+     k_pool[layer]: (Hkv, num_blocks, block_size, hd), allocated once. A sequence owns a block table
      (a list of block ids); its token t lives in slot  block_table[t // block_size] * block_size + t % block_size.
      Blocks are reference-counted: the n samples of a prompt point at the same prompt blocks, the prompt is
      prefilled once, and a partly filled last block is copied on the first write (copy-on-write).
@@ -18,9 +18,15 @@ RL spends most of its time generating n responses per prompt. This engine does i
          p = softmax( keep_top_k_top_p(logits / T) ),     logprob = log p[token]
      (temperature 0 = greedy: the argmax, with logprob log_softmax(logits)[argmax]).
   4. Attention on pages. Prefill is causal attention inside each new sequence (its keys/values are all in
-     hand). Decode attends one query per sequence to that sequence's blocks: a readable PyTorch reference
-     (gathers the blocks, masked SDPA; used on CPU) and, on CUDA, a Triton kernel that reads K/V in place
-     from the pool. tests/test_rollout.py holds one against the other under TRITON_INTERPRET=1.
+     hand). Decode attends one query per sequence to that sequence's blocks; it is bound by the bytes of K/V
+     it reads, not by arithmetic. Three implementations of the same function:
+       - a readable PyTorch reference (gather each sequence's blocks, masked SDPA): the oracle of the tests;
+       - on CPU, shared-prefix ("cascade") attention: the n samples of a prompt meet its keys in one matmul,
+             scores_i = [ q_i K_prompt(g)^T | q_i K_own(i)^T ],   out_i = sum_l softmax(scores_i)_l V[slot_l]
+         so a group's prompt keys are read once, not n times; the sum over V rows is an embedding_bag that
+         reads them in place from the pool (no gathered copy);
+       - on CUDA, a Triton kernel that reads K/V in place from the pool (online softmax over the blocks).
+     tests/test_rollout.py holds all three against a per-token loop (Triton under TRITON_INTERPRET=1).
 
 Weight updates: the engine holds the trainer's nn.Module itself, not a copy, and keeps no KV cache across
 generate() calls (there is no prefix cache), so after an in-place update the next generate() sees only the
@@ -117,13 +123,26 @@ class Sequence:
         self.params = params
         self.max_len = max_len                 # stop with "length" at this many tokens
         self.generator = torch.Generator().manual_seed(seed)   # CPU: the stream does not depend on the device
+        self.uniforms: list[float] = []        # the next uniforms of its stream, drawn 64 at a time (one call per
+        self.uniforms_start = 0                # 64 tokens, not per token); uniforms[0] is for token uniforms_start
         self.logprobs: list[float] = []
         self.block_table: list[int] = []       # block ids holding the KV of token_ids[:-1] (+ the last after a step)
+        self.prefix_id = -1                    # samples with the same prefix_id share block_table[:prefix_blocks]:
+        self.prefix_blocks = 0                 # the full blocks of the prompt prefilled for them (never written again)
         self.finish_reason: str | None = None
         self.preempted = False                 # its next prefill is a recomputation
 
     def __len__(self):
         return len(self.token_ids)
+
+    def next_uniform(self) -> float:
+        """The uniform for output token number len(logprobs): a function of the seed alone (not of batching)."""
+        i = len(self.logprobs) - self.uniforms_start
+        while i >= len(self.uniforms):
+            self.uniforms_start += len(self.uniforms)
+            i -= len(self.uniforms)
+            self.uniforms = torch.rand(64, generator=self.generator, dtype=torch.float64).tolist()
+        return self.uniforms[i]
 
 
 class BlockManager:
@@ -182,28 +201,113 @@ class BlockManager:
         return self.slot(seq, pos), copy
 
 
-def paged_decode_reference(q, k_pool, v_pool, block_tables, context_lens, workspace=None):
-    """One query per sequence against its pages, in plain PyTorch. Gathers each sequence's blocks into a
-    padded copy: readable and fine on CPU, but it is the per-step copy the CUDA kernel avoids.
+def paged_decode_reference(q, k_pool, v_pool, block_tables, context_lens):
+    """One query per sequence against its pages, in plain PyTorch: gather each sequence's blocks into a padded
+    copy, then masked SDPA. The oracle the faster paths are tested against.
 
-    q (B, Hq, hd); k_pool/v_pool (num_blocks, bs, Hkv, hd); block_tables (B, max_blocks) padded with any
-    valid id; context_lens (B,) -> (B, Hq, hd). workspace: optional (2, >= B*max_blocks, bs, Hkv, hd) buffer
-    for the copy; reusing one across calls (PagedKVCache does) avoids allocating a fresh context-sized tensor
-    per layer and step, which on CPU costs as much as the attention itself (page faults, cold caches).
+    q (B, Hq, hd); k_pool/v_pool (Hkv, num_blocks, bs, hd); block_tables (B, max_blocks) padded with any
+    valid id; context_lens (B,) -> (B, Hq, hd).
     """
     B, Hq, hd = q.shape
-    _, bs, Hkv, _ = k_pool.shape
+    Hkv, _, bs, _ = k_pool.shape
     L = block_tables.shape[1] * bs
     blocks = block_tables.flatten().long()
-    if workspace is None:
-        workspace = k_pool.new_empty(2, len(blocks), bs, Hkv, hd)
-    k = torch.index_select(k_pool, 0, blocks, out=workspace[0, :len(blocks)])
-    v = torch.index_select(v_pool, 0, blocks, out=workspace[1, :len(blocks)])
-    k, v = (t.view(B, L, Hkv, hd).transpose(1, 2).to(q.dtype) for t in (k, v))          # (B, Hkv, L, hd)
+    k, v = (pool.index_select(1, blocks).view(Hkv, B, L, hd).transpose(0, 1).to(q.dtype) for pool in (k_pool, v_pool))
     visible = torch.arange(L, device=q.device) < context_lens[:, None]                  # (B, L)
     # GQA: the Hq/Hkv query heads of one KV head attend as that head's Hq/Hkv queries (heads h -> h // group)
     out = F.scaled_dot_product_attention(q.view(B, Hkv, Hq // Hkv, hd), k, v, attn_mask=visible[:, None, None, :])
     return out.reshape(B, Hq, hd)
+
+
+@dataclass
+class CascadeBatch:
+    """A decode step's B sequences split at their group's shared prompt blocks; built once per step, used by
+    every layer. P groups of at most n sequences; a group's prefix is padded to L_pre tokens, a sequence's
+    own blocks to L_own tokens (multiples of the block size)."""
+    prefix_blocks: torch.Tensor  # (P*L_pre/bs,) int64: the groups' prefix block tables, padded and flattened
+    own_blocks: torch.Tensor     # (B*L_own/bs,) int64: the sequences' own block tables, padded and flattened
+    P: int
+    n: int
+    L_pre: int
+    L_own: int
+    group_rows: torch.Tensor     # (P*n,) int64: the sequence in row r of the grouped layout (B: a padding row)
+    seq_rows: torch.Tensor       # (B,) int64: the row of sequence i in that layout
+    hidden: torch.Tensor         # (B, L_pre + L_own) bool: the padding positions of sequence i's prefix + own part
+    slots: torch.Tensor          # (B, L_pre + L_own) int64: the pool slot of each of those positions
+    _v_rows: torch.Tensor | None = None
+
+    def v_rows(self, num_kv_heads: int, group: int, num_slots: int) -> torch.Tensor:
+        """(Hkv*B*G, L) rows of a (Hkv*num_slots, hd) view of a V pool: query (h, i, g) reads V[h, slots[i]].
+        The same for every layer, so made once per step."""
+        if self._v_rows is None:
+            heads = torch.arange(num_kv_heads, device=self.slots.device)[:, None, None, None] * num_slots
+            rows = heads + self.slots[None, :, None, :]                                  # (Hkv, B, 1, L)
+            self._v_rows = rows.expand(-1, -1, group, -1).reshape(-1, self.slots.shape[1])
+        return self._v_rows
+
+
+def cascade_batch(seqs: list, block_size: int, device) -> CascadeBatch:
+    groups = {}                                        # prefix_id -> indices of its running sequences
+    for i, seq in enumerate(seqs):
+        groups.setdefault(seq.prefix_id, []).append(i)
+    B, P, n = len(seqs), len(groups), max(map(len, groups.values()))
+    max_prefix = max(seq.prefix_blocks for seq in seqs)
+    max_own = max(len(seq.block_table) - seq.prefix_blocks for seq in seqs)
+    prefix_tables, group_rows, seq_rows = [], [], [0] * B
+    for p, members in enumerate(groups.values()):
+        lead = seqs[members[0]]
+        prefix_tables += lead.block_table[:lead.prefix_blocks] + [0] * (max_prefix - lead.prefix_blocks)
+        group_rows += members + [B] * (n - len(members))
+        for j, i in enumerate(members):
+            seq_rows[i] = p * n + j
+    own_tables = [b for seq in seqs for b in seq.block_table[seq.prefix_blocks:] +
+                  [0] * (max_own - len(seq.block_table) + seq.prefix_blocks)]
+    prefix_len = [seq.prefix_blocks * block_size for seq in seqs]
+    own_len = [len(seq) - m for seq, m in zip(seqs, prefix_len)]   # >= 1: the new token is never in the prefix
+    tensor = lambda x: torch.tensor(x, dtype=torch.int64, device=device)   # noqa: E731
+    prefix_blocks, own_blocks, seq_rows = tensor(prefix_tables), tensor(own_tables), tensor(seq_rows)
+    L_pre, L_own = max_prefix * block_size, max_own * block_size
+    hidden = torch.cat([torch.arange(L_pre, device=device) >= tensor(prefix_len)[:, None],
+                        torch.arange(L_own, device=device) >= tensor(own_len)[:, None]], 1)
+    token = torch.arange(block_size, device=device)
+    prefix_slots = (prefix_blocks.view(P, max_prefix, 1) * block_size + token).view(P, L_pre)[seq_rows // n]
+    own_slots = (own_blocks.view(B, max_own, 1) * block_size + token).view(B, L_own)
+    return CascadeBatch(prefix_blocks, own_blocks, P, n, L_pre, L_own, tensor(group_rows), seq_rows, hidden,
+                        torch.cat([prefix_slots, own_slots], 1))
+
+
+def cascade_workspace_size(k_pool, batch: CascadeBatch) -> int:
+    Hkv, _, bs, hd = k_pool.shape
+    return Hkv * (len(batch.prefix_blocks) + len(batch.own_blocks)) * bs * hd
+
+
+def cascade_decode(q, k_pool, v_pool, batch: CascadeBatch, workspace=None):
+    """Same result as paged_decode_reference with each group's prompt keys read once (module docstring, 4.).
+    Keys: gathered into contiguous buffers (one per group for the prompt, one per sequence for the rest) and
+    multiplied in batches. Values need no gather: sum_l p_l V[slot_l] is an embedding_bag over the pool's rows.
+    workspace: optional 1-d buffer of >= cascade_workspace_size() elements for the gathered keys; reusing one
+    across calls (PagedKVCache does) saves allocating a context-sized tensor per layer and step, which on CPU
+    costs as much as the attention itself (page faults, cold caches). q (B, Hq, hd) -> (B, Hq, hd)."""
+    B, Hq, hd = q.shape
+    Hkv, num_blocks, bs, _ = k_pool.shape
+    G, P, n, L_pre, L_own = Hq // Hkv, batch.P, batch.n, batch.L_pre, batch.L_own
+    if workspace is None:
+        workspace = k_pool.new_empty(cascade_workspace_size(k_pool, batch))
+    n_pre = Hkv * len(batch.prefix_blocks) * bs * hd
+    k_pre = torch.index_select(k_pool, 1, batch.prefix_blocks, out=workspace[:n_pre].view(Hkv, -1, bs, hd))
+    k_own = torch.index_select(k_pool, 1, batch.own_blocks,
+                               out=workspace[n_pre:n_pre + Hkv * len(batch.own_blocks) * bs * hd].view(Hkv, -1, bs, hd))
+    q_heads = (q.view(B, Hkv, G, hd).transpose(0, 1) * hd ** -0.5).to(k_pool.dtype)  # (Hkv, B, G, hd)
+    # the n samples of a group side by side: (Hkv*P, n*G, hd) queries against the group's (L_pre, hd) keys
+    q_groups = F.pad(q_heads, (0, 0, 0, 0, 0, 1))[:, batch.group_rows].reshape(Hkv * P, n * G, hd)
+    scores_pre = torch.bmm(q_groups, k_pre.view(Hkv * P, L_pre, hd).transpose(1, 2))
+    scores_own = torch.bmm(q_heads.reshape(Hkv * B, G, hd), k_own.view(Hkv * B, L_own, hd).transpose(1, 2))
+    scores = torch.cat([scores_pre.view(Hkv, P * n, G, L_pre)[:, batch.seq_rows], scores_own.view(Hkv, B, G, L_own)],
+                       -1)                                                            # (Hkv, B, G, L_pre + L_own)
+    probs = scores.masked_fill_(batch.hidden[None, :, None, :], float("-inf")).softmax(-1)
+    out = F.embedding_bag(batch.v_rows(Hkv, G, num_blocks * bs), v_pool.view(-1, hd), mode="sum",
+                          per_sample_weights=probs.view(-1, L_pre + L_own))             # (Hkv*B*G, hd)
+    return out.view(Hkv, B, G, hd).transpose(0, 1).reshape(B, Hq, hd).to(q.dtype)
 
 
 @triton.jit
@@ -245,12 +349,12 @@ def paged_decode_triton(q, k_pool, v_pool, block_tables, context_lens):
     """Same contract as paged_decode_reference; K/V are read in place from the pool (no gather)."""
     q = q.contiguous()
     B, Hq, hd = q.shape
-    _, bs, Hkv, _ = k_pool.shape
+    Hkv, _, bs, _ = k_pool.shape
     assert k_pool.is_contiguous() and v_pool.stride() == k_pool.stride()
     out = torch.empty_like(q)
     _paged_decode_kernel[(B, Hq)](
         q, k_pool, v_pool, out, block_tables, context_lens, 1.0 / math.sqrt(hd),
-        q.stride(0), q.stride(1), k_pool.stride(0), k_pool.stride(1), k_pool.stride(2), block_tables.stride(0),
+        q.stride(0), q.stride(1), k_pool.stride(1), k_pool.stride(2), k_pool.stride(0), block_tables.stride(0),
         GROUP=Hq // Hkv, BLOCK_SIZE=bs, BLOCK_P2=triton.next_power_of_2(bs),
         HEAD_DIM=hd, HEAD_DIM_P2=triton.next_power_of_2(hd))
     return out
@@ -262,20 +366,22 @@ class StepBatch:
     is_prefill: bool
     slot_mapping: torch.Tensor            # (N,) pool slot of each token's K/V
     cu_seqlens: list                      # prefill: sequence i is tokens cu_seqlens[i]:cu_seqlens[i+1]
-    block_tables: torch.Tensor | None     # decode: (B, max_blocks) int32, padded with 0
-    context_lens: torch.Tensor | None     # decode: (B,) int32, tokens to attend to (the new one included)
+    block_tables: torch.Tensor | None     # decode, Triton: (B, max_blocks) int32, padded with 0
+    context_lens: torch.Tensor | None     # decode, Triton: (B,) int32, tokens to attend to (the new one included)
+    cascade: CascadeBatch | None          # decode, CPU
 
 
 class PagedKVCache:
     """The block pools of every layer; model.py calls attend() in every attention layer."""
 
     def __init__(self, num_layers, num_blocks, block_size, n_kv_heads, head_dim, dtype, device, use_triton):
-        shape = (num_layers, num_blocks, block_size, n_kv_heads, head_dim)
-        # zeros, not empty: padded slots are read (and masked) by the reference path; NaN * 0 would be NaN
+        # head-major: gathering blocks of one head yields (Hkv, B, L, hd), ready for a batched matmul, no transpose
+        shape = (num_layers, n_kv_heads, num_blocks, block_size, head_dim)
+        # zeros, not empty: padded slots are read (and masked) by the PyTorch paths; NaN * 0 would be NaN
         self.k_pool = torch.zeros(shape, dtype=dtype, device=device)
         self.v_pool = torch.zeros(shape, dtype=dtype, device=device)
         self.use_triton = use_triton
-        self.workspace = self.k_pool.new_empty(2, 0, *shape[2:])   # the reference path's gather buffer, grown on demand
+        self.workspace = self.k_pool.new_empty(0)   # cascade_decode's gather buffer, grown on demand
         self.step: StepBatch | None = None
 
     @property
@@ -285,15 +391,16 @@ class PagedKVCache:
     def copy_blocks(self, copies: list) -> None:   # copy-on-write, all layers at once
         if copies:
             src, dst = (torch.tensor(c, device=self.k_pool.device) for c in zip(*copies))
-            self.k_pool[:, dst] = self.k_pool[:, src]
-            self.v_pool[:, dst] = self.v_pool[:, src]
+            self.k_pool[:, :, dst] = self.k_pool[:, :, src]
+            self.v_pool[:, :, dst] = self.v_pool[:, :, src]
 
     def attend(self, layer_idx, q, k, v):   # q (1, N, Hq, hd), k/v (1, N, Hkv, hd) -> (1, N, Hq, hd)
         step = self.step
         q, k, v = q[0], k[0], v[0]
-        k_pool, v_pool = self.k_pool[layer_idx], self.v_pool[layer_idx]       # (num_blocks, bs, Hkv, hd)
-        k_pool.view(-1, *k.shape[1:]).index_copy_(0, step.slot_mapping, k.to(k_pool.dtype))
-        v_pool.view(-1, *v.shape[1:]).index_copy_(0, step.slot_mapping, v.to(v_pool.dtype))
+        k_pool, v_pool = self.k_pool[layer_idx], self.v_pool[layer_idx]       # (Hkv, num_blocks, bs, hd)
+        Hkv, _, _, hd = k_pool.shape
+        k_pool.view(Hkv, -1, hd).index_copy_(1, step.slot_mapping, k.transpose(0, 1).to(k_pool.dtype))
+        v_pool.view(Hkv, -1, hd).index_copy_(1, step.slot_mapping, v.transpose(0, 1).to(v_pool.dtype))
         if step.is_prefill:   # no cached prefix: causal attention inside each new sequence
             outs = []
             for s, e in zip(step.cu_seqlens[:-1], step.cu_seqlens[1:]):
@@ -303,9 +410,9 @@ class PagedKVCache:
             return torch.cat(outs).unsqueeze(0)
         if self.use_triton:
             return paged_decode_triton(q, k_pool, v_pool, step.block_tables, step.context_lens).unsqueeze(0)
-        if self.workspace.shape[1] < step.block_tables.numel():
-            self.workspace = k_pool.new_empty(2, step.block_tables.numel() * 5 // 4, *k_pool.shape[1:])
-        return paged_decode_reference(q, k_pool, v_pool, step.block_tables, step.context_lens, self.workspace).unsqueeze(0)
+        if len(self.workspace) < cascade_workspace_size(k_pool, step.cascade):
+            self.workspace = k_pool.new_empty(cascade_workspace_size(k_pool, step.cascade) * 5 // 4)
+        return cascade_decode(q, k_pool, v_pool, step.cascade, self.workspace).unsqueeze(0)
 
 
 def keep_top_k_top_p(logits, top_k, top_p):
@@ -320,24 +427,24 @@ def keep_top_k_top_p(logits, top_k, top_p):
     return torch.full_like(logits, float("-inf")).scatter(-1, order, sorted_logits)
 
 
-def sample(logits, params: list, generators: list):
+def sample(logits, params: list, uniforms: list):
     """logits (B, V) fp32 -> tokens (B,), logprobs (B,): row i drawn from softmax(keep_top_k_top_p(logits_i / T_i))
-    with one uniform from generators[i] (inverse CDF), so a row's draw depends only on its own stream."""
+    by inverse CDF at uniforms[i] (from row i's own stream, so a row's draw depends only on its seed)."""
     B, V = logits.shape
     dev = logits.device
     greedy = [p.temperature == 0 for p in params]
     temperature = torch.tensor([1.0 if g else p.temperature for g, p in zip(greedy, params)], device=dev)
-    top_k = torch.tensor([V if g or p.top_k == 0 else min(p.top_k, V) for g, p in zip(greedy, params)], device=dev)
-    top_p = torch.tensor([1.0 if g else p.top_p for g, p in zip(greedy, params)], device=dev)
+    top_k = [V if g or p.top_k == 0 else min(p.top_k, V) for g, p in zip(greedy, params)]
+    top_p = [1.0 if g else p.top_p for g, p in zip(greedy, params)]
     logits = logits / temperature[:, None]
-    if bool((top_k < V).any()) or bool((top_p < 1).any()):
-        logits = keep_top_k_top_p(logits, top_k, top_p)
+    if min(top_k) < V or min(top_p) < 1:
+        logits = keep_top_k_top_p(logits, torch.tensor(top_k, device=dev), torch.tensor(top_p, device=dev))
     logprobs = torch.log_softmax(logits, dim=-1)                                 # (B, V)
-    u = torch.tensor([0.0 if g else torch.rand((), generator=gen).item() for g, gen in zip(greedy, generators)],
-                     device=dev)
     cdf = logprobs.exp().cumsum(dim=-1)
-    drawn = torch.searchsorted(cdf, (u * cdf[:, -1])[:, None], right=True)[:, 0].clamp(max=V - 1)
-    tokens = torch.where(torch.tensor(greedy, device=dev), logits.argmax(dim=-1), drawn)
+    u = torch.tensor(uniforms, dtype=cdf.dtype, device=dev)
+    tokens = torch.searchsorted(cdf, (u * cdf[:, -1])[:, None], right=True)[:, 0].clamp(max=V - 1)
+    if any(greedy):
+        tokens = torch.where(torch.tensor(greedy, device=dev), logits.argmax(dim=-1), tokens)
     return tokens, logprobs.gather(1, tokens[:, None])[:, 0]
 
 
@@ -384,6 +491,7 @@ class LLMEngine:
         self.cache = PagedKVCache(cfg.num_hidden_layers, num_blocks, block_size, cfg.num_key_value_heads,
                                   cfg.head_dim, self.dtype, self.device, use_triton)
         self.stats = EngineStats()
+        self.num_prefixes = 0          # prefix ids handed out (a group's samples share one)
 
     def _make_groups(self, prompt_token_ids, params) -> list:
         """Validate the requests and make, per prompt, its group of n sequences (they will share the prompt)."""
@@ -482,6 +590,9 @@ class LLMEngine:
             lead.block_table = [self.blocks.allocate() for _ in range(self.blocks.blocks_for(len(lead)))]
             for seq in group[1:]:
                 seq.block_table = self.blocks.share(lead.block_table)
+            self.num_prefixes += 1
+            for seq in group:
+                seq.prefix_id, seq.prefix_blocks = self.num_prefixes, len(lead) // self.blocks.block_size
             ids += lead.token_ids
             positions += range(len(lead))
             slots += [self.blocks.slot(lead, t) for t in range(len(lead))]
@@ -490,7 +601,7 @@ class LLMEngine:
                 self.stats.recompute_tokens += len(lead)
             else:
                 self.stats.prefill_tokens += len(lead)
-        step = StepBatch(True, torch.tensor(slots, device=self.device), cu_seqlens, None, None)
+        step = StepBatch(True, torch.tensor(slots, device=self.device), cu_seqlens, None, None, None)
         logits = self._forward(ids, positions, step, [end - 1 for end in cu_seqlens[1:]])   # (G, V)
         seqs = [seq for group in groups for seq in group]
         self._append_tokens(seqs, logits[[g for g, group in enumerate(groups) for _ in group]])
@@ -518,18 +629,22 @@ class LLMEngine:
         if not running:
             return
         self.cache.copy_blocks(copies)   # before the forward writes into the copies
-        max_blocks = max(len(seq.block_table) for seq in running)
-        block_tables = torch.tensor([seq.block_table + [0] * (max_blocks - len(seq.block_table)) for seq in running],
-                                    dtype=torch.int32, device=self.device)
-        context_lens = torch.tensor([len(seq) for seq in running], dtype=torch.int32, device=self.device)
-        step = StepBatch(False, torch.tensor(slots, device=self.device), [], block_tables, context_lens)
+        step = StepBatch(False, torch.tensor(slots, device=self.device), [], None, None, None)
+        if self.cache.use_triton:
+            max_blocks = max(len(seq.block_table) for seq in running)
+            step.block_tables = torch.tensor([seq.block_table + [0] * (max_blocks - len(seq.block_table))
+                                              for seq in running], dtype=torch.int32, device=self.device)
+            step.context_lens = torch.tensor([len(seq) for seq in running], dtype=torch.int32, device=self.device)
+        else:
+            step.cascade = cascade_batch(running, self.blocks.block_size, self.device)
         logits = self._forward([seq.token_ids[-1] for seq in running], [len(seq) - 1 for seq in running], step,
                                list(range(len(running))))
         self.stats.decode_tokens += len(running)
         self._append_tokens(running, logits)
 
     def _append_tokens(self, seqs: list, logits) -> None:
-        tokens, logprobs = sample(logits, [seq.params for seq in seqs], [seq.generator for seq in seqs])
+        uniforms = [0.0 if seq.params.temperature == 0 else seq.next_uniform() for seq in seqs]
+        tokens, logprobs = sample(logits, [seq.params for seq in seqs], uniforms)
         for seq, token, logprob in zip(seqs, tokens.tolist(), logprobs.tolist()):
             seq.token_ids.append(token)
             seq.logprobs.append(logprob)

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from model import Qwen3, Qwen3Config, save_pretrained
-from rollout import (LLMEngine, SamplingParams, encode_chat_prompt, main, paged_decode_reference,
-                     paged_decode_triton, parse_args)
+from rollout import (LLMEngine, SamplingParams, Sequence, cascade_batch, cascade_decode, cascade_workspace_size,
+                     encode_chat_prompt, main, paged_decode_reference, paged_decode_triton, parse_args)
 
 V = 97
 
@@ -220,12 +220,12 @@ def test_bad_requests_give_clear_errors(model):
 def paged_attention_by_hand(q, k_pool, v_pool, block_tables, context_lens):
     """Per sequence, per token: look the slot up in the block table; then softmax(q k^T / sqrt(hd)) v."""
     B, Hq, hd = q.shape
-    bs, Hkv = k_pool.shape[1], k_pool.shape[2]
+    Hkv, bs = k_pool.shape[0], k_pool.shape[2]
     out = torch.empty_like(q)
     for b in range(B):
         n = int(context_lens[b])
-        k = torch.stack([k_pool[block_tables[b, t // bs], t % bs] for t in range(n)])   # (n, Hkv, hd)
-        v = torch.stack([v_pool[block_tables[b, t // bs], t % bs] for t in range(n)])
+        k = torch.stack([k_pool[:, block_tables[b, t // bs], t % bs] for t in range(n)])   # (n, Hkv, hd)
+        v = torch.stack([v_pool[:, block_tables[b, t // bs], t % bs] for t in range(n)])
         for h in range(Hq):
             kv = h // (Hq // Hkv)
             weights = torch.softmax(k[:, kv] @ q[b, h] / math.sqrt(hd), 0)
@@ -238,8 +238,8 @@ def test_paged_decode_kernel_equals_reference(block_size, head_dim, group):
     """The Triton kernel (under TRITON_INTERPRET=1 on CPU) and the PyTorch reference vs a per-token loop."""
     g = torch.Generator().manual_seed(block_size)
     num_blocks, Hkv, B = 12, 2, 4
-    k_pool = torch.randn(num_blocks, block_size, Hkv, head_dim, generator=g)
-    v_pool = torch.randn(num_blocks, block_size, Hkv, head_dim, generator=g)
+    k_pool = torch.randn(Hkv, num_blocks, block_size, head_dim, generator=g)
+    v_pool = torch.randn(Hkv, num_blocks, block_size, head_dim, generator=g)
     q = torch.randn(B, Hkv * group, head_dim, generator=g)
     context_lens = torch.tensor([1, block_size, block_size + 1, 3 * block_size - 2], dtype=torch.int32)
     perm = torch.randperm(num_blocks, generator=g)    # blocks scattered through the pool, as after reuse
@@ -249,6 +249,36 @@ def test_paged_decode_kernel_equals_reference(block_size, head_dim, group):
                                atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(paged_decode_triton(q, k_pool, v_pool, block_tables, context_lens), expected,
                                atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("prompt_lens", [(9, 3, 14), (2, 3, 1)])   # second: no group has a full prompt block
+def test_cascade_decode_equals_per_token_loop(prompt_lens):
+    """Shared-prefix attention vs the per-token loop: groups of 3, 1 and 2 samples (so padded group rows),
+    their members interleaved in the batch, own parts of different lengths, blocks scattered in the pool."""
+    g = torch.Generator().manual_seed(len(prompt_lens) + prompt_lens[0])
+    bs, Hkv, group, hd, num_blocks = 4, 2, 3, 8, 40
+    k_pool = torch.randn(Hkv, num_blocks, bs, hd, generator=g)
+    v_pool = torch.randn(Hkv, num_blocks, bs, hd, generator=g)
+    free = torch.randperm(num_blocks, generator=g).tolist()
+    seqs = []
+    for prefix_id, (prompt_len, n) in enumerate(zip(prompt_lens, (3, 1, 2))):
+        prefix = [free.pop() for _ in range(prompt_len // bs)]     # the prompt's full blocks, shared by the group
+        for j in range(n):
+            seq = Sequence([0] * (prompt_len + 2 * j + 1), SamplingParams(), 100, seed=0)   # 1 + 2j generated
+            own = -(-len(seq) // bs) - len(prefix)
+            seq.block_table, seq.prefix_id, seq.prefix_blocks = prefix + [free.pop() for _ in range(own)], prefix_id, len(prefix)
+            seqs.append(seq)
+    seqs = [seqs[i] for i in (0, 3, 4, 1, 5, 2)]                   # members of a group not side by side
+    q = torch.randn(len(seqs), Hkv * group, hd, generator=g)
+    max_blocks = max(len(s.block_table) for s in seqs)
+    block_tables = torch.tensor([s.block_table + [0] * (max_blocks - len(s.block_table)) for s in seqs])
+    context_lens = torch.tensor([len(s) for s in seqs])
+    expected = paged_attention_by_hand(q, k_pool, v_pool, block_tables, context_lens)
+    batch = cascade_batch(seqs, bs, "cpu")
+    assert batch.P == 3 and batch.n == 3 and batch.L_pre == bs * (max(prompt_lens) // bs)
+    torch.testing.assert_close(cascade_decode(q, k_pool, v_pool, batch), expected, atol=1e-5, rtol=1e-5)
+    workspace = torch.full((cascade_workspace_size(k_pool, batch) + 5,), float("nan"))   # stale garbage is overwritten
+    torch.testing.assert_close(cascade_decode(q, k_pool, v_pool, batch, workspace), expected, atol=1e-5, rtol=1e-5)
 
 
 def test_engine_with_triton_decode_equals_reference(model):
