@@ -427,22 +427,41 @@ def keep_top_k_top_p(logits, top_k, top_p):
     return torch.full_like(logits, float("-inf")).scatter(-1, order, sorted_logits)
 
 
+def inverse_cdf(probs, u, chunk: int = 64):
+    """probs (B, V) >= 0, not all 0 per row; u (B,) in [0, 1] -> (B,) the token where the running mass first
+    exceeds u * total, never a zero-probability one (even when u * total rounds up to the total). Two levels:
+    find the chunk of `chunk` tokens, then the token inside it, so the sequential cumsums cover V/chunk + chunk
+    entries per row, not V."""
+    B, V = probs.shape
+    chunks = F.pad(probs, (0, -V % chunk)).view(B, -1, chunk)                        # (B, V/chunk, chunk)
+
+    def search(cdf, target):   # first index with cdf > target, target kept below the last (positive) entry
+        target = torch.minimum(target, cdf[:, -1:].nextafter(torch.zeros_like(cdf[:, -1:])))
+        return torch.searchsorted(cdf, target.clamp(min=0), right=True)            # (B, 1)
+
+    chunk_cdf = chunks.sum(-1).cumsum(-1)                                           # (B, V/chunk)
+    target = u[:, None] * chunk_cdf[:, -1:]
+    c = search(chunk_cdf, target)
+    inner_cdf = chunks.gather(1, c[:, :, None].expand(-1, -1, chunk))[:, 0].cumsum(-1)   # (B, chunk)
+    mass_before = chunk_cdf.gather(1, c) - inner_cdf[:, -1:]
+    return (c * chunk + search(inner_cdf, target - mass_before))[:, 0]
+
+
 def sample(logits, params: list, uniforms: list):
     """logits (B, V) fp32 -> tokens (B,), logprobs (B,): row i drawn from softmax(keep_top_k_top_p(logits_i / T_i))
     by inverse CDF at uniforms[i] (from row i's own stream, so a row's draw depends only on its seed)."""
     B, V = logits.shape
     dev = logits.device
     greedy = [p.temperature == 0 for p in params]
-    temperature = torch.tensor([1.0 if g else p.temperature for g, p in zip(greedy, params)], device=dev)
+    temperature = [1.0 if g else p.temperature for g, p in zip(greedy, params)]
     top_k = [V if g or p.top_k == 0 else min(p.top_k, V) for g, p in zip(greedy, params)]
     top_p = [1.0 if g else p.top_p for g, p in zip(greedy, params)]
-    logits = logits / temperature[:, None]
+    if any(t != 1.0 for t in temperature):
+        logits = logits / torch.tensor(temperature, device=dev)[:, None]
     if min(top_k) < V or min(top_p) < 1:
         logits = keep_top_k_top_p(logits, torch.tensor(top_k, device=dev), torch.tensor(top_p, device=dev))
     logprobs = torch.log_softmax(logits, dim=-1)                                 # (B, V)
-    cdf = logprobs.exp().cumsum(dim=-1)
-    u = torch.tensor(uniforms, dtype=cdf.dtype, device=dev)
-    tokens = torch.searchsorted(cdf, (u * cdf[:, -1])[:, None], right=True)[:, 0].clamp(max=V - 1)
+    tokens = inverse_cdf(logprobs.exp(), torch.tensor(uniforms, dtype=logprobs.dtype, device=dev))
     if any(greedy):
         tokens = torch.where(torch.tensor(greedy, device=dev), logits.argmax(dim=-1), tokens)
     return tokens, logprobs.gather(1, tokens[:, None])[:, 0]

@@ -8,7 +8,7 @@ import torch
 
 from model import Qwen3, Qwen3Config, save_pretrained
 from rollout import (LLMEngine, SamplingParams, Sequence, cascade_batch, cascade_decode, cascade_workspace_size,
-                     encode_chat_prompt, main, paged_decode_reference, paged_decode_triton, parse_args)
+                     encode_chat_prompt, inverse_cdf, main, paged_decode_reference, paged_decode_triton, parse_args)
 
 V = 97
 
@@ -158,6 +158,24 @@ def test_same_seed_same_samples_whatever_the_batch(model):
         [prompt], SamplingParams(temperature=1.0, top_p=0.95, max_tokens=20, n=3, seed=124))[0]
     assert [s.token_ids for s in other_seed] != [s.token_ids for s in alone]
     assert_no_leaks(crowded)
+
+
+@pytest.mark.parametrize("V", [1, 7, 64, 65, 300])
+def test_inverse_cdf_equals_a_float64_search_and_never_picks_a_zero(V):
+    """The two-level search vs one float64 cumsum; rows with zero-probability tokens (as top-k/top-p leave
+    them) at the start, inside and at the end; u = 0 and u = 1 (u * total rounding up to the total) included."""
+    g = torch.Generator().manual_seed(V)
+    probs = torch.rand(6, V, generator=g) ** 3
+    probs[:, ::3] = 0                                      # zeros inside, and token 0 is a zero
+    probs[:, -1] = 0                                       # and at the end
+    probs[:, min(1, V - 1)] += 0.01                        # every row keeps some mass
+    cdf = probs.double().cumsum(1)
+    for u in torch.rand(50, generator=g).tolist() + [0.0, 1.0, 1 - 1e-12]:
+        got = inverse_cdf(probs, torch.full((6,), u))
+        assert (probs.gather(1, got[:, None]) > 0).all(), f"u={u}: picked a zero-probability token"
+        if 1e-4 < u < 1 - 1e-4:     # away from the ends, fp32 vs fp64 rounding cannot move the boundary
+            expected = torch.searchsorted(cdf, u * cdf[:, -1:], right=True)[:, 0]
+            assert got.tolist() == expected.tolist(), f"u={u}"
 
 
 def test_stop_tokens_and_lengths(model):
