@@ -293,20 +293,20 @@ def cascade_decode(q, k_pool, v_pool, batch: CascadeBatch, workspace=None):
     G, P, n, L_pre, L_own = Hq // Hkv, batch.P, batch.n, batch.L_pre, batch.L_own
     if workspace is None:
         workspace = k_pool.new_empty(cascade_workspace_size(k_pool, batch))
-    n_pre = Hkv * len(batch.prefix_blocks) * bs * hd
+    n_pre, n_own = (Hkv * len(blocks) * bs * hd for blocks in (batch.prefix_blocks, batch.own_blocks))
     k_pre = torch.index_select(k_pool, 1, batch.prefix_blocks, out=workspace[:n_pre].view(Hkv, -1, bs, hd))
-    k_own = torch.index_select(k_pool, 1, batch.own_blocks,
-                               out=workspace[n_pre:n_pre + Hkv * len(batch.own_blocks) * bs * hd].view(Hkv, -1, bs, hd))
+    k_own = torch.index_select(k_pool, 1, batch.own_blocks, out=workspace[n_pre:n_pre + n_own].view(Hkv, -1, bs, hd))
+    k_pre, k_own = k_pre.view(Hkv * P, L_pre, hd), k_own.view(Hkv * B, L_own, hd)
     q_heads = (q.view(B, Hkv, G, hd).transpose(0, 1) * hd ** -0.5).to(k_pool.dtype)  # (Hkv, B, G, hd)
     # the n samples of a group side by side: (Hkv*P, n*G, hd) queries against the group's (L_pre, hd) keys
     q_groups = F.pad(q_heads, (0, 0, 0, 0, 0, 1))[:, batch.group_rows].reshape(Hkv * P, n * G, hd)
-    scores_pre = torch.bmm(q_groups, k_pre.view(Hkv * P, L_pre, hd).transpose(1, 2))
-    scores_own = torch.bmm(q_heads.reshape(Hkv * B, G, hd), k_own.view(Hkv * B, L_own, hd).transpose(1, 2))
+    scores_pre = torch.bmm(q_groups, k_pre.transpose(1, 2))                           # (Hkv*P, n*G, L_pre)
+    scores_own = torch.bmm(q_heads.reshape(Hkv * B, G, hd), k_own.transpose(1, 2))    # (Hkv*B, G, L_own)
     scores = torch.cat([scores_pre.view(Hkv, P * n, G, L_pre)[:, batch.seq_rows], scores_own.view(Hkv, B, G, L_own)],
                        -1)                                                            # (Hkv, B, G, L_pre + L_own)
-    probs = scores.masked_fill_(batch.hidden[None, :, None, :], float("-inf")).softmax(-1)
+    probs = scores.float().masked_fill_(batch.hidden[None, :, None, :], float("-inf")).softmax(-1)   # fp32 softmax
     out = F.embedding_bag(batch.v_rows(Hkv, G, num_blocks * bs), v_pool.view(-1, hd), mode="sum",
-                          per_sample_weights=probs.view(-1, L_pre + L_own))             # (Hkv*B*G, hd)
+                          per_sample_weights=probs.view(-1, L_pre + L_own).to(v_pool.dtype))   # (Hkv*B*G, hd)
     return out.view(Hkv, B, G, hd).transpose(0, 1).reshape(B, Hq, hd).to(q.dtype)
 
 

@@ -7,8 +7,12 @@ with an attention mask; it is what a first implementation looks like. Peak KV me
 by the engine (and its allocated pool) vs the contiguous cache of the baseline (transformers' DynamicCache
 grows to the same size).
 
-Run:  python benchmarks/bench_rollout.py                 (defaults: 16 prompts x 8 samples x 128 tokens)
-      python benchmarks/bench_rollout.py --prompts=4 --new_tokens=32 --skip_hf=1
+Each implementation runs --repeat times, interleaved (so a slow spell of a shared machine hits all of them);
+the table shows the fastest run of each and lists all wall times. Every run generates every token (no stop
+tokens): the engine's advantage from freeing finished samples early is not counted here.
+
+Run:  python benchmarks/bench_rollout.py                 (defaults: 16 prompts x 8 samples x 128 tokens, 1 thread)
+      python benchmarks/bench_rollout.py --prompts=4 --new_tokens=32 --skip_hf=1 --repeat=1
 """
 import os
 import sys
