@@ -247,6 +247,8 @@ class CascadeBatch:
 
 
 def cascade_batch(seqs: list, block_size: int, device) -> CascadeBatch:
+    """Group the running sequences by the prompt prefill they share (prefix_id) and split each block table
+    into its group's prefix (the prompt's full blocks) and its own blocks (the rest: written by it alone)."""
     groups = {}                                        # prefix_id -> indices of its running sequences
     for i, seq in enumerate(seqs):
         groups.setdefault(seq.prefix_id, []).append(i)
