@@ -320,7 +320,7 @@ def _paged_decode_kernel(q_ptr, k_ptr, v_ptr, out_ptr, block_tables_ptr, context
     # One program per (sequence, query head): walk the sequence's blocks through its block table, reading
     # K/V in place from the pool, with an online softmax (running max m, normaliser l, accumulator acc).
     seq, head = tl.program_id(0), tl.program_id(1)
-    kv_head = head // GROUP
+    kv_head = (head // GROUP).to(tl.int64)    # x stride_kh (a whole head of the pool) can pass 2**31
     d = tl.arange(0, HEAD_DIM_P2)
     d_ok = d < HEAD_DIM
     q = tl.load(q_ptr + seq * stride_qb + head * stride_qh + d, mask=d_ok, other=0.0).to(tl.float32) * scale
