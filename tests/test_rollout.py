@@ -139,6 +139,22 @@ def test_n_samples_share_the_prompt(model):
     assert_no_leaks(engine)
 
 
+def test_groups_that_shrink_unevenly_stay_exact(model):
+    """Samples of a prompt stop at different steps (stop tokens), so decode steps see groups of different sizes
+    (padded group rows in the shared-prefix attention) next to singletons after preemption; every logprob must
+    still be the teacher-forced one."""
+    prompts = prompts_of([35, 18, 50, 3], seed=9)          # 2, 1, 3 and 0 full blocks of 16 to share
+    engine = LLMEngine(model, max_num_seqs=12, max_model_len=96, num_blocks=12, block_size=16)
+    params = SamplingParams(temperature=1.0, max_tokens=40, n=4, seed=3, stop_token_ids=list(range(0, V, 16)))
+    out = engine.generate(prompts, params)
+    lengths = [len(s.token_ids) for samples in out for s in samples]
+    assert len(set(lengths)) > 3 and engine.stats.preemptions > 0, (lengths, engine.stats)
+    for prompt, samples in zip(prompts, out):
+        for s in samples:
+            assert s.logprobs == pytest.approx(teacher_forced_logprobs(model, prompt, s.token_ids, 1.0), abs=1e-4)
+    assert_no_leaks(engine)
+
+
 def test_same_seed_same_samples_whatever_the_batch(model):
     prompt = prompts_of([10], seed=4)[0]
     params = SamplingParams(temperature=1.0, top_p=0.95, max_tokens=20, n=3, seed=123)
