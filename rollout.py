@@ -123,8 +123,7 @@ class Sequence:
         self.params = params
         self.max_len = max_len                 # stop with "length" at this many tokens
         self.generator = torch.Generator().manual_seed(seed)   # CPU: the stream does not depend on the device
-        self.uniforms: list[float] = []        # the next uniforms of its stream, drawn 64 at a time (one call per
-        self.uniforms_start = 0                # 64 tokens, not per token); uniforms[0] is for token uniforms_start
+        self.uniforms: list[float] = []        # the next uniforms of its stream, last = next; drawn 64 at a time
         self.logprobs: list[float] = []
         self.block_table: list[int] = []       # block ids holding the KV of token_ids[:-1] (+ the last after a step)
         self.prefix_id = -1                    # samples with the same prefix_id share block_table[:prefix_blocks]:
@@ -136,13 +135,11 @@ class Sequence:
         return len(self.token_ids)
 
     def next_uniform(self) -> float:
-        """The uniform for output token number len(logprobs): a function of the seed alone (not of batching)."""
-        i = len(self.logprobs) - self.uniforms_start
-        while i >= len(self.uniforms):
-            self.uniforms_start += len(self.uniforms)
-            i -= len(self.uniforms)
-            self.uniforms = torch.rand(64, generator=self.generator, dtype=torch.float64).tolist()
-        return self.uniforms[i]
+        """The next uniform of its stream, one per sampled token: a function of the seed alone (not of batching
+        or preemption). Drawn 64 at a time: one generator call per 64 tokens instead of one per token."""
+        if not self.uniforms:
+            self.uniforms = torch.rand(64, generator=self.generator, dtype=torch.float64).tolist()[::-1]
+        return self.uniforms.pop()
 
 
 class BlockManager:
@@ -212,7 +209,8 @@ def paged_decode_reference(q, k_pool, v_pool, block_tables, context_lens):
     Hkv, _, bs, _ = k_pool.shape
     L = block_tables.shape[1] * bs
     blocks = block_tables.flatten().long()
-    k, v = (pool.index_select(1, blocks).view(Hkv, B, L, hd).transpose(0, 1).to(q.dtype) for pool in (k_pool, v_pool))
+    k, v = (pool.index_select(1, blocks).view(Hkv, B, L, hd).transpose(0, 1).to(q.dtype)   # (B, Hkv, L, hd)
+            for pool in (k_pool, v_pool))
     visible = torch.arange(L, device=q.device) < context_lens[:, None]                  # (B, L)
     # GQA: the Hq/Hkv query heads of one KV head attend as that head's Hq/Hkv queries (heads h -> h // group)
     out = F.scaled_dot_product_attention(q.view(B, Hkv, Hq // Hkv, hd), k, v, attn_mask=visible[:, None, None, :])
