@@ -441,63 +441,70 @@ import data  # noqa: E402
 import reward  # noqa: E402
 from model import from_pretrained  # noqa: E402
 from rollout import LLMEngine, SamplingParams  # noqa: E402
-from sft import (export_hf, init_distributed, load_checkpoint, open_metrics, parse_config, print0,  # noqa: E402
-                 save_checkpoint, shard_model)
+from sft import (GracefulStop, InputError, agree_on_inputs, export_hf, init_distributed, load_checkpoint,  # noqa: E402
+                 open_metrics, parse_config, print0, read_input, run_entry_point, save_checkpoint, set_threads,
+                 shard_model)
 
 
 @dataclass
 class GPPOConfig:
-    # data: JSONL prompts (math: problem/question + answer; code: LiveCodeBench style); empty = toy math
-    math_data: str = ""
-    code_data: str = ""
+    # data: JSONL prompts (math: problem/question + answer; code: LiveCodeBench style); none given = toy math
+    math_data: str = ""                # math RL prompts (JSONL)
+    code_data: str = ""                # code RL prompts (JSONL)
     eval_data: str = ""                # held-out math JSONL; empty = the toy held-out split
     toy_problems: int = 2000           # toy RL prompts (addition with toy_min..toy_max digits); 0 = none
-    toy_min_digits: int = 1
-    toy_max_digits: int = 4
+    toy_min_digits: int = 1            # fewest digits of a toy operand
+    toy_max_digits: int = 4            # most digits of a toy operand
     toy_code_prompts: int = 0          # also mix in this many toy code prompts (code only: --toy_problems=0)
     init_from: str = "out/sft/hf"      # the SFT checkpoint (a Hugging Face directory with tokenizer.json)
-    out_dir: str = "out/gppo"
+    out_dir: str = "out/gppo"          # checkpoint/, metrics.jsonl, hf/ (the trained policy)
     # rollout (paper: 128 prompts x 8, T=1.0, top-p 1.0, prompt 4096 left-truncated, response 32768)
-    prompts_per_step: int = 32
+    prompts_per_step: int = 32         # prompt groups trained on per step (the rollout batch)
     group_size: int = 8                # responses per prompt, n (named so torchrun's argparse cannot mistake it)
-    temperature: float = 1.0
-    top_p: float = 1.0
-    max_prompt_len: int = 4096
-    max_response_len: int = 192
+    temperature: float = 1.0           # sampling temperature (the loss uses the same T)
+    top_p: float = 1.0                 # nucleus sampling (1.0 = off, as the paper)
+    max_prompt_len: int = 4096         # longer prompts are left-truncated
+    max_response_len: int = 192        # new tokens per response
+    oversample: float = 1.0            # each generation round samples oversample x prompts_per_step prompts
+    max_gen_rounds: int = 1            # rounds until prompts_per_step groups survive the zero-advantage filter
+    #   (1 = no refill, as the paper; the authors' scripts refill: --oversample=2 --max_gen_rounds=3 or so)
     # update (paper, math: 16 prompts per mini-batch, i.e. 8 optimizer steps per rollout batch)
-    mini_batch_prompts: int = 8
+    mini_batch_prompts: int = 8        # prompt groups per optimizer step; survivors are re-packed into full ones
     train_row_tokens: int = 8192       # tokens per forward/backward (packed): bounds activation memory
     lr: float = 2e-5                   # paper: 1e-6 math, 5e-7 code; constant after warmup
-    warmup_steps: int = 10
-    weight_decay: float = 0.1
-    grad_clip: float = 1.0
-    activation_checkpointing: bool = False
+    warmup_steps: int = 10             # linear warmup, in RL steps
+    weight_decay: float = 0.1          # AdamW (paper: 0.1)
+    grad_clip: float = 1.0             # max global grad norm
+    activation_checkpointing: bool = False  # recompute each layer in the backward (long responses)
     # the loss (method.md §2)
     loss_mode: str = "gppo"            # gppo | grpo | cispo
-    eps_low: float = 0.2
-    eps_high: float = 0.28
-    dual_clip: float = 10.0
-    beta1: float = 1.0
-    beta2: float = 1.0
-    high_side_only: bool = False
+    eps_low: float = 0.2               # r is clipped to [1 - eps_low, 1 + eps_high]
+    eps_high: float = 0.28             # Clip-Higher (DAPO)
+    dual_clip: float = 10.0            # c: for A < 0 the loss is at most -A*c (no gradient beyond)
+    beta1: float = 1.0                 # GPPO: scale of the low-side clipped tokens (A<0, r<1-eps_low); authors: 0.25-0.5 against entropy collapse
+    beta2: float = 1.0                 # GPPO: scale of the high-side clipped tokens (A>0, r>1+eps_high)
+    high_side_only: bool = False       # GPPO variant: low-side clipped tokens get no gradient
     alpha: float = 0.1                 # weight of the SFT term on fully correct responses
     old_logprobs: str = "recompute"    # recompute (trainer forward before the updates) | engine (sampler's)
     filter_zero_adv: bool = True       # drop groups whose rewards are all equal (all right / all wrong)
+    mask_truncated: bool = False       # leave responses cut at max_response_len out of the loss (overlong filter)
     # rewards
     code_reward: str = "soft"          # soft (fraction of tests passed) | binary (1 iff all pass)
-    code_filter_k: int = 0             # pre-sample k responses per code prompt and keep the prompt only if
-    code_filter_threshold: float = 0.5 # the fraction passing all tests is >= threshold (paper: k=16, 0.5)
-    reward_workers: int = 8
+    code_filter_k: int = 0             # pre-sample k responses per code prompt; keep it if enough pass (0 = off)
+    code_filter_threshold: float = 0.5 # the share of those k that must pass all tests (paper: k=16, 0.5)
+    reward_workers: int = 8            # threads scoring responses (code runs in sandboxed processes)
     # bookkeeping
-    steps: int = 60
-    seed: int = 1234
+    steps: int = 60                    # RL steps
+    seed: int = 1234                   # prompt order and sampling seeds
     eval_every: int = 20               # held-out greedy accuracy every k steps (and before/after); 0 = off
-    eval_problems: int = 200
+    eval_problems: int = 200           # held-out problems
     eval_seed: int = 0                 # the toy held-out set; fixed, so every run (any --seed) sees the same problems
-    ckpt_every: int = 20               # DCP checkpoint (exact resume); always at the end
+    ckpt_every: int = 20               # DCP checkpoint (exact resume) every k steps; always at the end
+    ckpt_minutes: float = 5.0          # ... and every this many minutes (0 = off); SIGTERM/Ctrl-C also save one
     export_every: int = 0              # Hugging Face export every k steps; always at the end
-    resume: bool = True
-    device: str = "auto"
+    resume: bool = True                # continue from out_dir/checkpoint if it exists
+    device: str = "auto"               # auto | cpu | cuda
+    threads: int = 0                   # CPU threads per rank; 0 = usable cores / ranks on this machine
     kv_cache_fraction: float = 0.3     # GPU: share of free memory for the engine's KV pool
 
     def __post_init__(self):
@@ -505,6 +512,7 @@ class GPPOConfig:
                   (self.old_logprobs in ("recompute", "engine"), "old_logprobs must be recompute or engine"),
                   (self.code_reward in ("soft", "binary"), "code_reward must be soft or binary"),
                   (self.prompts_per_step % self.mini_batch_prompts == 0, "prompts_per_step must be a multiple of mini_batch_prompts"),
+                  (self.oversample >= 1 and self.max_gen_rounds >= 1, "oversample and max_gen_rounds must be >= 1"),
                   (self.group_size >= 2, "group_size must be >= 2 (GRPO advantages compare the samples of a prompt)")]
         for ok, why in checks:
             if not ok:
@@ -514,15 +522,20 @@ class GPPOConfig:
 def load_tasks(cfg, tokenizer):
     """RL prompts as dicts {id, kind: math|code, prompt, answer|tests, prompt_ids}."""
     tasks = []
-    if cfg.math_data:
-        tasks += [dict(p, kind="math") for p in data.load_math_jsonl(cfg.math_data)]
-    if cfg.code_data:
-        tasks += [dict(p, kind="code") for p in data.load_code_jsonl(cfg.code_data)]
-    if not tasks:
+    for option, path, kind, load in (("--math_data", cfg.math_data, "math", data.load_math_jsonl),
+                                     ("--code_data", cfg.code_data, "code", data.load_code_jsonl)):
+        if path:
+            problems = read_input(option, load, path)
+            if not problems:
+                raise InputError(f"{option}={path}: the file holds no problems")
+            tasks += [dict(p, kind=kind) for p in problems]
+    if not (cfg.math_data or cfg.code_data):
         tasks = [dict(p, kind="math") for p in data.toy_math_problems(cfg.toy_problems, seed=cfg.seed, split="train",
                                                                      min_digits=cfg.toy_min_digits, max_digits=cfg.toy_max_digits)]
     if cfg.toy_code_prompts:
         tasks += [dict(p, kind="code") for p in data.toy_code_problems(cfg.toy_code_prompts, seed=cfg.seed, split="train")]
+    if not tasks:
+        raise InputError("no RL prompts: give --math_data / --code_data, or --toy_problems / --toy_code_prompts > 0")
     tasks, report = data.encode_prompts(tokenizer, tasks, cfg.max_prompt_len, overlong="truncate")
     print0(f"prompts: {report}")
     return tasks
@@ -659,12 +672,14 @@ def evaluate(engine, tokenizer, problems, cfg, rank, world, device):
     return c / max(n, 1)
 
 
-def step_tasks(tasks, step, cfg, seed):
-    """The global batch of prompts of a step: a fresh permutation of all prompts per epoch. A function of
-    (seed, step) only, so a resumed run and any number of ranks see the same prompts."""
-    P, perms = cfg.prompts_per_step, {}
+# ----------------------------------------------------------------------------- one RL step
+
+def prompts_at(tasks, first: int, count: int, seed: int) -> list:
+    """Prompts first..first+count-1 of the run's prompt stream: a fresh permutation of all prompts per epoch.
+    A function of (seed, position) only, so a resumed run and any number of ranks see the same prompts."""
+    perms = {}
     out = []
-    for i in range(step * P, (step + 1) * P):
+    for i in range(first, first + count):
         epoch, j = divmod(i, len(tasks))
         if epoch not in perms:
             perms[epoch] = np.random.default_rng([seed, epoch]).permutation(len(tasks))
@@ -672,43 +687,179 @@ def step_tasks(tasks, step, cfg, seed):
     return out
 
 
+@dataclass
+class Group:
+    """One prompt's group_size responses, scored, on the rank that sampled them."""
+    position: int            # the prompt's position in the run's prompt stream (orders groups across ranks)
+    task: dict
+    samples: list            # rollout.Sample per response
+    rewards: list            # float per response
+    correct: list            # bool per response (fully correct: the SFT term's positives)
+    advantages: torch.Tensor  # (group_size,)
+    keep: bool               # False: all rewards equal, no signal (dropped when filter_zero_adv)
+
+
+def sample_groups(engine, tokenizer, tasks, first: int, count: int, cfg, rank, world, score_fn, pool) -> list:
+    """Sample and score prompts first..first+count-1 of the stream; this rank takes every world-th of them.
+    Each prompt's seed comes from its stream position, so samples do not depend on the number of ranks."""
+    positions = list(range(first + rank, first + count, world))
+    chosen = prompts_at(tasks, first, count, cfg.seed)[rank::world]
+    stop_ids = tuple(data.stop_token_ids(tokenizer))
+    params = [SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_response_len, n=cfg.group_size,
+                             stop_token_ids=stop_ids, seed=cfg.seed * 1_000_003 + p) for p in positions]
+    outs = engine.generate([t["prompt_ids"] for t in chosen], params) if chosen else []
+    jobs = [[pool.submit(score_fn, task, tokenizer.decode(s.token_ids, skip_special_tokens=False), s.token_ids)
+             for s in samples] for task, samples in zip(chosen, outs)]
+    groups = []
+    for position, task, samples, group_jobs in zip(positions, chosen, outs, jobs):
+        scored = [job.result() for job in group_jobs]
+        advantages, keep = group_advantages([[r for r, _ in scored]])
+        groups.append(Group(position, task, samples, [r for r, _ in scored], [c for _, c in scored], advantages[0],
+                            bool(keep[0]) or not cfg.filter_zero_adv))
+    return groups
+
+
+def mini_batches_of(kept: list, cfg, world: int) -> list:
+    """Re-pack the surviving groups of all ranks into mini-batches of mini_batch_prompts groups (the last may be
+    partial), in stream order, at most prompts_per_step groups in all. Returns, per mini-batch, this rank's groups.
+    Only the groups' stream positions travel between ranks; the responses stay where they were sampled."""
+    positions = [None] * world
+    dist.all_gather_object(positions, [g.position for g in kept])
+    used = sorted(p for ps in positions for p in ps)[:cfg.prompts_per_step]
+    mine = {g.position: g for g in kept}
+    M = cfg.mini_batch_prompts
+    return [[mine[p] for p in used[i:i + M] if p in mine] for i in range(0, len(used), M)]
+
+
+def training_sequences(groups: list, cfg) -> list:
+    """Every kept response as one training sequence: prompt + response, and per response token its advantage,
+    old logprob (the engine's until recomputed) and SFT flag (fully correct response)."""
+    seqs = []
+    for g in groups:
+        for sample, advantage, correct in zip(g.samples, g.advantages.tolist(), g.correct):
+            if not sample.token_ids or (cfg.mask_truncated and sample.finish_reason == "length"):
+                continue
+            prompt, n = g.task["prompt_ids"], len(sample.token_ids)
+            seqs.append(dict(ids=prompt + sample.token_ids, prompt_len=len(prompt), adv=[advantage] * n,
+                             engine=sample.logprobs, old=sample.logprobs, sft=[float(correct)] * n))
+    return seqs
+
+
+def rl_step(step, prompt_cursor, policy, optimizer, engine, engine_model, tokenizer, tasks, cfg, rank, world, device,
+            score_fn, pool):
+    """One RL step: sample (and refill) groups, re-pack survivors, recompute old logprobs, one optimizer step per
+    mini-batch, copy the weights into the engine. Returns (metrics record, the stream position after the step)."""
+    times, t0 = {}, time.time()
+    sampled, kept, rounds = [], [], 0
+    per_round = math.ceil(cfg.oversample * cfg.prompts_per_step)
+    while rounds < cfg.max_gen_rounds:
+        new = sample_groups(engine, tokenizer, tasks, prompt_cursor, per_round, cfg, rank, world, score_fn, pool)
+        prompt_cursor, rounds = prompt_cursor + per_round, rounds + 1
+        sampled += new
+        kept += [g for g in new if g.keep]
+        if global_sum([len(kept)], device)[0] >= cfg.prompts_per_step:
+            break
+    times["generate_and_reward"] = time.time() - t0
+    seqs_by_mb = [training_sequences(groups, cfg) for groups in mini_batches_of(kept, cfg, world)]
+
+    t1 = time.time()
+    lp_gap = [0.0, 0.0, 0.0]   # sum |delta|, count, max |delta| between trainer and engine logprobs
+    if cfg.old_logprobs == "recompute":
+        for seqs in seqs_by_mb:
+            for row in pack_micro_batches(seqs, cfg.train_row_tokens):
+                recompute_logprobs(policy, row, cfg.temperature, device)
+        for s in (s for seqs in seqs_by_mb for s in seqs):
+            d = np.abs(np.asarray(s["old"]) - np.asarray(s["engine"]))
+            lp_gap = [lp_gap[0] + d.sum(), lp_gap[1] + len(d), max(lp_gap[2], float(d.max()))]
+    t2 = time.time()
+    updates = [u for u in (train_mini_batch(policy, optimizer, seqs, cfg, device, world) for seqs in seqs_by_mb) if u]
+    t3 = time.time()
+    if updates:
+        sync_engine(policy, engine_model)
+    times.update(old_logprobs=t2 - t1, train=t3 - t2, sync=time.time() - t3)
+
+    # --- metrics over all ranks, over every sampled response (all rounds)
+    samples = [s for g in sampled for s in g.samples]
+    lengths = [len(s.token_ids) for s in samples]
+    totals = dict(zip(["reward", "correct", "responses", "tokens", "truncated", "kept", "sampled", "gap_sum", "gap_n",
+                       "train_tokens"], global_sum(
+        [sum(r for g in sampled for r in g.rewards), sum(c for g in sampled for c in g.correct), len(samples),
+         sum(lengths), sum(s.finish_reason == "length" for s in samples), len(kept), len(sampled), lp_gap[0],
+         lp_gap[1], sum(len(s["ids"]) for seqs in seqs_by_mb for s in seqs)], device)))
+    n = max(totals["responses"], 1)
+    rec = dict(step=step + 1, reward=totals["reward"] / n, accuracy=totals["correct"] / n,
+               prompts_sampled=int(totals["sampled"]), gen_rounds=rounds,
+               groups_kept=totals["kept"] / max(totals["sampled"], 1), groups_dropped=int(totals["sampled"] - totals["kept"]),
+               groups_trained=min(int(totals["kept"]), cfg.prompts_per_step),
+               response_len_mean=totals["tokens"] / n, response_len_max=int(global_max(max(lengths, default=0), device)),
+               truncated=int(totals["truncated"]), logprob_diff_mean=totals["gap_sum"] / max(totals["gap_n"], 1),
+               logprob_diff_max=global_max(lp_gap[2], device), updates=len(updates), lr=optimizer.param_groups[0]["lr"],
+               rollout_tok_s=totals["tokens"] / max(times["generate_and_reward"], 1e-9),
+               train_tok_s=totals["train_tokens"] / max(times["old_logprobs"] + times["train"], 1e-9),
+               **{f"time_{k}": v for k, v in times.items()})
+    for k in ("loss", "grad_norm", "entropy", "clip_frac_high", "clip_frac_low", "dual_clip_frac", "ratio_mean", "approx_kl"):
+        if updates:
+            rec[k] = sum(u[k] for u in updates) / len(updates)
+    return rec, prompt_cursor
+
+
+def print_step(rec, cfg, eta_s):
+    if not rec["updates"]:
+        print0(f"step {rec['step']}: every group has equal rewards (all right or all wrong): no update this step")
+    trained = (f"loss {rec['loss']:.4f} ent {rec['entropy']:.3f} clip_hi {rec['clip_frac_high']:.3f} "
+               f"clip_lo {rec['clip_frac_low']:.3f} kl {rec['approx_kl']:.2e} gnorm {rec['grad_norm']:.2f} "
+               if rec["updates"] else "")
+    print0(f"step {rec['step']}/{cfg.steps} reward {rec['reward']:.3f} acc {rec['accuracy']:.3f} "
+           f"kept {rec['groups_trained']}/{rec['prompts_sampled']} ({rec['gen_rounds']} round(s)) "
+           f"len {rec['response_len_mean']:.0f} {trained}| gen+rew {rec['time_generate_and_reward']:.1f}s "
+           f"train {rec['time_old_logprobs'] + rec['time_train']:.1f}s sync {rec['time_sync']:.1f}s "
+           f"({rec['rollout_tok_s']:.0f} tok/s) eta {eta_s / 60:.1f}min")
+
+
+# ----------------------------------------------------------------------------- main
+
 def main(cfg: GPPOConfig, reward_fn=None):
     """reward_fn(task, text, token_ids) -> (reward, fully_correct) replaces `score` (tests use a simple task)."""
     rank, world, device = init_distributed(cfg.device)
-    if not os.path.exists(os.path.join(cfg.init_from, "config.json")):
-        raise SystemExit(f"error: no SFT checkpoint at {cfg.init_from!r}: run `python sft.py` first "
-                         "(or `bash train.sh`), or pass --init_from=DIR (a Hugging Face Qwen3 directory)")
+    set_threads(cfg.threads, device)
     if cfg.mini_batch_prompts % world:
-        raise SystemExit(f"error: mini_batch_prompts={cfg.mini_batch_prompts} must be a multiple of world size {world}")
+        raise InputError(f"--mini_batch_prompts={cfg.mini_batch_prompts} must be a multiple of world size {world}")
     os.makedirs(cfg.out_dir, exist_ok=True)
     torch.manual_seed(cfg.seed)
-    tokenizer = data.load_tokenizer(cfg.init_from)
-    stop_ids = tuple(data.stop_token_ids(tokenizer))
-    tasks = load_tasks(cfg, tokenizer)
     score_fn = reward_fn or (lambda task, text, ids: score(task, text, cfg))
 
-    # the trained policy (fp32 master weights, FSDP2) and the engine's own full copy (bf16 on GPU)
-    policy = from_pretrained(cfg.init_from, dtype=torch.float32, device=device)
+    def load():
+        if not os.path.isfile(os.path.join(cfg.init_from, "config.json")):
+            raise InputError(f"--init_from={cfg.init_from}: no SFT checkpoint there (no config.json): run `python sft.py` "
+                             "first (or `bash train.sh`), or pass --init_from=DIR (a Hugging Face Qwen3 directory)")
+        tokenizer = read_input(f"--init_from={cfg.init_from} (its tokenizer)", data.load_tokenizer, cfg.init_from)
+        tasks = load_tasks(cfg, tokenizer)
+        eval_problems = read_input("--eval_data", data.load_math_jsonl, cfg.eval_data) if cfg.eval_data else \
+            data.toy_math_problems(cfg.eval_problems, seed=cfg.eval_seed, split="test", min_digits=cfg.toy_min_digits,
+                                   max_digits=cfg.toy_max_digits)
+        eval_problems = [dict(p, kind="math") for p in data.encode_prompts(
+            tokenizer, eval_problems[:cfg.eval_problems], cfg.max_prompt_len, "truncate")[0]]
+        # the trained policy (fp32 master weights, FSDP2) and the engine's own full copy (bf16 on GPU)
+        policy = read_input(f"--init_from={cfg.init_from}", from_pretrained, cfg.init_from, dtype=torch.float32, device=device)
+        engine_model = from_pretrained(cfg.init_from, dtype=torch.bfloat16 if device.type == "cuda" else torch.float32,
+                                       device=device)
+        return tokenizer, tasks, eval_problems, policy, engine_model
+    tokenizer, tasks, eval_problems, policy, engine_model = agree_on_inputs(load)
     policy.activation_checkpointing = cfg.activation_checkpointing
-    engine_model = from_pretrained(cfg.init_from, dtype=torch.bfloat16 if device.type == "cuda" else torch.float32, device=device)
     shard_model(policy, device)
     optimizer = torch.optim.AdamW(policy.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.999))
     kv_bytes = int(cfg.kv_cache_fraction * torch.cuda.mem_get_info(device)[0]) if device.type == "cuda" else None
     engine = LLMEngine(engine_model, max_num_seqs=256, max_model_len=cfg.max_prompt_len + cfg.max_response_len,
                        kv_cache_memory=kv_bytes)
-
+    pool = ThreadPoolExecutor(cfg.reward_workers)
+    print0(f"reward: {cfg.reward_workers} scoring threads")
     if cfg.code_filter_k and any(t["kind"] == "code" for t in tasks):
         tasks = filter_code_prompts(tasks, engine, tokenizer, cfg, score_fn, rank, world, device)
 
-    eval_problems = data.load_math_jsonl(cfg.eval_data) if cfg.eval_data else \
-        data.toy_math_problems(cfg.eval_problems, seed=cfg.eval_seed, split="test", min_digits=cfg.toy_min_digits,
-                               max_digits=cfg.toy_max_digits)
-    eval_problems = [dict(p, kind="math") for p in data.encode_prompts(tokenizer, eval_problems[:cfg.eval_problems],
-                                                                      cfg.max_prompt_len, "truncate")[0]]
-
-    ckpt_dir, step = os.path.join(cfg.out_dir, "checkpoint"), 0
+    ckpt_dir, step, prompt_cursor = os.path.join(cfg.out_dir, "checkpoint"), 0, 0
     if cfg.resume and os.path.exists(ckpt_dir):
-        step = load_checkpoint(ckpt_dir, policy, optimizer)["step"]
+        state = read_input(f"{ckpt_dir} (--resume=true)", load_checkpoint, ckpt_dir, policy, optimizer)
+        step, prompt_cursor = state["step"], state.get("prompt_cursor", state["step"] * cfg.prompts_per_step)
         sync_engine(policy, engine_model)
         print0(f"resumed from {ckpt_dir} at step {step}")
     metrics_file = open_metrics(os.path.join(cfg.out_dir, "metrics.jsonl"), step)
@@ -722,98 +873,34 @@ def main(cfg: GPPOConfig, reward_fn=None):
         acc = evaluate(engine, tokenizer, eval_problems, cfg, rank, world, device)
         print0(f"step 0 held-out greedy accuracy {acc:.3f}")
         log({"step": 0, "eval_accuracy": acc})
-    pool = ThreadPoolExecutor(cfg.reward_workers)
-    M, m_local = cfg.mini_batch_prompts, cfg.mini_batch_prompts // world
+    stop = GracefulStop(cfg.ckpt_minutes, device)
     t_run, start_step = time.time(), step
-    while step < cfg.steps:
-        t0 = time.time()
-        for group in optimizer.param_groups:
-            group["lr"] = cfg.lr * min(1.0, (step + 1) / max(1, cfg.warmup_steps))
-        batch = step_tasks(tasks, step, cfg, cfg.seed)
-        # this rank's share of every mini-batch, so each mini-batch is spread over all ranks
-        mine = [(k * M + rank * m_local + j) for k in range(len(batch) // M) for j in range(m_local)]
-        params = [SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_response_len,
-                                 n=cfg.group_size, stop_token_ids=stop_ids, seed=cfg.seed * 1_000_003 + step * 10_007 + i) for i in mine]
-        outs = engine.generate([batch[i]["prompt_ids"] for i in mine], params)
-        t1 = time.time()
-        texts = [[tokenizer.decode(s.token_ids, skip_special_tokens=False) for s in o] for o in outs]
-        jobs = [[pool.submit(score_fn, batch[i], t, s.token_ids) for t, s in zip(ts, o)] for i, ts, o in zip(mine, texts, outs)]
-        scored = [[j.result() for j in js] for js in jobs]
-        rewards = [[r for r, _ in g] for g in scored]
-        adv, keep = group_advantages(rewards)
-        if not cfg.filter_zero_adv:
-            keep = torch.ones_like(keep)
-        t2 = time.time()
-
-        # every kept response becomes one training sequence: prompt + response, per-token A, old logprob, SFT flag
-        seqs_by_mb = [[] for _ in range(len(batch) // M)]
-        for g, (i, o) in enumerate(zip(mine, outs)):
-            if not keep[g]:
-                continue
-            for j, s in enumerate(o):
-                if not s.token_ids:
-                    continue
-                prompt = batch[i]["prompt_ids"]
-                seqs_by_mb[i // M].append(dict(ids=prompt + s.token_ids, prompt_len=len(prompt),
-                                               adv=[float(adv[g, j])] * len(s.token_ids), engine=s.logprobs,
-                                               old=s.logprobs, sft=[float(scored[g][j][1])] * len(s.token_ids)))
-        lp_diff = [0.0, 0.0, 0.0]   # sum |delta|, count, max |delta| between trainer and engine logprobs
-        if cfg.old_logprobs == "recompute":
-            for seqs in seqs_by_mb:
-                for row in pack_micro_batches(seqs, cfg.train_row_tokens):
-                    recompute_logprobs(policy, row, cfg.temperature, device)
-            for s in (s for seqs in seqs_by_mb for s in seqs):
-                d = np.abs(np.asarray(s["old"]) - np.asarray(s["engine"]))
-                lp_diff = [lp_diff[0] + d.sum(), lp_diff[1] + len(d), max(lp_diff[2], float(d.max()))]
-        t3 = time.time()
-        updates = [r for r in (train_mini_batch(policy, optimizer, seqs, cfg, device, world) for seqs in seqs_by_mb) if r]
-        t4 = time.time()
-        if updates:
-            sync_engine(policy, engine_model)
-        t5 = time.time()
-        step += 1
-
-        # --- metrics over all ranks
-        lengths = [len(s.token_ids) for o in outs for s in o]
-        flat_r = [r for g in rewards for r in g]
-        flat_c = [c for g in scored for _, c in g]
-        sums = global_sum([sum(flat_r), sum(flat_c), len(flat_r), sum(lengths), sum(l >= cfg.max_response_len for l in lengths),
-                           int(keep.sum()), len(mine), lp_diff[0], lp_diff[1],
-                           sum(len(s["ids"]) for seqs in seqs_by_mb for s in seqs)], device)
-        max_len = global_max(max(lengths), device)
-        lp_max = global_max(lp_diff[2], device)
-        n_resp = max(sums[2], 1)
-        rec = dict(step=step, reward=sums[0] / n_resp, accuracy=sums[1] / n_resp, groups_kept=sums[5] / max(sums[6], 1),
-                   groups_dropped=int(sums[6] - sums[5]), response_len_mean=sums[3] / n_resp, response_len_max=int(max_len),
-                   truncated=int(sums[4]), logprob_diff_mean=sums[7] / max(sums[8], 1), logprob_diff_max=lp_max,
-                   updates=len(updates), lr=optimizer.param_groups[0]["lr"],
-                   rollout_tok_s=sums[3] / max(t1 - t0, 1e-9), train_tok_s=sums[9] / max(t4 - t3 + t3 - t2, 1e-9),
-                   time_generate=t1 - t0, time_reward=t2 - t1, time_old_logprobs=t3 - t2, time_train=t4 - t3, time_sync=t5 - t4)
-        for k in ("loss", "grad_norm", "entropy", "clip_frac_high", "clip_frac_low", "dual_clip_frac", "ratio_mean", "approx_kl"):
-            if updates:
-                rec[k] = sum(u[k] for u in updates) / len(updates)
-        if not updates:
-            print0(f"step {step}: every group has equal rewards (all right or all wrong): no update this step")
-        eta = (time.time() - t_run) / (step - start_step) * (cfg.steps - step)
-        print0(f"step {step}/{cfg.steps} reward {rec['reward']:.3f} acc {rec['accuracy']:.3f} kept {rec['groups_kept']:.2f} "
-               f"len {rec['response_len_mean']:.0f} " + (f"loss {rec['loss']:.4f} ent {rec['entropy']:.3f} "
-               f"clip_hi {rec['clip_frac_high']:.3f} clip_lo {rec['clip_frac_low']:.3f} kl {rec['approx_kl']:.2e} "
-               f"gnorm {rec['grad_norm']:.2f} " if updates else "") +
-               f"| gen {t1 - t0:.1f}s rew {t2 - t1:.1f}s train {t4 - t2:.1f}s sync {t5 - t4:.1f}s "
-               f"({rec['rollout_tok_s']:.0f} tok/s) eta {eta / 60:.1f}min")
-        if cfg.eval_every and (step % cfg.eval_every == 0 or step == cfg.steps):
-            rec["eval_accuracy"] = evaluate(engine, tokenizer, eval_problems, cfg, rank, world, device)
-            print0(f"step {step} held-out greedy accuracy {rec['eval_accuracy']:.3f}")
-        log(rec)
-        if (cfg.ckpt_every and step % cfg.ckpt_every == 0) or step == cfg.steps:
-            save_checkpoint(ckpt_dir, policy, optimizer, {"step": step})
-        if (cfg.export_every and step % cfg.export_every == 0) or step == cfg.steps:
-            export_hf(policy, os.path.join(cfg.out_dir, "hf"), cfg.init_from)
+    try:
+        while step < cfg.steps:
+            for group in optimizer.param_groups:
+                group["lr"] = cfg.lr * min(1.0, (step + 1) / max(1, cfg.warmup_steps))
+            rec, prompt_cursor = rl_step(step, prompt_cursor, policy, optimizer, engine, engine_model, tokenizer, tasks,
+                                         cfg, rank, world, device, score_fn, pool)
+            step += 1
+            print_step(rec, cfg, (time.time() - t_run) / (step - start_step) * (cfg.steps - step))
+            if cfg.eval_every and (step % cfg.eval_every == 0 or step == cfg.steps):
+                rec["eval_accuracy"] = evaluate(engine, tokenizer, eval_problems, cfg, rank, world, device)
+                print0(f"step {step} held-out greedy accuracy {rec['eval_accuracy']:.3f}")
+            log(rec)
+            stopping, checkpoint_now = stop.poll()
+            if checkpoint_now or (cfg.ckpt_every and step % cfg.ckpt_every == 0) or step == cfg.steps:
+                save_checkpoint(ckpt_dir, policy, optimizer, {"step": step, "prompt_cursor": prompt_cursor})
+                stop.checkpointed()
+            if stopping:
+                stop.exit(step, ckpt_dir)
+            if (cfg.export_every and step % cfg.export_every == 0) or step == cfg.steps:
+                export_hf(policy, os.path.join(cfg.out_dir, "hf"), cfg.init_from)
+    finally:
+        stop.close()
+        pool.shutdown(cancel_futures=True)
+        if metrics_file:
+            metrics_file.close()
     print0(f"done: {step} steps; Hugging Face export in {cfg.out_dir}/hf")
-    pool.shutdown()
-    if metrics_file:
-        metrics_file.close()
-    dist.destroy_process_group()
 
 
 def filter_code_prompts(tasks, engine, tokenizer, cfg, score_fn, rank, world, device):
@@ -837,4 +924,4 @@ def filter_code_prompts(tasks, engine, tokenizer, cfg, score_fn, rank, world, de
 
 
 if __name__ == "__main__":
-    main(parse_config(GPPOConfig))
+    run_entry_point(main, parse_config(GPPOConfig))

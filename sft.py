@@ -28,12 +28,17 @@ Infrastructure shared with gppo.py and eval.py lives here too: the `--key=value`
 process-group setup, FSDP2 wrapping, checkpoints and Hugging Face export.
 """
 import dataclasses
+import inspect
+import io
 import json
 import math
 import os
+import re
 import shutil
+import signal
 import sys
 import time
+import tokenize
 from dataclasses import dataclass
 
 import torch
@@ -82,11 +87,37 @@ class SFTConfig:
     seed: int = 1234
     log_every: int = 10
     ckpt_every: int = 200            # DCP checkpoint every k steps (and at the end); 0 = only at the end
+    ckpt_minutes: float = 5.0        # ... and every this many minutes of wall clock (0 = off); SIGTERM/Ctrl-C also save one
     resume: bool = True              # continue from out_dir/checkpoint if it exists
     device: str = "auto"             # auto | cpu | cuda
+    threads: int = 0                 # CPU threads per rank; 0 = usable cores / ranks on this machine
 
 
 # ----------------------------------------------------------------------------- shared infrastructure
+
+def option_help(cls) -> list:
+    """--help text of a config dataclass: every field with its default and the comment written beside it;
+    a full-line comment above fields is a section heading. Read from the class's source, so the comments in
+    the code are the documentation and cannot drift from it."""
+    source = inspect.getsource(cls)
+    comments = {tok.start[0]: tok.string.lstrip("#").strip() for tok in
+                tokenize.generate_tokens(io.StringIO(source).readline) if tok.type == tokenize.COMMENT}
+    defaults = {f.name: f.default for f in dataclasses.fields(cls)}
+    lines, last = [], None
+    for number, line in enumerate(source.splitlines(), 1):
+        field = re.match(r"\s+(\w+)\s*:", line)
+        if field and field.group(1) in defaults:
+            last = f"  --{field.group(1)}={defaults[field.group(1)]!r}"
+            lines.append(last.ljust(34) + "  " + comments.get(number, "") if number in comments else last)
+        elif number in comments and line.strip().startswith("#"):
+            indent = len(line) - len(line.lstrip())
+            if last is not None and indent > 8:      # a comment continued under the one beside a field
+                lines[-1] += " " + comments[number]
+            else:                                     # a heading for the fields below it
+                lines.append(comments[number])
+                last = None
+    return lines
+
 
 def parse_config(cls, argv=None):
     """Build a config dataclass from `--key=value` arguments; unknown keys and bad values fail loudly."""
@@ -95,9 +126,9 @@ def parse_config(cls, argv=None):
     values = {}
     for arg in argv:
         if arg in ("-h", "--help"):
-            print(f"{cls.__name__} options (--key=value):")
-            for f in dataclasses.fields(cls):
-                print(f"  --{f.name}={f.default!r}")
+            script = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0].endswith(".py") else cls.__name__
+            print(f"usage: python {script} [--key=value ...]   (torchrun --nproc_per_node=N {script} ... for N processes)")
+            print("\n".join(option_help(cls)))
             sys.exit(0)
         if not arg.startswith("--") or "=" not in arg:
             raise SystemExit(f"error: argument {arg!r} is not of the form --key=value")
@@ -119,6 +150,7 @@ def parse_config(cls, argv=None):
 
 
 def print0(*args, **kwargs):
+    """print on rank 0 only (and in a single process)."""
     if not dist.is_initialized() or dist.get_rank() == 0:
         print(*args, **kwargs, flush=True)
 
@@ -140,6 +172,118 @@ def init_distributed(device: str = "auto"):
     else:
         dev = torch.device("cpu")
     return rank, dist.get_world_size(), dev
+
+
+def set_threads(threads: int, device: torch.device) -> int:
+    """Intra-op threads of this process, chosen on purpose: `threads`, or (0) the usable cores shared out
+    among the ranks of this machine. Oversubscribed threads (N ranks x all cores, or cores already busy with
+    other work) make every small CPU op wait on the slowest thread: measured 30x slower decoding."""
+    local_ranks = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    n = threads or max(1, cores // local_ranks)
+    torch.set_num_threads(n)
+    print0(f"threads: {n} per rank ({'--threads' if threads else f'{cores} usable cores / {local_ranks} local rank(s)'}) on {device}")
+    return n
+
+
+# ----------------------------------------------------------------------------- errors, stopping, resuming
+
+class InputError(Exception):
+    """Bad input from the user (an option, a data file, a checkpoint): shown as one line, exit status 2."""
+
+
+# What reading a user's files can raise; anything else is a bug and keeps its traceback.
+_INPUT_ERRORS = (data.DataError, OSError, ValueError, KeyError, UnicodeDecodeError)
+
+
+def read_input(option: str, load, *args, **kwargs):
+    """load(*args, **kwargs), with an error in what the user gave turned into one InputError naming the option."""
+    try:
+        return load(*args, **kwargs)
+    except _INPUT_ERRORS as e:
+        raise InputError(f"{option}: {e}") from None
+
+
+def agree_on_inputs(load):
+    """Run load() on every rank; if it raised InputError on any rank, raise the first one on every rank, so
+    all exit together (rank 0 prints it) instead of some waiting forever in the next collective."""
+    try:
+        result, error = load(), None
+    except InputError as e:
+        result, error = None, str(e)
+    errors = [None] * dist.get_world_size()
+    dist.all_gather_object(errors, error)
+    first = next((e for e in errors if e), None)
+    if first:
+        raise InputError(first)
+    return result
+
+
+class GracefulStop:
+    """SIGTERM (what cluster schedulers send before preemption) and Ctrl-C ask the training loop to stop at
+    the next step boundary and write a checkpoint. A second Ctrl-C, after the first has been acknowledged,
+    quits at once (the last checkpoint stays intact: checkpoints are written to a temp dir, then renamed).
+    `poll()` is called once per step by every rank; one all-reduce makes every rank take the same decision,
+    also for the wall-clock checkpoint (every `minutes`), so a hard kill loses at most that much work."""
+
+    def __init__(self, minutes: float, device):
+        self.minutes, self.device, self.signum, self.acknowledged = minutes, device, None, False
+        self.last_checkpoint = time.monotonic()
+        self.previous = {s: signal.signal(s, self._handle) for s in (signal.SIGTERM, signal.SIGINT)}
+
+    def _handle(self, signum, frame):
+        if self.acknowledged and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        self.signum = self.signum or signum
+
+    def poll(self) -> tuple:
+        """(stop now?, checkpoint now?), the same on every rank."""
+        due = self.minutes > 0 and time.monotonic() - self.last_checkpoint > 60 * self.minutes
+        flags = torch.tensor([self.signum or 0, float(due)], dtype=torch.float64, device=self.device)
+        dist.all_reduce(flags, op=dist.ReduceOp.MAX)
+        if flags[0] and not self.acknowledged:
+            self.signum, self.acknowledged = int(flags[0]), True
+            print0(f"received {signal.Signals(self.signum).name}: stopping at this step boundary, "
+                   "writing a checkpoint first (Ctrl-C again to quit without it)")
+        return bool(flags[0]), bool(flags[0] or flags[1])
+
+    def checkpointed(self):
+        self.last_checkpoint = time.monotonic()
+
+    def exit(self, step: int, ckpt_dir: str):
+        """After the stop's checkpoint: one line saying where it is, then exit 128 + the signal's number."""
+        print0(f"stopped by {signal.Signals(self.signum).name} after step {step}: checkpoint in {ckpt_dir}; "
+               "run the same command again to resume from it")
+        raise SystemExit(128 + self.signum)
+
+    def close(self):
+        for s, handler in self.previous.items():
+            signal.signal(s, handler)
+
+
+def run_entry_point(main, cfg, **kwargs):
+    """What every `python X.py` runs: main(cfg), with bad input as one line from rank 0 (exit status 2) and
+    Ctrl-C outside the training loop as one line (exit status 130), never a traceback per rank."""
+    status = 0
+    try:
+        main(cfg, **kwargs)
+    except InputError as e:
+        print0(f"error: {e}", file=sys.stderr)
+        status = 2
+    except KeyboardInterrupt:
+        ckpt_dir = os.path.join(getattr(cfg, "out_dir", ""), "checkpoint")
+        where = (f"the last checkpoint, {ckpt_dir}, is intact: run the same command again to resume from it"
+                 if hasattr(cfg, "resume") and os.path.exists(ckpt_dir) else "no checkpoint had been written")
+        print0(f"interrupted (Ctrl-C): {where}", file=sys.stderr)
+        status = 130
+    except SystemExit as e:   # a check that failed with a message (e.g. an impossible batch size), or a stop
+        if isinstance(e.code, str):
+            print0(e.code, file=sys.stderr)
+        status = e.code if isinstance(e.code, int) else 2
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    sys.exit(status)
 
 
 def shard_model(model: Qwen3, device: torch.device):
@@ -272,40 +416,77 @@ def sft_loss_sum(model, batch, chunk: int):
                            mask.reshape(-1), chunk)
 
 
-def main(cfg: SFTConfig):
-    rank, world, device = init_distributed(cfg.device)
-    torch.manual_seed(cfg.seed)
-    if cfg.rows_per_step % (world * cfg.micro_rows):
-        raise SystemExit(f"error: rows_per_step={cfg.rows_per_step} must be a multiple of "
-                         f"world_size*micro_rows={world}*{cfg.micro_rows}")
-    os.makedirs(cfg.out_dir, exist_ok=True)
-
-    # --- data: tokenizer, conversations, packed rows
+def load_sft_data(cfg: SFTConfig, rank: int, world: int):
+    """The tokenizer (and the directory its files are in) and this rank's packed-row loader, from --data and
+    --tokenizer or from the built-in toy tasks. Raises InputError for anything wrong in what the user gave."""
     if cfg.data:
         if not cfg.tokenizer:
-            raise SystemExit("error: --data needs --tokenizer (a dir or tokenizer.json, e.g. the base model's dir)")
-        tokenizer, tokenizer_dir = data.load_tokenizer(cfg.tokenizer), cfg.tokenizer
-        conversations = data.load_sft_jsonl(cfg.data)
+            raise InputError("--data needs --tokenizer (a dir or tokenizer.json, e.g. the base model's dir)")
+        tokenizer = read_input(f"--tokenizer={cfg.tokenizer}", data.load_tokenizer, cfg.tokenizer)
+        tokenizer_dir = cfg.tokenizer if os.path.isdir(cfg.tokenizer) else os.path.dirname(cfg.tokenizer)
+        conversations = read_input("--data", data.load_sft_jsonl, cfg.data)
     else:
+        tokenizer = data.build_toy_tokenizer()      # deterministic: every rank builds the same one
         tokenizer_dir = os.path.join(cfg.out_dir, "tokenizer")
         if rank == 0:
-            data.save_tokenizer(data.build_toy_tokenizer(), tokenizer_dir)
-        dist.barrier()
-        tokenizer = data.load_tokenizer(tokenizer_dir)
+            data.save_tokenizer(tokenizer, tokenizer_dir)
         conversations = data.toy_sft_conversations(cfg.toy_math_examples, cfg.toy_code_examples,
                                                    seed=cfg.seed, wrong_fraction=cfg.toy_wrong_fraction)
-    tokenizer_dir = tokenizer_dir if os.path.isdir(tokenizer_dir) else os.path.dirname(tokenizer_dir)
-    examples, report = data.encode_sft_dataset(tokenizer, conversations, cfg.max_len, cfg.overlong)
+    examples, report = read_input("--data", data.encode_sft_dataset, tokenizer, conversations, cfg.max_len, cfg.overlong)
     print0(f"data: {report}")
-    loader = data.PackedLoader(examples, row_tokens=cfg.row_tokens, rows_per_step=cfg.rows_per_step,
-                               rank=rank, world_size=world, seed=cfg.seed, pad_id=data.special_token_ids(tokenizer)["endoftext"])
+    if not examples:
+        raise InputError(f"--data={cfg.data or '(toy)'}: no conversation left to train on ({report})")
+    loader = data.PackedLoader(examples, row_tokens=cfg.row_tokens, rows_per_step=cfg.rows_per_step, rank=rank,
+                               world_size=world, seed=cfg.seed, pad_id=data.special_token_ids(tokenizer)["endoftext"])
+    return tokenizer, tokenizer_dir, loader
+
+
+def train_step(model, optimizer, rows, cfg: SFTConfig, device, world: int) -> tuple:
+    """One optimizer step on this rank's packed rows; the loss is a token-mean over all ranks' assistant tokens.
+    Returns (loss, grad_norm)."""
+    # global normaliser: assistant tokens of this step on all ranks (counted as the loss counts them)
+    local_tokens = sum(int((r["loss_mask"][1:] & (r["document_ids"][1:] == r["document_ids"][:-1])).sum())
+                       for r in rows)
+    n_tokens = torch.tensor([local_tokens], dtype=torch.float64, device=device)
+    dist.all_reduce(n_tokens)
+    n_tokens = max(1.0, n_tokens.item())
+    loss_sum = torch.zeros((), device=device)
+    for i in range(0, len(rows), cfg.micro_rows):
+        batch = {k: torch.stack([r[k] for r in rows[i:i + cfg.micro_rows]]).to(device) for k in rows[0]}
+        micro = sft_loss_sum(model, batch, cfg.loss_chunk)
+        # FSDP averages gradients over ranks; multiply by world so the result is a global token-mean
+        (micro * world / n_tokens).backward()
+        loss_sum += micro.detach()
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+    grad_norm = float(grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm)
+    dist.all_reduce(loss_sum)
+    loss = loss_sum.item() / n_tokens
+    if not math.isfinite(loss) or not math.isfinite(grad_norm):
+        raise SystemExit(f"error: loss={loss} grad_norm={grad_norm}: stopping without updating; the last good "
+                         f"checkpoint is in {cfg.out_dir}/checkpoint (try a lower --lr)")
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return loss, grad_norm
+
+
+def main(cfg: SFTConfig):
+    rank, world, device = init_distributed(cfg.device)
+    set_threads(cfg.threads, device)
+    torch.manual_seed(cfg.seed)
+    if cfg.rows_per_step % (world * cfg.micro_rows):
+        raise InputError(f"--rows_per_step={cfg.rows_per_step} must be a multiple of world size x --micro_rows "
+                         f"= {world} x {cfg.micro_rows}")
+    os.makedirs(cfg.out_dir, exist_ok=True)
+
+    def load():
+        tokenizer, tokenizer_dir, loader = load_sft_data(cfg, rank, world)
+        model = read_input(f"--init_from={cfg.init_from}", build_model, cfg, tokenizer.get_vocab_size(), device)
+        return tokenizer_dir, loader, model
+    tokenizer_dir, loader, model = agree_on_inputs(load)
     total_steps = loader.steps_per_epoch * cfg.epochs          # the LR schedule always spans all epochs
     stop_step = total_steps if cfg.max_steps < 0 else min(cfg.max_steps, total_steps)
     print0(f"packing: {loader.num_rows} rows of {cfg.row_tokens} tokens, {loader.efficiency:.1%} real tokens; "
            f"{loader.steps_per_epoch} steps/epoch, {total_steps} steps" + (f", stopping after {stop_step}" if stop_step < total_steps else ""))
-
-    # --- model, FSDP2, optimizer
-    model = build_model(cfg, tokenizer.get_vocab_size(), device)
     n_params = sum(p.numel() for p in model.parameters())
     shard_model(model, device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(cfg.beta1, cfg.beta2),
@@ -315,61 +496,44 @@ def main(cfg: SFTConfig):
     ckpt_dir = os.path.join(cfg.out_dir, "checkpoint")
     step = 0
     if cfg.resume and os.path.exists(ckpt_dir):
-        state = load_checkpoint(ckpt_dir, model, optimizer)
+        state = read_input(f"{ckpt_dir} (--resume=true)", load_checkpoint, ckpt_dir, model, optimizer)
         step = state["step"]
-        loader.load_state_dict(state["loader"])
+        read_input(f"{ckpt_dir} (--resume=true)", loader.load_state_dict, state["loader"])
         print0(f"resumed from {ckpt_dir} at step {step}")
     metrics_file = open_metrics(os.path.join(cfg.out_dir, "metrics.jsonl"), step)
-
+    stop = GracefulStop(cfg.ckpt_minutes, device)
     t_start, tokens_seen, start_step = time.time(), 0, step
-    while step < stop_step:
-        rows = loader.next_step()                       # this rank's rows for one optimizer step
-        for group in optimizer.param_groups:
-            group["lr"] = lr_at(step, total_steps, cfg.lr, cfg.min_lr, cfg.warmup_steps)
-        # global normaliser: assistant tokens of this step on all ranks (counted as the loss counts them)
-        local_tokens = sum(int((r["loss_mask"][1:] & (r["document_ids"][1:] == r["document_ids"][:-1])).sum())
-                           for r in rows)
-        n_tokens = torch.tensor([local_tokens], dtype=torch.float64, device=device)
-        dist.all_reduce(n_tokens)
-        n_tokens = max(1.0, n_tokens.item())
-        loss_sum = torch.zeros((), device=device)
-        for i in range(0, len(rows), cfg.micro_rows):
-            batch = {k: torch.stack([r[k] for r in rows[i:i + cfg.micro_rows]]).to(device) for k in rows[0]}
-            micro = sft_loss_sum(model, batch, cfg.loss_chunk)
-            # FSDP averages gradients over ranks; multiply by world so the result is a global token-mean
-            (micro * world / n_tokens).backward()
-            loss_sum += micro.detach()
-        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-        grad_norm = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm
-        dist.all_reduce(loss_sum)
-        loss = loss_sum.item() / n_tokens
-        if not math.isfinite(loss) or not math.isfinite(float(grad_norm)):
-            raise SystemExit(f"error: loss={loss} grad_norm={float(grad_norm)} at step {step}: stopping without "
-                             f"updating; the last good checkpoint is {ckpt_dir} (try a lower --lr)")
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        step += 1
-        tokens_seen += sum(r["input_ids"].numel() for r in rows) * world
-        if step % cfg.log_every == 0 or step == stop_step:
-            elapsed = time.time() - t_start
-            tok_s = tokens_seen / elapsed
-            eta = (stop_step - step) * elapsed / (step - start_step)
-            rec = dict(step=step, loss=round(loss, 5), lr=optimizer.param_groups[0]["lr"], grad_norm=float(grad_norm),
-                       tokens_per_s=round(tok_s, 1), epoch=loader.epoch, elapsed_s=round(elapsed, 1))
-            print0(f"step {step}/{stop_step} loss {loss:.4f} lr {rec['lr']:.2e} grad_norm {rec['grad_norm']:.3f} "
-                   f"tok/s {tok_s:.0f} eta {eta / 60:.1f}min")
-            if metrics_file:
-                metrics_file.write(json.dumps(rec) + "\n")
-                metrics_file.flush()
-        if (cfg.ckpt_every and step % cfg.ckpt_every == 0) or step == stop_step:
-            save_checkpoint(ckpt_dir, model, optimizer, {"step": step, "loader": loader.state_dict()})
-
+    try:
+        while step < stop_step:
+            rows = loader.next_step()                       # this rank's rows for one optimizer step
+            for group in optimizer.param_groups:
+                group["lr"] = lr_at(step, total_steps, cfg.lr, cfg.min_lr, cfg.warmup_steps)
+            loss, grad_norm = train_step(model, optimizer, rows, cfg, device, world)
+            step += 1
+            tokens_seen += sum(r["input_ids"].numel() for r in rows) * world
+            if step % cfg.log_every == 0 or step == stop_step:
+                elapsed = time.time() - t_start
+                rec = dict(step=step, loss=round(loss, 5), lr=optimizer.param_groups[0]["lr"], grad_norm=grad_norm,
+                           tokens_per_s=round(tokens_seen / elapsed, 1), epoch=loader.epoch, elapsed_s=round(elapsed, 1))
+                eta = (stop_step - step) * elapsed / (step - start_step)
+                print0(f"step {step}/{stop_step} loss {loss:.4f} lr {rec['lr']:.2e} grad_norm {grad_norm:.3f} "
+                       f"tok/s {rec['tokens_per_s']:.0f} eta {eta / 60:.1f}min")
+                if metrics_file:
+                    metrics_file.write(json.dumps(rec) + "\n")
+                    metrics_file.flush()
+            stopping, checkpoint_now = stop.poll()
+            if checkpoint_now or (cfg.ckpt_every and step % cfg.ckpt_every == 0) or step == stop_step:
+                save_checkpoint(ckpt_dir, model, optimizer, {"step": step, "loader": loader.state_dict()})
+                stop.checkpointed()
+            if stopping:
+                stop.exit(step, ckpt_dir)
+    finally:
+        stop.close()
+        if metrics_file:
+            metrics_file.close()
     export_hf(model, os.path.join(cfg.out_dir, "hf"), tokenizer_dir)
     print0(f"done: {step} steps in {(time.time() - t_start) / 60:.1f} min; Hugging Face export in {cfg.out_dir}/hf")
-    if metrics_file:
-        metrics_file.close()
-    dist.destroy_process_group()
 
 
 if __name__ == "__main__":
-    main(parse_config(SFTConfig))
+    run_entry_point(main, parse_config(SFTConfig))
