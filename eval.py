@@ -34,15 +34,18 @@ Run:
   python eval.py --compare=out/eval/sft/results.json,out/eval/gppo/results.json --labels=SFT,GPPO
 In Python:  results, samples = evaluate_model(model, tokenizer, load_benchmarks(cfg), cfg)
 """
+import os
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # read when torch loads OpenMP: see sft.set_threads
+
 import dataclasses
 import datetime
 import hashlib
 import json
-import os
 import shlex
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
 import torch
@@ -52,7 +55,7 @@ import data
 import reward
 from model import from_pretrained
 from rollout import LLMEngine, SamplingParams
-from sft import init_distributed, parse_config, print0
+from sft import InputError, agree_on_inputs, init_distributed, parse_config, print0, read_input, run_entry_point, set_threads
 
 
 @dataclass
@@ -65,28 +68,29 @@ class EvalConfig:
     date_from: str = ""              # code: keep date_from <= contest_date < date_to (YYYY-MM-DD);
     date_to: str = ""                # LCB v5 = 2024-08-01..2025-02-01, v6 = 2025-02-01..2025-05-01
     toy_math: int = 200              # toy held-out addition problems (0 = none)
-    toy_min_digits: int = 1
-    toy_max_digits: int = 4
+    toy_min_digits: int = 1          # fewest digits of a toy operand
+    toy_max_digits: int = 4          # most digits of a toy operand
     toy_code: int = 20               # toy held-out programming problems (0 = none)
     toy_seed: int = 0                # which toy problems (the same set for every model)
     # sampling (paper: temperature 0.6, top-p 0.95; k = 64 math, 8 code; max_tokens 32768)
     k: int = 8                       # samples per problem
     pass_k: str = ""                 # e.g. 1,4,8; empty = 1, powers of 4 below k, and k
-    temperature: float = 0.6
-    top_p: float = 0.95
+    temperature: float = 0.6         # sampling temperature (paper: 0.6)
+    top_p: float = 0.95              # nucleus sampling (paper: 0.95)
     top_k: int = 0                   # 0 = off (the authors' script: 20)
-    max_tokens: int = 256
-    max_prompt_len: int = 4096
-    seed: int = 0
+    max_tokens: int = 256            # new tokens per response (paper: 32768)
+    max_prompt_len: int = 4096       # longer prompts are left-truncated (counted in results.json)
+    seed: int = 0                    # problem i's samples use seed sha256(seed, benchmark, i): independent of ranks and batching
     # engine and scoring
-    max_num_seqs: int = 256
+    max_num_seqs: int = 256          # sequences the engine decodes together
     chunk_problems: int = 0          # problems per generate() call on a rank; 0 = 4 * max_num_seqs // k
     reward_workers: int = 8          # threads scoring responses
     device: str = "auto"             # auto | cpu | cuda
     dtype: str = "auto"              # auto (bfloat16 on GPU, float32 on CPU) | bfloat16 | float32
+    threads: int = 0                 # CPU threads per rank; 0 = usable cores / ranks on this machine
     out_dir: str = "out/eval"        # results.json and samples.jsonl
     # compare mode: one table of several results.json files side by side; evaluates nothing
-    compare: str = ""
+    compare: str = ""                # results.json files, comma-separated: print one table side by side; evaluates nothing
     labels: str = ""                 # column names for --compare, comma-separated
 
     def __post_init__(self):
@@ -250,6 +254,16 @@ def sampling_settings(cfg, tokenizer) -> dict:
                 sample_seed="rollout.py: (problem_seed * 1_000_003 + sample_index) % 2**63")
 
 
+def wait_for_scores(jobs: list, name: str, rank: int, every_s: float = 5.0) -> None:
+    """Wait for the scoring jobs still running after generation (code tests can take minutes), with progress."""
+    t0, pending = time.perf_counter(), jobs
+    while pending:
+        done, pending = wait(pending, timeout=every_s)
+        if pending and rank == 0:
+            scored, elapsed = len(jobs) - len(pending), time.perf_counter() - t0
+            print(f"{name}: scoring, {scored}/{len(jobs)} responses scored (rank 0) | {elapsed:.0f}s", flush=True)
+
+
 def evaluate(engine, tokenizer, benchmarks: list, cfg, rank: int = 0, world: int = 1):
     """Sample k responses per problem with `engine` (an LLMEngine, or anything with its generate()), score
     and aggregate. Every rank gets the same (results, samples); samples are sorted by benchmark, problem, sample."""
@@ -281,6 +295,7 @@ def evaluate(engine, tokenizer, benchmarks: list, cfg, rank: int = 0, world: int
                     print(f"{name}: {done}/{len(mine)} problems (rank 0's share of {len(problems)}) | {tokens} tokens, "
                           f"{tokens / elapsed:.0f} tok/s | ETA {elapsed / done * (len(mine) - done):.0f}s", flush=True)
             generate_s = time.perf_counter() - t0
+            wait_for_scores([job for _, job in jobs], name, rank)
             mine_scored = [{**rec, **job.result()} for rec, job in jobs]   # record fields first, response last
             for rec in mine_scored:
                 rec["response"] = rec.pop("response")
@@ -310,7 +325,7 @@ def evaluate_model(model, tokenizer, benchmarks: list, cfg):
 
 def format_table(results_list: list, labels: list | None = None) -> str:
     """One table, a column per results dict, a block of metric rows per benchmark (rates in %)."""
-    labels = labels or [r.get("model", f"run {i}") for i, r in enumerate(results_list)]
+    labels = labels or [r.get("model_label", r.get("model", f"run {i}")) for i, r in enumerate(results_list)]
     names = list(dict.fromkeys(n for r in results_list for n in r["benchmarks"]))
     rows = [("benchmark", "metric", *labels)]
     for name in names:
@@ -335,8 +350,8 @@ def format_table(results_list: list, labels: list | None = None) -> str:
 def compare_files(paths: str, labels: str = "") -> str:
     """The table of several results.json files (comma-separated paths), labelled by `labels` or the paths."""
     files = [p.strip() for p in paths.split(",") if p.strip()]
-    names = [x.strip() for x in labels.split(",")] if labels else files
-    if len(names) != len(files):
+    names = [x.strip() for x in labels.split(",")] if labels else None
+    if names is not None and len(names) != len(files):
         raise SystemExit(f"error: --labels has {len(names)} names for {len(files)} --compare files")
     results = []
     for path in files:
@@ -352,33 +367,42 @@ def compare_files(paths: str, labels: str = "") -> str:
 
 # ----------------------------------------------------------------------------- main
 
+def model_label(path: str) -> str:
+    """A short, telling name for a model directory in tables: its path relative to the working directory
+    (out/gppo/hf, not just hf)."""
+    rel = os.path.relpath(path)
+    return rel if not rel.startswith("..") else os.path.normpath(path)
+
+
 def main(cfg: EvalConfig):
     if cfg.compare:
         print(compare_files(cfg.compare, cfg.labels))
         return
     started, t0 = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), time.perf_counter()
-    if not os.path.isfile(os.path.join(cfg.model, "config.json")):
-        raise SystemExit(f"error: no checkpoint at --model={cfg.model!r}: expected a Hugging Face directory with "
-                         "config.json (run sft.py / gppo.py, or `bash train.sh`, or pass --model=DIR)")
-    try:   # data errors surface before any process group or model exists
-        tokenizer = data.load_tokenizer(cfg.tokenizer or cfg.model)
-        benchmarks = load_benchmarks(cfg)
-    except (data.DataError, FileNotFoundError, ValueError) as e:
-        raise SystemExit(f"error: {e}") from None
     rank, world, device = init_distributed(cfg.device)
+    set_threads(cfg.threads, device)
     dtype = {"auto": torch.bfloat16 if device.type == "cuda" else torch.float32,
              "bfloat16": torch.bfloat16, "float32": torch.float32}[cfg.dtype]
-    model = from_pretrained(cfg.model, dtype=dtype, device=device)
+
+    def load():
+        if not os.path.isfile(os.path.join(cfg.model, "config.json")):
+            raise InputError(f"--model={cfg.model}: no checkpoint there (no config.json): run sft.py / gppo.py, "
+                             "or `bash train.sh`, or pass --model=DIR (a Hugging Face Qwen3 directory)")
+        tokenizer = read_input(f"--tokenizer={cfg.tokenizer or cfg.model}", data.load_tokenizer, cfg.tokenizer or cfg.model)
+        benchmarks = read_input("--math_data/--code_data", load_benchmarks, cfg)
+        return tokenizer, benchmarks, read_input(f"--model={cfg.model}", from_pretrained, cfg.model, dtype=dtype, device=device)
+    tokenizer, benchmarks, model = agree_on_inputs(load)
     sizes = ", ".join(f"{b['name']} ({len(b['problems'])})" for b in benchmarks)
     print0(f"evaluating {cfg.model} on {sizes} | "
            f"k={cfg.k} T={cfg.temperature} top_p={cfg.top_p} top_k={cfg.top_k} max_tokens={cfg.max_tokens} | {world} rank(s)")
     try:
         results, samples = evaluate_model(model, tokenizer, benchmarks, cfg)
-    except data.DataError as e:
-        raise SystemExit(f"error: {e}") from None
+    except data.DataError as e:   # a gold answer math-verify cannot parse, malformed tests: found while scoring
+        raise InputError(str(e)) from None
     if rank == 0:
-        results = dict(model=os.path.abspath(cfg.model), tokenizer=os.path.abspath(cfg.tokenizer or cfg.model),
-                       command=shlex.join(sys.argv), device=str(device), dtype=str(dtype).removeprefix("torch."),
+        results = dict(model=os.path.abspath(cfg.model), model_label=model_label(cfg.model),
+                       tokenizer=os.path.abspath(cfg.tokenizer or cfg.model), command=shlex.join(sys.argv),
+                       device=str(device), dtype=str(dtype).removeprefix("torch."),
                        device_name=torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
                        started=started, wall_s=time.perf_counter() - t0, config=dataclasses.asdict(cfg), **results)
         os.makedirs(cfg.out_dir, exist_ok=True)
@@ -386,10 +410,9 @@ def main(cfg: EvalConfig):
             json.dump(results, f, indent=2)
         with open(os.path.join(cfg.out_dir, "samples.jsonl"), "w") as f:
             f.writelines(json.dumps(s) + "\n" for s in samples)
-        print(format_table([results], [os.path.basename(os.path.normpath(cfg.model))]))
+        print(format_table([results], [results["model_label"]]))
         print(f"wrote {cfg.out_dir}/results.json and samples.jsonl ({len(samples)} samples) in {results['wall_s']:.1f}s")
-    dist.destroy_process_group()
 
 
 if __name__ == "__main__":
-    main(parse_config(EvalConfig))
+    run_entry_point(main, parse_config(EvalConfig))

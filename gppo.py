@@ -54,6 +54,10 @@ Run:
   pytest tests/test_gppo_loss.py            # kernels run under TRITON_INTERPRET=1 on the CPU
   python benchmarks/bench_gppo_loss.py      # memory (CPU) and speed (CUDA) of the loss paths
 """
+import os
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # read when torch loads OpenMP: see sft.set_threads
+
 import torch
 
 try:  # CPU-only installs may lack triton: the PyTorch path then runs everywhere.

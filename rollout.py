@@ -45,6 +45,7 @@ Demo (a Hugging Face Qwen3 directory and its tokenizer.json):
 """
 import math
 import os
+import re
 import sys
 import time
 from collections import deque
@@ -691,24 +692,33 @@ class LLMEngine:
 class DemoConfig:
     model: str = ""                  # Hugging Face Qwen3 checkpoint directory
     tokenizer: str = ""              # tokenizer.json (default: MODEL/tokenizer.json)
-    prompt: str = "What is 17 * 23?"
-    n: int = 2
-    temperature: float = 0.6
-    top_p: float = 0.95
-    top_k: int = 20
-    max_tokens: int = 256
-    seed: int = 0
-    max_model_len: int = 4096
-    max_num_seqs: int = 64
+    prompt: str = "What is 17 * 23?"  # the user turn; the Qwen3 chat template wraps it
+    n: int = 2                       # samples (they share the prompt's KV blocks)
+    temperature: float = 0.6         # 0 = greedy
+    top_p: float = 0.95              # nucleus sampling
+    top_k: int = 20                  # 0 = off
+    max_tokens: int = 256            # new tokens per sample
+    seed: int = 0                    # same seed, same samples
+    max_model_len: int = 4096        # prompt + response tokens per sequence
+    max_num_seqs: int = 64           # sequences decoded together
     device: str = "auto"             # auto: cuda if available, else cpu
     dtype: str = "auto"              # auto: bfloat16 on cuda, float32 on cpu; or float32/bfloat16/float16
+
+
+def _option_lines(cls) -> list:
+    """`--name=default  comment` for each field, the comment read from the source beside the field."""
+    import inspect
+    comments = dict(re.findall(r"^\s+(\w+):[^#\n]*#\s*(.*)$", inspect.getsource(cls), re.M))
+    return [f"  --{f.name}={f.default!r}".ljust(32) + comments.get(f.name, "") for f in fields(cls)]
 
 
 def parse_args(argv: list) -> DemoConfig:
     cfg = DemoConfig()
     for arg in argv:
         if arg in ("-h", "--help"):
-            print(__doc__ + "\nOptions (--key=value):\n" + "\n".join(f"  --{f.name}={getattr(cfg, f.name)!r}" for f in fields(cfg)))
+            print("usage: python rollout.py --model=CHECKPOINT_DIR [--key=value ...]\n"
+                  "Samples n responses to one chat prompt with the paged-KV engine and prints them with their logprobs.\n"
+                  "Options:\n" + "\n".join(_option_lines(DemoConfig)))
             sys.exit(0)
         key, sep, value = arg.removeprefix("--").partition("=")
         if not arg.startswith("--") or not sep:
@@ -737,6 +747,8 @@ def main(argv: list) -> None:
     cfg = parse_args(argv)
     if not cfg.model:
         raise ValueError("--model=CHECKPOINT_DIR is required (a Hugging Face Qwen3 directory)")
+    if not os.path.isfile(os.path.join(cfg.model, "config.json")):
+        raise ValueError(f"--model={cfg.model}: not a Hugging Face checkpoint directory (no config.json there)")
     tokenizer_path = cfg.tokenizer or os.path.join(cfg.model, "tokenizer.json")
     if not os.path.isfile(tokenizer_path):
         raise ValueError(f"--tokenizer={tokenizer_path}: no such file (pass the path of a tokenizer.json)")

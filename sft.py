@@ -27,12 +27,15 @@ Run:
 Infrastructure shared with gppo.py and eval.py lives here too: the `--key=value` config parser,
 process-group setup, FSDP2 wrapping, checkpoints and Hugging Face export.
 """
+import os
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # read when torch loads OpenMP: see sft.set_threads
+
 import dataclasses
 import inspect
 import io
 import json
 import math
-import os
 import re
 import shutil
 import signal
@@ -51,41 +54,41 @@ from model import Qwen3, Qwen3Config, from_pretrained, save_pretrained
 
 @dataclass
 class SFTConfig:
-    # data: a JSONL of conversations (`messages` or `conversations`); empty = the built-in toy tasks
-    data: str = ""
+    # data
+    data: str = ""                   # JSONL of conversations (`messages` or `conversations`); empty = the built-in toy tasks
     tokenizer: str = ""              # dir or tokenizer.json; empty with toy data = the toy tokenizer
     max_len: int = 512               # longer conversations follow `overlong`
     overlong: str = "truncate"       # truncate | drop (either way the count is reported)
-    toy_math_examples: int = 12000
-    toy_code_examples: int = 3000
+    toy_math_examples: int = 12000   # toy addition conversations (with toy data)
+    toy_code_examples: int = 3000    # toy programming conversations (with toy data)
     toy_wrong_fraction: float = 0.3  # share of hard toy math traces that end wrong ("mixed" data)
-    # model: a Hugging Face directory, or empty = a tiny Qwen3 from scratch with the sizes below
-    init_from: str = ""
-    n_layer: int = 4
-    hidden: int = 128
-    n_head: int = 4
-    n_kv_head: int = 2
-    head_dim: int = 32
-    intermediate: int = 384
+    # model
+    init_from: str = ""              # a Hugging Face Qwen3 directory; empty = a tiny Qwen3 from scratch (sizes below)
+    n_layer: int = 4                 # from scratch: decoder layers
+    hidden: int = 128                # from scratch: hidden size
+    n_head: int = 4                  # from scratch: query heads
+    n_kv_head: int = 2               # from scratch: key/value heads (GQA)
+    head_dim: int = 32               # from scratch: dimension per head
+    intermediate: int = 384          # from scratch: SwiGLU hidden size
     # optimisation
     row_tokens: int = 2048           # tokens per packed row
     rows_per_step: int = 8           # global batch, in rows (across all ranks)
     micro_rows: int = 1              # rows per forward/backward on one rank
-    epochs: int = 4
+    epochs: int = 4                  # passes over the packed rows (paper: 4)
     max_steps: int = -1              # stop after this many steps (the LR schedule still spans all epochs); -1 = all
-    lr: float = 2e-3
-    min_lr: float = 1e-3
-    warmup_steps: int = 20
-    weight_decay: float = 0.1
-    beta1: float = 0.9
-    beta2: float = 0.95
-    grad_clip: float = 1.0
-    activation_checkpointing: bool = False
+    lr: float = 2e-3                 # peak learning rate (paper: 8e-5 for Qwen3-8B; the tiny toy model needs far more)
+    min_lr: float = 1e-3             # cosine decay ends here (paper: 4e-5)
+    warmup_steps: int = 20           # linear warmup steps
+    weight_decay: float = 0.1        # AdamW weight decay
+    beta1: float = 0.9               # AdamW beta1
+    beta2: float = 0.95              # AdamW beta2
+    grad_clip: float = 1.0           # max global gradient norm
+    activation_checkpointing: bool = False  # recompute each layer in the backward (long rows: 32K tokens)
     loss_chunk: int = 4096           # tokens per LM-head chunk in the loss
     # bookkeeping
-    out_dir: str = "out/sft"
-    seed: int = 1234
-    log_every: int = 10
+    out_dir: str = "out/sft"         # checkpoint/, metrics.jsonl, hf/ (the trained model + tokenizer)
+    seed: int = 1234                 # model init, data order
+    log_every: int = 10              # print and log a metrics record every k steps
     ckpt_every: int = 200            # DCP checkpoint every k steps (and at the end); 0 = only at the end
     ckpt_minutes: float = 5.0        # ... and every this many minutes of wall clock (0 = off); SIGTERM/Ctrl-C also save one
     resume: bool = True              # continue from out_dir/checkpoint if it exists
@@ -175,14 +178,21 @@ def init_distributed(device: str = "auto"):
 
 
 def set_threads(threads: int, device: torch.device) -> int:
-    """Intra-op threads of this process, chosen on purpose: `threads`, or (0) the usable cores shared out
-    among the ranks of this machine. Oversubscribed threads (N ranks x all cores, or cores already busy with
-    other work) make every small CPU op wait on the slowest thread: measured 30x slower decoding."""
+    """Intra-op threads of this process, chosen on purpose: --threads, else $OMP_NUM_THREADS, else the usable
+    cores shared out among the ranks of this machine. Threads that wait actively for each other (OpenMP's
+    default) crawl when a core is busy with other work: one RL step's generation on 2 cores beside a busy
+    process took 62 s with 2 threads, 4.8 s with 1, 7.2 s with 2 and OMP_WAIT_POLICY=PASSIVE, which every
+    entry point therefore sets before torch loads (unless the environment sets it)."""
     local_ranks = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    n = threads or max(1, cores // local_ranks)
+    if threads:
+        n, why = threads, "--threads"
+    elif os.environ.get("OMP_NUM_THREADS", "").isdigit():
+        n, why = int(os.environ["OMP_NUM_THREADS"]), "$OMP_NUM_THREADS"
+    else:
+        n, why = max(1, cores // local_ranks), f"{cores} usable cores / {local_ranks} local rank(s)"
     torch.set_num_threads(n)
-    print0(f"threads: {n} per rank ({'--threads' if threads else f'{cores} usable cores / {local_ranks} local rank(s)'}) on {device}")
+    print0(f"threads: {n} per rank ({why}; OpenMP wait policy {os.environ.get('OMP_WAIT_POLICY', 'default')}) on {device}")
     return n
 
 
@@ -272,9 +282,10 @@ def run_entry_point(main, cfg, **kwargs):
         status = 2
     except KeyboardInterrupt:
         ckpt_dir = os.path.join(getattr(cfg, "out_dir", ""), "checkpoint")
-        where = (f"the last checkpoint, {ckpt_dir}, is intact: run the same command again to resume from it"
-                 if hasattr(cfg, "resume") and os.path.exists(ckpt_dir) else "no checkpoint had been written")
-        print0(f"interrupted (Ctrl-C): {where}", file=sys.stderr)
+        where = "" if not hasattr(cfg, "resume") else (
+            f": the last checkpoint, {ckpt_dir}, is intact; run the same command again to resume from it"
+            if os.path.exists(ckpt_dir) else ": no checkpoint had been written yet")
+        print0(f"interrupted (Ctrl-C){where}", file=sys.stderr)
         status = 130
     except SystemExit as e:   # a check that failed with a message (e.g. an impossible batch size), or a stop
         if isinstance(e.code, str):

@@ -18,6 +18,7 @@ import data  # noqa: E402
 import eval as ev  # noqa: E402
 from model import Qwen3, Qwen3Config, save_pretrained  # noqa: E402
 from rollout import Sample  # noqa: E402
+from sft import InputError  # noqa: E402
 
 TINY_RUN = ["--toy_math=6", "--toy_code=3", "--k=3", "--max_tokens=24", "--pass_k=1,2,3"]
 
@@ -192,7 +193,7 @@ def write_lines(path, lines):
 ])
 def test_malformed_benchmark_file_names_file_and_line(tiny_checkpoint, tmp_path, kind, lines, where, what):
     path = write_lines(tmp_path / f"bench_{kind}.jsonl", lines)
-    with pytest.raises(SystemExit) as e:
+    with pytest.raises(InputError) as e:
         ev.main(ev.EvalConfig(model=tiny_checkpoint, out_dir=str(tmp_path / "out"), **{f"{kind}_data": path}))
     assert f"bench_{kind}.jsonl{where}" in str(e.value) and what in str(e.value)
     assert not (tmp_path / "out").exists()
@@ -204,7 +205,7 @@ def test_cli_exits_nonzero_on_bad_input(tiny_checkpoint, tmp_path):
     assert proc.returncode != 0 and "aime.jsonl:3: malformed JSON" in proc.stderr, proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr
     proc = run_cli(f"--model={tmp_path}/no_such_model")
-    assert proc.returncode != 0 and "no checkpoint at" in proc.stderr
+    assert proc.returncode == 2 and "no checkpoint there" in proc.stderr and "Traceback" not in proc.stderr
     proc = run_cli("--temprature=0.6")
     assert proc.returncode != 0 and "unknown option --temprature" in proc.stderr
 
