@@ -9,13 +9,23 @@ Everything a trainer feeds the model passes through here, for real Qwen3 data an
    The generation prompt is `<|im_start|>assistant\n` (plus `<think>\n\n</think>\n\n` when thinking is off).
    Assistant turns before the last user turn lose their reasoning, as in the template. SFT trains on the
    final assistant turn only: its reasoning, answer and `<|im_end|>` (loss_mask = 1), nothing else.
-2. Loaders (JSONL, one record a line; any bad line is an error naming file:line and field):
+2. Loaders (JSONL, one record a line; a missing or empty file, or any bad line, is an error naming file:line and
+   field). Each returns Records: the list of records, plus .report (rows read, kept, dropped and why, formats
+   seen), one line to print.
        SFT   {"messages": [{"role", "content"}]}  or  {"conversations": [{"from", "value"}], "system"?}
-       math  {"problem"|"question"|"prompt", "answer"}  or  {"messages", "meta": {"solution"}}
+       math  {"problem"|"question"|"prompt", "answer"}       (AIME-style; a prompt may be a list of messages)
+             {"problem", "solution"}                          (MATH: the answer is the solution's last \\boxed{})
+             {"prompt": [messages], "reward_model": {"ground_truth"}}   (verl, Skywork-OR1: maybe several answers)
+             {"messages", "meta": {"solution"}}
        code  LiveCodeBench {"question_content", "starter_code", "public_test_cases", "private_test_cases",
-             "metadata": {"func_name"}}  or  {"prompt", "tests": [{"input", "output", "fn_name"?}]}
+                            "metadata": {"func_name"}}
+             APPS/TACO {"question", "starter_code", "input_output": {"inputs", "outputs", "fn_name"?}, "solutions"}
+             verl {"prompt": [messages], "reward_model": {"ground_truth": APPS-style input_output, or tests}}
+             {"prompt", "tests": [{"input", "output", "fn_name"?}], "solutions"?}
    Tests come out as {"input", "output"} (stdin) or {"input", "output", "fn_name"} (functional: one
-   JSON argument per input line, JSON return value), the format reward.py's run_tests takes.
+   JSON argument per input line, JSON return value), the format reward.py's run_tests takes. Code problems
+   with fewer than min_tests tests are dropped (counted); reference programs and a stronger model's pass
+   rate, when the data has them, are kept for the code-prompt filter.
 3. Packing: documents go into rows of `row_tokens` tokens by best-fit decreasing; each row carries
    position_ids that restart at 0 per document and document_ids (padding is its own document), so the
    model attends only within a document: mask[i, j] = (doc[i] == doc[j]) and (j <= i).
@@ -310,10 +320,27 @@ def encode_prompts(tok: Tokenizer, problems, max_prompt_len: int, overlong: str 
 # ----------------------------------------------------------------------------- JSONL loaders
 
 
+class Records(list):
+    """What a loader returns: the records, as a plain list, plus `report`, a dict of what was read, kept and
+    dropped and why, printable on one line: print(f"code data: {problems.report}")."""
+
+    def __init__(self, items, report: dict):
+        super().__init__(items)
+        self.report = report
+
+
 def _read_jsonl(path: str):
-    """Yield (line_number, record) for every non-blank line; malformed JSON is an error naming file:line."""
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
+    """Yield (line_number, record) for every non-blank line. A missing file, an empty one, malformed JSON or
+    text that is not UTF-8 is an error naming the file (and line)."""
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{path}: no such data file")
+    n_records = 0
+    with open(path, "rb") as f:
+        for n, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise DataError(f"{path}:{n}: not UTF-8 text ({e.reason} at byte {e.start})") from None
             if not line.strip():
                 continue
             try:
@@ -322,7 +349,10 @@ def _read_jsonl(path: str):
                 raise DataError(f"{path}:{n}: malformed JSON ({e.msg} at column {e.colno})") from None
             if not isinstance(rec, dict):
                 raise DataError(f"{path}:{n}: expected a JSON object, got {type(rec).__name__}")
+            n_records += 1
             yield n, rec
+    if not n_records:
+        raise DataError(f"{path}: no records (the file is empty)")
 
 
 def _field(rec, key, types, where, name=None):
@@ -330,10 +360,45 @@ def _field(rec, key, types, where, name=None):
     name = name or key
     if key not in rec or rec[key] is None:
         raise DataError(f"{where}: missing field '{name}'")
-    if not isinstance(rec[key], types):
-        want = " or ".join(t.__name__ for t in (types if isinstance(types, tuple) else (types,)))
+    if not isinstance(rec[key], types) or (isinstance(rec[key], bool) and bool not in _tuple(types)):
+        want = " or ".join(t.__name__ for t in _tuple(types))
         raise DataError(f"{where}: field '{name}' must be {want}, got {type(rec[key]).__name__}")
     return rec[key]
+
+
+def _tuple(types) -> tuple:
+    return types if isinstance(types, tuple) else (types,)
+
+
+def _json_field(rec, key, types, where, name=None):
+    """Like _field, for a value that public sets store either as itself or as a JSON string of it."""
+    value = _field(rec, key, (str, *_tuple(types)), where, name)
+    if isinstance(value, str) and str not in _tuple(types):
+        try:
+            value = json.loads(value)
+        except (json.JSONDecodeError, RecursionError):
+            raise DataError(f"{where}: field '{name or key}' is not valid JSON") from None
+        return _field({key: value}, key, types, where, name)
+    return value
+
+
+def _path(rec, dotted: str, where: str):
+    """rec's value at a dotted path such as "extra_info.model_difficulty.DeepSeek-R1-Distill-Qwen-1.5B"
+    (a key may itself hold dots: at each level the longest key that fits the rest of the path wins)."""
+    value, rest = rec, dotted
+    while rest:
+        keys = [k for k in value if rest == k or rest.startswith(k + ".")] if isinstance(value, dict) else []
+        if not keys:
+            raise DataError(f"{where}: missing field '{dotted}'")
+        key = max(keys, key=len)
+        value, rest = value[key], rest[len(key) + 1:]
+    return value
+
+
+def _record_id(rec, path: str, n: int) -> str:
+    """The row's own id (id, LiveCodeBench's question_id, APPS's problem_id, MATH-500's unique_id), else file:line."""
+    pid = next((rec[k] for k in ("id", "question_id", "problem_id", "unique_id") if rec.get(k) is not None), None)
+    return str(pid) if pid is not None else f"{os.path.basename(path)}:{n}"
 
 
 def _messages(items, where, field, role_key="role", content_key="content") -> list:
@@ -352,17 +417,24 @@ def _messages(items, where, field, role_key="role", content_key="content") -> li
     return out
 
 
-def load_sft_jsonl(path: str) -> list:
+def _prompt(rec, key, where):
+    """A prompt: a string (the user turn), or a list of messages (verl's `prompt`)."""
+    prompt = _field(rec, key, (str, list), where)
+    return _messages(prompt, where, key) if isinstance(prompt, list) else prompt
+
+
+def load_sft_jsonl(path: str) -> Records:
     """Conversations (lists of {"role", "content"[, "reasoning_content"]}) from OpenAI `messages` or
     ShareGPT/OpenThoughts `conversations` (from: human/user/gpt/assistant/system; optional top-level
     `system`). Each must end with an assistant turn, the one SFT learns."""
-    conversations = []
+    conversations, formats = [], {}
     for n, rec in _read_jsonl(path):
         where = f"{path}:{n}"
         if "messages" in rec:
-            msgs = _messages(_field(rec, "messages", list, where), where, "messages")
+            msgs, fmt = _messages(_field(rec, "messages", list, where), where, "messages"), "messages"
         elif "conversations" in rec:
             msgs = _messages(_field(rec, "conversations", list, where), where, "conversations", "from", "value")
+            fmt = "conversations"
             if rec.get("system"):
                 msgs.insert(0, {"role": "system", "content": _field(rec, "system", str, where)})
         else:
@@ -370,31 +442,113 @@ def load_sft_jsonl(path: str) -> list:
         if not msgs or msgs[-1]["role"] != "assistant":
             raise DataError(f"{where}: field 'messages' must end with an assistant turn to learn from")
         conversations.append(msgs)
-    return conversations
+        formats[fmt] = formats.get(fmt, 0) + 1
+    return Records(conversations, dict(file=path, rows=len(conversations), kept=len(conversations), formats=formats))
+
+# Math. Every row gives a prompt and its acceptable answers (strings for math-verify's gold side).
 
 
-def load_math_jsonl(path: str) -> list:
-    """Math problems {id, prompt, answer}: prompt from `problem`, `question` or `prompt` (a string, or a list
-    of messages), answer from `answer` (numbers become strings); or `messages` + `meta.solution`."""
-    problems = []
+def _answer_text(value, where, name) -> str:
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise DataError(f"{where}: field '{name}' must be str or a number, got {type(value).__name__}")
+    if not str(value).strip():
+        raise DataError(f"{where}: field '{name}' is empty")
+    return str(value)
+
+
+_BOXED = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])")
+
+
+def _last_boxed(text: str) -> str | None:
+    """The content of the last `\\boxed{...}` or `\\fbox{...}` in text (a space may precede the brace; nested
+    braces are matched, `\\{` and `\\}` are literal), or the token after an unbraced `\\boxed 5$`.
+    None when there is none, or its braces never close."""
+    starts = [m.end() for m in _BOXED.finditer(text)]
+    if not starts:
+        return None
+    i = starts[-1]
+    while i < len(text) and text[i].isspace():
+        i += 1
+    if not text.startswith("{", i):
+        return re.match(r"[^\s$]*", text[i:]).group()   # MATH writes a few answers as `$\boxed 5$`
+    depth, j = 0, i
+    while j < len(text):
+        if text[j] == "\\":
+            j += 2
+            continue
+        depth += {"{": 1, "}": -1}.get(text[j], 0)
+        if depth == 0:
+            return text[i + 1:j]
+        j += 1
+    return None
+
+
+def _math_answer(rec, where):
+    """(format, acceptable answers): `answer`, else verl's `reward_model.ground_truth`, else the last
+    \\boxed{} of `solution` (MATH)."""
+    if rec.get("answer") is not None:
+        return "answer", [_answer_text(rec["answer"], where, "answer")]
+    if "reward_model" in rec:
+        return "verl ground_truth", _ground_truth_answers(rec, where)
+    if rec.get("solution") is not None:
+        answer = _last_boxed(_field(rec, "solution", str, where))
+        if answer is None:
+            raise DataError(f"{where}: field 'solution' has no complete \\boxed{{...}} answer, and no 'answer'")
+        return "MATH solution", [_answer_text(answer.strip(), where, "solution's \\boxed{}")]
+    raise DataError(f"{where}: missing field 'answer' (or 'reward_model.ground_truth', or a \\boxed{{}} 'solution')")
+
+
+def _ground_truth_answers(rec, where) -> list:
+    """verl's reward_model.ground_truth: a string or a number (verl's gsm8k, DAPO-Math), or a JSON list of
+    acceptable answers (Skywork-OR1 stores '["2"]'), as text or already decoded. A string is read as such a
+    list only when it decodes to a list of strings: "[-1, 3]" stays one answer (an interval)."""
+    name = "reward_model.ground_truth"
+    truth = _field(_field(rec, "reward_model", dict, where), "ground_truth", (str, int, float, list, dict), where, name)
+    if isinstance(truth, str) and truth.lstrip()[:1] in ("[", "{"):
+        try:
+            decoded = json.loads(truth)
+        except (json.JSONDecodeError, RecursionError):
+            decoded = None
+        if isinstance(decoded, dict) or (isinstance(decoded, list) and all(isinstance(a, str) for a in decoded)):
+            truth = decoded
+    if isinstance(truth, dict):
+        raise DataError(f"{where}: field '{name}' holds code tests, not a math answer: load this file as code data")
+    if not isinstance(truth, list):
+        return [_answer_text(truth, where, name)]
+    if not truth:
+        raise DataError(f"{where}: field '{name}' is an empty list")
+    return [_answer_text(a, where, f"{name}[{i}]") for i, a in enumerate(truth)]
+
+
+def load_math_jsonl(path: str) -> Records:
+    """Math problems {id, prompt, answer[, answers]}. The prompt is `problem`, `question` or `prompt` (a string,
+    or a list of messages); the answer comes from `answer` (numbers become strings), verl's
+    `reward_model.ground_truth`, or the last `\\boxed{}` of a MATH `solution`; or the row is `messages` +
+    `meta.solution`. `answers` (all acceptable answers, answer = answers[0]) is there only when a row gives
+    more than one (Skywork-OR1's lists): a response is right if it matches any of them."""
+    problems, formats = [], {}
     for n, rec in _read_jsonl(path):
         where = f"{path}:{n}"
         key = next((k for k in ("problem", "question", "prompt") if k in rec), None)
         if key is not None:
-            prompt = _field(rec, key, (str, list), where)
-            if isinstance(prompt, list):
-                prompt = _messages(prompt, where, key)
-            answer = _field(rec, "answer", (str, int, float), where)
+            prompt = _prompt(rec, key, where)
+            fmt, answers = _math_answer(rec, where)
         elif "messages" in rec:
             prompt = [m for m in _messages(_field(rec, "messages", list, where), where, "messages")
                       if m["role"] != "assistant"]
-            answer = _field(_field(rec, "meta", dict, where), "solution", (str, int, float), where, "meta.solution")
+            fmt = "messages+meta.solution"
+            answers = [_answer_text(_field(_field(rec, "meta", dict, where), "solution", (str, int, float), where,
+                                           "meta.solution"), where, "meta.solution")]
         else:
             raise DataError(f"{where}: missing field 'problem' (or 'question', 'prompt', 'messages'); keys are {sorted(rec)}")
-        if isinstance(answer, bool):
-            raise DataError(f"{where}: field 'answer' must be str or a number, got bool")
-        problems.append(dict(id=str(rec.get("id", f"{os.path.basename(path)}:{n}")), prompt=prompt, answer=str(answer)))
-    return problems
+        problem = dict(id=_record_id(rec, path, n), prompt=prompt, answer=answers[0])
+        if len(answers) > 1:
+            problem["answers"] = answers
+        problems.append(problem)
+        formats[fmt] = formats.get(fmt, 0) + 1
+    return Records(problems, dict(file=path, rows=len(problems), kept=len(problems), formats=formats))
+
+# Code. Each format gives (prompt, tests, extra fields); tests come out in reward.py's format.
 
 
 class _NoGlobalsUnpickler(pickle.Unpickler):
@@ -402,8 +556,9 @@ class _NoGlobalsUnpickler(pickle.Unpickler):
         raise pickle.UnpicklingError(f"refusing to load {module}.{name} from test data")
 
 
-def _test_cases(raw, where, field):
-    """LiveCodeBench test cases: a list, a JSON string, or base64(zlib(pickle(JSON string))) (its private tests)."""
+def _test_cases(raw, where, field, func_name=None) -> list:
+    """Tests as stored: a list of cases (LiveCodeBench, plain) or an APPS-style {"inputs", "outputs"} object;
+    either one as itself, as JSON text, or as base64(zlib(pickle(JSON text))) (LiveCodeBench's private tests)."""
     if isinstance(raw, str):
         try:
             raw = json.loads(raw)
@@ -412,65 +567,175 @@ def _test_cases(raw, where, field):
                 raw = json.loads(_NoGlobalsUnpickler(io.BytesIO(zlib.decompress(base64.b64decode(raw)))).load())
             except Exception as e:
                 raise DataError(f"{where}: field '{field}' is neither JSON nor LiveCodeBench's compressed form ({e})") from None
+    if isinstance(raw, dict):
+        return _tests_from_io(raw, where, field)
     if not isinstance(raw, list):
         raise DataError(f"{where}: field '{field}' must be a list of tests, got {type(raw).__name__}")
-    return raw
+    return _tests_from_cases(raw, where, field, func_name)
 
 
-def load_code_jsonl(path: str, min_tests: int = 1) -> list:
-    """Code problems {id, prompt, tests[, contest_date]} from LiveCodeBench rows or {prompt, tests}.
-    prompt = question_content, plus the starter code in a ```python block when there is one. Problems with
-    fewer than min_tests tests raise (the paper keeps only problems with >= 16 tests: filter with len(tests))."""
-    problems = []
+def _tests_from_cases(cases, where, field, func_name=None) -> list:
+    """[{input, output, testtype?: stdin|functional, fn_name?}] (LiveCodeBench, plain) as tests; a functional
+    test without its own fn_name takes func_name (LiveCodeBench's metadata.func_name)."""
+    tests = []
+    for i, t in enumerate(cases):
+        name = f"{field}[{i}]"
+        if not isinstance(t, dict):
+            raise DataError(f"{where}: field '{name}' must be an object, got {type(t).__name__}")
+        test = {"input": _field(t, "input", str, where, name + ".input"),
+                "output": _field(t, "output", str, where, name + ".output")}
+        kind = t.get("testtype", "functional" if t.get("fn_name") else "stdin")
+        if kind == "functional":
+            fn = t.get("fn_name") or func_name
+            if not isinstance(fn, str) or not fn:
+                raise DataError(f"{where}: field 'metadata.func_name' is needed by functional test '{name}'")
+            test["fn_name"] = fn
+        elif kind != "stdin":
+            raise DataError(f"{where}: field '{name}.testtype' is {kind!r}; use stdin or functional")
+        tests.append(test)
+    return tests
+
+
+def _stdin_text(value, where, name) -> str:
+    """APPS/TACO stdin data: a string, or a list of lines (joined by newlines, as their testing_util does)."""
+    if isinstance(value, list) and all(isinstance(line, str) for line in value):
+        return "\n".join(value)
+    if not isinstance(value, str):
+        raise DataError(f"{where}: field '{name}' must be a string or a list of lines, got {type(value).__name__}")
+    return value
+
+
+def _tests_from_io(io_spec, where, field) -> list:
+    """APPS/TACO tests {"inputs", "outputs"[, "fn_name"]} as tests.
+    stdin: each input and output is a string or a list of lines.
+    call-based (`fn_name`, a function, or a method of class Solution): each input is the argument list, written
+    one JSON argument per line; each output is the return value, as JSON. APPS usually wraps that value in a
+    one-element list, and its checker accepts the value or the wrapped value. Our rule: when EVERY output of
+    the problem is a one-element list, the lists are wrappers and are unwrapped; otherwise outputs stay as
+    they are. The rule guesses wrong for an unwrapped function whose every return value happens to be a
+    one-element list; the reference solutions then fail their own tests, which the code-prompt filter
+    catches. Not handled: APPS's conversion of string dict keys back to ints."""
+    inputs = _field(io_spec, "inputs", list, where, f"{field}.inputs")
+    outputs = _field(io_spec, "outputs", list, where, f"{field}.outputs")
+    if len(inputs) != len(outputs):
+        raise DataError(f"{where}: field '{field}' has {len(inputs)} inputs but {len(outputs)} outputs")
+    fn = io_spec.get("fn_name")
+    if not fn:
+        return [{"input": _stdin_text(x, where, f"{field}.inputs[{i}]"),
+                 "output": _stdin_text(y, where, f"{field}.outputs[{i}]")}
+                for i, (x, y) in enumerate(zip(inputs, outputs))]
+    if not isinstance(fn, str) or not fn.isidentifier():
+        raise DataError(f"{where}: field '{field}.fn_name' must be a function name, got {fn!r}")
+    if all(isinstance(y, list) and len(y) == 1 for y in outputs):
+        outputs = [y[0] for y in outputs]
+    tests = []
+    for i, (args, y) in enumerate(zip(inputs, outputs)):
+        if not isinstance(args, list):
+            raise DataError(f"{where}: field '{field}.inputs[{i}]' must be the list of arguments of {fn}, "
+                            f"got {type(args).__name__}")
+        tests.append({"input": "\n".join(json.dumps(a) for a in args), "output": json.dumps(y), "fn_name": fn})
+    return tests
+
+
+def _code_question(rec, key, where) -> str:
+    """The question, plus the starter code (if any) in a ```python block."""
+    prompt = _field(rec, key, str, where)
+    starter = rec.get("starter_code") or ""
+    if not isinstance(starter, str):
+        raise DataError(f"{where}: field 'starter_code' must be str, got {type(starter).__name__}")
+    return prompt + (f"\n\nUse this starter code:\n```python\n{starter}\n```" if starter.strip() else "")
+
+
+def _livecodebench_row(rec, where):
+    meta = _json_field(rec, "metadata", dict, where) if rec.get("metadata") else {}
+    tests = []
+    for key in ("public_test_cases", "private_test_cases"):
+        if rec.get(key):
+            tests += _test_cases(rec[key], where, key, meta.get("func_name"))
+    extra = {"contest_date": str(rec["contest_date"])} if rec.get("contest_date") else {}
+    return _code_question(rec, "question_content", where), tests, extra
+
+
+def _apps_row(rec, where):
+    tests = []  # APPS rows without tests hold "" (min_tests then drops the row)
+    if rec["input_output"]:
+        tests = _tests_from_io(_json_field(rec, "input_output", dict, where), where, "input_output")
+    return _code_question(rec, "question", where), tests, {}
+
+
+def _verl_code_row(rec, where):
+    name = "reward_model.ground_truth"
+    truth = _field(_field(rec, "reward_model", dict, where), "ground_truth", (str, dict, list), where, name)
+    return _prompt(rec, "prompt", where), _test_cases(truth, where, name), {}
+
+
+def _plain_code_row(rec, where):
+    return _prompt(rec, "prompt", where), _test_cases(_field(rec, "tests", (list, str), where), where, "tests"), {}
+
+
+# (name, key that marks the format, reader), tried in order
+_CODE_FORMATS = [("livecodebench", "question_content", _livecodebench_row), ("apps/taco", "input_output", _apps_row),
+                 ("verl", "reward_model", _verl_code_row), ("tests", "tests", _plain_code_row)]
+
+
+def _solutions(rec, where) -> list:
+    """Reference programs: APPS/TACO `solutions`, a list of strings or a JSON string of one ("" when none)."""
+    if not rec.get("solutions"):
+        return []
+    solutions = _json_field(rec, "solutions", list, where)
+    for i, s in enumerate(solutions):
+        if not isinstance(s, str):
+            raise DataError(f"{where}: field 'solutions[{i}]' must be a program (str), got {type(s).__name__}")
+    return [s for s in solutions if s.strip()]
+
+
+def _pass_rate(rec, spec: str, where) -> float:
+    """The value at `spec`, "FIELD" (a rate in [0, 1]) or "FIELD/N" (a count of N samples, divided by N)."""
+    field, _, scale = spec.rpartition("/")
+    if not field or not re.fullmatch(r"\d+(\.\d*)?", scale) or not float(scale):
+        field, scale = spec, "1"
+    value = _path(rec, field, where)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value / float(scale) <= 1:
+        raise DataError(f"{where}: field '{field}' must be a number in [0, {scale}] (pass_rate_field={spec!r}), "
+                        f"got {value!r}")
+    return value / float(scale)
+
+
+def load_code_jsonl(path: str, min_tests: int = 1, pass_rate_field: str = "") -> Records:
+    """Code problems {id, prompt, tests[, solutions][, pass_rate][, contest_date]} from LiveCodeBench, APPS/TACO,
+    verl (Skywork-OR1) or {prompt, tests} rows. The prompt is the question plus its starter code in a ```python
+    block (verl: the `prompt` messages as they are).
+    - Problems with fewer than `min_tests` tests are dropped and counted in the report (the paper keeps only
+      those with >= 16).
+    - `solutions`: the row's reference programs, when it has any (APPS/TACO).
+    - `pass_rate`: with pass_rate_field="FIELD" (dotted path, a rate in [0, 1]) or "FIELD/N" (a count out of
+      N samples), a stronger model's pass rate, e.g. "pass_rate", or Skywork-OR1's correct-of-16 counts
+      "extra_info.model_difficulty.DeepSeek-R1-Distill-Qwen-32B/16". A row without that field is an error."""
+    problems, formats, dropped = [], {}, 0
     for n, rec in _read_jsonl(path):
         where = f"{path}:{n}"
-        if "question_content" in rec:
-            prompt = _field(rec, "question_content", str, where)
-            starter = rec.get("starter_code") or ""
-            if not isinstance(starter, str):
-                raise DataError(f"{where}: field 'starter_code' must be str, got {type(starter).__name__}")
-            if starter.strip():
-                prompt += f"\n\nUse this starter code:\n```python\n{starter}\n```"
-            meta = rec.get("metadata") or {}
-            if isinstance(meta, str):
-                try:
-                    meta = json.loads(meta)
-                except json.JSONDecodeError:
-                    raise DataError(f"{where}: field 'metadata' is not valid JSON") from None
-            if not isinstance(meta, dict):
-                raise DataError(f"{where}: field 'metadata' must be an object, got {type(meta).__name__}")
-            raw = []
-            for key in ("public_test_cases", "private_test_cases"):
-                if rec.get(key):
-                    raw += [(key, i, t) for i, t in enumerate(_test_cases(rec[key], where, key))]
-            pid = rec.get("question_id", rec.get("id"))
-        else:
-            prompt = _field(rec, "prompt", str, where)
-            raw = [("tests", i, t) for i, t in enumerate(_test_cases(_field(rec, "tests", (list, str), where), where, "tests"))]
-            meta, pid = {}, rec.get("id")
-        tests = []
-        for key, i, t in raw:
-            name = f"{key}[{i}]"
-            if not isinstance(t, dict):
-                raise DataError(f"{where}: field '{name}' must be an object, got {type(t).__name__}")
-            test = {"input": _field(t, "input", str, where, name + ".input"),
-                    "output": _field(t, "output", str, where, name + ".output")}
-            kind = t.get("testtype", "functional" if t.get("fn_name") else "stdin")
-            if kind == "functional":
-                fn = t.get("fn_name") or meta.get("func_name")
-                if not isinstance(fn, str) or not fn:
-                    raise DataError(f"{where}: field 'metadata.func_name' is needed by functional test '{name}'")
-                test["fn_name"] = fn
-            elif kind != "stdin":
-                raise DataError(f"{where}: field '{name}.testtype' is {kind!r}; use stdin or functional")
-            tests.append(test)
+        fmt, read = next(((name, read) for name, key, read in _CODE_FORMATS if key in rec), (None, None))
+        if read is None:
+            raise DataError(f"{where}: missing field 'tests' (or 'question_content' for LiveCodeBench, 'input_output' "
+                            f"for APPS/TACO, 'reward_model.ground_truth' for verl); keys are {sorted(rec)}")
+        prompt, tests, extra = read(rec, where)
+        formats[fmt] = formats.get(fmt, 0) + 1
+        solutions = _solutions(rec, where)
+        pass_rate = _pass_rate(rec, pass_rate_field, where) if pass_rate_field else None
         if len(tests) < min_tests:
-            raise DataError(f"{where}: {len(tests)} tests, fewer than min_tests={min_tests}")
-        problem = dict(id=str(pid if pid is not None else f"{os.path.basename(path)}:{n}"), prompt=prompt, tests=tests)
-        if rec.get("contest_date"):
-            problem["contest_date"] = str(rec["contest_date"])
+            dropped += 1
+            continue
+        problem = dict(id=_record_id(rec, path, n), prompt=prompt, tests=tests, **extra)
+        if solutions:
+            problem["solutions"] = solutions
+        if pass_rate_field:
+            problem["pass_rate"] = pass_rate
         problems.append(problem)
-    return problems
+    report = dict(file=path, rows=len(problems) + dropped, kept=len(problems), min_tests=min_tests,
+                  dropped_few_tests=dropped, with_solutions=sum("solutions" in p for p in problems), formats=formats)
+    if not problems:
+        raise DataError(f"{path}: no problem has at least min_tests={min_tests} tests ({report})")
+    return Records(problems, report)
 
 # ----------------------------------------------------------------------------- packing
 
@@ -811,11 +1076,12 @@ def _parse(cls, argv):
 
 
 def _stats(cfg: StatsConfig) -> None:
-    first = next(_read_jsonl(cfg.file), (0, {}))[1]
+    first = next(_read_jsonl(cfg.file))[1]
     kind = ("sft" if "conversations" in first or ("messages" in first and "meta" not in first) else
-            "code" if "question_content" in first or "tests" in first else "math")
+            "code" if {"question_content", "input_output", "tests"} & set(first) or first.get("ability") == "code" else
+            "math")
     records = {"sft": load_sft_jsonl, "math": load_math_jsonl, "code": load_code_jsonl}[kind](cfg.file)
-    print(f"{cfg.file}: {len(records)} {kind} records")
+    print(f"{cfg.file}: {len(records)} {kind} records; {records.report}")
     if kind == "code":
         n_tests = [len(p["tests"]) for p in records]
         print(f"tests per problem: min {min(n_tests)} mean {np.mean(n_tests):.1f} max {max(n_tests)}; "

@@ -1,6 +1,8 @@
 """Tests for data.py: chat format (hand-written strings, real Qwen3 ids, the official Jinja template),
-loaders and their errors, packing, the sharded resumable loader, and the toy tasks (math answers checked
-with math-verify, code solutions run in a subprocess against their tests)."""
+loaders and their errors, public data formats (hand-made rows in tests/fixtures/data: their references pass
+their converted tests in reward.py's sandbox and wrong programs do not; their answers verify with
+math-verify), packing, the sharded resumable loader, and the toy tasks (math answers checked with
+math-verify, code solutions run in a subprocess against their tests)."""
 import base64
 import json
 import os
@@ -15,6 +17,7 @@ import pytest
 import torch
 
 import data
+import reward
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -284,8 +287,37 @@ BAD_LINES = [  # (loader, second line of the file, words the error must contain)
     ("code", {"question_content": "q", "metadata": "{x", "public_test_cases": []}, ["bad.jsonl:2", "'metadata'"]),
     ("code", {"question_content": "q", "private_test_cases": base64.b64encode(zlib.compress(pickle.dumps(_Boom()))).decode()},
      ["bad.jsonl:2", "'private_test_cases'", "refusing"]),
-    ("code", {"prompt": "q", "tests": []}, ["bad.jsonl:2", "min_tests"]),
     ("code", {"prompt": "q"}, ["bad.jsonl:2", "'tests'", "missing"]),
+    # MATH, verl and APPS/TACO rows
+    ("math", {"problem": "x", "solution": "no box here"}, ["bad.jsonl:2", "'solution'", "boxed"]),
+    ("math", {"problem": "x", "solution": "so $\\boxed{\\frac{1}{2}$"}, ["bad.jsonl:2", "'solution'", "boxed"]),
+    ("math", {"problem": "x", "solution": "$\\boxed{ }$"}, ["bad.jsonl:2", "boxed", "empty"]),
+    ("math", {"problem": "x", "answer": True}, ["bad.jsonl:2", "'answer'", "bool"]),
+    ("math", {"prompt": [U("q")], "reward_model": {"style": "rule"}}, ["bad.jsonl:2", "'reward_model.ground_truth'", "missing"]),
+    ("math", {"prompt": [U("q")], "reward_model": {"ground_truth": "[]"}}, ["bad.jsonl:2", "'reward_model.ground_truth'", "empty"]),
+    ("math", {"prompt": [U("q")], "reward_model": {"ground_truth": ["2", 3.5, None]}},
+     ["bad.jsonl:2", "'reward_model.ground_truth[2]'", "NoneType"]),
+    ("math", {"prompt": [U("q")], "reward_model": {"ground_truth": '{"inputs": ["1"], "outputs": ["1"]}'}},
+     ["bad.jsonl:2", "'reward_model.ground_truth'", "code"]),
+    ("math", {"prompt": [{"role": "user", "content": 5}], "reward_model": {"ground_truth": "1"}},
+     ["bad.jsonl:2", "'prompt[0].content'", "int"]),
+    ("code", {"question": "q", "input_output": "{oops"}, ["bad.jsonl:2", "'input_output'", "JSON"]),
+    ("code", {"question": "q", "input_output": '{"inputs": ["1"]}'}, ["bad.jsonl:2", "'input_output.outputs'", "missing"]),
+    ("code", {"question": "q", "input_output": '{"inputs": ["1"], "outputs": []}'}, ["bad.jsonl:2", "1 inputs but 0 outputs"]),
+    ("code", {"question": "q", "input_output": {"inputs": [5], "outputs": ["5"]}}, ["bad.jsonl:2", "'input_output.inputs[0]'", "int"]),
+    ("code", {"question": "q", "input_output": {"inputs": ["1"], "outputs": [["1", 2]]}},
+     ["bad.jsonl:2", "'input_output.outputs[0]'", "list"]),
+    ("code", {"question": "q", "input_output": {"fn_name": "f", "inputs": ["x"], "outputs": [1]}},
+     ["bad.jsonl:2", "'input_output.inputs[0]'", "arguments of f"]),
+    ("code", {"question": "q", "input_output": {"fn_name": "not a name", "inputs": [[1]], "outputs": [1]}},
+     ["bad.jsonl:2", "'input_output.fn_name'"]),
+    ("code", {"question": 3, "input_output": {"inputs": ["1"], "outputs": ["1"]}}, ["bad.jsonl:2", "'question'", "int"]),
+    ("code", {"question": "q", "input_output": {"inputs": ["1"], "outputs": ["1"]}, "solutions": "[1]"},
+     ["bad.jsonl:2", "'solutions[0]'", "int"]),
+    ("code", {"question": "q", "input_output": {"inputs": ["1"], "outputs": ["1"]}, "solutions": "print(1)"},
+     ["bad.jsonl:2", "'solutions'", "JSON"]),
+    ("code", {"prompt": [U("q")], "reward_model": {"ground_truth": '["2"]'}},
+     ["bad.jsonl:2", "'reward_model.ground_truth[0]'", "object", "str"]),
 ]
 
 
@@ -299,6 +331,150 @@ def test_loader_errors_name_file_line_and_field(tmp_path, kind, line, words):
         loader(path)
     for word in words:
         assert word in str(err.value), (str(err.value), word)
+
+
+def test_missing_or_empty_files_are_errors_naming_the_file(tmp_path):
+    loaders = (data.load_sft_jsonl, data.load_math_jsonl, data.load_code_jsonl)
+    for content in ("", "\n  \n\n"):
+        path = tmp_path / "empty.jsonl"
+        path.write_text(content)
+        for loader in loaders:
+            with pytest.raises(data.DataError, match=f"^{re.escape(str(path))}: no records"):
+                loader(str(path))
+    for loader in loaders:
+        with pytest.raises(FileNotFoundError, match=f"^{re.escape(str(tmp_path / 'nope.jsonl'))}: no such data file"):
+            loader(str(tmp_path / "nope.jsonl"))
+    path = tmp_path / "latin1.jsonl"
+    path.write_bytes(b'{"problem": "p", "answer": "1"}\n{"problem": "caf\xe9", "answer": "1"}\n')
+    with pytest.raises(data.DataError, match=f"^{re.escape(str(path))}:2: not UTF-8"):
+        data.load_math_jsonl(str(path))
+
+
+def test_load_code_jsonl_drops_problems_with_few_tests_and_reports_them(tmp_path):
+    tests = lambda k: [{"input": f"{i}\n", "output": f"{i}\n"} for i in range(k)]  # noqa: E731
+    path = _write(tmp_path, "code.jsonl", [dict(id=f"p{k}", prompt="Echo.", tests=tests(k)) for k in (0, 3, 16, 15, 20)])
+    problems = data.load_code_jsonl(path, min_tests=16)
+    assert [p["id"] for p in problems] == ["p16", "p20"]
+    assert problems.report == dict(file=path, rows=5, kept=2, min_tests=16, dropped_few_tests=3, with_solutions=0,
+                                   formats={"tests": 5})
+    assert "\n" not in str(problems.report)  # one line to print
+    assert [p["id"] for p in data.load_code_jsonl(path)] == ["p3", "p16", "p15", "p20"]  # default 1: keep all with tests
+    assert len(data.load_code_jsonl(path, min_tests=0)) == 5
+    with pytest.raises(data.DataError, match=r"code.jsonl: no problem has at least min_tests=21 tests .*'dropped_few_tests': 5"):
+        data.load_code_jsonl(path, min_tests=21)
+    # the loaders' results are still plain lists to everything else
+    assert data.load_code_jsonl(path, min_tests=20) == [dict(id="p20", prompt="Echo.", tests=tests(20))]
+
+
+# A wrong program for each fixture problem (by id), and the references of verl rows, which carry none.
+FIXTURES = os.path.join(ROOT, "tests", "fixtures", "data")
+WRONG_PROGRAMS = {
+    "4001": "a, b = map(int, input().split())\nprint(a - b)\n",
+    "apps_taco.jsonl:2": "n = int(input())\nfor _ in range(n):\n    print(input())\n",
+    "4002": "def count_vowels(s):\n    return sum(c in 'aeiou' for c in s)\n",
+    "apps_taco.jsonl:4": "class Solution:\n    def topK(self, nums, k):\n        return sorted(nums)[:k]\n",
+    "apps_taco.jsonl:5": "def split_digits(n):\n    return [[int(c) for c in str(n)]]\n",  # the wrapped list
+    "verl_code.jsonl:1": "print(min(map(int, input().split())))\n",
+    "verl_code.jsonl:2": "def is_palindrome(s):\n    return len(s) > 0 and s == s[::-1]\n",  # wrong on ""
+}
+VERL_REFERENCES = {
+    "verl_code.jsonl:1": "print(max(map(int, input().split())))\n",
+    "verl_code.jsonl:2": "class Solution:\n    def is_palindrome(self, s):\n        return s == s[::-1]\n",
+}
+SANDBOX = reward.SandboxConfig(timeout_s=4.0, workers=2, memory_mb=512)  # these programs take milliseconds
+
+
+def _passes(program, tests) -> list:
+    return [r.passed for r in reward.run_tests(program, tests, SANDBOX)]
+
+
+def test_apps_and_taco_rows_load_as_tests_their_references_pass():
+    problems = data.load_code_jsonl(os.path.join(FIXTURES, "apps_taco.jsonl"))
+    by_id = {p["id"]: p for p in problems}
+    assert list(by_id) == ["4001", "apps_taco.jsonl:2", "4002", "apps_taco.jsonl:4", "apps_taco.jsonl:5"]
+    assert problems.report["dropped_few_tests"] == 1 and problems.report["with_solutions"] == 5  # row 6: no tests
+    # hand-converted: TACO's lists of lines are joined; call-based arguments one JSON per line; outputs unwrapped
+    # when every output of the problem is a one-element list (count_vowels, topK), kept otherwise (split_digits)
+    assert by_id["apps_taco.jsonl:2"]["tests"][0] == {"input": "3\nab\ncd\nef", "output": "ef\ncd\nab"}
+    assert by_id["4002"]["tests"][3] == {"input": '"a\\ne"', "output": "2", "fn_name": "count_vowels"}
+    assert by_id["apps_taco.jsonl:4"]["tests"][:2] == [{"input": "[3, 1, 4, 1, 5]\n2", "output": "[5, 4]", "fn_name": "topK"},
+                                                       {"input": "[7]\n1", "output": "[7]", "fn_name": "topK"}]
+    assert [t["output"] for t in by_id["apps_taco.jsonl:5"]["tests"]] == ["[1, 2, 3]", "[7]", "[9, 0]"]
+    assert by_id["4002"]["prompt"].endswith("Use this starter code:\n```python\ndef count_vowels(s):\n\t\n```")
+    assert len(by_id["4001"]["solutions"]) == 2
+    for pid, p in by_id.items():
+        reward.validate_tests(p["tests"])
+        for solution in p["solutions"]:
+            assert all(_passes(solution, p["tests"])), (pid, solution)
+        assert not all(_passes(WRONG_PROGRAMS[pid], p["tests"])), pid
+
+
+def test_verl_code_rows_load_with_a_pass_rate_from_a_stronger_model():
+    path = os.path.join(FIXTURES, "verl_code.jsonl")
+    problems = data.load_code_jsonl(path, pass_rate_field="extra_info.model_difficulty.DeepSeek-R1-Distill-Qwen-1.5B/16")
+    assert [p["pass_rate"] for p in problems] == [12 / 16, 3 / 16]  # a key with a dot in it, a count of 16
+    assert problems[0]["prompt"] == [U("Read a line of integers and print the largest one.")]
+    assert problems[1]["tests"][0] == {"input": '"abba"', "output": "true", "fn_name": "is_palindrome"}
+    for p in problems:
+        assert all(_passes(VERL_REFERENCES[p["id"]], p["tests"])), p["id"]
+        assert not all(_passes(WRONG_PROGRAMS[p["id"]], p["tests"])), p["id"]
+    assert "pass_rate" not in data.load_code_jsonl(path)[0]
+
+
+def test_pass_rate_field(tmp_path):
+    row = lambda **kw: dict(prompt="Echo.", tests=[{"input": "1", "output": "1"}], **kw)  # noqa: E731
+    path = _write(tmp_path, "rates.jsonl", [row(pass_rate=0.5), row(pass_rate=1), row(pass_rate=0)])
+    assert [p["pass_rate"] for p in data.load_code_jsonl(path, pass_rate_field="pass_rate")] == [0.5, 1.0, 0.0]
+    for bad, words in [(row(), ["rates.jsonl:2", "missing field 'pass_rate'"]),
+                       (row(pass_rate=1.5), ["rates.jsonl:2", "'pass_rate'", "[0, 1]", "1.5"]),
+                       (row(pass_rate=True), ["rates.jsonl:2", "'pass_rate'", "True"]),
+                       (row(pass_rate="0.5"), ["rates.jsonl:2", "'pass_rate'", "'0.5'"])]:
+        path = _write(tmp_path, "rates.jsonl", [row(pass_rate=0.5), bad])
+        with pytest.raises(data.DataError) as err:
+            data.load_code_jsonl(path, pass_rate_field="pass_rate")
+        assert all(w in str(err.value) for w in words), (str(err.value), words)
+    path = _write(tmp_path, "counts.jsonl", [row(meta={"a": {"b": {"c": 0}}, "a.b": {"c": 4}})])  # longest key wins
+    assert data.load_code_jsonl(path, pass_rate_field="meta.a.b.c/8")[0]["pass_rate"] == 0.5
+    with pytest.raises(data.DataError, match=r"'meta.a.b.c' must be a number in \[0, 2\]"):
+        data.load_code_jsonl(path, pass_rate_field="meta.a.b.c/2")
+
+
+def test_last_boxed_hand_written_cases():
+    cases = [("\\boxed{1} then \\boxed{2}", "2"), ("\\boxed{\\frac{1}{2^{3}}}", "\\frac{1}{2^{3}}"),
+             ("\\boxed {12}", "12"), ("\\boxed\n{12}", "12"), ("\\fbox{7}", "7"), ("\\boxed{\\{1, 2\\}}", "\\{1, 2\\}"),
+             ("\\boxed{a\\}b}", "a\\}b"), ("$\\boxed 5$.", "5"), ("\\boxed{\\boxed{3}}", "3"), ("x\\boxed{}", ""),
+             ("no answer", None), ("\\boxed{1", None), ("\\boxedfoo{1}", None), ("\\boxed{1} \\boxed{2", None)]
+    for text, expected in cases:
+        assert data._last_boxed(text) == expected, text
+
+
+def _math_response(answer: str) -> str:
+    return f"<think>\nwork\n</think>\nThe answer is $\\boxed{{{answer}}}$."
+
+
+def test_math_rows_whose_answer_is_the_last_boxed_of_the_solution():
+    problems = data.load_math_jsonl(os.path.join(FIXTURES, "math_boxed.jsonl"))
+    expected = ["\\frac{3}{4}", "29", "12", "7", "\\{1, 2\\}", "2\\sqrt{2}", "5", "6"]
+    wrong = ["\\frac{2}{3}", "2", "13", "8", "\\{1, 3\\}", "2\\sqrt{3}", "6", "7"]
+    assert [p["answer"] for p in problems] == expected
+    assert problems.report["formats"] == {"MATH solution": 7, "answer": 1}
+    assert problems[7]["id"] == "test/algebra/1.json" and problems[0]["id"] == "math_boxed.jsonl:1"
+    for p, right, bad in zip(problems, expected, wrong):
+        assert reward.math_reward(_math_response(right), p["answer"]) == 1.0, p
+        assert reward.math_reward(_math_response(bad), p["answer"]) == 0.0, p
+
+
+def test_verl_and_skywork_math_rows():
+    problems = data.load_math_jsonl(os.path.join(FIXTURES, "verl_math.jsonl"))
+    assert [p["answer"] for p in problems] == ["2", "\\frac{\\sqrt{3}}{2}", "72", "34", "18", "[-1, 3]"]
+    assert problems[1]["answers"] == ["\\frac{\\sqrt{3}}{2}", "\\frac{1}{2}\\sqrt{3}"]
+    assert all("answers" not in p for i, p in enumerate(problems) if i != 1)  # only where a row lists several
+    assert problems[0]["prompt"] == [U("How many primes are less than 5? Put your final answer within \\boxed{}.")]
+    wrong = ["3", "\\frac{1}{2}", "71", "35", "17", "(-1, 3)"]
+    for p, bad in zip(problems, wrong):
+        for answer in p.get("answers", [p["answer"]]):
+            assert reward.math_reward(_math_response(answer), p["answer"]) == 1.0, (p, answer)
+        assert reward.math_reward(_math_response(bad), p["answer"]) == 0.0, p
 
 
 def test_overlong_rules_are_counted(toy_tok):
@@ -585,6 +761,8 @@ def test_command_line(tmp_path):
     assert json.load(open(tmp_path / "tokenizer" / "tokenizer.json")) == json.loads(data.build_toy_tokenizer().to_str())
     out = run("stats", str(tmp_path / "sft.jsonl"), f"--tokenizer={tmp_path / 'tokenizer'}")
     assert out.returncode == 0 and "150 sft records" in out.stdout and "real tokens" in out.stdout, out.stdout + out.stderr
+    out = run("stats", os.path.join(FIXTURES, "apps_taco.jsonl"))
+    assert out.returncode == 0 and "5 code records" in out.stdout and "'dropped_few_tests': 1" in out.stdout, out.stdout
     with pytest.raises(SystemExit, match="unknown option --bogus"):
         data._parse(data.ToyConfig, ["--bogus=1"])
     with pytest.raises(SystemExit, match="not a valid int"):
