@@ -702,7 +702,8 @@ def _pass_rate(rec, spec: str, where) -> float:
 
 
 def load_code_jsonl(path: str, min_tests: int = 1, pass_rate_field: str = "") -> Records:
-    """Code problems {id, prompt, tests[, solutions][, pass_rate][, contest_date]} from LiveCodeBench, APPS/TACO,
+    """Code problems {id, line, prompt, tests[, solutions][, pass_rate][, contest_date]} (line: of the row in the
+    file) from LiveCodeBench, APPS/TACO,
     verl (Skywork-OR1) or {prompt, tests} rows. The prompt is the question plus its starter code in a ```python
     block (verl: the `prompt` messages as they are).
     - Problems with fewer than `min_tests` tests are dropped and counted in the report (the paper keeps only
@@ -725,7 +726,7 @@ def load_code_jsonl(path: str, min_tests: int = 1, pass_rate_field: str = "") ->
         if len(tests) < min_tests:
             dropped += 1
             continue
-        problem = dict(id=_record_id(rec, path, n), prompt=prompt, tests=tests, **extra)
+        problem = dict(id=_record_id(rec, path, n), line=n, prompt=prompt, tests=tests, **extra)
         if solutions:
             problem["solutions"] = solutions
         if pass_rate_field:

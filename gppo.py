@@ -434,6 +434,7 @@ def rl_loss_from_hidden(hidden, lm_head_weight, target_ids, old_logprobs, advant
 import json  # noqa: E402
 import math  # noqa: E402
 import os  # noqa: E402
+import sys  # noqa: E402
 import time  # noqa: E402
 from concurrent.futures import ThreadPoolExecutor  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
@@ -494,8 +495,11 @@ class GPPOConfig:
     mask_truncated: bool = False       # leave responses cut at max_response_len out of the loss (overlong filter)
     # rewards
     code_reward: str = "soft"          # soft (fraction of tests passed) | binary (1 iff all pass)
-    code_filter_k: int = 0             # pre-sample k responses per code prompt; keep it if enough pass (0 = off)
-    code_filter_threshold: float = 0.5 # the share of those k that must pass all tests (paper: k=16, 0.5)
+    min_tests: int = 16                # code prompts with fewer tests are dropped (paper: 16)
+    pass_rate_field: str = ""          # a stronger model's pass rate in the code data (see data.load_code_jsonl)
+    min_pass_rate: float = 0.5         # ... keep a code prompt only if that rate is >= this (paper: 0.5 of 16)
+    check_references: bool = False     # run each code prompt's reference solutions first; drop it if none passes
+    #   its own tests (broken tests). Costly at start-up: prefer `python gppo.py filter_code` once, offline.
     reward_workers: int = 8            # threads scoring responses (code runs in sandboxed processes)
     # bookkeeping
     steps: int = 60                    # RL steps
@@ -526,13 +530,15 @@ class GPPOConfig:
 def load_tasks(cfg, tokenizer):
     """RL prompts as dicts {id, kind: math|code, prompt, answer|tests, prompt_ids}."""
     tasks = []
-    for option, path, kind, load in (("--math_data", cfg.math_data, "math", data.load_math_jsonl),
-                                     ("--code_data", cfg.code_data, "code", data.load_code_jsonl)):
-        if path:
-            problems = read_input(option, load, path)
-            if not problems:
-                raise InputError(f"{option}={path}: the file holds no problems")
-            tasks += [dict(p, kind=kind) for p in problems]
+    if cfg.math_data:
+        problems = read_input("--math_data", data.load_math_jsonl, cfg.math_data)
+        print0(f"math data: {problems.report}")
+        tasks += [dict(p, kind="math") for p in problems]
+    if cfg.code_data:
+        problems = read_input("--code_data", data.load_code_jsonl, cfg.code_data, min_tests=cfg.min_tests,
+                              pass_rate_field=cfg.pass_rate_field)
+        print0(f"code data: {problems.report}")
+        tasks += [dict(p, kind="code") for p in problems]
     if not (cfg.math_data or cfg.code_data):
         tasks = [dict(p, kind="math") for p in data.toy_math_problems(cfg.toy_problems, seed=cfg.seed, split="train",
                                                                      min_digits=cfg.toy_min_digits, max_digits=cfg.toy_max_digits)]
@@ -547,8 +553,8 @@ def load_tasks(cfg, tokenizer):
 
 def score(task, text, cfg):
     """(reward in [0, 1], fully correct?) of one response. Never raises for a bad response."""
-    if task["kind"] == "math":
-        r = reward.math_reward(text, task["answer"])
+    if task["kind"] == "math":   # some data sets list several acceptable answers: any of them is right
+        r = max(reward.math_reward(text, answer) for answer in task.get("answers", [task["answer"]]))
         return r, r == 1.0
     r, results = reward.code_reward_details(text, task["tests"])
     passed = bool(results) and reward.all_passed(results)
@@ -857,8 +863,11 @@ def main(cfg: GPPOConfig, reward_fn=None):
                        kv_cache_memory=kv_bytes)
     pool = ThreadPoolExecutor(cfg.reward_workers)
     print0(f"reward: {cfg.reward_workers} scoring threads")
-    if cfg.code_filter_k and any(t["kind"] == "code" for t in tasks):
-        tasks = filter_code_prompts(tasks, engine, tokenizer, cfg, score_fn, rank, world, device)
+    if any(t["kind"] == "code" for t in tasks) and (cfg.pass_rate_field or cfg.check_references):
+        code, counts = check_code_prompts([t for t in tasks if t["kind"] == "code"], cfg.min_pass_rate,
+                                          cfg.check_references, rank=rank, world=world)
+        tasks = [t for t in tasks if t["kind"] != "code"] + code
+        print0(f"code prompts: {counts}")
 
     ckpt_dir, step, prompt_cursor = os.path.join(cfg.out_dir, "checkpoint"), 0, 0
     if cfg.resume and os.path.exists(ckpt_dir):
@@ -907,25 +916,80 @@ def main(cfg: GPPOConfig, reward_fn=None):
     print0(f"done: {step} steps; Hugging Face export in {cfg.out_dir}/hf")
 
 
-def filter_code_prompts(tasks, engine, tokenizer, cfg, score_fn, rank, world, device):
-    """Keep a code prompt only if the fraction of k pre-samples passing all its tests is >= threshold
-    (the paper filters out prompts whose tests are broken this way, with a strong model's pass@16)."""
-    code = [t for t in tasks if t["kind"] == "code"]
-    mine = code[rank::world]
-    params = SamplingParams(temperature=cfg.temperature, max_tokens=cfg.max_response_len, n=cfg.code_filter_k,
-                            stop_token_ids=tuple(data.stop_token_ids(tokenizer)), seed=cfg.seed)
-    outs = engine.generate([t["prompt_ids"] for t in mine], params) if mine else []
-    keep_ids = []
-    for t, o in zip(mine, outs):
-        passed = [score_fn(t, tokenizer.decode(s.token_ids, skip_special_tokens=False), s.token_ids)[1] for s in o]
-        if sum(passed) / len(passed) >= cfg.code_filter_threshold:
-            keep_ids.append(t["id"])
-    gathered = [None] * world
-    dist.all_gather_object(gathered, keep_ids)
-    kept = {i for ids in gathered for i in ids}
-    print0(f"code filter: kept {len(kept)} of {len(code)} code prompts (pass rate >= {cfg.code_filter_threshold} over {cfg.code_filter_k} samples)")
-    return [t for t in tasks if t["kind"] != "code" or t["id"] in kept]
+# ----------------------------------------------------------------------------- code prompts whose tests work
+
+def check_code_prompts(problems, min_pass_rate: float, check_references: bool, timeout_s: float = 6.0,
+                       workers: int = 0, rank: int = 0, world: int = 1, max_references: int = 3):
+    """Keep the code prompts whose tests can be trusted. The paper keeps a prompt only if a strong model passes all
+    its tests in >= 50% of 16 samples: the point is to drop prompts with *broken tests*, not hard ones (sampling
+    the policy being trained instead would drop exactly the prompts RL can learn from). With what a user has:
+      - problem["pass_rate"], a stronger model's precomputed rate (data.load_code_jsonl's pass_rate_field), must be
+        >= min_pass_rate;
+      - with check_references, a reference solution (problem["solutions"], as APPS/TACO ship them) must pass all
+        the prompt's tests: the first of up to max_references that does keeps it; if all fail, the tests are broken.
+    A prompt with neither is kept. Reference runs are sharded over ranks, `workers` prompts at a time (0 = usable
+    cores), each prompt's tests in turn, timeout_s per test. Returns (kept problems, counts)."""
+    counts = dict(code_prompts=len(problems), dropped_pass_rate=0, dropped_references_fail=0, references_checked=0,
+                  kept=0)
+    trusted = [p for p in problems if p.get("pass_rate", 1.0) >= min_pass_rate]
+    counts["dropped_pass_rate"] = len(problems) - len(trusted)
+    if check_references:
+        checked = [p for p in trusted if p.get("solutions")]
+        mine = checked[rank::world]
+        t0, broken = time.time(), []
+        sandbox = reward.SandboxConfig(timeout_s=timeout_s, workers=1)
+        with ThreadPoolExecutor(workers or len(os.sched_getaffinity(0))) as pool:
+            verdicts = pool.map(lambda p: any(reward.all_passed(reward.run_tests(s, p["tests"], sandbox))
+                                              for s in p["solutions"][:max_references]), mine)
+            for i, (problem, ok) in enumerate(zip(mine, verdicts), 1):
+                if not ok:
+                    broken.append(problem["id"])
+                if i % 50 == 0 or i == len(mine):
+                    print0(f"checking reference solutions: {i}/{len(mine)} prompts (rank 0) in {time.time() - t0:.0f}s, "
+                           f"{len(broken)} with broken tests so far")
+        if dist.is_initialized() and world > 1:
+            gathered = [None] * world
+            dist.all_gather_object(gathered, broken)
+            broken = [b for part in gathered for b in part]
+        broken = set(broken)
+        counts.update(references_checked=len(checked), dropped_references_fail=len(broken))
+        trusted = [p for p in trusted if p["id"] not in broken]
+    counts["kept"] = len(trusted)
+    return trusted, counts
+
+
+@dataclass
+class CodeFilterConfig:
+    code_data: str = ""                # the code prompts (JSONL: LiveCodeBench, APPS/TACO, verl or {prompt, tests})
+    out: str = ""                      # where the rows that pass every check are written, unchanged (JSONL)
+    min_tests: int = 16                # drop problems with fewer tests (paper: 16)
+    pass_rate_field: str = ""          # a stronger model's pass rate per row (see data.load_code_jsonl); empty = none
+    min_pass_rate: float = 0.5         # keep rows whose pass rate is >= this (paper: 0.5 of 16 samples)
+    check_references: bool = True      # run each row's reference solutions on its tests; drop it if none passes
+    timeout_s: float = 6.0             # per test
+    workers: int = 0                   # prompts checked at once; 0 = usable cores
+
+
+def filter_code_main(cfg: CodeFilterConfig):
+    """`python gppo.py filter_code --code_data=IN --out=OUT`: the code-prompt filter, once, offline; the kept rows
+    are copied to OUT byte for byte, so the file keeps its format."""
+    if not cfg.code_data or not cfg.out:
+        raise InputError("filter_code needs --code_data=IN.jsonl and --out=OUT.jsonl")
+    problems = read_input("--code_data", data.load_code_jsonl, cfg.code_data, min_tests=cfg.min_tests,
+                          pass_rate_field=cfg.pass_rate_field)
+    print0(f"code data: {problems.report}")
+    kept, counts = check_code_prompts(problems, cfg.min_pass_rate, cfg.check_references, cfg.timeout_s, cfg.workers)
+    lines = {p["line"] for p in kept}
+    with open(cfg.code_data, "rb") as src, open(cfg.out, "wb") as dst:
+        dst.writelines(line for n, line in enumerate(src, 1) if n in lines)
+    counts = dict(rows=problems.report["rows"], dropped_few_tests=problems.report["dropped_few_tests"], **counts)
+    print0(f"wrote {cfg.out}: {counts}")
+    return counts
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["filter_code"]:
+        run_entry_point(filter_code_main, parse_config(CodeFilterConfig, sys.argv[2:], usage=(
+            "usage: python gppo.py filter_code --code_data=IN.jsonl --out=OUT.jsonl [--key=value ...]\n"
+            "Keeps the code prompts whose tests can be trusted (check_code_prompts); copies their rows to OUT.")))
     run_entry_point(main, parse_config(GPPOConfig))

@@ -122,7 +122,7 @@ def option_help(cls) -> list:
     return lines
 
 
-def parse_config(cls, argv=None):
+def parse_config(cls, argv=None, usage: str = ""):
     """Build a config dataclass from `--key=value` arguments; unknown keys and bad values fail loudly."""
     argv = sys.argv[1:] if argv is None else argv
     types = {f.name: f.type for f in dataclasses.fields(cls)}
@@ -130,7 +130,7 @@ def parse_config(cls, argv=None):
     for arg in argv:
         if arg in ("-h", "--help"):
             script = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0].endswith(".py") else cls.__name__
-            print(f"usage: python {script} [--key=value ...]   (torchrun --nproc_per_node=N {script} ... for N processes)")
+            print(usage or f"usage: python {script} [--key=value ...]   (torchrun --nproc_per_node=N {script} ... for N processes)")
             print("\n".join(option_help(cls)))
             sys.exit(0)
         if not arg.startswith("--") or "=" not in arg:

@@ -10,10 +10,12 @@
     checks is that N ranks compute the same gradients as one.
 --task (gppo only): the reward. `even`: the fraction of response tokens whose id is even (a random model scores
     ~0.5, a policy can raise it within a few steps, every group has distinct rewards); `constant`: always 1, so
-    every group is dropped and each step must be skipped cleanly.
+    every group is dropped and each step must be skipped cleanly; `half`: `even` on the prompts whose id hashes
+    odd, constant on the others (for refilling the batch by over-generation).
 """
 import os
 import sys
+import zlib
 
 import torch
 
@@ -32,6 +34,11 @@ def constant_reward(task, text, token_ids):
     return 1.0, True
 
 
+def half_reward(task, text, token_ids):
+    """`even` on the prompts whose id hashes odd, constant on the others (their groups are dropped)."""
+    return even_reward(task, text, token_ids) if zlib.crc32(task["id"].encode()) % 2 else (1.0, True)
+
+
 def plain_sgd(params, lr, weight_decay=0.0, **adam_only):
     return torch.optim.SGD(params, lr=lr, weight_decay=weight_decay)
 
@@ -46,4 +53,4 @@ if __name__ == "__main__":
     task = next((a.split("=", 1)[1] for a in argv if a.startswith("--task=")), "even")
     argv = [a for a in argv if not a.startswith("--task=")]
     sft.run_entry_point(gppo.main, sft.parse_config(gppo.GPPOConfig, argv),
-                        reward_fn={"even": even_reward, "constant": constant_reward}[task])
+                        reward_fn={"even": even_reward, "constant": constant_reward, "half": half_reward}[task])

@@ -247,11 +247,11 @@ def test_load_code_jsonl_formats(tmp_path):
         dict(prompt="Echo.", tests=[{"input": "x", "output": "x"}, {"input": "1", "output": "1", "fn_name": "g"}]),
     ])
     p = data.load_code_jsonl(path)
-    assert p[0] == dict(id="abc", prompt="Double n.", tests=[{"input": "1\n", "output": "2\n"}] * 3,
+    assert p[0] == dict(id="abc", line=1, prompt="Double n.", tests=[{"input": "1\n", "output": "2\n"}] * 3,
                         contest_date="2024-08-01T00:00:00")
     assert p[1]["prompt"] == "Sum.\n\nUse this starter code:\n```python\nclass Solution:\n    def f(self, a, b):\n\n```"
     assert p[1]["tests"] == [{"input": "[1, 2]\n3", "output": "6", "fn_name": "f"}] and "contest_date" not in p[1]
-    assert p[2] == dict(id="code.jsonl:3", prompt="Echo.",
+    assert p[2] == dict(id="code.jsonl:3", line=3, prompt="Echo.",
                         tests=[{"input": "x", "output": "x"}, {"input": "1", "output": "1", "fn_name": "g"}])
 
 
@@ -363,7 +363,7 @@ def test_load_code_jsonl_drops_problems_with_few_tests_and_reports_them(tmp_path
     with pytest.raises(data.DataError, match=r"code.jsonl: no problem has at least min_tests=21 tests .*'dropped_few_tests': 5"):
         data.load_code_jsonl(path, min_tests=21)
     # the loaders' results are still plain lists to everything else
-    assert data.load_code_jsonl(path, min_tests=20) == [dict(id="p20", prompt="Echo.", tests=tests(20))]
+    assert data.load_code_jsonl(path, min_tests=20) == [dict(id="p20", line=5, prompt="Echo.", tests=tests(20))]
 
 
 # A wrong program for each fixture problem (by id), and the references of verl rows, which carry none.

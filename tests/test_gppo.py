@@ -4,9 +4,11 @@ import json
 import os
 import subprocess
 import sys
+import zlib
 
 import pytest
 import torch
+import torch.distributed as dist
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -14,6 +16,7 @@ sys.path.insert(0, ROOT)
 import data  # noqa: E402
 import gppo  # noqa: E402
 from model import Qwen3, Qwen3Config, from_pretrained, save_pretrained  # noqa: E402
+from rollout import Sample  # noqa: E402
 
 SMALL = ["--prompts_per_step=4", "--mini_batch_prompts=2", "--group_size=4", "--max_response_len=16", "--eval_every=0",
          "--toy_problems=64", "--lr=1e-2", "--warmup_steps=1", "--reward_workers=2"]
@@ -75,10 +78,13 @@ def test_one_process_equals_two_processes(tiny_checkpoint, tmp_path):
     assert_same_updates(w0, weights(tmp_path / "one"), weights(tmp_path / "two"), rel=1e-3)
 
 
-def test_stop_and_resume_is_exact(tiny_checkpoint, tmp_path):
-    full, _ = run(tmp_path / "full", tiny_checkpoint, "--steps=3")
-    run(tmp_path / "split", tiny_checkpoint, "--steps=1")
-    resumed, out = run(tmp_path / "split", tiny_checkpoint, "--steps=3")
+@pytest.mark.parametrize("task,extra", [("even", []), ("half", ["--max_gen_rounds=3"])])
+def test_stop_and_resume_is_exact(tiny_checkpoint, tmp_path, task, extra):
+    """Also with over-generation, where a step consumes a varying number of prompts (the checkpoint keeps the
+    position in the prompt stream)."""
+    full, _ = run(tmp_path / "full", tiny_checkpoint, "--steps=3", *extra, task=task)
+    run(tmp_path / "split", tiny_checkpoint, "--steps=1", *extra, task=task)
+    resumed, out = run(tmp_path / "split", tiny_checkpoint, "--steps=3", *extra, task=task)
     assert "resumed from" in out
     assert [r["step"] for r in resumed] == [1, 2, 3]
     for a, b in zip(full[1:], resumed[1:]):
@@ -128,3 +134,91 @@ def test_packing_and_logit_positions():
     assert pos.tolist() == [[0, 1, 2, 3, 4, 0, 1, 2]] and doc.tolist() == [[0, 0, 0, 0, 0, 1, 1, 1]]
     assert where.tolist() == [2, 3, 5, 6] and targets.tolist() == [4, 5, 7, 8]
     assert tok["adv"].tolist() == [1.0, 1.0, -1.0, -1.0]
+
+
+# ----------------------------------------------------------------------------- method fidelity (issue 15)
+
+def toy_prompt_ids(n, first, count, seed=1234):
+    """The ids of stream positions first..first+count-1, as gppo.main's toy prompts (--toy_problems=n) order them."""
+    tasks = data.toy_math_problems(n, seed=seed, split="train")
+    return [t["id"] for t in gppo.prompts_at(tasks, first, count, seed)]
+
+
+def odd(task_id):   # tests/driver.py's `half` task: these prompts have a learning signal, the others are dropped
+    return zlib.crc32(task_id.encode()) % 2 == 1
+
+
+@pytest.mark.parametrize("rounds", [1, 4])
+def test_dropped_groups_are_refilled_and_repacked(tiny_checkpoint, tmp_path, rounds):
+    """--task=half: by hand, from the prompt stream, how many groups survive each round; survivors are trained in
+    full mini-batches of 2 (the last may be partial), at most 4 groups, and rounds stop once 4 have survived."""
+    metrics, _ = run(tmp_path / "half", tiny_checkpoint, "--steps=2", f"--max_gen_rounds={rounds}", task="half")
+    cursor = 0
+    for rec in metrics:
+        kept, used = 0, 0
+        while used < rounds and kept < 4:
+            kept += sum(map(odd, toy_prompt_ids(64, cursor, 4)))
+            cursor, used = cursor + 4, used + 1
+        assert rec["gen_rounds"] == used and rec["prompts_sampled"] == 4 * used, rec
+        assert rec["groups_trained"] == min(kept, 4) and rec["updates"] == -(-min(kept, 4) // 2), rec
+        assert rec["groups_dropped"] == 4 * used - kept
+
+
+def test_mini_batches_are_full_and_in_stream_order():
+    if not dist.is_initialized():
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    groups = [gppo.Group(p, {}, [], [], [], torch.zeros(2), True) for p in (9, 1, 7, 2, 5, 12)]
+    cfg = gppo.GPPOConfig(prompts_per_step=6, mini_batch_prompts=3)
+    batches = gppo.mini_batches_of(groups[:5], cfg, world=1)
+    assert [[g.position for g in b] for b in batches] == [[1, 2, 5], [7, 9]]
+    cfg = gppo.GPPOConfig(prompts_per_step=4, mini_batch_prompts=2)   # more survivors than a step trains on
+    assert [[g.position for g in b] for b in gppo.mini_batches_of(groups, cfg, world=1)] == [[1, 2], [5, 7]]
+
+
+def test_truncated_responses_can_be_left_out_of_the_loss():
+    samples = [Sample([5, 6, 7], [-1.0, -1.0, -1.0], "length"), Sample([5, 2], [-0.5, -0.5], "stop")]
+    group = gppo.Group(0, {"prompt_ids": [1, 2]}, samples, [0.0, 1.0], [False, True], torch.tensor([-0.7, 0.7]), True)
+    every = gppo.training_sequences([group], gppo.GPPOConfig())
+    assert [s["ids"] for s in every] == [[1, 2, 5, 6, 7], [1, 2, 5, 2]]
+    assert every[1]["adv"] == pytest.approx([0.7, 0.7]) and every[1]["sft"] == [1.0, 1.0] and every[1]["prompt_len"] == 2
+    masked = gppo.training_sequences([group], gppo.GPPOConfig(mask_truncated=True))
+    assert [s["ids"] for s in masked] == [[1, 2, 5, 2]]
+
+
+DOUBLE = [{"input": f"{x}\n", "output": f"{2 * x}\n"} for x in (1, 2, 3)]
+
+
+def test_code_prompts_are_filtered_by_their_tests_not_by_difficulty():
+    problems = [dict(id="weak-model-fails", tests=DOUBLE, pass_rate=0.3),
+                dict(id="reference-passes", tests=DOUBLE, pass_rate=0.6, solutions=["print(2 * int(input()))"]),
+                dict(id="broken-tests", tests=DOUBLE[:2] + [{"input": "3\n", "output": "7\n"}],
+                     solutions=["print(2 * int(input()))", "print(int(input()) * 2)"]),
+                dict(id="second-reference-passes", tests=DOUBLE, solutions=["print(0)", "n = int(input())\nprint(n + n)"]),
+                dict(id="nothing-to-check", tests=DOUBLE)]
+    kept, counts = gppo.check_code_prompts(problems, min_pass_rate=0.5, check_references=True, timeout_s=10)
+    assert [p["id"] for p in kept] == ["reference-passes", "second-reference-passes", "nothing-to-check"]
+    assert counts == dict(code_prompts=5, dropped_pass_rate=1, dropped_references_fail=1, references_checked=3, kept=3)
+    kept, counts = gppo.check_code_prompts(problems, min_pass_rate=0.5, check_references=False)
+    assert len(kept) == 4 and counts["references_checked"] == 0
+
+
+def test_filter_code_command_copies_the_kept_rows(tmp_path):
+    rows = [dict(id="ok", prompt="Double n.", tests=DOUBLE * 6, solutions=["print(2 * int(input()))"]),
+            dict(id="few-tests", prompt="Double n.", tests=DOUBLE, solutions=["print(2 * int(input()))"]),
+            dict(id="broken", prompt="Double n.", tests=DOUBLE * 5 + [{"input": "1\n", "output": "3\n"}] * 3,
+                 solutions=["print(2 * int(input()))"]),
+            dict(id="unchecked", prompt="Double n.", tests=DOUBLE * 6)]
+    lines = [json.dumps(r) + "\n" for r in rows]
+    (tmp_path / "in.jsonl").write_text("".join(lines[:2]) + "\n" + "".join(lines[2:]))   # a blank line too
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "gppo.py"), "filter_code", f"--code_data={tmp_path}/in.jsonl",
+                           f"--out={tmp_path}/out.jsonl", "--timeout_s=10"], capture_output=True, text=True, timeout=300,
+                          cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert (tmp_path / "out.jsonl").read_text() == lines[0] + lines[3]
+    assert "'dropped_few_tests': 1" in proc.stdout and "'dropped_references_fail': 1" in proc.stdout
+
+
+def test_any_listed_answer_is_right():
+    task = dict(kind="math", answer="2", answers=["2", "-2"])
+    assert gppo.score(task, "<think>x</think> \\boxed{-2}", gppo.GPPOConfig()) == (1.0, True)
+    assert gppo.score(task, "<think>x</think> \\boxed{3}", gppo.GPPOConfig()) == (0.0, False)
