@@ -149,7 +149,7 @@ def score(kind: str, problem: dict, text: str) -> dict:
     if kind == "math":
         if region is None:
             return dict(reward=0.0, correct=False, format_failure=True, reason="format: no </think>")
-        r = reward.math_reward(text, problem["answer"])
+        r = max(reward.math_reward(text, answer) for answer in problem.get("answers", [problem["answer"]]))
         return dict(reward=r, correct=r == 1.0, format_failure=False, reason="correct" if r == 1.0 else "wrong answer")
     r, results = reward.code_reward_details(text, problem["tests"])
     if not results:
