@@ -1,452 +1,54 @@
-"""GPPO: Gradient-Preserving clipping Policy Optimization (Klear-Reasoner, arXiv 2508.07629).
+"""GPPO reinforcement learning for reasoning models (Klear-Reasoner, arXiv 2508.07629): the RL loop.
 
-PPO and GRPO clip the importance ratio r_t = π_θ(o_t)/π_old(o_t) to [1−ε_low, 1+ε_high]: a token whose
-ratio left that range on the side its advantage A pushes it keeps a constant loss and gets *no*
-gradient. High-entropy exploratory tokens (A>0, r large) and the mistakes of bad responses (A<0, r
-small) then stop teaching the model. GPPO keeps PPO's forward value but lets the gradient through:
-
-    ℓ_t = max(−A·r, −A·clip(r, (1−ε_low)·r/sg(r), (1+ε_high)·r/sg(r)))  then, for A<0: min(ℓ_t, −A·c)
-    L   = Σ_t ℓ_t / num_tokens  +  α · (−Σ_{t in responses with reward 1} logπ_t) / num_sft_tokens
-
-sg = stop-gradient. r/sg(r) is 1 in value, so the forward equals PPO Clip-Higher with dual-clip c
-exactly, but a clipped token's gradient is ∂ℓ_t/∂logπ_t = −F·A with F = 1+ε_high (A>0, r above) or
-1−ε_low (A<0, r below) instead of 0. The whole per-token table, for GPPO, GRPO and CISPO:
-
-    case                    F (GPPO)      F (GRPO)   F (CISPO)
-    A>0, r ≤ 1+ε_high       r             r          clip(r)
-    A>0, r > 1+ε_high       β2·(1+ε_high) 0          clip(r)
-    A<0, 1−ε_low ≤ r ≤ c    r             r          clip(r)
-    A<0, r < 1−ε_low        β1·(1−ε_low)  0          clip(r)     (0 in GPPO's high-side-only variant)
-    A<0, r > c (dual-clip)  0             0          clip(r)
-
-β1, β2 (paper App. A.2) scale the clipped rows' value and gradient; the paper uses β1 = β2 = 1.
-Each term is a per-token scalar g_t = ∂L/∂logπ_t times ∂logπ_t/∂z = (onehot(o_t) − softmax(z/T))/T
-(z = logits, T = sampling temperature). So the fused path needs only logπ_t in the forward and g_t in
-the backward, and never holds an fp32 copy of the (tokens × 151,936) logits.
-
-This file, top to bottom:
-  1. policy_loss, sft_loss: the readable PyTorch reference (autograd through the formula above).
-  2. _token_loss_and_coef: the same loss in closed form, ℓ_t and g_t per token (the table).
-  3. Triton kernels: online log-sum-exp, logπ and entropy per token; the backward writes
-     g_t·(onehot − softmax)/T into the logits buffer. Used on CUDA; CPU runs the chunked PyTorch path.
-  4. rl_loss_from_logits, rl_loss_from_hidden: the loss the RL loop calls.
-  5. The RL loop (below the loss).
-
-The RL loop (second half) in plain words:
-  1. every rank samples its shard of the step's prompts, group_size responses each, with rollout.py;
-  2. rewards: math-verify on the text after </think>, or the fraction of tests a program passes;
-  3. GRPO advantages per group; groups with equal rewards (all right / all wrong) are dropped, not refilled;
-  4. old logprobs are recomputed by the trainer before any update (or taken from the engine: a switch);
-     the mean/max gap between the two is logged as a correctness check of the engine;
-  5. prompts_per_step / mini_batch_prompts optimizer steps per rollout batch (the paper: 128/16 = 8), so
-     the policy moves away from the sampler and the ratio r, hence the choice of clipping, matters;
-  6. FSDP2 (fp32 master weights; bf16 compute on GPU); after the step the engine's own copy of the
-     weights is overwritten in place, so nothing sampled later comes from stale weights.
-GPU memory: each rank holds its FSDP shard of the fp32 policy + AdamW state, the engine's full bf16 copy of
-the weights, and a KV pool of kv_cache_fraction x the free memory measured after both are built; the rest is
-for training activations (use activation_checkpointing and a smaller train_row_tokens if it does not fit).
+The loss is in gppo_loss.py (GPPO = PPO's clipped objective whose clipped tokens keep a bounded gradient; its
+docstring has the formula and the per-case table). This file samples responses, scores them, and trains on them.
+One step, in plain words:
+  1. prompts_per_step prompts are dealt round-robin to the ranks; each samples group_size responses per prompt
+     with rollout.py (seeded by the prompt's position in the run's prompt stream, so any number of ranks samples
+     the same responses);
+  2. rewards: math-verify on the text after </think>, or the fraction of a program's tests it passes (reward.py);
+  3. GRPO advantages per group, A = (R − mean) / (std + 1e-6); a group whose rewards are all equal (all right or
+     all wrong) has no signal and is dropped. Optionally (--max_gen_rounds > 1) more prompts are sampled until
+     prompts_per_step groups survive, as the authors' scripts do; the paper does not refill;
+  4. the survivors are re-packed, in stream order, into mini-batches of mini_batch_prompts groups;
+  5. old logprobs are recomputed by the trainer before any update (or taken from the engine: a switch); the
+     mean/max gap between the two is logged as a correctness check of the engine;
+  6. one optimizer step per mini-batch (the paper: 128/16 = 8 per rollout batch), loss = GPPO + α·SFT, token-mean
+     over the mini-batch on all ranks: the policy moves away from the sampler, so the clipping rule matters;
+  7. FSDP2 (fp32 master weights; bf16 compute on GPU); after the step the engine's own copy of the weights is
+     overwritten in place, so nothing sampled later comes from stale weights.
+GPU memory: each rank holds its FSDP shard of the fp32 policy + AdamW state, the engine's full bf16 copy of the
+weights, and a KV pool of kv_cache_fraction x the free memory measured after both are built; the rest is for
+training activations (use activation_checkpointing and a smaller train_row_tokens if it does not fit).
 
 Run:
-  torchrun --nproc_per_node=8 gppo.py --init_from=out/sft/hf --math_data=math.jsonl --prompts_per_step=128 \
-      --mini_batch_prompts=16 --lr=1e-6 --max_response_len=32768 --activation_checkpointing=true
   python gppo.py                            # CPU toy task, after `python sft.py`
   torchrun --nproc_per_node=2 gppo.py       # the same with 2 processes (gloo)
-  pytest tests/test_gppo_loss.py            # kernels run under TRITON_INTERPRET=1 on the CPU
-  python benchmarks/bench_gppo_loss.py      # memory (CPU) and speed (CUDA) of the loss paths
+  torchrun --nproc_per_node=8 gppo.py --init_from=out/sft/hf --math_data=math.jsonl --prompts_per_step=128 \
+      --mini_batch_prompts=16 --lr=1e-6 --max_response_len=32768 --activation_checkpointing=true
+  python gppo.py filter_code --code_data=code.jsonl --out=code.filtered.jsonl   # code prompts with working tests
 """
 import os
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # read when torch loads OpenMP: see sft.set_threads
 
+import json
+import math
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
 import torch
+import torch.distributed as dist
 
-try:  # CPU-only installs may lack triton: the PyTorch path then runs everywhere.
-    import triton
-    import triton.language as tl
-except ImportError:
-    triton = None
-
-MODES = ("gppo", "grpo", "cispo")
-LOSS_DEFAULTS = dict(mode="gppo", eps_low=0.2, eps_high=0.28, dual_clip=10.0, beta1=1.0, beta2=1.0,
-                     high_side_only=False)  # the paper's values (method.md §1, §2)
-
-
-def _check_loss_args(mode, eps_low, eps_high, dual_clip, beta1, beta2, high_side_only=False, **tensors):
-    if mode not in MODES:
-        raise ValueError(f"gppo.py: mode={mode!r} is not one of {MODES}")
-    if not (0 <= eps_low < 1 and eps_high >= 0):
-        raise ValueError(f"gppo.py: need 0 ≤ eps_low < 1 and eps_high ≥ 0 (r is clipped to "
-                         f"[1−eps_low, 1+eps_high]), got eps_low={eps_low}, eps_high={eps_high}")
-    if not dual_clip > 1:
-        raise ValueError(f"gppo.py: dual_clip={dual_clip} must be > 1 (use float('inf') to disable it)")
-    if beta1 < 0 or beta2 < 0:
-        raise ValueError(f"gppo.py: beta1={beta1}, beta2={beta2} must be ≥ 0")
-    shapes = {name: tuple(t.shape) for name, t in tensors.items() if t is not None}
-    if len(set(shapes.values())) > 1:
-        raise ValueError(f"gppo.py: per-token tensors must have one shape, got {shapes}")
-
-
-def _count(mask, given):
-    """Token-mean denominator: the caller's global count (all ranks, all mini-batches) or the local one."""
-    return given if given is not None else mask.sum().clamp(min=1)
-
-
-@torch.no_grad()
-def _policy_metrics(logprobs, old_logprobs, advantages, response_mask, eps_low, eps_high, dual_clip):
-    """Fractions of response tokens clipped high / low / dual-clipped, mean ratio, and
-    approx_kl = mean of k3 = (r−1) − log r, an unbiased estimate of KL(π_old ‖ π_θ) from samples of π_old."""
-    mask = response_mask.bool()
-    n = mask.sum().clamp(min=1)
-    log_ratio = logprobs.float() - old_logprobs.float()
-    r, A = log_ratio.exp(), advantages.float()
-    mean = lambda x: torch.where(mask, x.float(), 0.0).sum() / n  # noqa: E731
-    return {"clip_frac_high": mean((A > 0) & (r > 1 + eps_high)),
-            "clip_frac_low": mean((A < 0) & (r < 1 - eps_low)),
-            "dual_clip_frac": mean((A < 0) & (r > dual_clip)),
-            "ratio_mean": mean(r),
-            "approx_kl": mean((r - 1) - log_ratio)}
-
-
-def policy_loss(logprobs, old_logprobs, advantages, response_mask, *, mode="gppo", eps_low=0.2,
-                eps_high=0.28, dual_clip=10.0, beta1=1.0, beta2=1.0, high_side_only=False, num_tokens=None):
-    """The readable reference: per-token tensors of any one shape, e.g. (N,) or (B, T) -> (loss, metrics).
-
-    logprobs carries the gradient; old_logprobs (the sampler's, after temperature) and advantages
-    are constants. loss = Σ ℓ_t·mask / num_tokens (default: mask.sum()). beta1/beta2/high_side_only
-    apply to mode="gppo" only. Autograd on this function gives the table's gradient; extreme ratios
-    (r = inf) can make its gradient NaN — the fused paths use the NaN-free closed form instead.
-    metrics (0-dim tensors): clip_frac_high, clip_frac_low, dual_clip_frac, ratio_mean, approx_kl.
-    """
-    _check_loss_args(mode, eps_low, eps_high, dual_clip, beta1, beta2, logprobs=logprobs,
-                     old_logprobs=old_logprobs, advantages=advantages, response_mask=response_mask)
-    logp, A = logprobs.float(), advantages.float()
-    ratio = torch.exp(logp - old_logprobs.float())
-    low_bound, high_bound = 1 - eps_low, 1 + eps_high
-    if mode == "cispo":  # REINFORCE weighted by the clipped, detached ratio
-        token_loss = -A * ratio.detach().clamp(low_bound, high_bound) * logp
-    else:
-        # PPO's max/min picks the clipped term exactly in these three cases (strict inequalities).
-        clipped_high = (A > 0) & (ratio > high_bound)
-        clipped_low = (A < 0) & (ratio < low_bound)
-        dual_clipped = (A < 0) & (ratio > dual_clip)
-        if mode == "grpo":  # constant bounds: no gradient through a clipped token
-            high, low = high_bound, low_bound
-        else:  # GPPO: bound·r/sg(r); r/sg(r) = exp(logπ − sg(logπ)) is exactly 1 with gradient 1
-            r_over_sg_r = torch.exp(logp - logp.detach())
-            high = beta2 * high_bound * r_over_sg_r
-            low = low_bound if high_side_only else beta1 * low_bound * r_over_sg_r
-        clipped_ratio = torch.where(clipped_high, high, torch.where(clipped_low, low, ratio))
-        token_loss = torch.where(dual_clipped, -A * dual_clip, -A * clipped_ratio)
-    mask = response_mask.bool()
-    loss = torch.where(mask, token_loss, 0.0).sum() / _count(mask, num_tokens)
-    return loss, _policy_metrics(logp, old_logprobs, A, mask, eps_low, eps_high, dual_clip)
-
-
-def sft_loss(logprobs, sft_mask, num_tokens=None):
-    """Token-mean NLL over the tokens of responses whose reward is exactly 1 (the caller builds sft_mask).
-    The full RL loss is policy_loss + alpha · sft_loss."""
-    mask = sft_mask.bool()
-    return -torch.where(mask, logprobs.float(), 0.0).sum() / _count(mask, num_tokens)
-
-
-@torch.no_grad()
-def _token_loss_and_coef(logprobs, old_logprobs, advantages, *, mode="gppo", eps_low=0.2, eps_high=0.28,
-                         dual_clip=10.0, beta1=1.0, beta2=1.0, high_side_only=False):
-    """Closed form of policy_loss per token: (ℓ_t, g_t = ∂ℓ_t/∂logπ_t = −F·A), fp32, no autograd.
-    The fused kernel and the chunked path share this; it is finite for any ratio in [0, inf]."""
-    logp, A = logprobs.float(), advantages.float()
-    ratio = torch.exp(logp - old_logprobs.float())
-    low_bound, high_bound = 1 - eps_low, 1 + eps_high
-    if mode == "cispo":
-        F = ratio.clamp(low_bound, high_bound)
-        token_loss = -A * F * logp
-    else:
-        clipped_high = (A > 0) & (ratio > high_bound)
-        clipped_low = (A < 0) & (ratio < low_bound)
-        dual_clipped = (A < 0) & (ratio > dual_clip)
-        F = torch.where(clipped_high | clipped_low | dual_clipped, 0.0, ratio)  # GRPO (PPO)
-        value_high, value_low = high_bound, low_bound
-        if mode == "gppo":
-            value_high = beta2 * high_bound
-            F = torch.where(clipped_high, value_high, F)
-            if not high_side_only:
-                value_low = beta1 * low_bound
-                F = torch.where(clipped_low, value_low, F)
-        value_ratio = torch.where(clipped_high, value_high, torch.where(clipped_low, value_low, ratio))
-        token_loss = torch.where(dual_clipped, -A * dual_clip, -A * value_ratio)
-    # A = 0 contributes nothing (guards 0·inf when r overflows).
-    return torch.where(A == 0, 0.0, token_loss), torch.where(A == 0, 0.0, -A * F)
-
-
-@torch.no_grad()
-def _rl_objective(logprobs, old_logprobs, advantages, response_mask, sft_mask, alpha, num_tokens,
-                  num_sft_tokens, loss_kwargs):
-    """(N,) logπ -> (total loss, coef (N,) = ∂loss/∂logπ, policy part, sft part), all detached fp32."""
-    token_loss, token_coef = _token_loss_and_coef(logprobs, old_logprobs, advantages, **loss_kwargs)
-    response, sft = response_mask.bool(), sft_mask.bool()
-    n_policy, n_sft = _count(response, num_tokens), _count(sft, num_sft_tokens)
-    policy = torch.where(response, token_loss, 0.0).sum() / n_policy
-    sft_value = -torch.where(sft, logprobs, 0.0).sum() / n_sft
-    coef = torch.where(response, token_coef, 0.0) / n_policy - alpha * sft.float() / n_sft
-    return policy + alpha * sft_value, coef, policy, sft_value
-
-
-# ---- Logits -> (logπ_t, lse_t, entropy_t), and the backward g_t·(onehot − softmax)/T, two backends ----
-
-_TRITON_BLOCK_V = 4096  # vocabulary columns per step; tests shrink it to exercise the ragged tail
-
-
-def _stats_torch(logits, targets, temperature, chunk_size):
-    """(n, V) logits -> logπ of targets, log-sum-exp, entropy: (n,) fp32 each, chunk_size rows at a time."""
-    logprobs, lse, entropy = (torch.empty(len(logits), device=logits.device) for _ in range(3))
-    for i in range(0, len(logits), chunk_size):
-        z = logits[i:i + chunk_size].float() / temperature  # (c, V) fp32: temporaries are c rows wide
-        lse[i:i + chunk_size] = row_lse = torch.logsumexp(z, dim=-1)
-        logprobs[i:i + chunk_size] = z.gather(1, targets[i:i + chunk_size, None])[:, 0] - row_lse
-        log_p = z.sub_(row_lse[:, None])
-        entropy[i:i + chunk_size] = -log_p.exp().mul_(log_p).sum(-1)
-    return logprobs, lse, entropy
-
-
-def _grad_torch(logits, out, targets, lse, coef, temperature, chunk_size):
-    """out (may be logits itself) <- coef·(onehot − softmax(logits/T))/T, chunk_size rows at a time."""
-    for i in range(0, len(logits), chunk_size):
-        c = coef[i:i + chunk_size, None] / temperature
-        g = (logits[i:i + chunk_size].float() / temperature).sub_(lse[i:i + chunk_size, None]).exp_().mul_(-c)
-        g.scatter_add_(1, targets[i:i + chunk_size, None], c)
-        out[i:i + chunk_size] = g
-
-
-if triton is not None:
-    @triton.jit
-    def _stats_kernel(logits_ptr, stride, targets_ptr, logprobs_ptr, lse_ptr, entropy_ptr, N, V, inv_temp,
-                      BLOCK: tl.constexpr):
-        # A fixed grid of programs loops over rows: no grid-size limit on N; int64 row offsets
-        # because N·V passes 2^31 (32,768 × 151,936).
-        offs = tl.arange(0, BLOCK)
-        for row in tl.range(tl.program_id(0).to(tl.int64), N, tl.num_programs(0)):
-            row_ptr = logits_ptr + row * stride
-            # Online softmax, one lane per column slot: running max m, Σ exp(z−m), Σ exp(z−m)·z.
-            m = tl.full([BLOCK], float("-inf"), tl.float32)
-            s = tl.zeros([BLOCK], tl.float32)
-            a = tl.zeros([BLOCK], tl.float32)
-            for start in tl.range(0, V, BLOCK):
-                cols = start + offs
-                z = tl.load(row_ptr + cols, mask=cols < V, other=float("-inf")).to(tl.float32) * inv_temp
-                m_new = tl.maximum(m, z)
-                m_safe = tl.where(m_new > float("-inf"), m_new, 0.0)  # lanes that saw no column yet
-                correction = tl.exp(m - m_safe)
-                p = tl.exp(z - m_safe)
-                s = s * correction + p
-                a = a * correction + p * tl.where(p > 0, z, 0.0)
-                m = m_new
-            m_row = tl.max(m, 0)
-            lane_scale = tl.exp(m - m_row)
-            s_row = tl.sum(s * lane_scale, 0)
-            lse = m_row + tl.log(s_row)
-            z_target = tl.load(row_ptr + tl.load(targets_ptr + row)).to(tl.float32) * inv_temp
-            tl.store(logprobs_ptr + row, z_target - lse)
-            tl.store(lse_ptr + row, lse)
-            tl.store(entropy_ptr + row, lse - tl.sum(a * lane_scale, 0) / s_row)  # H = lse − E_p[z]
-
-    @triton.jit
-    def _grad_kernel(logits_ptr, stride, out_ptr, out_stride, targets_ptr, lse_ptr, coef_ptr, N, V, inv_temp,
-                     BLOCK: tl.constexpr):
-        # out may alias logits: each element is read, then written, by the same program.
-        offs = tl.arange(0, BLOCK)
-        for row in tl.range(tl.program_id(0).to(tl.int64), N, tl.num_programs(0)):
-            row_ptr, out_row_ptr = logits_ptr + row * stride, out_ptr + row * out_stride
-            c = tl.load(coef_ptr + row) * inv_temp
-            lse = tl.load(lse_ptr + row)
-            target = tl.load(targets_ptr + row)
-            for start in tl.range(0, V, BLOCK):
-                cols = start + offs
-                z = tl.load(row_ptr + cols, mask=cols < V, other=0.0).to(tl.float32) * inv_temp
-                g = tl.where(cols == target, c, 0.0) - c * tl.exp(z - lse)
-                tl.store(out_row_ptr + cols, g.to(out_ptr.dtype.element_ty), mask=cols < V)
-
-
-def _launch(N, V, device):
-    """A fixed grid (8 programs per SM) whatever N, and the vocabulary block size."""
-    programs = 8 * torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 4
-    block = min(_TRITON_BLOCK_V, triton.next_power_of_2(V))
-    return (max(1, min(N, programs)),), dict(BLOCK=block, num_warps=8 if block >= 2048 else 4)
-
-
-def _logit_stats(logits, targets, temperature, chunk_size, use_triton):
-    if not use_triton:
-        return _stats_torch(logits, targets, temperature, chunk_size)
-    (N, V), (grid, meta) = logits.shape, _launch(*logits.shape, logits.device)
-    logprobs, lse, entropy = (torch.empty(N, device=logits.device) for _ in range(3))
-    _stats_kernel[grid](logits, logits.stride(0), targets, logprobs, lse, entropy, N, V, 1 / temperature, **meta)
-    return logprobs, lse, entropy
-
-
-def _logit_grad(logits, out, targets, lse, coef, temperature, chunk_size, use_triton):
-    if not use_triton:
-        return _grad_torch(logits, out, targets, lse, coef, temperature, chunk_size)
-    (N, V), (grid, meta) = logits.shape, _launch(*logits.shape, logits.device)
-    _grad_kernel[grid](logits, logits.stride(0), out, out.stride(0), targets, lse, coef.contiguous(), N, V,
-                       1 / temperature, **meta)
-
-
-class _LossFromLogits(torch.autograd.Function):
-    """logits (N, V) -> (loss, logπ (N,), entropy (N,)). The backward writes ∂L/∂logits into the logits
-    buffer itself when inplace (no second (N, V) buffer); the logits are garbage after backward."""
-
-    @staticmethod
-    def forward(ctx, logits, targets, objective, temperature, chunk_size, use_triton, inplace):
-        logprobs, lse, entropy = _logit_stats(logits, targets, temperature, chunk_size, use_triton)
-        loss, coef, policy, sft = objective(logprobs)
-        ctx.save_for_backward(logits, targets, lse, coef)
-        ctx.config = (temperature, chunk_size, use_triton, inplace)
-        ctx.mark_non_differentiable(logprobs, entropy, policy, sft)
-        return loss, logprobs, entropy, policy, sft
-
-    @staticmethod
-    def backward(ctx, grad_loss, *unused):
-        logits, targets, lse, coef = ctx.saved_tensors
-        temperature, chunk_size, use_triton, inplace = ctx.config
-        out = logits if inplace else torch.empty_like(logits)
-        _logit_grad(logits, out, targets, lse, coef * grad_loss, temperature, chunk_size, use_triton)
-        if inplace:  # any later reader of these logits now fails loudly instead of reading gradients
-            torch.autograd.graph.increment_version(logits)
-        return out, None, None, None, None, None, None
-
-
-class _LossFromHidden(torch.autograd.Function):
-    """hidden (N, D), lm_head weight (V, D) -> (loss, logπ, entropy); the logits exist one chunk of
-    rows at a time, in the forward and again (recomputed) in the backward."""
-
-    @staticmethod
-    def forward(ctx, hidden, weight, targets, objective, temperature, chunk_size, use_triton):
-        logprobs, lse, entropy = (torch.empty(len(hidden), device=hidden.device) for _ in range(3))
-        for i in range(0, len(hidden), chunk_size):
-            logits = hidden[i:i + chunk_size] @ weight.T  # (c, V) in the compute dtype
-            stats = _logit_stats(logits, targets[i:i + chunk_size], temperature, chunk_size, use_triton)
-            logprobs[i:i + chunk_size], lse[i:i + chunk_size], entropy[i:i + chunk_size] = stats
-        loss, coef, policy, sft = objective(logprobs)
-        ctx.save_for_backward(hidden, weight, targets, lse, coef)
-        ctx.config = (temperature, chunk_size, use_triton)
-        ctx.mark_non_differentiable(logprobs, entropy, policy, sft)
-        return loss, logprobs, entropy, policy, sft
-
-    @staticmethod
-    def backward(ctx, grad_loss, *unused):
-        hidden, weight, targets, lse, coef = ctx.saved_tensors
-        temperature, chunk_size, use_triton = ctx.config
-        coef = coef * grad_loss
-        grad_hidden = torch.empty_like(hidden)
-        grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)  # fp32 accumulator
-        for i in range(0, len(hidden), chunk_size):
-            rows = slice(i, i + chunk_size)
-            logits = hidden[rows] @ weight.T
-            _logit_grad(logits, logits, targets[rows], lse[rows], coef[rows], temperature, chunk_size, use_triton)
-            grad_hidden[rows] = logits @ weight
-            if weight.dtype == torch.float32:
-                grad_weight.addmm_(logits.T, hidden[rows])
-            else:
-                grad_weight += logits.T @ hidden[rows]
-        return grad_hidden, grad_weight.to(weight.dtype), None, None, None, None, None
-
-
-def _rl_loss(loss_function, inputs, extra, n_rows, vocab, device, target_ids, old_logprobs, advantages,
-             response_mask, sft_mask, temperature, alpha, chunk_size, num_tokens, num_sft_tokens, backend,
-             loss_kwargs):
-    """Shared body of the rl_loss_* functions: validate, bind the per-token objective, run, gather metrics."""
-    unknown = set(loss_kwargs) - set(LOSS_DEFAULTS)
-    if unknown:
-        raise TypeError(f"gppo.py: unknown loss arguments {sorted(unknown)}; known: {sorted(LOSS_DEFAULTS)}")
-    cfg = {**LOSS_DEFAULTS, **loss_kwargs}
-    sft_mask = torch.zeros_like(response_mask, dtype=torch.bool) if sft_mask is None else sft_mask
-    _check_loss_args(**cfg, target_ids=target_ids, old_logprobs=old_logprobs, advantages=advantages,
-                     response_mask=response_mask, sft_mask=sft_mask)
-    if target_ids.shape != (n_rows,):
-        raise ValueError(f"gppo.py: per-token tensors must have shape ({n_rows},), got {tuple(target_ids.shape)}")
-    if not temperature > 0:
-        raise ValueError(f"gppo.py: temperature={temperature} must be > 0")
-    if backend not in ("auto", "torch", "triton") or (backend == "triton" and triton is None):
-        raise ValueError(f"gppo.py: backend={backend!r} must be 'auto', 'torch' or 'triton' (triton "
-                         f"{'not ' if triton is None else ''}installed)")
-    use_triton = backend == "triton" or (backend == "auto" and triton is not None and device.type == "cuda")
-    chunk_size = chunk_size or (2048 if device.type == "cuda" else 256)
-    # Inactive rows may hold any id (e.g. -100 padding); active ones must index the vocabulary.
-    targets = torch.where(response_mask.bool() | sft_mask.bool(), target_ids, 0).long().contiguous()
-    if n_rows and (targets.min() < 0 or targets.max() >= vocab):
-        raise ValueError(f"gppo.py: target_ids of response/SFT tokens must lie in [0, {vocab}), got "
-                         f"[{targets.min().item()}, {targets.max().item()}]")
-    objective = lambda logprobs: _rl_objective(  # noqa: E731
-        logprobs, old_logprobs, advantages, response_mask, sft_mask, alpha, num_tokens, num_sft_tokens, cfg)
-    loss, logprobs, entropy, policy, sft = loss_function.apply(
-        *inputs, targets, objective, temperature, chunk_size, use_triton, *extra)
-    metrics = _policy_metrics(logprobs, old_logprobs, advantages, response_mask, cfg["eps_low"], cfg["eps_high"],
-                              cfg["dual_clip"])
-    mask = response_mask.bool()
-    metrics.update(policy_loss=policy, sft_loss=sft, logprobs=logprobs,
-                   entropy=torch.where(mask, entropy, 0.0).sum() / mask.sum().clamp(min=1))
-    return loss, metrics
-
-
-def rl_loss_from_logits(logits, target_ids, old_logprobs, advantages, response_mask, sft_mask=None, *,
-                        temperature=1.0, alpha=0.1, chunk_size=None, num_tokens=None, num_sft_tokens=None,
-                        backend="auto", inplace_backward=True, **loss_kwargs):
-    """policy_loss + alpha·sft_loss from logits (N, V), bf16 or fp32, with logπ = log_softmax(logits/T).
-
-    Triton kernel on CUDA (backend="auto"), chunked PyTorch elsewhere. With inplace_backward the
-    backward overwrites `logits` with ∂L/∂logits (saves an (N, V) buffer); do not read them afterwards.
-    loss_kwargs: mode, eps_low, eps_high, dual_clip, beta1, beta2, high_side_only (see policy_loss).
-    Returns (loss, metrics): policy metrics, policy_loss, sft_loss, entropy (mean over response
-    tokens) and logprobs (N,) detached — the new policy's, for logging or the next mini-batch.
-    """
-    if logits.dim() != 2:
-        raise ValueError(f"gppo.py: logits must be (N, V), got shape {tuple(logits.shape)}")
-    logits = logits if logits.stride(-1) == 1 else logits.contiguous()
-    inplace = inplace_backward and not logits.is_leaf  # a leaf's .grad would alias its own data
-    return _rl_loss(_LossFromLogits, (logits,), (inplace,), *logits.shape, logits.device, target_ids,
-                    old_logprobs, advantages, response_mask, sft_mask, temperature, alpha, chunk_size,
-                    num_tokens, num_sft_tokens, backend, loss_kwargs)
-
-
-def rl_loss_from_hidden(hidden, lm_head_weight, target_ids, old_logprobs, advantages, response_mask,
-                        sft_mask=None, *, temperature=1.0, alpha=0.1, chunk_size=None, num_tokens=None,
-                        num_sft_tokens=None, backend="auto", **loss_kwargs):
-    """Same as rl_loss_from_logits with logits = hidden (N, D) @ lm_head_weight (V, D).T, computed
-    chunk_size rows at a time (default 2048 on CUDA, 256 on CPU) in the forward and recomputed in the
-    backward: no (N, V) tensor ever exists. Gradients flow to hidden and lm_head_weight."""
-    if hidden.dim() != 2 or lm_head_weight.dim() != 2 or hidden.shape[1] != lm_head_weight.shape[1]:
-        raise ValueError(f"gppo.py: need hidden (N, D) and lm_head_weight (V, D), got "
-                         f"{tuple(hidden.shape)} and {tuple(lm_head_weight.shape)}")
-    return _rl_loss(_LossFromHidden, (hidden, lm_head_weight), (), len(hidden), len(lm_head_weight),
-                    hidden.device, target_ids, old_logprobs, advantages, response_mask, sft_mask, temperature,
-                    alpha, chunk_size, num_tokens, num_sft_tokens, backend, loss_kwargs)
-
-
-# ---- The RL loop (config, rollouts, FSDP2 updates) follows below and calls the loss API above. ----
-
-# ============================================================================= the RL loop
-# One step (each rank works on its shard of the prompts):
-#   1. prompts -> 2. n responses each (rollout.py, keeping the sampled tokens' logprobs) -> 3. rewards
-#   (reward.py, in parallel threads) -> 4. GRPO advantages A = (R - mean_group) / (std_group + 1e-6); groups
-#   whose rewards are all equal carry no signal and are dropped (not refilled) -> 5. old logprobs, recomputed
-#   by the trainer (or the engine's) -> 6. one optimizer step per mini-batch, loss = GPPO + alpha*SFT,
-#   token-mean over the mini-batch on all ranks -> 7. FSDP2 step -> 8. copy the new weights into the engine.
-# The imports below are the loop's; the loss above needs only torch (and triton on CUDA).
-import json  # noqa: E402
-import math  # noqa: E402
-import os  # noqa: E402
-import sys  # noqa: E402
-import time  # noqa: E402
-from concurrent.futures import ThreadPoolExecutor  # noqa: E402
-from dataclasses import dataclass  # noqa: E402
-
-import numpy as np  # noqa: E402
-import torch.distributed as dist  # noqa: E402
-
-import data  # noqa: E402
-import reward  # noqa: E402
-from model import from_pretrained  # noqa: E402
-from rollout import LLMEngine, SamplingParams  # noqa: E402
-from sft import (GracefulStop, InputError, agree_on_inputs, export_hf, init_distributed, load_checkpoint,  # noqa: E402
+import data
+import reward
+from gppo_loss import MODES, rl_loss_from_hidden
+from model import from_pretrained
+from rollout import LLMEngine, SamplingParams
+from sft import (GracefulStop, InputError, agree_on_inputs, export_hf, init_distributed, load_checkpoint,
                  open_metrics, parse_config, print0, read_input, run_entry_point, save_checkpoint, set_threads,
                  shard_model)
 

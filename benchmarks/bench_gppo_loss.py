@@ -1,4 +1,4 @@
-"""Memory and speed of the GPPO loss paths in gppo.py: naive PyTorch vs chunked vs fused Triton.
+"""Memory and speed of the GPPO loss paths in gppo_loss.py: naive PyTorch vs chunked vs fused Triton.
 
 CPU (always): peak memory of loss + backward at N tokens × V vocabulary, for
   naive    logits = hidden @ W.T (fp32), log_softmax over all N×V, gather, policy_loss + α·sft_loss;
@@ -33,7 +33,7 @@ from dataclasses import dataclass, fields
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import torch  # noqa: E402
 
-import gppo  # noqa: E402
+import gppo_loss as gppo  # noqa: E402
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""Tests of the GPPO loss (gppo.py, first half): the per-case table by hand, the closed form against
+"""Tests of the GPPO loss (gppo_loss.py): the per-case table by hand, the closed form against
 autograd through the readable reference, the chunked and fused paths against a naive
 log_softmax -> gather -> loss, and the Triton kernels (under TRITON_INTERPRET=1, see conftest.py).
 
@@ -11,7 +11,7 @@ import math
 import pytest
 import torch
 
-import gppo
+import gppo_loss as gppo
 
 EPS_LOW, EPS_HIGH, C = 0.2, 0.28, 10.0
 # One token per row of method.md §2's table: (advantage, ratio, F for gppo, grpo, cispo).
@@ -46,7 +46,7 @@ def test_table_row_by_hand(mode, case):
     loss.backward()
     assert loss.item() == pytest.approx(expected_value, rel=1e-5)
     assert logp.grad.item() == pytest.approx(expected_coef, rel=1e-5, abs=1e-7)
-    value, coef = gppo._token_loss_and_coef(logp.detach(), old, A, mode=mode)
+    value, coef = gppo.token_loss_and_grad(logp.detach(), old, A, gppo.LossConfig(mode=mode))
     assert value.item() == pytest.approx(expected_value, rel=1e-5)
     assert coef.item() == pytest.approx(expected_coef, rel=1e-5, abs=1e-7)
 
@@ -65,7 +65,7 @@ def test_gppo_general_form_and_high_side_only(case, kwargs, value, F):
     loss.backward()
     assert loss.item() == pytest.approx(value, rel=1e-5)
     assert logp.grad.item() == pytest.approx(-F * advantage, rel=1e-5, abs=1e-7)
-    v, g = gppo._token_loss_and_coef(logp.detach(), old, A, mode="gppo", **kwargs)
+    v, g = gppo.token_loss_and_grad(logp.detach(), old, A, gppo.LossConfig(mode="gppo", **kwargs))
     assert (v.item(), g.item()) == pytest.approx((value, -F * advantage), rel=1e-5, abs=1e-7)
 
 
@@ -94,7 +94,7 @@ def test_closed_form_matches_autograd_of_reference(kwargs):
     leaf = logp.clone().requires_grad_()
     loss, _ = gppo.policy_loss(leaf, old, A, torch.ones_like(mask), num_tokens=1, **kwargs)
     loss.backward()
-    value, coef = gppo._token_loss_and_coef(logp, old, A, **kwargs)
+    value, coef = gppo.token_loss_and_grad(logp, old, A, gppo.LossConfig(**kwargs))
     torch.testing.assert_close(value.sum(), loss.detach())
     torch.testing.assert_close(coef, leaf.grad)
 
@@ -258,7 +258,7 @@ def test_closed_form_survives_overflowing_ratios():
     old = torch.tensor([-200.0, -200.0, -200.0, 200.0])  # r = inf (fp32) or 0
     A = torch.tensor([1.0, -1.0, 0.0, -1.0])
     for mode in gppo.MODES:
-        value, coef = gppo._token_loss_and_coef(logp, old, A, mode=mode)
+        value, coef = gppo.token_loss_and_grad(logp, old, A, gppo.LossConfig(mode=mode))
         assert torch.isfinite(value).all() and torch.isfinite(coef).all(), mode
 
 

@@ -1,0 +1,456 @@
+"""The GPPO loss (Klear-Reasoner, arXiv 2508.07629): a readable reference, and a fused path for 150K vocabularies.
+
+PPO and GRPO clip the importance ratio r_t = π_θ(o_t)/π_old(o_t) to [1−ε_low, 1+ε_high]: a token whose ratio left
+that range on the side its advantage A pushes it keeps a constant loss and gets *no* gradient. High-entropy
+exploratory tokens (A>0, r large) and the mistakes of bad responses (A<0, r small) then stop teaching the model.
+GPPO (Gradient-Preserving clipping Policy Optimization) keeps PPO's forward value but lets the gradient through:
+
+    ℓ_t = max(−A·r, −A·clip(r, (1−ε_low)·r/sg(r), (1+ε_high)·r/sg(r)))  then, for A<0: min(ℓ_t, −A·c)
+    L   = Σ_t ℓ_t / num_tokens  +  α · (−Σ_{t in responses with reward 1} logπ_t) / num_sft_tokens
+
+sg = stop-gradient. r/sg(r) is 1 in value, so the forward equals PPO Clip-Higher with dual-clip c exactly, but a
+clipped token's gradient is ∂ℓ_t/∂logπ_t = −F·A with F = 1+ε_high (A>0, r above) or 1−ε_low (A<0, r below)
+instead of 0. The whole per-token table, for GPPO, GRPO (PPO with Clip-Higher) and CISPO (MiniMax-M1):
+
+    case                    F (GPPO)      F (GRPO)   F (CISPO)
+    A>0, r ≤ 1+ε_high       r             r          clip(r)
+    A>0, r > 1+ε_high       β2·(1+ε_high) 0          clip(r)
+    A<0, 1−ε_low ≤ r ≤ c    r             r          clip(r)
+    A<0, r < 1−ε_low        β1·(1−ε_low)  0          clip(r)     (0 in GPPO's high-side-only variant)
+    A<0, r > c (dual-clip)  0             0          clip(r)
+
+β1, β2 (paper App. A.2) scale the clipped rows' value and gradient; the paper uses β1 = β2 = 1 (the authors later
+recommend β1 = 0.25-0.5 against entropy collapse). Every term is a per-token scalar g_t = ∂L/∂logπ_t times
+∂logπ_t/∂z = (onehot(o_t) − softmax(z/T))/T (z = logits, T = sampling temperature). So the fused path needs only
+logπ_t in the forward and g_t in the backward, and never holds an fp32 copy of the (tokens × 151,936) logits.
+
+Why a file of its own: the loss is the piece a verl or TRL user wants to copy. It needs torch only (and triton for
+the CUDA kernel, optional); `python -c "import gppo_loss"` works in an empty directory. gppo.py (the RL loop)
+imports it. Top to bottom:
+  1. policy_loss, sft_loss: the readable PyTorch reference (autograd through the formula above).
+  2. token_loss_and_grad: the same loss in closed form, ℓ_t and g_t per token (the table), NaN-free for any r.
+  3. logits -> (logπ, log-sum-exp, entropy) and the backward g_t·(onehot − softmax)/T: chunked PyTorch, and
+     Triton kernels (online log-sum-exp over vocabulary blocks) used on CUDA.
+  4. rl_loss_from_logits, rl_loss_from_hidden: what a training loop calls. The second never builds (N, V) logits:
+     it applies the LM head a chunk of tokens at a time, in the forward and again in the backward.
+
+Use:
+    loss, metrics = rl_loss_from_hidden(hidden, lm_head.weight, targets, old_logprobs, advantages, response_mask,
+                                        sft_mask, temperature=1.0, alpha=0.1, mode="gppo")   # hidden: (N, D)
+    loss.backward()
+Run:
+    pytest tests/test_gppo_loss.py            # the table by hand; kernels under TRITON_INTERPRET=1 on the CPU
+    python benchmarks/bench_gppo_loss.py      # memory (CPU) and speed (CUDA) of the three paths
+"""
+from dataclasses import dataclass
+
+import torch
+
+try:  # CPU-only installs may lack triton: the PyTorch path then runs everywhere.
+    import triton
+    import triton.language as tl
+except ImportError:
+    triton = None
+
+MODES = ("gppo", "grpo", "cispo")
+
+
+@dataclass(frozen=True)
+class LossConfig:
+    """The clipping rule and its constants (the paper's values by default, method.md §1-2)."""
+    mode: str = "gppo"             # gppo | grpo (PPO with Clip-Higher) | cispo
+    eps_low: float = 0.2           # r is clipped to [1 − eps_low, 1 + eps_high]
+    eps_high: float = 0.28
+    dual_clip: float = 10.0        # c: for A < 0 the loss is at most −A·c, with no gradient beyond (inf: off)
+    beta1: float = 1.0             # GPPO: scale of the low-side clipped tokens (A < 0, r < 1 − eps_low)
+    beta2: float = 1.0             # GPPO: scale of the high-side clipped tokens (A > 0, r > 1 + eps_high)
+    high_side_only: bool = False   # GPPO variant: low-side clipped tokens get no gradient
+
+    def __post_init__(self):
+        if self.mode not in MODES:
+            raise ValueError(f"gppo_loss: mode={self.mode!r} is not one of {MODES}")
+        if not (0 <= self.eps_low < 1 and self.eps_high >= 0):
+            raise ValueError(f"gppo_loss: need 0 ≤ eps_low < 1 and eps_high ≥ 0 (r is clipped to [1−eps_low, "
+                             f"1+eps_high]), got eps_low={self.eps_low}, eps_high={self.eps_high}")
+        if not self.dual_clip > 1:
+            raise ValueError(f"gppo_loss: dual_clip={self.dual_clip} must be > 1 (use float('inf') to disable it)")
+        if self.beta1 < 0 or self.beta2 < 0:
+            raise ValueError(f"gppo_loss: beta1={self.beta1}, beta2={self.beta2} must be ≥ 0")
+
+
+def _loss_config(settings: dict) -> LossConfig:
+    unknown = set(settings) - set(LossConfig.__dataclass_fields__)
+    if unknown:
+        raise TypeError(f"gppo_loss: unknown loss settings {sorted(unknown)}; known: {sorted(LossConfig.__dataclass_fields__)}")
+    return LossConfig(**settings)
+
+
+def _same_shape(**tensors):
+    shapes = {name: tuple(t.shape) for name, t in tensors.items() if t is not None}
+    if len(set(shapes.values())) > 1:
+        raise ValueError(f"gppo_loss: per-token tensors must have one shape, got {shapes}")
+
+
+def _count(mask, given):
+    """Token-mean denominator: the caller's global count (all ranks, all micro-batches) or the local one."""
+    return given if given is not None else mask.sum().clamp(min=1)
+
+
+@torch.no_grad()
+def policy_metrics(logprobs, old_logprobs, advantages, response_mask, cfg: LossConfig) -> dict:
+    """Fractions of response tokens clipped high / low / dual-clipped, mean ratio, and
+    approx_kl = mean of k3 = (r−1) − log r, an unbiased estimate of KL(π_old ‖ π_θ) from samples of π_old."""
+    mask = response_mask.bool()
+    n = mask.sum().clamp(min=1)
+    log_ratio = logprobs.float() - old_logprobs.float()
+    r, A = log_ratio.exp(), advantages.float()
+    mean = lambda x: torch.where(mask, x.float(), 0.0).sum() / n  # noqa: E731
+    return {"clip_frac_high": mean((A > 0) & (r > 1 + cfg.eps_high)),
+            "clip_frac_low": mean((A < 0) & (r < 1 - cfg.eps_low)),
+            "dual_clip_frac": mean((A < 0) & (r > cfg.dual_clip)),
+            "ratio_mean": mean(r),
+            "approx_kl": mean((r - 1) - log_ratio)}
+
+
+# ----------------------------------------------------------------------------- 1. the readable reference
+
+def policy_loss(logprobs, old_logprobs, advantages, response_mask, *, num_tokens=None, **settings):
+    """Per-token tensors of any one shape, e.g. (N,) or (B, T) -> (loss, metrics). settings: LossConfig's fields.
+
+    logprobs carries the gradient; old_logprobs (the sampler's, after temperature) and advantages are constants.
+    loss = Σ ℓ_t·mask / num_tokens (default: mask.sum()). Autograd on this function gives the table's gradient;
+    extreme ratios (r = inf) can make its gradient NaN — the fused paths use the NaN-free closed form instead.
+    metrics (0-dim tensors): clip_frac_high, clip_frac_low, dual_clip_frac, ratio_mean, approx_kl.
+    """
+    cfg = _loss_config(settings)
+    _same_shape(logprobs=logprobs, old_logprobs=old_logprobs, advantages=advantages, response_mask=response_mask)
+    logp, A = logprobs.float(), advantages.float()
+    ratio = torch.exp(logp - old_logprobs.float())
+    low_bound, high_bound = 1 - cfg.eps_low, 1 + cfg.eps_high
+    if cfg.mode == "cispo":  # REINFORCE weighted by the clipped, detached ratio
+        token_loss = -A * ratio.detach().clamp(low_bound, high_bound) * logp
+    else:
+        # PPO's max/min picks the clipped term exactly in these three cases (strict inequalities).
+        clipped_high = (A > 0) & (ratio > high_bound)
+        clipped_low = (A < 0) & (ratio < low_bound)
+        dual_clipped = (A < 0) & (ratio > cfg.dual_clip)
+        if cfg.mode == "grpo":  # constant bounds: no gradient through a clipped token
+            high, low = high_bound, low_bound
+        else:  # GPPO: bound·r/sg(r); r/sg(r) = exp(logπ − sg(logπ)) is exactly 1 with gradient 1
+            r_over_sg_r = torch.exp(logp - logp.detach())
+            high = cfg.beta2 * high_bound * r_over_sg_r
+            low = low_bound if cfg.high_side_only else cfg.beta1 * low_bound * r_over_sg_r
+        clipped_ratio = torch.where(clipped_high, high, torch.where(clipped_low, low, ratio))
+        token_loss = torch.where(dual_clipped, -A * cfg.dual_clip, -A * clipped_ratio)
+    mask = response_mask.bool()
+    loss = torch.where(mask, token_loss, 0.0).sum() / _count(mask, num_tokens)
+    return loss, policy_metrics(logp, old_logprobs, A, mask, cfg)
+
+
+def sft_loss(logprobs, sft_mask, num_tokens=None):
+    """Token-mean NLL over the tokens of responses whose reward is exactly 1 (the caller builds sft_mask).
+    The full RL loss is policy_loss + alpha · sft_loss."""
+    mask = sft_mask.bool()
+    return -torch.where(mask, logprobs.float(), 0.0).sum() / _count(mask, num_tokens)
+
+
+# ----------------------------------------------------------------------------- 2. the closed form
+
+@torch.no_grad()
+def token_loss_and_grad(logprobs, old_logprobs, advantages, cfg: LossConfig = LossConfig()):
+    """Closed form of policy_loss per token: (ℓ_t, g_t = ∂ℓ_t/∂logπ_t = −F·A), fp32, no autograd; the table above,
+    row by row. The fused paths use it; it is finite for any ratio in [0, inf]."""
+    logp, A = logprobs.float(), advantages.float()
+    ratio = torch.exp(logp - old_logprobs.float())
+    low_bound, high_bound = 1 - cfg.eps_low, 1 + cfg.eps_high
+    if cfg.mode == "cispo":
+        F = ratio.clamp(low_bound, high_bound)
+        token_loss = -A * F * logp
+    else:
+        clipped_high = (A > 0) & (ratio > high_bound)
+        clipped_low = (A < 0) & (ratio < low_bound)
+        dual_clipped = (A < 0) & (ratio > cfg.dual_clip)
+        F = torch.where(clipped_high | clipped_low | dual_clipped, 0.0, ratio)  # GRPO (PPO)
+        value_high, value_low = high_bound, low_bound
+        if cfg.mode == "gppo":
+            value_high = cfg.beta2 * high_bound
+            F = torch.where(clipped_high, value_high, F)
+            if not cfg.high_side_only:
+                value_low = cfg.beta1 * low_bound
+                F = torch.where(clipped_low, value_low, F)
+        value_ratio = torch.where(clipped_high, value_high, torch.where(clipped_low, value_low, ratio))
+        token_loss = torch.where(dual_clipped, -A * cfg.dual_clip, -A * value_ratio)
+    # A = 0 contributes nothing (guards 0·inf when r overflows).
+    return torch.where(A == 0, 0.0, token_loss), torch.where(A == 0, 0.0, -A * F)
+
+
+@dataclass
+class TokenBatch:
+    """The per-token inputs of the fused loss, (N,) each, checked once; the counts are the token-mean's
+    denominators (the caller's global ones when the batch is split over ranks and micro-batches)."""
+    targets: torch.Tensor          # int64 ids of the sampled tokens (0 where neither mask is set)
+    old_logprobs: torch.Tensor
+    advantages: torch.Tensor
+    response_mask: torch.Tensor    # bool: tokens of the policy loss
+    sft_mask: torch.Tensor         # bool: tokens of fully correct responses (the SFT term)
+    num_tokens: object             # float, or None = response_mask.sum()
+    num_sft_tokens: object
+
+
+@torch.no_grad()
+def objective(logprobs, batch: TokenBatch, cfg: LossConfig, alpha: float) -> tuple:
+    """(N,) logπ -> (loss, coef (N,) = ∂loss/∂logπ, policy part, sft part), all detached fp32."""
+    token_loss, token_grad = token_loss_and_grad(logprobs, batch.old_logprobs, batch.advantages, cfg)
+    response, sft = batch.response_mask, batch.sft_mask
+    n_policy, n_sft = _count(response, batch.num_tokens), _count(sft, batch.num_sft_tokens)
+    policy = torch.where(response, token_loss, 0.0).sum() / n_policy
+    sft_value = -torch.where(sft, logprobs, 0.0).sum() / n_sft
+    coef = torch.where(response, token_grad, 0.0) / n_policy - alpha * sft.float() / n_sft
+    return policy + alpha * sft_value, coef, policy, sft_value
+
+
+# ----------------------------------------------------------------------------- 3. logits -> logπ, and back
+# Forward: per token, the log-sum-exp of z/T (online, one block of the vocabulary at a time), logπ of its target
+# and the entropy (logged). Backward: g_t·(onehot − softmax(z/T))/T written over the logits. Two backends.
+
+_TRITON_BLOCK_V = 4096  # vocabulary columns per step; tests shrink it to exercise the ragged tail
+
+
+def _stats_torch(logits, targets, temperature, chunk_size):
+    """(n, V) logits -> logπ of targets, log-sum-exp, entropy: (n,) fp32 each, chunk_size rows at a time."""
+    logprobs, lse, entropy = (torch.empty(len(logits), device=logits.device) for _ in range(3))
+    for i in range(0, len(logits), chunk_size):
+        z = logits[i:i + chunk_size].float() / temperature  # (c, V) fp32: temporaries are c rows wide
+        lse[i:i + chunk_size] = row_lse = torch.logsumexp(z, dim=-1)
+        logprobs[i:i + chunk_size] = z.gather(1, targets[i:i + chunk_size, None])[:, 0] - row_lse
+        log_p = z.sub_(row_lse[:, None])
+        entropy[i:i + chunk_size] = -log_p.exp().mul_(log_p).sum(-1)
+    return logprobs, lse, entropy
+
+
+def _grad_torch(logits, out, targets, lse, coef, temperature, chunk_size):
+    """out (may be logits itself) <- coef·(onehot − softmax(logits/T))/T, chunk_size rows at a time."""
+    for i in range(0, len(logits), chunk_size):
+        c = coef[i:i + chunk_size, None] / temperature
+        g = (logits[i:i + chunk_size].float() / temperature).sub_(lse[i:i + chunk_size, None]).exp_().mul_(-c)
+        g.scatter_add_(1, targets[i:i + chunk_size, None], c)
+        out[i:i + chunk_size] = g
+
+
+if triton is not None:
+    @triton.jit
+    def _stats_kernel(logits_ptr, stride, targets_ptr, logprobs_ptr, lse_ptr, entropy_ptr, N, V, inv_temp,
+                      BLOCK: tl.constexpr):
+        # A fixed grid of programs loops over rows: no grid-size limit on N; int64 row offsets
+        # because N·V passes 2^31 (32,768 × 151,936).
+        offs = tl.arange(0, BLOCK)
+        for row in tl.range(tl.program_id(0).to(tl.int64), N, tl.num_programs(0)):
+            row_ptr = logits_ptr + row * stride
+            # Online softmax, one lane per column slot: running max m, Σ exp(z−m), Σ exp(z−m)·z.
+            m = tl.full([BLOCK], float("-inf"), tl.float32)
+            s = tl.zeros([BLOCK], tl.float32)
+            a = tl.zeros([BLOCK], tl.float32)
+            for start in tl.range(0, V, BLOCK):
+                cols = start + offs
+                z = tl.load(row_ptr + cols, mask=cols < V, other=float("-inf")).to(tl.float32) * inv_temp
+                m_new = tl.maximum(m, z)
+                m_safe = tl.where(m_new > float("-inf"), m_new, 0.0)  # lanes that saw no column yet
+                correction = tl.exp(m - m_safe)
+                p = tl.exp(z - m_safe)
+                s = s * correction + p
+                a = a * correction + p * tl.where(p > 0, z, 0.0)
+                m = m_new
+            m_row = tl.max(m, 0)
+            lane_scale = tl.exp(m - m_row)
+            s_row = tl.sum(s * lane_scale, 0)
+            lse = m_row + tl.log(s_row)
+            z_target = tl.load(row_ptr + tl.load(targets_ptr + row)).to(tl.float32) * inv_temp
+            tl.store(logprobs_ptr + row, z_target - lse)
+            tl.store(lse_ptr + row, lse)
+            tl.store(entropy_ptr + row, lse - tl.sum(a * lane_scale, 0) / s_row)  # H = lse − E_p[z]
+
+    @triton.jit
+    def _grad_kernel(logits_ptr, stride, out_ptr, out_stride, targets_ptr, lse_ptr, coef_ptr, N, V, inv_temp,
+                     BLOCK: tl.constexpr):
+        # out may alias logits: each element is read, then written, by the same program.
+        offs = tl.arange(0, BLOCK)
+        for row in tl.range(tl.program_id(0).to(tl.int64), N, tl.num_programs(0)):
+            row_ptr, out_row_ptr = logits_ptr + row * stride, out_ptr + row * out_stride
+            c = tl.load(coef_ptr + row) * inv_temp
+            lse = tl.load(lse_ptr + row)
+            target = tl.load(targets_ptr + row)
+            for start in tl.range(0, V, BLOCK):
+                cols = start + offs
+                z = tl.load(row_ptr + cols, mask=cols < V, other=0.0).to(tl.float32) * inv_temp
+                g = tl.where(cols == target, c, 0.0) - c * tl.exp(z - lse)
+                tl.store(out_row_ptr + cols, g.to(out_ptr.dtype.element_ty), mask=cols < V)
+
+
+def _launch(N, V, device):
+    """A fixed grid (8 programs per SM) whatever N, and the vocabulary block size."""
+    programs = 8 * torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 4
+    block = min(_TRITON_BLOCK_V, triton.next_power_of_2(V))
+    return (max(1, min(N, programs)),), dict(BLOCK=block, num_warps=8 if block >= 2048 else 4)
+
+
+def _logit_stats(logits, targets, temperature, chunk_size, use_triton):
+    if not use_triton:
+        return _stats_torch(logits, targets, temperature, chunk_size)
+    (N, V), (grid, meta) = logits.shape, _launch(*logits.shape, logits.device)
+    logprobs, lse, entropy = (torch.empty(N, device=logits.device) for _ in range(3))
+    _stats_kernel[grid](logits, logits.stride(0), targets, logprobs, lse, entropy, N, V, 1 / temperature, **meta)
+    return logprobs, lse, entropy
+
+
+def _logit_grad(logits, out, targets, lse, coef, temperature, chunk_size, use_triton):
+    if not use_triton:
+        return _grad_torch(logits, out, targets, lse, coef, temperature, chunk_size)
+    (N, V), (grid, meta) = logits.shape, _launch(*logits.shape, logits.device)
+    _grad_kernel[grid](logits, logits.stride(0), out, out.stride(0), targets, lse, coef.contiguous(), N, V,
+                       1 / temperature, **meta)
+
+
+
+# ----------------------------------------------------------------------------- 4. the loss a training loop calls
+
+@dataclass(frozen=True)
+class _Fused:
+    """What the autograd Functions need besides tensors."""
+    cfg: LossConfig
+    alpha: float
+    temperature: float
+    chunk_size: int
+    use_triton: bool
+
+
+class _LossFromLogits(torch.autograd.Function):
+    """logits (N, V) -> (loss, logπ (N,), entropy (N,), policy part, sft part). The backward writes ∂L/∂logits into
+    the logits buffer itself when inplace (no second (N, V) buffer); the logits are garbage after backward."""
+
+    @staticmethod
+    def forward(ctx, logits, batch: TokenBatch, how: _Fused, inplace: bool):
+        logprobs, lse, entropy = _logit_stats(logits, batch.targets, how.temperature, how.chunk_size, how.use_triton)
+        loss, coef, policy, sft = objective(logprobs, batch, how.cfg, how.alpha)
+        ctx.save_for_backward(logits, batch.targets, lse, coef)
+        ctx.how, ctx.inplace = how, inplace
+        ctx.mark_non_differentiable(logprobs, entropy, policy, sft)
+        return loss, logprobs, entropy, policy, sft
+
+    @staticmethod
+    def backward(ctx, grad_loss, *unused):
+        logits, targets, lse, coef = ctx.saved_tensors
+        how = ctx.how
+        out = logits if ctx.inplace else torch.empty_like(logits)
+        _logit_grad(logits, out, targets, lse, coef * grad_loss, how.temperature, how.chunk_size, how.use_triton)
+        if ctx.inplace:  # any later reader of these logits now fails loudly instead of reading gradients
+            torch.autograd.graph.increment_version(logits)
+        return out, None, None, None
+
+
+class _LossFromHidden(torch.autograd.Function):
+    """hidden (N, D), lm_head weight (V, D) -> (loss, logπ, entropy, policy part, sft part); the logits exist one
+    chunk of rows at a time, in the forward and again (recomputed) in the backward."""
+
+    @staticmethod
+    def forward(ctx, hidden, weight, batch: TokenBatch, how: _Fused):
+        logprobs, lse, entropy = (torch.empty(len(hidden), device=hidden.device) for _ in range(3))
+        for i in range(0, len(hidden), how.chunk_size):
+            rows = slice(i, i + how.chunk_size)
+            logits = hidden[rows] @ weight.T  # (c, V) in the compute dtype
+            logprobs[rows], lse[rows], entropy[rows] = _logit_stats(logits, batch.targets[rows], how.temperature,
+                                                                    how.chunk_size, how.use_triton)
+        loss, coef, policy, sft = objective(logprobs, batch, how.cfg, how.alpha)
+        ctx.save_for_backward(hidden, weight, batch.targets, lse, coef)
+        ctx.how = how
+        ctx.mark_non_differentiable(logprobs, entropy, policy, sft)
+        return loss, logprobs, entropy, policy, sft
+
+    @staticmethod
+    def backward(ctx, grad_loss, *unused):
+        hidden, weight, targets, lse, coef = ctx.saved_tensors
+        how, coef = ctx.how, coef * grad_loss
+        grad_hidden = torch.empty_like(hidden)
+        grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)  # fp32 accumulator
+        for i in range(0, len(hidden), how.chunk_size):
+            rows = slice(i, i + how.chunk_size)
+            logits = hidden[rows] @ weight.T
+            _logit_grad(logits, logits, targets[rows], lse[rows], coef[rows], how.temperature, how.chunk_size,
+                        how.use_triton)
+            grad_hidden[rows] = logits @ weight
+            if weight.dtype == torch.float32:
+                grad_weight.addmm_(logits.T, hidden[rows])
+            else:
+                grad_weight += logits.T @ hidden[rows]
+        return grad_hidden, grad_weight.to(weight.dtype), None, None
+
+
+def _prepare(n_rows: int, vocab: int, device, *, target_ids, old_logprobs, advantages, response_mask, sft_mask,
+             temperature, alpha, chunk_size, num_tokens, num_sft_tokens, backend, settings) -> tuple:
+    """Check the inputs of rl_loss_from_*; return (TokenBatch, _Fused)."""
+    cfg = _loss_config(settings)
+    sft_mask = torch.zeros_like(response_mask, dtype=torch.bool) if sft_mask is None else sft_mask
+    _same_shape(target_ids=target_ids, old_logprobs=old_logprobs, advantages=advantages, response_mask=response_mask,
+                sft_mask=sft_mask)
+    if target_ids.shape != (n_rows,):
+        raise ValueError(f"gppo_loss: per-token tensors must have shape ({n_rows},), got {tuple(target_ids.shape)}")
+    if not temperature > 0:
+        raise ValueError(f"gppo_loss: temperature={temperature} must be > 0")
+    if backend not in ("auto", "torch", "triton") or (backend == "triton" and triton is None):
+        raise ValueError(f"gppo_loss: backend={backend!r} must be 'auto', 'torch' or 'triton' (triton "
+                         f"{'not ' if triton is None else ''}installed)")
+    use_triton = backend == "triton" or (backend == "auto" and triton is not None and device.type == "cuda")
+    response_mask, sft_mask = response_mask.bool(), sft_mask.bool()
+    # Inactive rows may hold any id (e.g. -100 padding); active ones must index the vocabulary.
+    targets = torch.where(response_mask | sft_mask, target_ids, 0).long().contiguous()
+    if n_rows and (targets.min() < 0 or targets.max() >= vocab):
+        raise ValueError(f"gppo_loss: target_ids of response/SFT tokens must lie in [0, {vocab}), got "
+                         f"[{targets.min().item()}, {targets.max().item()}]")
+    batch = TokenBatch(targets, old_logprobs, advantages, response_mask, sft_mask, num_tokens, num_sft_tokens)
+    return batch, _Fused(cfg, alpha, temperature, chunk_size or (2048 if device.type == "cuda" else 256), use_triton)
+
+
+def _with_metrics(outputs, batch: TokenBatch, cfg: LossConfig):
+    loss, logprobs, entropy, policy, sft = outputs
+    mask = batch.response_mask
+    metrics = policy_metrics(logprobs, batch.old_logprobs, batch.advantages, mask, cfg)
+    metrics.update(policy_loss=policy, sft_loss=sft, logprobs=logprobs,
+                   entropy=torch.where(mask, entropy, 0.0).sum() / mask.sum().clamp(min=1))
+    return loss, metrics
+
+
+def rl_loss_from_logits(logits, target_ids, old_logprobs, advantages, response_mask, sft_mask=None, *,
+                        temperature=1.0, alpha=0.1, chunk_size=None, num_tokens=None, num_sft_tokens=None,
+                        backend="auto", inplace_backward=True, **settings):
+    """policy_loss + alpha·sft_loss from logits (N, V), bf16 or fp32, with logπ = log_softmax(logits/T).
+
+    Triton kernel on CUDA (backend="auto"), chunked PyTorch elsewhere. With inplace_backward the backward
+    overwrites `logits` with ∂L/∂logits (saves an (N, V) buffer); do not read them afterwards.
+    settings: LossConfig's fields (mode, eps_low, eps_high, dual_clip, beta1, beta2, high_side_only).
+    Returns (loss, metrics): policy metrics, policy_loss, sft_loss, entropy (mean over response tokens) and
+    logprobs (N,) detached — the new policy's, for logging or the next mini-batch.
+    """
+    if logits.dim() != 2:
+        raise ValueError(f"gppo_loss: logits must be (N, V), got shape {tuple(logits.shape)}")
+    logits = logits if logits.stride(-1) == 1 else logits.contiguous()
+    batch, how = _prepare(*logits.shape, logits.device, target_ids=target_ids, old_logprobs=old_logprobs,
+                          advantages=advantages, response_mask=response_mask, sft_mask=sft_mask, temperature=temperature,
+                          alpha=alpha, chunk_size=chunk_size, num_tokens=num_tokens, num_sft_tokens=num_sft_tokens,
+                          backend=backend, settings=settings)
+    inplace = inplace_backward and not logits.is_leaf  # a leaf's .grad would alias its own data
+    return _with_metrics(_LossFromLogits.apply(logits, batch, how, inplace), batch, how.cfg)
+
+
+def rl_loss_from_hidden(hidden, lm_head_weight, target_ids, old_logprobs, advantages, response_mask,
+                        sft_mask=None, *, temperature=1.0, alpha=0.1, chunk_size=None, num_tokens=None,
+                        num_sft_tokens=None, backend="auto", **settings):
+    """Same as rl_loss_from_logits with logits = hidden (N, D) @ lm_head_weight (V, D).T, computed chunk_size rows
+    at a time (default 2048 on CUDA, 256 on CPU) in the forward and recomputed in the backward: no (N, V) tensor
+    ever exists. Gradients flow to hidden and lm_head_weight."""
+    if hidden.dim() != 2 or lm_head_weight.dim() != 2 or hidden.shape[1] != lm_head_weight.shape[1]:
+        raise ValueError(f"gppo_loss: need hidden (N, D) and lm_head_weight (V, D), got "
+                         f"{tuple(hidden.shape)} and {tuple(lm_head_weight.shape)}")
+    batch, how = _prepare(len(hidden), len(lm_head_weight), hidden.device, target_ids=target_ids,
+                          old_logprobs=old_logprobs, advantages=advantages, response_mask=response_mask, sft_mask=sft_mask,
+                          temperature=temperature, alpha=alpha, chunk_size=chunk_size, num_tokens=num_tokens,
+                          num_sft_tokens=num_sft_tokens, backend=backend, settings=settings)
+    return _with_metrics(_LossFromHidden.apply(hidden, lm_head_weight, batch, how), batch, how.cfg)
