@@ -213,10 +213,11 @@ def recompute_logprobs(policy, row, temperature, device):
         s["old"], k = lp[k:k + m], k + m
 
 
-def global_sum(x, device):
-    t = torch.tensor(x, dtype=torch.float64, device=device)
+def global_sums(values: dict, device) -> dict:
+    """{name: number} summed over all ranks (one all-reduce, float64)."""
+    t = torch.tensor(list(values.values()), dtype=torch.float64, device=device)
     dist.all_reduce(t)
-    return t.tolist()
+    return dict(zip(values, t.tolist()))
 
 
 def global_max(x, device):
@@ -225,14 +226,35 @@ def global_max(x, device):
     return t.item()
 
 
-def train_mini_batch(policy, optimizer, seqs, cfg, device, world):
-    """One optimizer step on this rank's sequences of a mini-batch; token-mean over all ranks' tokens."""
-    n_tok, n_sft = global_sum([sum(len(s["adv"]) for s in seqs), sum(sum(s["sft"]) for s in seqs)], device)
-    if n_tok == 0:
+@dataclass
+class Run:
+    """What the parts of an RL step share; built once by main. No logic here: it only saves passing a dozen
+    arguments to every function."""
+    cfg: GPPOConfig
+    policy: torch.nn.Module          # FSDP2-sharded, fp32 master weights
+    optimizer: torch.optim.Optimizer
+    engine: LLMEngine                # generates with its own full copy of the weights, engine_model
+    engine_model: torch.nn.Module
+    tokenizer: object
+    tasks: list                      # the RL prompts
+    score_fn: object                 # (task, text, token_ids) -> (reward, fully correct)
+    pool: ThreadPoolExecutor         # scoring threads
+    rank: int
+    world: int
+    device: torch.device
+
+
+def train_mini_batch(run: Run, seqs: list):
+    """One optimizer step on this rank's sequences of a mini-batch; token-mean over all ranks' tokens.
+    Returns the step's metrics (loss, grad_norm, entropy, clip fractions, ...) or None if no rank has a token."""
+    cfg, device = run.cfg, run.device
+    counts = global_sums(dict(tokens=sum(len(s["adv"]) for s in seqs), sft_tokens=sum(sum(s["sft"]) for s in seqs)), device)
+    if counts["tokens"] == 0:
         return None
     rows = pack_micro_batches(seqs, cfg.train_row_tokens)
     n_rows = int(global_max(len(rows), device))   # every rank runs the same number of forward/backward passes
-    metrics, weight = {}, 0.0
+    names = ("entropy", "clip_frac_high", "clip_frac_low", "dual_clip_frac", "ratio_mean", "approx_kl")
+    sums = dict.fromkeys(("loss", "weight") + names, 0.0)
     for i in range(n_rows):
         if i < len(rows):
             ids, pos, doc, where, targets, tok = row_tensors(rows[i], device)
@@ -240,30 +262,27 @@ def train_mini_batch(policy, optimizer, seqs, cfg, device, world):
             ids, pos, doc = (torch.zeros((1, 2), dtype=torch.long, device=device) for _ in range(3))
             where, targets = torch.zeros(1, dtype=torch.long, device=device), torch.zeros(1, dtype=torch.long, device=device)
             tok = {k: torch.zeros(1, device=device) for k in ("old", "adv", "sft")}
-        hidden = policy(ids, position_ids=pos, document_ids=doc, return_hidden=True)[0, where]
+        hidden = run.policy(ids, position_ids=pos, document_ids=doc, return_hidden=True)[0, where]
         mask = torch.ones_like(tok["adv"]) if i < len(rows) else torch.zeros_like(tok["adv"])
-        loss, m = rl_loss_from_hidden(hidden, policy.lm_head.weight, targets, tok["old"], tok["adv"], mask, tok["sft"],
-                                      temperature=cfg.temperature, alpha=cfg.alpha, num_tokens=n_tok,
-                                      num_sft_tokens=max(n_sft, 1.0), mode=cfg.loss_mode, eps_low=cfg.eps_low,
-                                      eps_high=cfg.eps_high, dual_clip=cfg.dual_clip, beta1=cfg.beta1,
-                                      beta2=cfg.beta2, high_side_only=cfg.high_side_only)
-        (loss * world).backward()   # FSDP averages gradients over ranks; the loss is already a global mean
+        loss, m = rl_loss_from_hidden(hidden, run.policy.lm_head.weight, targets, tok["old"], tok["adv"], mask, tok["sft"],
+                                      temperature=cfg.temperature, alpha=cfg.alpha, num_tokens=counts["tokens"],
+                                      num_sft_tokens=max(counts["sft_tokens"], 1.0), mode=cfg.loss_mode,
+                                      eps_low=cfg.eps_low, eps_high=cfg.eps_high, dual_clip=cfg.dual_clip,
+                                      beta1=cfg.beta1, beta2=cfg.beta2, high_side_only=cfg.high_side_only)
+        (loss * run.world).backward()   # FSDP averages gradients over ranks; the loss is already a global mean
         w = float(mask.sum())
-        for k in ("entropy", "clip_frac_high", "clip_frac_low", "dual_clip_frac", "ratio_mean", "approx_kl"):
-            metrics[k] = metrics.get(k, 0.0) + float(m[k]) * w
-        metrics["loss"] = metrics.get("loss", 0.0) + float(loss.detach())
-        weight += w
-    grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.grad_clip)
+        for k in names:
+            sums[k] += float(m[k]) * w
+        sums["loss"] += float(loss.detach())
+        sums["weight"] += w
+    grad_norm = torch.nn.utils.clip_grad_norm_(run.policy.parameters(), cfg.grad_clip)
     grad_norm = float(grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm)
     if not math.isfinite(grad_norm):
         raise SystemExit(f"error: grad norm {grad_norm}: stopping before the update (the last checkpoint is intact)")
-    optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
-    keys = sorted(k for k in metrics if k != "loss")
-    sums = global_sum([metrics["loss"]] + [metrics[k] for k in keys] + [weight], device)
-    out = {"loss": sums[0], "grad_norm": grad_norm}
-    out.update({k: v / max(sums[-1], 1.0) for k, v in zip(keys, sums[1:-1])})
-    return out
+    run.optimizer.step()
+    run.optimizer.zero_grad(set_to_none=True)
+    sums = global_sums(sums, device)
+    return dict(loss=sums["loss"], grad_norm=grad_norm, **{k: sums[k] / max(sums["weight"], 1.0) for k in names})
 
 
 @torch.no_grad()
@@ -274,14 +293,16 @@ def sync_engine(policy, engine_model):
         q.copy_(p.full_tensor() if hasattr(p, "full_tensor") else p)
 
 
-def evaluate(engine, tokenizer, problems, cfg, rank, world, device):
+def evaluate(run: Run, problems: list) -> float:
     """Held-out greedy accuracy (math), problems sharded across ranks."""
-    mine = problems[rank::world]
-    params = SamplingParams(temperature=0.0, max_tokens=cfg.max_response_len, stop_token_ids=tuple(data.stop_token_ids(tokenizer)))
-    outs = engine.generate([p["prompt_ids"] for p in mine], params) if mine else []
-    correct = sum(score(p, tokenizer.decode(o[0].token_ids, skip_special_tokens=False), cfg)[1] for p, o in zip(mine, outs))
-    c, n = global_sum([correct, len(mine)], device)
-    return c / max(n, 1)
+    mine = problems[run.rank::run.world]
+    params = SamplingParams(temperature=0.0, max_tokens=run.cfg.max_response_len,
+                            stop_token_ids=tuple(data.stop_token_ids(run.tokenizer)))
+    outs = run.engine.generate([p["prompt_ids"] for p in mine], params) if mine else []
+    correct = sum(score(p, run.tokenizer.decode(o[0].token_ids, skip_special_tokens=False), run.cfg)[1]
+                  for p, o in zip(mine, outs))
+    total = global_sums(dict(correct=correct, problems=len(mine)), run.device)
+    return total["correct"] / max(total["problems"], 1)
 
 
 # ----------------------------------------------------------------------------- one RL step
@@ -311,16 +332,17 @@ class Group:
     keep: bool               # False: all rewards equal, no signal (dropped when filter_zero_adv)
 
 
-def sample_groups(engine, tokenizer, tasks, first: int, count: int, cfg, rank, world, score_fn, pool) -> list:
+def sample_groups(run: Run, first: int, count: int) -> list:
     """Sample and score prompts first..first+count-1 of the stream; this rank takes every world-th of them.
     Each prompt's seed comes from its stream position, so samples do not depend on the number of ranks."""
-    positions = list(range(first + rank, first + count, world))
-    chosen = prompts_at(tasks, first, count, cfg.seed)[rank::world]
+    cfg, tokenizer = run.cfg, run.tokenizer
+    positions = list(range(first + run.rank, first + count, run.world))
+    chosen = prompts_at(run.tasks, first, count, cfg.seed)[run.rank::run.world]
     stop_ids = tuple(data.stop_token_ids(tokenizer))
     params = [SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_response_len, n=cfg.group_size,
                              stop_token_ids=stop_ids, seed=cfg.seed * 1_000_003 + p) for p in positions]
-    outs = engine.generate([t["prompt_ids"] for t in chosen], params) if chosen else []
-    jobs = [[pool.submit(score_fn, task, tokenizer.decode(s.token_ids, skip_special_tokens=False), s.token_ids)
+    outs = run.engine.generate([t["prompt_ids"] for t in chosen], params) if chosen else []
+    jobs = [[run.pool.submit(run.score_fn, task, tokenizer.decode(s.token_ids, skip_special_tokens=False), s.token_ids)
              for s in samples] for task, samples in zip(chosen, outs)]
     groups = []
     for position, task, samples, group_jobs in zip(positions, chosen, outs, jobs):
@@ -357,58 +379,60 @@ def training_sequences(groups: list, cfg) -> list:
     return seqs
 
 
-def rl_step(step, prompt_cursor, policy, optimizer, engine, engine_model, tokenizer, tasks, cfg, rank, world, device,
-            score_fn, pool):
+def recompute_old_logprobs(run: Run, seqs: list) -> dict:
+    """Old logprobs from the trainer's forward, before any update of the step; returns the sum, count and max of
+    |trainer − engine| over the tokens, a check of the engine (it should sample exactly what the trainer scores)."""
+    for row in pack_micro_batches(seqs, run.cfg.train_row_tokens):
+        recompute_logprobs(run.policy, row, run.cfg.temperature, run.device)
+    gaps = [np.abs(np.asarray(s["old"]) - np.asarray(s["engine"])) for s in seqs]
+    return dict(gap_sum=sum(float(g.sum()) for g in gaps), gap_tokens=sum(len(g) for g in gaps),
+                gap_max=max((float(g.max()) for g in gaps if len(g)), default=0.0))
+
+
+def rl_step(run: Run, step: int, prompt_cursor: int) -> tuple:
     """One RL step: sample (and refill) groups, re-pack survivors, recompute old logprobs, one optimizer step per
     mini-batch, copy the weights into the engine. Returns (metrics record, the stream position after the step)."""
-    times, t0 = {}, time.time()
+    cfg, t0 = run.cfg, time.time()
     sampled, kept, rounds = [], [], 0
     per_round = math.ceil(cfg.oversample * cfg.prompts_per_step)
     while rounds < cfg.max_gen_rounds:
-        new = sample_groups(engine, tokenizer, tasks, prompt_cursor, per_round, cfg, rank, world, score_fn, pool)
+        new = sample_groups(run, prompt_cursor, per_round)
         prompt_cursor, rounds = prompt_cursor + per_round, rounds + 1
         sampled += new
         kept += [g for g in new if g.keep]
-        if global_sum([len(kept)], device)[0] >= cfg.prompts_per_step:
+        if global_sums(dict(kept=len(kept)), run.device)["kept"] >= cfg.prompts_per_step:
             break
-    times["generate_and_reward"] = time.time() - t0
-    seqs_by_mb = [training_sequences(groups, cfg) for groups in mini_batches_of(kept, cfg, world)]
-
+    seqs_by_mb = [training_sequences(groups, cfg) for groups in mini_batches_of(kept, cfg, run.world)]
     t1 = time.time()
-    lp_gap = [0.0, 0.0, 0.0]   # sum |delta|, count, max |delta| between trainer and engine logprobs
+    gap = dict(gap_sum=0.0, gap_tokens=0, gap_max=0.0)
     if cfg.old_logprobs == "recompute":
-        for seqs in seqs_by_mb:
-            for row in pack_micro_batches(seqs, cfg.train_row_tokens):
-                recompute_logprobs(policy, row, cfg.temperature, device)
-        for s in (s for seqs in seqs_by_mb for s in seqs):
-            d = np.abs(np.asarray(s["old"]) - np.asarray(s["engine"]))
-            lp_gap = [lp_gap[0] + d.sum(), lp_gap[1] + len(d), max(lp_gap[2], float(d.max()))]
+        gap = recompute_old_logprobs(run, [s for seqs in seqs_by_mb for s in seqs])
     t2 = time.time()
-    updates = [u for u in (train_mini_batch(policy, optimizer, seqs, cfg, device, world) for seqs in seqs_by_mb) if u]
+    updates = [u for u in (train_mini_batch(run, seqs) for seqs in seqs_by_mb) if u]
     t3 = time.time()
     if updates:
-        sync_engine(policy, engine_model)
-    times.update(old_logprobs=t2 - t1, train=t3 - t2, sync=time.time() - t3)
+        sync_engine(run.policy, run.engine_model)
+    times = dict(time_generate_and_reward=t1 - t0, time_old_logprobs=t2 - t1, time_train=t3 - t2,
+                 time_sync=time.time() - t3)
 
     # --- metrics over all ranks, over every sampled response (all rounds)
     samples = [s for g in sampled for s in g.samples]
     lengths = [len(s.token_ids) for s in samples]
-    totals = dict(zip(["reward", "correct", "responses", "tokens", "truncated", "kept", "sampled", "gap_sum", "gap_n",
-                       "train_tokens"], global_sum(
-        [sum(r for g in sampled for r in g.rewards), sum(c for g in sampled for c in g.correct), len(samples),
-         sum(lengths), sum(s.finish_reason == "length" for s in samples), len(kept), len(sampled), lp_gap[0],
-         lp_gap[1], sum(len(s["ids"]) for seqs in seqs_by_mb for s in seqs)], device)))
-    n = max(totals["responses"], 1)
-    rec = dict(step=step + 1, reward=totals["reward"] / n, accuracy=totals["correct"] / n,
-               prompts_sampled=int(totals["sampled"]), gen_rounds=rounds,
-               groups_kept=totals["kept"] / max(totals["sampled"], 1), groups_dropped=int(totals["sampled"] - totals["kept"]),
-               groups_trained=min(int(totals["kept"]), cfg.prompts_per_step),
-               response_len_mean=totals["tokens"] / n, response_len_max=int(global_max(max(lengths, default=0), device)),
-               truncated=int(totals["truncated"]), logprob_diff_mean=totals["gap_sum"] / max(totals["gap_n"], 1),
-               logprob_diff_max=global_max(lp_gap[2], device), updates=len(updates), lr=optimizer.param_groups[0]["lr"],
-               rollout_tok_s=totals["tokens"] / max(times["generate_and_reward"], 1e-9),
-               train_tok_s=totals["train_tokens"] / max(times["old_logprobs"] + times["train"], 1e-9),
-               **{f"time_{k}": v for k, v in times.items()})
+    total = global_sums(dict(
+        reward=sum(r for g in sampled for r in g.rewards), correct=sum(c for g in sampled for c in g.correct),
+        responses=len(samples), tokens=sum(lengths), truncated=sum(s.finish_reason == "length" for s in samples),
+        kept=len(kept), sampled=len(sampled), gap_sum=gap["gap_sum"], gap_tokens=gap["gap_tokens"],
+        train_tokens=sum(len(s["ids"]) for seqs in seqs_by_mb for s in seqs)), run.device)
+    n = max(total["responses"], 1)
+    rec = dict(step=step + 1, reward=total["reward"] / n, accuracy=total["correct"] / n,
+               prompts_sampled=int(total["sampled"]), gen_rounds=rounds,
+               groups_kept=total["kept"] / max(total["sampled"], 1), groups_dropped=int(total["sampled"] - total["kept"]),
+               groups_trained=min(int(total["kept"]), cfg.prompts_per_step),
+               response_len_mean=total["tokens"] / n, response_len_max=int(global_max(max(lengths, default=0), run.device)),
+               truncated=int(total["truncated"]), logprob_diff_mean=total["gap_sum"] / max(total["gap_tokens"], 1),
+               logprob_diff_max=global_max(gap["gap_max"], run.device), updates=len(updates),
+               lr=run.optimizer.param_groups[0]["lr"], rollout_tok_s=total["tokens"] / max(t1 - t0, 1e-9),
+               train_tok_s=total["train_tokens"] / max(t3 - t1, 1e-9), **times)
     for k in ("loss", "grad_norm", "entropy", "clip_frac_high", "clip_frac_low", "dual_clip_frac", "ratio_mean", "approx_kl"):
         if updates:
             rec[k] = sum(u[k] for u in updates) / len(updates)
@@ -430,16 +454,9 @@ def print_step(rec, cfg, eta_s):
 
 # ----------------------------------------------------------------------------- main
 
-def main(cfg: GPPOConfig, reward_fn=None):
-    """reward_fn(task, text, token_ids) -> (reward, fully_correct) replaces `score` (tests use a simple task)."""
-    rank, world, device = init_distributed(cfg.device)
-    set_threads(cfg.threads, device)
-    if cfg.mini_batch_prompts % world:
-        raise InputError(f"--mini_batch_prompts={cfg.mini_batch_prompts} must be a multiple of world size {world}")
-    os.makedirs(cfg.out_dir, exist_ok=True)
-    torch.manual_seed(cfg.seed)
-    score_fn = reward_fn or (lambda task, text, ids: score(task, text, cfg))
-
+def build_run(cfg: GPPOConfig, reward_fn, rank: int, world: int, device) -> tuple:
+    """Read the inputs (all ranks agree on any error), build the sharded policy, its optimizer, the engine and
+    the scoring pool. Returns (Run, held-out problems)."""
     def load():
         if not os.path.isfile(os.path.join(cfg.init_from, "config.json")):
             raise InputError(f"--init_from={cfg.init_from}: no SFT checkpoint there (no config.json): run `python sft.py` "
@@ -463,19 +480,32 @@ def main(cfg: GPPOConfig, reward_fn=None):
     kv_bytes = int(cfg.kv_cache_fraction * torch.cuda.mem_get_info(device)[0]) if device.type == "cuda" else None
     engine = LLMEngine(engine_model, max_num_seqs=256, max_model_len=cfg.max_prompt_len + cfg.max_response_len,
                        kv_cache_memory=kv_bytes)
-    pool = ThreadPoolExecutor(cfg.reward_workers)
-    print0(f"reward: {cfg.reward_workers} scoring threads")
     if any(t["kind"] == "code" for t in tasks) and (cfg.pass_rate_field or cfg.check_references):
         code, counts = check_code_prompts([t for t in tasks if t["kind"] == "code"], cfg.min_pass_rate,
                                           cfg.check_references, rank=rank, world=world)
         tasks = [t for t in tasks if t["kind"] != "code"] + code
         print0(f"code prompts: {counts}")
+    print0(f"reward: {cfg.reward_workers} scoring threads")
+    score_fn = reward_fn or (lambda task, text, ids: score(task, text, cfg))
+    run = Run(cfg, policy, optimizer, engine, engine_model, tokenizer, tasks, score_fn,
+              ThreadPoolExecutor(cfg.reward_workers), rank, world, device)
+    return run, eval_problems
 
+
+def main(cfg: GPPOConfig, reward_fn=None):
+    """reward_fn(task, text, token_ids) -> (reward, fully_correct) replaces `score` (tests use a simple task)."""
+    rank, world, device = init_distributed(cfg.device)
+    set_threads(cfg.threads, device)
+    if cfg.mini_batch_prompts % world:
+        raise InputError(f"--mini_batch_prompts={cfg.mini_batch_prompts} must be a multiple of world size {world}")
+    os.makedirs(cfg.out_dir, exist_ok=True)
+    torch.manual_seed(cfg.seed)
+    run, eval_problems = build_run(cfg, reward_fn, rank, world, device)
     ckpt_dir, step, prompt_cursor = os.path.join(cfg.out_dir, "checkpoint"), 0, 0
     if cfg.resume and os.path.exists(ckpt_dir):
-        state = read_input(f"{ckpt_dir} (--resume=true)", load_checkpoint, ckpt_dir, policy, optimizer)
+        state = read_input(f"{ckpt_dir} (--resume=true)", load_checkpoint, ckpt_dir, run.policy, run.optimizer)
         step, prompt_cursor = state["step"], state.get("prompt_cursor", state["step"] * cfg.prompts_per_step)
-        sync_engine(policy, engine_model)
+        sync_engine(run.policy, run.engine_model)
         print0(f"resumed from {ckpt_dir} at step {step}")
     metrics_file = open_metrics(os.path.join(cfg.out_dir, "metrics.jsonl"), step)
 
@@ -485,34 +515,33 @@ def main(cfg: GPPOConfig, reward_fn=None):
             metrics_file.flush()
 
     if cfg.eval_every and step == 0:
-        acc = evaluate(engine, tokenizer, eval_problems, cfg, rank, world, device)
+        acc = evaluate(run, eval_problems)
         print0(f"step 0 held-out greedy accuracy {acc:.3f}")
         log({"step": 0, "eval_accuracy": acc})
     stop = GracefulStop(cfg.ckpt_minutes, device)
     t_run, start_step = time.time(), step
     try:
         while step < cfg.steps:
-            for group in optimizer.param_groups:
+            for group in run.optimizer.param_groups:
                 group["lr"] = cfg.lr * min(1.0, (step + 1) / max(1, cfg.warmup_steps))
-            rec, prompt_cursor = rl_step(step, prompt_cursor, policy, optimizer, engine, engine_model, tokenizer, tasks,
-                                         cfg, rank, world, device, score_fn, pool)
+            rec, prompt_cursor = rl_step(run, step, prompt_cursor)
             step += 1
             print_step(rec, cfg, (time.time() - t_run) / (step - start_step) * (cfg.steps - step))
             if cfg.eval_every and (step % cfg.eval_every == 0 or step == cfg.steps):
-                rec["eval_accuracy"] = evaluate(engine, tokenizer, eval_problems, cfg, rank, world, device)
+                rec["eval_accuracy"] = evaluate(run, eval_problems)
                 print0(f"step {step} held-out greedy accuracy {rec['eval_accuracy']:.3f}")
             log(rec)
             stopping, checkpoint_now = stop.poll()
             if checkpoint_now or (cfg.ckpt_every and step % cfg.ckpt_every == 0) or step == cfg.steps:
-                save_checkpoint(ckpt_dir, policy, optimizer, {"step": step, "prompt_cursor": prompt_cursor})
+                save_checkpoint(ckpt_dir, run.policy, run.optimizer, {"step": step, "prompt_cursor": prompt_cursor})
                 stop.checkpointed()
             if stopping:
                 stop.exit(step, ckpt_dir)
             if (cfg.export_every and step % cfg.export_every == 0) or step == cfg.steps:
-                export_hf(policy, os.path.join(cfg.out_dir, "hf"), cfg.init_from)
+                export_hf(run.policy, os.path.join(cfg.out_dir, "hf"), cfg.init_from)
     finally:
         stop.close()
-        pool.shutdown(cancel_futures=True)
+        run.pool.shutdown(cancel_futures=True)
         if metrics_file:
             metrics_file.close()
     print0(f"done: {step} steps; Hugging Face export in {cfg.out_dir}/hf")
