@@ -41,6 +41,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # read when torch loads Ope
 import dataclasses
 import datetime
 import hashlib
+import inspect
 import json
 import shlex
 import sys
@@ -54,7 +55,7 @@ import torch.distributed as dist
 import data
 import reward
 from model import from_pretrained
-from rollout import LLMEngine, SamplingParams
+from rollout import LLMEngine, SamplingParams, sample_seed
 from sft import InputError, agree_on_inputs, init_distributed, parse_config, print0, read_input, run_entry_point, set_threads
 
 
@@ -250,8 +251,7 @@ def sampling_settings(cfg, tokenizer) -> dict:
     return dict(k=cfg.k, temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k, max_tokens=cfg.max_tokens,
                 stop_token_ids=data.stop_token_ids(tokenizer), repetition_penalty="none (not supported by rollout.py)",
                 max_prompt_len=cfg.max_prompt_len, prompt_overlong="left-truncate", seed=cfg.seed,
-                problem_seed="int.from_bytes(sha256(f'{seed}/{benchmark}/{problem_index}')[:7], 'little')",
-                sample_seed="rollout.py: (problem_seed * 1_000_003 + sample_index) % 2**63")
+                problem_seed=inspect.getsource(problem_seed), sample_seed=inspect.getsource(sample_seed))
 
 
 def wait_for_scores(jobs: list, name: str, rank: int, every_s: float = 5.0) -> None:
@@ -299,14 +299,15 @@ def evaluate(engine, tokenizer, benchmarks: list, cfg, rank: int = 0, world: int
             mine_scored = [{**rec, **job.result()} for rec, job in jobs]   # record fields first, response last
             for rec in mine_scored:
                 rec["response"] = rec.pop("response")
-            shards = _gather((mine_scored, generate_s, tokens, time.perf_counter() - t0), world)
-            samples = sorted((s for shard in shards for s in shard[0]), key=lambda s: (s["problem_index"], s["sample"]))
-            total_tokens, slowest = sum(s[2] for s in shards), max(s[1] for s in shards)
+            shards = _gather(dict(samples=mine_scored, generate_s=generate_s, tokens=tokens,
+                                  total_s=time.perf_counter() - t0), world)
+            samples = sorted((s for shard in shards for s in shard["samples"]), key=lambda s: (s["problem_index"], s["sample"]))
+            total_tokens, slowest = sum(s["tokens"] for s in shards), max(s["generate_s"] for s in shards)
             window = {k: bench[k] for k in ("problems_in_file", "date_window") if k in bench}
             b = results["benchmarks"][name] = dict(
                 kind=kind, source=bench.get("source", ""), **window, prompts=prompt_report, **summarize(samples, ks),
                 generated_tokens=total_tokens, generate_s=slowest, tokens_per_s=total_tokens / max(slowest, 1e-9),
-                total_s=max(s[3] for s in shards))
+                total_s=max(s["total_s"] for s in shards))
             all_samples += samples
             if rank == 0:
                 print(f"{name}: Avg@{cfg.k} {100 * b['avg_at_k']:.2f} | {total_tokens} tokens in {slowest:.1f}s "

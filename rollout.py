@@ -53,10 +53,12 @@ from dataclasses import dataclass, fields
 
 import torch
 import torch.nn.functional as F
-import triton
-import triton.language as tl
 
-from model import from_pretrained
+try:  # CPU-only installs may lack triton: the engine then runs its PyTorch attention everywhere.
+    import triton
+    import triton.language as tl
+except ImportError:
+    triton = None
 
 
 # ----------------------------------------------------------------------------- config
@@ -311,39 +313,40 @@ def cascade_decode(q, k_pool, v_pool, batch: CascadeBatch, workspace=None):
     return out.view(Hkv, B, G, hd).transpose(0, 1).reshape(B, Hq, hd).to(q.dtype)
 
 
-@triton.jit
-def _paged_decode_kernel(q_ptr, k_ptr, v_ptr, out_ptr, block_tables_ptr, context_lens_ptr, scale,
-                         stride_qb, stride_qh, stride_kb, stride_ks, stride_kh, stride_bt,
-                         GROUP: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_P2: tl.constexpr,
-                         HEAD_DIM: tl.constexpr, HEAD_DIM_P2: tl.constexpr):
-    # One program per (sequence, query head): walk the sequence's blocks through its block table, reading
-    # K/V in place from the pool, with an online softmax (running max m, normaliser l, accumulator acc).
-    seq, head = tl.program_id(0), tl.program_id(1)
-    kv_head = (head // GROUP).to(tl.int64)    # x stride_kh (a whole head of the pool) can pass 2**31
-    d = tl.arange(0, HEAD_DIM_P2)
-    d_ok = d < HEAD_DIM
-    q = tl.load(q_ptr + seq * stride_qb + head * stride_qh + d, mask=d_ok, other=0.0).to(tl.float32) * scale
-    context_len = tl.load(context_lens_ptr + seq)
-    offs = tl.arange(0, BLOCK_P2)
-    m = tl.full([], float("-inf"), tl.float32)
-    l = tl.full([], 0.0, tl.float32)
-    acc = tl.zeros([HEAD_DIM_P2], tl.float32)
-    for start in range(0, context_len, BLOCK_SIZE):
-        block = tl.load(block_tables_ptr + seq * stride_bt + start // BLOCK_SIZE).to(tl.int64)
-        t_ok = (offs < BLOCK_SIZE) & (start + offs < context_len)
-        kv_offs = block * stride_kb + offs[:, None] * stride_ks + kv_head * stride_kh + d[None, :]
-        kv_ok = t_ok[:, None] & d_ok[None, :]
-        k = tl.load(k_ptr + kv_offs, mask=kv_ok, other=0.0).to(tl.float32)    # (BLOCK_P2, HEAD_DIM_P2)
-        v = tl.load(v_ptr + kv_offs, mask=kv_ok, other=0.0).to(tl.float32)
-        s = tl.where(t_ok, tl.sum(k * q[None, :], axis=1), float("-inf"))   # (BLOCK_P2,) scores
-        m_new = tl.maximum(m, tl.max(s, axis=0))     # finite: every block visited has a visible token
-        p = tl.exp(s - m_new)
-        alpha = tl.exp(m - m_new)
-        l = l * alpha + tl.sum(p, axis=0)
-        acc = acc * alpha + tl.sum(p[:, None] * v, axis=0)
-        m = m_new
-    out = acc / l
-    tl.store(out_ptr + seq * stride_qb + head * stride_qh + d, out.to(out_ptr.dtype.element_ty), mask=d_ok)
+if triton is not None:
+    @triton.jit
+    def _paged_decode_kernel(q_ptr, k_ptr, v_ptr, out_ptr, block_tables_ptr, context_lens_ptr, scale,
+                             stride_qb, stride_qh, stride_kb, stride_ks, stride_kh, stride_bt,
+                             GROUP: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_P2: tl.constexpr,
+                             HEAD_DIM: tl.constexpr, HEAD_DIM_P2: tl.constexpr):
+        # One program per (sequence, query head): walk the sequence's blocks through its block table, reading
+        # K/V in place from the pool, with an online softmax (running max m, normaliser l, accumulator acc).
+        seq, head = tl.program_id(0), tl.program_id(1)
+        kv_head = (head // GROUP).to(tl.int64)    # x stride_kh (a whole head of the pool) can pass 2**31
+        d = tl.arange(0, HEAD_DIM_P2)
+        d_ok = d < HEAD_DIM
+        q = tl.load(q_ptr + seq * stride_qb + head * stride_qh + d, mask=d_ok, other=0.0).to(tl.float32) * scale
+        context_len = tl.load(context_lens_ptr + seq)
+        offs = tl.arange(0, BLOCK_P2)
+        m = tl.full([], float("-inf"), tl.float32)
+        l = tl.full([], 0.0, tl.float32)
+        acc = tl.zeros([HEAD_DIM_P2], tl.float32)
+        for start in range(0, context_len, BLOCK_SIZE):
+            block = tl.load(block_tables_ptr + seq * stride_bt + start // BLOCK_SIZE).to(tl.int64)
+            t_ok = (offs < BLOCK_SIZE) & (start + offs < context_len)
+            kv_offs = block * stride_kb + offs[:, None] * stride_ks + kv_head * stride_kh + d[None, :]
+            kv_ok = t_ok[:, None] & d_ok[None, :]
+            k = tl.load(k_ptr + kv_offs, mask=kv_ok, other=0.0).to(tl.float32)    # (BLOCK_P2, HEAD_DIM_P2)
+            v = tl.load(v_ptr + kv_offs, mask=kv_ok, other=0.0).to(tl.float32)
+            s = tl.where(t_ok, tl.sum(k * q[None, :], axis=1), float("-inf"))   # (BLOCK_P2,) scores
+            m_new = tl.maximum(m, tl.max(s, axis=0))     # finite: every block visited has a visible token
+            p = tl.exp(s - m_new)
+            alpha = tl.exp(m - m_new)
+            l = l * alpha + tl.sum(p, axis=0)
+            acc = acc * alpha + tl.sum(p[:, None] * v, axis=0)
+            m = m_new
+        out = acc / l
+        tl.store(out_ptr + seq * stride_qb + head * stride_qh + d, out.to(out_ptr.dtype.element_ty), mask=d_ok)
 
 
 def paged_decode_triton(q, k_pool, v_pool, block_tables, context_lens):
@@ -470,6 +473,12 @@ def sample(logits, params: list, uniforms: list):
 
 # ----------------------------------------------------------------------------- the engine
 
+def sample_seed(request_seed: int, sample_index: int) -> int:
+    """The seed of sample j of a request: its random stream depends on nothing else (not on the batch, the rank
+    or preemptions), so the same request always yields the same samples."""
+    return (request_seed * 1_000_003 + sample_index) % 2**63
+
+
 class LLMEngine:
     """Holds the model (shared with the trainer, not copied), the block pool and the scheduler.
 
@@ -507,7 +516,9 @@ class LLMEngine:
                              f"max_model_len={self.max_model_len} tokens ({blocks_per_seq} blocks, {block_bytes} bytes each); "
                              "raise num_blocks / kv_cache_memory or lower max_model_len")
         self.blocks = BlockManager(num_blocks, block_size)
-        use_triton = self.device.type == "cuda" if use_triton is None else use_triton
+        use_triton = self.device.type == "cuda" and triton is not None if use_triton is None else use_triton
+        if use_triton and triton is None:
+            raise ValueError("LLMEngine(use_triton=True): triton is not installed")
         self.cache = PagedKVCache(cfg.num_hidden_layers, num_blocks, block_size, cfg.num_key_value_heads,
                                   cfg.head_dim, self.dtype, self.device, use_triton)
         self.stats = EngineStats()
@@ -544,7 +555,7 @@ class LLMEngine:
                                  "the samples of a prompt are decoded together")
             seed = int(torch.randint(2**62, ())) if p.seed is None else p.seed
             max_len = min(len(prompt) + p.max_tokens, self.max_model_len)
-            groups.append([Sequence(prompt, p, max_len, (seed * 1_000_003 + j) % 2**63) for j in range(p.n)])
+            groups.append([Sequence(prompt, p, max_len, sample_seed(seed, j)) for j in range(p.n)])
         return groups
 
     @torch.inference_mode()
@@ -757,6 +768,7 @@ def main(argv: list) -> None:
     dtype_name = ("bfloat16" if device.startswith("cuda") else "float32") if cfg.dtype == "auto" else cfg.dtype
     if dtype_name not in ("float32", "bfloat16", "float16"):
         raise ValueError(f"--dtype={cfg.dtype!r}: expected auto, float32, bfloat16 or float16")
+    from model import from_pretrained   # the demo's only use of model.py: the engine takes any such module
     model = from_pretrained(cfg.model, dtype=getattr(torch, dtype_name), device=device)
     prompt_ids, stop = encode_chat_prompt(tokenizer, cfg.prompt)
     params = SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k, max_tokens=cfg.max_tokens,

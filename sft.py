@@ -415,13 +415,17 @@ def chunked_nll_sum(hidden, lm_head_weight, targets, mask, chunk: int):
 
 # ----------------------------------------------------------------------------- the SFT loop
 
+def target_mask(loss_mask, document_ids):
+    """(..., T) -> (..., T-1): which next-token targets the loss counts. Token t predicts t+1 only if t+1 is an
+    assistant token and both are in the same document."""
+    return loss_mask[..., 1:] & (document_ids[..., 1:] == document_ids[..., :-1])
+
+
 def sft_loss_sum(model, batch, chunk: int):
     """batch: tensors (B, T). Sum of the NLL over assistant tokens (label = next token)."""
     hidden = model(batch["input_ids"], position_ids=batch["position_ids"], document_ids=batch["document_ids"],
                    return_hidden=True)                                     # (B, T, D)
-    # next-token targets within each document: token t predicts t+1 only if both are in the same document
-    targets = batch["input_ids"][:, 1:]
-    mask = batch["loss_mask"][:, 1:] & (batch["document_ids"][:, 1:] == batch["document_ids"][:, :-1])
+    targets, mask = batch["input_ids"][:, 1:], target_mask(batch["loss_mask"], batch["document_ids"])
     D = hidden.shape[-1]
     return chunked_nll_sum(hidden[:, :-1].reshape(-1, D), model.lm_head.weight, targets.reshape(-1),
                            mask.reshape(-1), chunk)
@@ -456,8 +460,7 @@ def train_step(model, optimizer, rows, cfg: SFTConfig, device, world: int) -> tu
     """One optimizer step on this rank's packed rows; the loss is a token-mean over all ranks' assistant tokens.
     Returns (loss, grad_norm)."""
     # global normaliser: assistant tokens of this step on all ranks (counted as the loss counts them)
-    local_tokens = sum(int((r["loss_mask"][1:] & (r["document_ids"][1:] == r["document_ids"][:-1])).sum())
-                       for r in rows)
+    local_tokens = sum(int(target_mask(r["loss_mask"], r["document_ids"]).sum()) for r in rows)
     n_tokens = torch.tensor([local_tokens], dtype=torch.float64, device=device)
     dist.all_reduce(n_tokens)
     n_tokens = max(1.0, n_tokens.item())
