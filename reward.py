@@ -357,7 +357,7 @@ def _prepare():
 def _new_session_keyring():
     # The session keyring is inherited from the trainer, so keys added to it would reach every later test:
     # keyctl(KEYCTL_JOIN_SESSION_KEYRING, NULL) gives this test an empty one of its own.
-    number = KEYCTL.get(os.uname().machine)
+    number = KEYCTL_NUMBERS.get(os.uname().machine)
     if number:
         import ctypes
         ctypes.CDLL(None).syscall(ctypes.c_long(number), ctypes.c_long(1), ctypes.c_void_p(None))
@@ -382,7 +382,7 @@ _code = compile(_source, "solution.py", "exec")
 del _prepare, _new_session_keyring, _call, _source, _fn_name, json, os, resource
 __file__ = "solution.py"
 exec(_code)
-""".replace("KEYCTL", repr(_KEYCTL)).replace("PRELUDE", repr(  # what LeetCode-style starter code assumes is imported
+""".replace("KEYCTL_NUMBERS", repr(_KEYCTL)).replace("PRELUDE", repr(  # what LeetCode-style starter code assumes is imported
     "from typing import *\nfrom collections import *\nfrom heapq import *\nfrom bisect import *\n"
     "from itertools import *\nfrom functools import *\nfrom math import *\n"
     "import collections, heapq, bisect, itertools, functools, math, string, re, sys\n"))
@@ -430,8 +430,8 @@ class _Plan:
                 json.dumps(_limits(cfg, per_test_pids=bool(cgroup))), fn_name]
 
     def covered(self) -> list[str]:
-        """Entries of / a candidate must not see (listed afresh for every test): all but the system directories,
-        the interpreter's own and symlinks; then the other world-writable directories."""
+        """Paths a candidate must not see, directories ending in / (listed afresh for every test): the entries of
+        / but the system directories, the interpreter's own and symlinks; the other world-writable directories."""
         keep = os.path.realpath(self.python).split(os.sep)[1]  # e.g. opt for /opt/conda/bin/python
         return [entry.path + "/" * entry.is_dir(follow_symlinks=False) for entry in os.scandir("/")
                 if entry.name not in _SYSTEM_DIRS and entry.name != keep and not entry.is_symlink()] + \
