@@ -1012,4 +1012,7 @@ def main(cfg: Config):
 
 
 if __name__ == "__main__":
-    main(parse_args(sys.argv[1:]))
+    try:
+        main(parse_args(sys.argv[1:]))
+    except (RuntimeError, ValueError) as error:  # an option or a machine the sandbox cannot work with
+        raise SystemExit(f"reward.py: {error}") from None

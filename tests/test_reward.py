@@ -1,11 +1,15 @@
 """Tests for reward.py.
 
 Math: a table of tricky pairs judged by math-verify through our worker (from the main thread and from
-threads), format failures, and pathological input that must not hang. Code: output comparison, test
-validation, honest programs, and an adversarial suite: each program must get reward 0 (or exactly what an
-honest program earns), finish within its timeout, leave no process behind and write nothing outside its
-temporary directory. The adversarial suite runs in the best sandbox this machine allows (namespaces here);
-a smaller part runs in "plain" mode and as a non-root trainer.
+threads), format failures on both reward scales (by hand from the authors' reward_config.py), and pathological
+input that must not hang. Code: output comparison (LiveCodeBench's verdicts, in linear time), test validation,
+honest programs, and an adversarial suite: each program must get reward 0 (or exactly what an honest program
+earns), finish within its timeout, leave no process behind and write nothing outside its temporary directory.
+Candidates sharing the machine: two at once share no IPC object or keyring and cannot starve each other of
+processes; a test's memory limit holds for all its processes together. The adversarial suite runs in the best
+sandbox this machine allows (namespaces here); a smaller part runs in "plain" mode and as a non-root trainer.
+No-leftover checks look only at this process's descendants (it is a child subreaper while these tests run), so
+the suite passes beside anything else that runs sandboxes, including a second copy of itself.
 """
 import ctypes
 import decimal
@@ -639,6 +643,14 @@ def test_help_says_what_input_holds_and_what_each_option_does():
     for option in ("input", "scale", "timeout_s", "workers", "namespaces", "cgroup", "math_timeout_s"):
         line = next(line for line in proc.stdout.splitlines() if line.strip().startswith(f"--{option}="))
         assert len(line.split(maxsplit=1)) == 2, f"--{option} has no description: {line!r}"
+
+
+def test_cli_option_errors_are_one_line():
+    for option, message in [("--scale=paper", "--scale must be"), ("--namespaces=maybe", "namespaces must be"),
+                            ("--cgroup=/nonexistent-cgroup", "cannot hold one cgroup per test")]:
+        proc = subprocess.run([sys.executable, os.path.join(REPO, "reward.py"), option], capture_output=True, text=True,
+                              timeout=60)
+        assert proc.returncode != 0 and message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
 
 
 def test_interpreter_the_sandbox_user_cannot_run_is_refused():
