@@ -28,8 +28,10 @@ import reward
 from reward import SandboxConfig, code_reward, code_reward_details, math_reward, run_tests
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-FAST = SandboxConfig(timeout_s=1.5, workers=2, memory_mb=256)    # 256 MB: a memory bomb hits it quickly
-PLAIN = SandboxConfig(timeout_s=1.5, workers=2, memory_mb=256, namespaces="off")
+# For programs that finish: a generous timeout, so that they pass on a loaded machine (two copies of this suite
+# at once on 2 busy cores start an interpreter in over a second); tests that expect a timeout set a short one.
+FAST = SandboxConfig(timeout_s=5, workers=2, memory_mb=256)    # 256 MB: a memory bomb hits it quickly
+PLAIN = SandboxConfig(timeout_s=5, workers=2, memory_mb=256, namespaces="off")
 SLACK_S = 2.0            # allowed beyond the timeout: process start and teardown on a busy 2-core machine
 FILE_SECRET = "reward-test-file-secret-5b1f0c93"   # only readable by opening this file
 ADD = [{"input": "1 2\n", "output": "3"}, {"input": "20 22\n", "output": "42"}]
@@ -422,7 +424,7 @@ def test_adversarial_reasons_say_what_happened(namespaced):
     program, tests, _ = ADVERSARIAL["memory bomb"]
     assert "MemoryError" in run_tests(program, tests, FAST)[0].reason
     program, tests, _ = ADVERSARIAL["sleep"]
-    assert run_tests(program, tests, FAST)[0].reason == "timeout after 1.5s"
+    assert run_tests(program, tests, SandboxConfig(timeout_s=1.5))[0].reason == "timeout after 1.5s"
     program, tests, _ = ADVERSARIAL["1 GB of output"]
     assert "output limit" in run_tests(program, tests, SandboxConfig(timeout_s=1.5, output_mb=1))[0].reason
     program, tests, _ = ADVERSARIAL["__eq__ always True"]
@@ -438,7 +440,7 @@ def test_kill_minus_one_and_killpg_hurt_nobody_else(namespaced):
              {"input": "wait", "output": "alive"}, {"input": "wait", "output": "alive"}]
     with ThreadPoolExecutor(1) as pool:  # another program's tests, running at the same time
         other = pool.submit(run_tests, "import time\ntime.sleep(1.0)\nprint('alive')", tests[2:], FAST)
-        results = run_tests(program, tests, SandboxConfig(timeout_s=3, workers=4))
+        results = run_tests(program, tests, SandboxConfig(timeout_s=6, workers=4))
         assert [r.passed for r in other.result()] == [True, True]
     # kill(-1) reached nothing but itself is spared: it earns what an honest program earns; killpg killed itself
     assert [r.passed for r in results] == [True, False, True, True], results
