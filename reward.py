@@ -585,7 +585,8 @@ def _sandbox_plan(cfg: SandboxConfig) -> _Plan:
         for mode in modes:
             for cg in (cgroups if mode != "plain" else [""]):
                 for python in pythons:
-                    plan = _make_plan(mode, python, cfg.uid, unshare, setpriv, cg, no_cgroup or "it did not work")
+                    plan = _make_plan(mode, python, cfg.uid, unshare, setpriv, cg,
+                                      no_cgroup or f"the probe failed in a cgroup under {cgroup}")
                     result = _execute(plan, SandboxConfig(timeout_s=30), _PROBE, {"input": "1 2\n", "output": "3"})
                     if result.passed:
                         if _not_enforced(plan):
