@@ -7,10 +7,20 @@ The policy writes `<think> reasoning </think> answer`. Only the text after the L
 
     math:  R = correct  if verify(parse("\\boxed{" + gold + "}"), parse(answer_region))  else wrong
            (gold first: math-verify's verify() is not symmetric)
-    code:  R = (# tests passed) / (# tests)        the paper's soft reward; the authors map it to 2R-1,
-                                                   which gives the same GRPO advantages
-    format failures: no `</think>` -> missing_think_end; no ```python block after it -> missing_code
-    (defaults 0.0, on the default 0..1 scale; the authors' code used -0.5 on a +-1 scale)
+    code:  R = wrong + (correct - wrong) * p,   p = (# tests passed) / (# tests)   (the paper's soft reward)
+    format failures, checked first, in this order: no `</think>` -> missing_think_end; no `<think>` ->
+    missing_think_start (if the scale checks it); code only: no ```python block after `</think>` -> missing_code
+
+Two reward scales (RewardScale), and they are NOT equivalent:
+    DEFAULT_SCALE  correct 1, wrong 0; every format failure 0, the same as a wrong answer; `<think>` is not
+                   checked. Code: R = p.
+    AUTHORS_SCALE  the authors' code (Kwai-Klear/KlearReasoner, reward_config.py) exactly: correct 1, wrong -1;
+                   no `</think>` -0.5; `</think>` present but no `<think>` anywhere -2.0 (both missing: -0.5,
+                   `</think>` is checked first); no code block -1. Code: R = 2p - 1.
+    Without format failures both give the same GRPO advantages (2p - 1 is an affine map of p and the advantage
+    divides by the group's std). With them they differ: on AUTHORS_SCALE a response that never closes its
+    thinking (-0.5) ranks ABOVE a wrong answer (-1), level with passing a quarter of the tests, and one without
+    `<think>` (-2) ranks below everything; on DEFAULT_SCALE both rank level with a wrong answer.
 
 Simplifications and choices, in plain words (Linux only):
 1. math-verify times out with signal.alarm, which works only in a process's main thread. So every math
@@ -18,21 +28,23 @@ Simplifications and choices, in plain words (Linux only):
    kills it after a wall-clock deadline (also covering C code no alarm interrupts): math_reward works
    from any thread and cannot hang. The worker has the trainer's privileges; it parses the text, never
    runs it (math-verify's plain-expression path hands sympy only digits and operators).
-2. Each code test runs in its own subprocess. Outputs are compared in the trainer's process: stdin tests
-   line by line after stripping, numbers as exact decimals (as LiveCodeBench); functional tests
-   (`fn_name`, JSON arguments one per line) have the return value serialised to JSON by a harness in
+2. Each code test runs in its own sandbox. Outputs are compared in the trainer's process, in time linear in
+   their size. Stdin tests follow LiveCodeBench's checker exactly: lines after stripping; a line matches if
+   equal, or if both are all numbers (Python's Decimal: so Unicode digits such as `٣` and `３`, `1_000` and
+   `inf` count as numbers) that are equal; tokens split at any Unicode whitespace (NBSP, U+3000). Functional
+   tests (`fn_name`, JSON arguments one per line) have the return value serialised to JSON by a harness in
    the child and compared here as plain data, so an object whose __eq__ is always True gains nothing.
-3. The sandbox. Always: a new session whose whole process group is SIGKILLed at exit and at the timeout;
-   rlimits on CPU time, address space, file size, open files, processes, core files; a scrubbed
-   environment; stdout+stderr read with a size cap; expected outputs never enter the child. Started as
-   root, the candidate runs as `uid` (default nobody) without capabilities, through `setpriv`. Where
-   `unshare` works (as root, or non-root with user namespaces) each test also gets its own network, pid
-   and mount namespaces: no network; processes that escape by setsid/double fork die with the test;
-   kill(-1) reaches only the test's own processes; a root watchdog kills the candidate even if the
-   trainer dies; the working directory is a fresh tmpfs on /tmp; other world-writable directories and
-   top-level directories outside the system ones (/root, /home, /work, /mnt, ..., except the one holding
-   the interpreter) are covered by empty read-only tmpfs, so datasets and test files there cannot be
-   read. Without namespaces ("plain" mode) these are missing: a warning says so, sandbox_info() lists it.
+3. The sandbox (sandbox_info() says what holds on this machine; the README has the table of modes). Always:
+   a new session whose process group is SIGKILLed at exit and at the timeout; rlimits; a scrubbed environment;
+   output read with a size cap; a fresh, empty session keyring; expected outputs never enter the child; as
+   root, the candidate runs as `uid` (default nobody) without capabilities (`setpriv`). Where `unshare` works,
+   each test also gets its own network, pid, IPC and mount namespaces and, as root, its own user namespace:
+   no network; no process outlives the test; kill(-1) reaches only the test's own processes; System V IPC,
+   POSIX message queues, keyrings and the process count (RLIMIT_NPROC) belong to the test alone; a root
+   watchdog kills the candidate even if the trainer dies; /tmp is a fresh tmpfs; every entry of / outside
+   the system directories (datasets, test files, /root, /home, top-level files) and the other world-writable
+   directories are covered. Memory of the test as a whole: a cgroup v2 per test (memory.max, pids.max) where
+   one can be made (`cgroup`); otherwise the resident memory of the test's processes, summed every 20 ms.
 4. The candidate's interpreter must work for the sandbox user inside the sandbox: one under /root (pyenv)
    does not, and a tmpfs on /tmp hides a virtualenv there. We use the first of `python`, sys.executable,
    python3 on a system PATH, /usr/bin/python3 that passes a probe through the real sandbox (which also
@@ -44,12 +56,13 @@ Simplifications and choices, in plain words (Linux only):
    gold answer, a machine where no sandbox can be built.
 
 Public API (stable): math_reward, verify_math, code_reward, code_reward_details, run_tests, all_passed,
-extract_answer_region, extract_code, stdout_mismatch, validate_tests, sandbox_info, SandboxConfig, TestResult.
+extract_answer_region, extract_code, format_failure, stdout_mismatch, validate_tests, sandbox_info,
+RewardScale, DEFAULT_SCALE, AUTHORS_SCALE, SandboxConfig, TestResult.
 
 How to run:
     python reward.py                                  # self-check: sandbox report + a few examples
-    python reward.py --input=scored.jsonl             # lines {"response", "answer"} or {"response", "tests"}
-    python reward.py --input=x.jsonl --timeout_s=2 --workers=4 --namespaces=off
+    python reward.py --input=scored.jsonl             # score a file; `--help` shows its line formats
+    python reward.py --input=x.jsonl --scale=authors --timeout_s=2 --workers=4 --namespaces=off
     python -m pytest tests/test_reward.py             # correctness + adversarial suite
     python benchmarks/bench_reward.py                 # tests/s with 2 workers, sandbox overhead
 """
@@ -73,17 +86,33 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 
+@dataclass(frozen=True)
+class RewardScale:
+    """Reward values by outcome (the module docstring compares the two instances below)."""
+    correct: float = 1.0
+    wrong: float = 0.0
+    missing_think_end: float = 0.0                 # no `</think>`: the thinking never closed
+    missing_think_start: float | None = None       # `</think>` but no `<think>`; None: not checked
+    missing_code: float = 0.0                      # code: no ```python block after `</think>`
+
+
+DEFAULT_SCALE = RewardScale()
+AUTHORS_SCALE = RewardScale(correct=1.0, wrong=-1.0, missing_think_end=-0.5, missing_think_start=-2.0,
+                            missing_code=-1.0)
+
+
 @dataclass
 class SandboxConfig:
     timeout_s: float = 6.0       # wall clock per test, interpreter start included (LiveCodeBench uses 6)
     cpu_s: int = 0               # RLIMIT_CPU seconds; 0 -> ceil(timeout_s) + 1
-    memory_mb: int = 1024        # RLIMIT_AS of the candidate
+    memory_mb: int = 1024        # memory of the whole test (all its processes), and RLIMIT_AS of each process
     file_size_mb: int = 16       # RLIMIT_FSIZE, and the size of the tmpfs working directory
     open_files: int = 64         # RLIMIT_NOFILE
-    processes: int = 64          # RLIMIT_NPROC (counted per user: shared by candidates running at once)
+    processes: int = 64          # processes + threads of one test (pids.max, or RLIMIT_NPROC in its user namespace)
     output_mb: float = 8.0       # cap on stdout + stderr bytes read from one test
     workers: int = 0             # tests of one program run at once; 0 -> number of usable CPUs
     namespaces: str = "auto"     # "auto": use them when unshare works; "on": required; "off": never
+    cgroup: str = "auto"         # "auto": a cgroup v2 per test if this process's cgroup allows; "off"; or a directory
     uid: int = 65534             # user the candidate runs as when we are root (65534 = nobody)
     python: str = ""             # interpreter for candidates; "" -> first one that passes the probe
 
@@ -111,7 +140,14 @@ def extract_code(response: str) -> str | None:
     return blocks[-1] if blocks else None
 
 
-# ----------------------------------------------------------------------------- math
+def format_failure(response: str, scale: RewardScale = DEFAULT_SCALE) -> float | None:
+    """The reward of a response whose thinking is malformed, or None if it is well formed (the authors'
+    order: a missing `</think>` is checked before a missing `<think>`)."""
+    if "</think>" not in response:
+        return scale.missing_think_end
+    if scale.missing_think_start is not None and "<think>" not in response:
+        return scale.missing_think_start
+    return None
 
 # Runs in a worker process's main thread, so math-verify's signal.alarm timeouts work there.
 _MATH_WORKER = r"""
@@ -232,50 +268,43 @@ def verify_math(gold, answer_text: str, timeout_s: float = 5.0) -> bool:
     return reply["equal"]
 
 
-def math_reward(response: str, answer, *, correct: float = 1.0, wrong: float = 0.0,
-                missing_think_end: float = 0.0, timeout_s: float = 5.0) -> float:
+def math_reward(response: str, answer, *, scale: RewardScale = DEFAULT_SCALE, timeout_s: float = 5.0) -> float:
     """Reward of one response to a math problem with gold `answer` (str or number)."""
-    region = extract_answer_region(response)
-    if region is None:
-        return missing_think_end
-    return correct if verify_math(answer, region, timeout_s) else wrong
-
+    failure = format_failure(response, scale)
+    if failure is not None:
+        return failure
+    return scale.correct if verify_math(answer, extract_answer_region(response), timeout_s) else scale.wrong
 
 # ----------------------------------------------------------------------------- code: comparing outputs
-
-_NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")  # no "nan", "inf" or "1_000"
-
 
 def _short(text: str, limit: int = 60) -> str:
     return repr(text if len(text) <= limit else text[:limit] + "...")
 
 
-def _same_tokens(got_line: str, expected_line: str) -> bool:
-    got, expected = got_line.split(), expected_line.split()
-    if len(got) != len(expected):
-        return False
-    for a, b in zip(got, expected):
-        if a == b:
-            continue
-        if not (_NUMBER.fullmatch(a) and _NUMBER.fullmatch(b)):
-            return False
-        try:
-            if decimal.Decimal(a) != decimal.Decimal(b):  # exact: 2.0 == 2, 0.30000000000000004 != 0.3
-                return False
-        except (decimal.DecimalException, ValueError, OverflowError):
-            return False
-    return True
+def _decimals(line: str) -> list | None:
+    """The line's tokens as exact decimals (linear in the line's length), or None if one is not a number."""
+    try:
+        return [decimal.Decimal(token) for token in line.split()]
+    except (decimal.DecimalException, ValueError):
+        return None
 
 
 def stdout_mismatch(got: str, expected: str) -> str | None:
-    """None if `got` matches `expected` (line by line after stripping, numbers as exact decimals),
-    else a short reason."""
+    """None if `got` matches `expected` by LiveCodeBench's rule (lines after stripping; a line is equal, or both
+    lines are all numbers and equal as exact decimals: 2.0 == 2, 0.30000000000000004 != 0.3), else a reason."""
     got_lines = [line.strip() for line in got.strip().split("\n")]
     expected_lines = [line.strip() for line in expected.strip().split("\n")]
     if len(got_lines) != len(expected_lines):
         return f"wrong answer: {len(got_lines)} lines, expected {len(expected_lines)}"
     for number, (g, e) in enumerate(zip(got_lines, expected_lines), 1):
-        if g != e and not _same_tokens(g, e):
+        if g == e:
+            continue
+        got_numbers, expected_numbers = _decimals(g), _decimals(e)
+        try:
+            same = got_numbers is not None and got_numbers == expected_numbers
+        except decimal.InvalidOperation:  # comparing a signalling NaN
+            same = False
+        if not same:
             return f"wrong answer on line {number}: got {_short(g)}, expected {_short(e)}"
     return None
 
@@ -295,9 +324,12 @@ def _same_json(a, b) -> bool:
 
 # ----------------------------------------------------------------------------- code: the sandbox
 
+_KEYCTL = {"x86_64": 250, "aarch64": 219, "riscv64": 219, "ppc64le": 271, "s390x": 280}  # keyctl's syscall number
+
 # Trusted prelude run by the candidate's interpreter before the candidate's code: read the program from
-# an inherited file descriptor, set the rlimits (soft and hard, so they cannot be raised again), then run
-# it as __main__ (stdin tests) or call `fn_name` with JSON arguments and write the JSON result (functional).
+# an inherited file descriptor, join a fresh session keyring, set the rlimits (soft and hard, so they cannot be
+# raised again), then run it as __main__ (stdin tests) or call `fn_name` with JSON arguments and write the JSON
+# result (functional).
 _HARNESS = r"""
 import json, os, resource, sys
 
@@ -316,10 +348,19 @@ def _prepare():
                 os.close(int(extra))
             except OSError:
                 pass
+    _new_session_keyring()
     for name, (soft, hard) in limits.items():
         resource.setrlimit(getattr(resource, name), (soft, hard))
     sys.argv = ["solution.py"]
     return b"".join(chunks).decode("utf-8", "replace"), fn_name
+
+def _new_session_keyring():
+    # The session keyring is inherited from the trainer, so keys added to it would reach every later test:
+    # keyctl(KEYCTL_JOIN_SESSION_KEYRING, NULL) gives this test an empty one of its own.
+    number = KEYCTL_NUMBERS.get(os.uname().machine)
+    if number:
+        import ctypes
+        ctypes.CDLL(None).syscall(ctypes.c_long(number), ctypes.c_long(1), ctypes.c_void_p(None))
 
 def _call(source, fn_name):
     result_file = os.fdopen(os.dup(1), "w")
@@ -338,10 +379,10 @@ _source, _fn_name = _prepare()
 if _fn_name:
     _call(_source, _fn_name)
 _code = compile(_source, "solution.py", "exec")
-del _prepare, _call, _source, _fn_name, json, os, resource
+del _prepare, _new_session_keyring, _call, _source, _fn_name, json, os, resource
 __file__ = "solution.py"
 exec(_code)
-""".replace("PRELUDE", repr(  # what LeetCode-style starter code assumes is already imported
+""".replace("KEYCTL_NUMBERS", repr(_KEYCTL)).replace("PRELUDE", repr(  # what LeetCode-style starter code assumes is imported
     "from typing import *\nfrom collections import *\nfrom heapq import *\nfrom bisect import *\n"
     "from itertools import *\nfrom functools import *\nfrom math import *\n"
     "import collections, heapq, bisect, itertools, functools, math, string, re, sys\n"))
@@ -352,50 +393,69 @@ _PROBE = ("import os, sys, json, math, collections, heapq, bisect, itertools, fu
           "    sys.exit('interpreter cannot find its own files (prefix %s)' % prefix)\n"
           "print(sum(map(int, input().split())))\n")
 
-# Top-level directories left visible inside the namespaces; all others (/root, /home, /work, /mnt, /opt,
-# /srv, /run ...) get an empty read-only tmpfs on top, so datasets and test files there cannot be read.
+# Top-level directories left visible inside the namespaces. Every other entry of / (directories such as /root,
+# /home, /work, /mnt, /opt and files such as /.dockerenv) is covered, so datasets and test files cannot be read.
 _SYSTEM_DIRS = {"bin", "dev", "etc", "lib", "lib32", "lib64", "libx32", "proc", "sbin", "sys", "tmp",
                 "usr", "var"}
 _WORLD_WRITABLE = ("/var/tmp", "/dev/shm", "/dev/mqueue")
+_MEMORY_POLL_S = 0.02  # without a cgroup, the test's resident memory is summed this often
+_PAGE = os.sysconf("SC_PAGESIZE")
 
-# Run as (namespace-)root in the new mount namespace, before privileges are dropped: one `mount -a` reads
-# an fstab (an inherited descriptor, see _fstab) that hides directories and makes the working directory a
-# fresh tmpfs on /tmp. sh stays the pid namespace's init: when the candidate exits, sh exits and the kernel
-# kills everything left in the namespace.
-_NS_SCRIPT = 'set -e; mount -a -T "$1"; shift; cd /tmp; set +e; "$@"'
+# Run as (namespace-)root in the new namespaces, before privileges are dropped: join the test's cgroup ($2, if
+# any) before anything else starts; one `mount -a` reads an fstab ($1, an inherited descriptor) that covers
+# entries of / and makes the working directory a fresh tmpfs on /tmp; cap the System V shared memory of the new
+# IPC namespace at $3 pages. sh stays the pid namespace's init: when the candidate exits, sh exits and the
+# kernel kills everything left in the namespace.
+_NS_SCRIPT = ('set -e; [ -z "$2" ] || echo $$ > "$2/cgroup.procs"; mount -a -T "$1"; '
+              '{ echo "$3" > /proc/sys/kernel/shmall; } 2>/dev/null || :; shift 3; cd /tmp; set +e; "$@"')
 
 
 @dataclass(frozen=True)
 class _Plan:
-    mode: str                # "namespaces", "namespaces (user namespace)" or "plain"
+    mode: str                # "namespaces", "namespaces (shared uid)", "namespaces (user namespace)" or "plain"
     python: str
     uid: int | None          # uid the candidate runs as after we drop root, None if we are not root
     launcher: tuple = ()     # unshare ... sh -c _NS_SCRIPT sandbox   (namespaces only)
-    watchdog: str = ""       # coreutils `timeout`, run as root inside the namespace (namespaces only)
-    drop: tuple = ()         # setpriv ...
-    hidden: tuple = ()       # covered by an empty read-only tmpfs (namespaces only)
+    watchdog: str = ""       # coreutils `timeout`, run as root inside the namespaces (namespaces only)
+    drop: tuple = ()         # setpriv ... [unshare --user ...]: become the candidate
+    cgroup: str = ""         # cgroup v2 directory that gets one child cgroup per test
+    no_cgroup: str = ""      # why there is none
 
-    def argv(self, cfg: SandboxConfig, program_fd: int, fstab_fd: int, fn_name: str) -> list[str]:
-        before_drop = [f"/proc/self/fd/{fstab_fd}"] if self.launcher else []
+    def argv(self, cfg: SandboxConfig, program_fd: int, fstab_fd: int, cgroup: str, fn_name: str) -> list[str]:
+        shm_pages = (cfg.memory_mb << 20) // _PAGE
+        before_drop = [f"/proc/self/fd/{fstab_fd}", cgroup, str(shm_pages)] if self.launcher else []
         if self.watchdog:  # kills the candidate even if the trainer died; --foreground: no new process group
             before_drop += [self.watchdog, "--foreground", "-s", "KILL", str(math.ceil(cfg.timeout_s) + 2)]
         return [*self.launcher, *before_drop, *self.drop, self.python, "-I", "-c", _HARNESS, str(program_fd),
-                json.dumps(_limits(cfg)), fn_name]
+                json.dumps(_limits(cfg, per_test_pids=bool(cgroup))), fn_name]
+
+    def covered(self) -> list[str]:
+        """Paths a candidate must not see, directories ending in / (listed afresh for every test): the entries of
+        / but the system directories, the interpreter's own and symlinks; the other world-writable directories."""
+        keep = os.path.realpath(self.python).split(os.sep)[1]  # e.g. opt for /opt/conda/bin/python
+        return [entry.path + "/" * entry.is_dir(follow_symlinks=False) for entry in os.scandir("/")
+                if entry.name not in _SYSTEM_DIRS and entry.name != keep and not entry.is_symlink()] + \
+               [path + "/" for path in _WORLD_WRITABLE if os.path.isdir(path)]
 
     def fstab(self, cfg: SandboxConfig) -> bytes:
         escape = lambda path: re.sub(r"[\s\\]", lambda m: "\\%03o" % ord(m.group()), path)  # noqa: E731 (fstab(5))
-        hide = "".join(f"sandbox-hide {escape(path)} tmpfs ro,size=4k,nosuid,nodev,noexec 0 0\n" for path in self.hidden)
+        lines = [f"sandbox-hide {escape(path[:-1])} tmpfs ro,size=4k,nosuid,nodev,noexec" if path.endswith("/")
+                 else f"/dev/null {escape(path)} none bind,ro,nosuid,nodev,noexec"  # nodev: cannot even be opened
+                 for path in self.covered()]
         uid = 0 if self.uid is None else self.uid
-        return (hide + f"sandbox-work /tmp tmpfs size={cfg.file_size_mb}m,mode=700,uid={uid},gid={uid},"
-                "nosuid,nodev 0 0\n").encode()
+        lines.append(f"sandbox-work /tmp tmpfs size={cfg.file_size_mb}m,mode=700,uid={uid},gid={uid},nosuid,nodev")
+        return "".join(line + " 0 0\n" for line in lines).encode()
 
 
-def _limits(cfg: SandboxConfig) -> dict:
+def _limits(cfg: SandboxConfig, per_test_pids: bool) -> dict:
     cpu = cfg.cpu_s or math.ceil(cfg.timeout_s) + 1
     one = lambda value: [value, value]  # noqa: E731
-    return {"RLIMIT_CPU": [cpu, cpu + 1],  # SIGXCPU at the soft limit, SIGKILL one second later
-            "RLIMIT_AS": one(cfg.memory_mb << 20), "RLIMIT_FSIZE": one(cfg.file_size_mb << 20),
-            "RLIMIT_NOFILE": one(cfg.open_files), "RLIMIT_NPROC": one(cfg.processes), "RLIMIT_CORE": one(0)}
+    limits = {"RLIMIT_CPU": [cpu, cpu + 1],  # SIGXCPU at the soft limit, SIGKILL one second later
+              "RLIMIT_AS": one(cfg.memory_mb << 20), "RLIMIT_FSIZE": one(cfg.file_size_mb << 20),
+              "RLIMIT_NOFILE": one(cfg.open_files), "RLIMIT_CORE": one(0)}
+    if not per_test_pids:  # counted per uid (per user namespace); a test's cgroup counts its own pids instead
+        limits["RLIMIT_NPROC"] = one(cfg.processes)
+    return limits
 
 
 def _which(name: str) -> str | None:
@@ -403,26 +463,95 @@ def _which(name: str) -> str | None:
                                                     "/usr/sbin", "/sbin"]))
 
 
-def _make_plan(namespaces: bool, python: str, uid: int, unshare: str | None, setpriv: str | None) -> _Plan:
+def _write(path: str, value) -> None:
+    with open(path, "w") as file:
+        file.write(str(value))
+
+
+def _cgroup_parent(setting: str) -> tuple[str, str]:
+    """(a cgroup v2 directory whose child cgroups can get memory and pids limits, "") or ("", why there is none).
+    "auto" takes this process's own cgroup if it already enables both controllers for its children (true of a
+    root cgroup, rarely of others: a cgroup holding processes cannot enable them); a directory given by name
+    gets them enabled (it must hold no processes)."""
+    if setting == "off":
+        return "", "cgroup='off'"
+    path = setting
+    try:
+        if setting == "auto":
+            with open("/proc/self/mountinfo") as file:
+                mounts = [line.split()[4] for line in file if " - cgroup2 " in line]
+            with open("/proc/self/cgroup") as file:
+                own = [line[3:].strip() for line in file if line.startswith("0::")]
+            if not mounts or not own:
+                return "", "no cgroup v2 hierarchy"
+            path = os.path.normpath(os.path.join(mounts[0], own[0].lstrip("/")))
+        with open(os.path.join(path, "cgroup.subtree_control")) as file:
+            missing = sorted({"memory", "pids"} - set(file.read().split()))
+        if missing and setting == "auto":
+            with open(os.path.join(path, "cgroup.controllers")) as file:
+                available = file.read().split()
+            return "", (f"{path} does not enable {' and '.join(missing)} for child cgroups "
+                        f"(available there: {' '.join(available) or 'none'})")
+        if missing:
+            _write(os.path.join(path, "cgroup.subtree_control"), " ".join("+" + name for name in missing))
+        os.rmdir(tempfile.mkdtemp(prefix="probe-", dir=path))  # may we create cgroups there?
+    except OSError as error:
+        if setting == "auto":
+            return "", f"{path}: {error}"
+        raise RuntimeError(f"SandboxConfig.cgroup={setting!r} cannot hold one cgroup per test: {error}") from None
+    return path, ""
+
+
+def _new_cgroup(parent: str, cfg: SandboxConfig) -> str:
+    """A fresh cgroup for one test: all its processes together get memory_mb (no swap) and `processes` pids, and
+    an out-of-memory kill takes the whole test."""
+    path = tempfile.mkdtemp(prefix="test-", dir=parent)
+    try:
+        _write(os.path.join(path, "memory.max"), cfg.memory_mb << 20)
+        _write(os.path.join(path, "pids.max"), cfg.processes)
+        for name, value in (("memory.swap.max", 0), ("memory.oom.group", 1)):  # absent without swap accounting
+            if os.path.exists(os.path.join(path, name)):
+                _write(os.path.join(path, name), value)
+    except OSError:
+        os.rmdir(path)
+        raise
+    return path
+
+
+def _remove_cgroup(path: str) -> bool:
+    """Kill what is left in a test's cgroup and remove it; -> whether its memory limit killed something."""
+    with open(os.path.join(path, "memory.events")) as file:
+        oom_kills = int(dict(line.split() for line in file).get("oom_kill", 0))
+    deadline = time.monotonic() + 5
+    while os.path.exists(path):
+        try:
+            os.rmdir(path)
+        except OSError:  # still populated
+            if time.monotonic() > deadline:
+                print(f"reward.py: WARNING: cgroup {path} still holds processes; left in place", file=sys.stderr)
+                break
+            if os.path.exists(os.path.join(path, "cgroup.kill")):  # Linux >= 5.14; before, the pid namespace's end
+                _write(os.path.join(path, "cgroup.kill"), 1)
+            time.sleep(0.002)
+    return oom_kills > 0
+
+
+def _make_plan(mode: str, python: str, uid: int, unshare: str | None, setpriv: str | None, cgroup: str,
+               no_cgroup: str) -> _Plan:
     root = os.geteuid() == 0
     drop = (setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--inh-caps=-all",
             "--bounding-set=-all", "--no-new-privs") if root else ()
-    if not namespaces:
-        return _Plan("plain", python, uid if root else None, drop=drop)
-    if root:
-        user_ns = ()
-    else:  # we are root only inside the user namespace; drop its capabilities for good
-        uid, user_ns = None, ("--user", "--map-root-user")
-        drop = (setpriv, "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs",
-                "--securebits=+noroot,+noroot_locked,+no_setuid_fixup,+no_setuid_fixup_locked") if setpriv else ()
-    keep = os.path.realpath(python).split(os.sep)[1]  # e.g. /opt of /opt/conda/bin/python
-    hidden = tuple(path for name in sorted(os.listdir("/")) if name not in _SYSTEM_DIRS and name != keep
-                   for path in ["/" + name] if os.path.isdir(path) and not os.path.islink(path))
-    hidden += tuple(path for path in _WORLD_WRITABLE if os.path.isdir(path))
-    launcher = (unshare, *user_ns, "--net", "--pid", "--fork", "--kill-child", "--mount-proc", "--mount",
-                "/bin/sh", "-c", _NS_SCRIPT, "sandbox")
-    return _Plan("namespaces" if root else "namespaces (user namespace)", python, uid, launcher,
-                 _which("timeout") or "", drop, hidden)
+    if mode == "plain":
+        return _Plan(mode, python, uid if root else None, drop=drop, no_cgroup="plain mode")
+    if mode == "namespaces":  # root: then, as uid, enter a user namespace of the test's own
+        drop += (unshare, "--user", f"--map-user={uid}", f"--map-group={uid}")
+    elif not root:  # "namespaces (user namespace)": we are root only inside it; drop its capabilities for good
+        uid, drop = None, (setpriv, "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs",
+                           "--securebits=+noroot,+noroot_locked,+no_setuid_fixup,+no_setuid_fixup_locked"
+                           ) if setpriv else ()
+    launcher = (unshare, *(() if root else ("--user", "--map-root-user")), "--ipc", "--net", "--pid", "--fork",
+                "--kill-child", "--mount-proc", "--mount", "/bin/sh", "-c", _NS_SCRIPT, "sandbox")
+    return _Plan(mode, python, uid, launcher, _which("timeout") or "", drop, cgroup, no_cgroup)
 
 
 _plans: dict = {}
@@ -430,51 +559,76 @@ _plan_lock = threading.Lock()
 
 
 def _sandbox_plan(cfg: SandboxConfig) -> _Plan:
-    """How candidates are run, chosen once per (namespaces, uid, python) by probing the real sandbox."""
+    """How candidates are run, chosen once per (namespaces, cgroup, uid, python) by probing the real sandbox:
+    the first mode that works of namespaces (as root: with a user namespace per test, then without), plain."""
     if cfg.namespaces not in ("auto", "on", "off"):
         raise ValueError(f"SandboxConfig.namespaces must be 'auto', 'on' or 'off', got {cfg.namespaces!r}")
-    key = (cfg.namespaces, cfg.uid, cfg.python)
+    if cfg.namespaces == "off" and cfg.cgroup not in ("auto", "off"):
+        raise ValueError("SandboxConfig.cgroup needs namespaces (a test joins its cgroup from the namespaces' init)")
+    key = (cfg.namespaces, cfg.cgroup, cfg.uid, cfg.python)
     with _plan_lock:
         if key in _plans:
             return _plans[key]
         unshare, setpriv = _which("unshare"), _which("setpriv")
-        if os.geteuid() == 0 and not setpriv:
+        root = os.geteuid() == 0
+        if root and not setpriv:
             raise RuntimeError("reward.py refuses to run untrusted code as root and cannot drop privileges: "
                                "`setpriv` (util-linux) was not found")
         pythons = [cfg.python] if cfg.python else [sys.executable, shutil.which(
             "python3", path="/usr/local/bin:/usr/bin:/bin"), "/usr/bin/python3"]
         pythons = list(dict.fromkeys(p for p in pythons if p and os.path.exists(p)))
-        modes = ([True] if cfg.namespaces != "off" and unshare else []) + ([False] if cfg.namespaces != "on" else [])
+        modes = ["namespaces", "namespaces (shared uid)"] if root else ["namespaces (user namespace)"]
+        modes = (modes if cfg.namespaces != "off" and unshare else []) + (["plain"] if cfg.namespaces != "on" else [])
+        cgroup, no_cgroup = _cgroup_parent(cfg.cgroup if cfg.namespaces != "off" else "off")
+        cgroups = [cgroup, ""] if cgroup and cfg.cgroup == "auto" else [cgroup]  # "auto": with, then without
         attempts = [] if unshare or cfg.namespaces == "off" else ["namespaces: `unshare` not found"]
-        for namespaces in modes:
-            for python in pythons:
-                plan = _make_plan(namespaces, python, cfg.uid, unshare, setpriv)
-                result = _execute(plan, SandboxConfig(timeout_s=30), _PROBE, {"input": "1 2\n", "output": "3"})
-                if result.passed:
-                    if not namespaces:
-                        print("reward.py: WARNING: code tests run WITHOUT namespaces (" + "; ".join(attempts)
-                              + "). Not enforced: " + "; ".join(_not_enforced(plan)), file=sys.stderr)
-                    _plans[key] = plan
-                    return plan
-                attempts.append(f"{plan.mode} with {python}: {result.reason}")
+        for mode in modes:
+            for cg in (cgroups if mode != "plain" else [""]):
+                for python in pythons:
+                    plan = _make_plan(mode, python, cfg.uid, unshare, setpriv, cg,
+                                      no_cgroup or f"the probe failed in a cgroup under {cgroup}")
+                    result = _execute(plan, SandboxConfig(timeout_s=30), _PROBE, {"input": "1 2\n", "output": "3"})
+                    if result.passed:
+                        if _not_enforced(plan):
+                            print(f"reward.py: WARNING: code tests run in mode {mode!r}" + (
+                                  f" ({'; '.join(attempts)})" if attempts else "") + ". Not enforced: "
+                                  + "; ".join(_not_enforced(plan)), file=sys.stderr)
+                        _plans[key] = plan
+                        return plan
+                    attempts.append(f"{mode}{' + cgroup' if cg else ''} with {python}: {result.reason}")
         raise RuntimeError("reward.py cannot build a sandbox for code tests:\n  " + "\n  ".join(attempts or
                            ["namespaces='on' but `unshare` was not found"]))
 
 
 def _not_enforced(plan: _Plan) -> list[str]:
-    if plan.mode == "namespaces":
-        return []
-    if plan.mode != "plain":  # user namespace: the candidate is the trainer's own user, mapped to root
-        return ["the candidate has the trainer's real uid: it can kill the watchdog (not the trainer, outside "
-                "its pid namespace), and RLIMIT_NPROC also counts the trainer's own processes"] + (
-                [] if plan.drop else ["no setpriv: the candidate keeps its namespace capabilities and could "
-                                      "unmount the hiding tmpfs"])
-    same_user = "the trainer itself" if plan.uid is None else f"other candidates running as uid {plan.uid}"
-    return ["network access", "pid isolation: kill(-1) reaches " + same_user,
-            "if the trainer dies mid-test, nothing kills a sleeping candidate",
-            "processes that setsid and double-fork outlive the test (CPU-limited, not time-limited)",
-            "files readable by the candidate's user (datasets, test files) stay readable",
-            "world-writable directories (/tmp, /var/tmp, /dev/shm) stay writable"]
+    gaps = []
+    if not plan.cgroup and plan.mode != "plain":
+        gaps.append(f"no cgroup per test ({plan.no_cgroup}): the test's memory is the resident memory of its "
+                    "processes, summed every 20 ms; memory outside their address spaces (unmapped memfd files, "
+                    "pipe and socket buffers) is not counted, and a test can overshoot by what it allocates "
+                    "within one poll")
+    if plan.mode == "namespaces (shared uid)":
+        gaps.append(f"no user namespace per test: kernel keyrings{'' if plan.cgroup else ' and RLIMIT_NPROC'} are "
+                    f"per uid, shared by all candidates running as uid {plan.uid} at once: they can pass notes "
+                    "through their user keyring" + ("" if plan.cgroup else ", and one can starve another of processes"))
+    if plan.mode == "namespaces (user namespace)":  # the candidate is the trainer's own user, mapped to root
+        gaps.append("the candidate has the trainer's real uid: it can kill the watchdog (not the trainer, outside "
+                    "its pid namespace), and RLIMIT_NPROC also counts the trainer's own processes")
+        if not plan.drop:
+            gaps.append("no setpriv: the candidate keeps its namespace capabilities and could unmount the covers")
+    if plan.mode == "plain":
+        same_user = "the trainer itself" if plan.uid is None else f"other candidates running as uid {plan.uid}"
+        gaps += ["network access", "pid isolation: kill(-1) reaches " + same_user,
+                 "if the trainer dies mid-test, nothing kills a sleeping candidate",
+                 "processes that setsid and double-fork outlive the test (CPU-limited, not time-limited) and "
+                 "escape its memory count",
+                 "files readable by the candidate's user (datasets, test files) stay readable",
+                 "world-writable directories (/tmp, /var/tmp, /dev/shm) stay writable",
+                 "System V IPC, POSIX message queues, keyrings and RLIMIT_NPROC are shared with " + same_user
+                 + ", and IPC objects outlive the test",
+                 "memory: per process (RLIMIT_AS), plus the resident memory of the test's process tree summed "
+                 "every 20 ms (memfd files, pipes and escaped processes not counted)"]
+    return gaps
 
 
 def _has_exited(proc: subprocess.Popen) -> bool:
@@ -485,10 +639,30 @@ def _has_exited(proc: subprocess.Popen) -> bool:
         return True
 
 
-def _communicate(proc: subprocess.Popen, data: bytes, timeout_s: float, cap: int):
-    """Feed stdin, read stdout/stderr up to `cap` bytes in all; -> (stdout, stderr, status), status in
-    "exited", "timeout", "overflow". Never waits past the deadline."""
+def _tree_memory(pid: int) -> int:
+    """Resident anonymous memory, in bytes, of process `pid` and all its descendants (from /proc; System V shared
+    memory is capped apart, by shmall)."""
+    total, pending = 0, [pid]
+    while pending:
+        pid = pending.pop()
+        try:
+            with open(f"/proc/{pid}/statm", "rb") as file:
+                resident, shared = file.read().split()[1:3]  # pages; shared = file-backed + shmem
+            total += (int(resident) - int(shared)) * _PAGE
+            for task in os.listdir(f"/proc/{pid}/task"):  # a child is listed under the thread that forked it
+                with open(f"/proc/{pid}/task/{task}/children", "rb") as file:
+                    pending += map(int, file.read().split())
+        except (OSError, ValueError):
+            continue  # it exited meanwhile
+    return total
+
+
+def _communicate(proc: subprocess.Popen, data: bytes, timeout_s: float, cap: int, memory_limit: int):
+    """Feed stdin, read stdout/stderr up to `cap` bytes in all, and (if memory_limit) check every 20 ms that the
+    process tree's memory stays under it; -> (stdout, stderr, status), status in "exited", "timeout",
+    "overflow", "memory". Never waits past the deadline."""
     deadline = time.monotonic() + timeout_s
+    next_memory_check = time.monotonic() + _MEMORY_POLL_S
     output = {proc.stdout.fileno(): bytearray(), proc.stderr.fileno(): bytearray()}
     stdin_fd, sent, total, exited = proc.stdin.fileno(), 0, 0, False
     status = "exited"
@@ -501,18 +675,24 @@ def _communicate(proc: subprocess.Popen, data: bytes, timeout_s: float, cap: int
         else:
             proc.stdin.close()
         while status == "exited":
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
+            now = time.monotonic()
+            if now >= deadline:
                 status = "timeout"
                 break
+            if memory_limit and now >= next_memory_check and not exited:
+                next_memory_check = now + _MEMORY_POLL_S
+                if _tree_memory(proc.pid) > memory_limit:
+                    status = "memory"
+                    break
+            wait_s = min(deadline - now, _MEMORY_POLL_S if memory_limit else 0.05)
             if not selector.get_map():  # all pipes closed: wait for the exit itself
                 if exited:
                     break
-                time.sleep(min(remaining, 0.002))
+                time.sleep(min(wait_s, 0.002))
                 exited = _has_exited(proc)
                 continue
             # after the exit, only drain what is already there (an escaped child may hold the pipes)
-            events = selector.select(0 if exited else min(remaining, 0.05))
+            events = selector.select(0 if exited else wait_s)
             if exited and not events:
                 break
             for key, _ in events:
@@ -554,18 +734,18 @@ def _crash_reason(returncode: int, via_shell: bool, stderr: bytes) -> str:
     return f"runtime error (exit status {returncode}): {last[-200:]}"
 
 
-def _execute(plan: _Plan, cfg: SandboxConfig, program: str, test: dict) -> TestResult:
-    """Run one test of one program in a fresh sandbox and judge it here, in the parent."""
-    fn_name = test.get("fn_name") or ""
+def _run(plan: _Plan, cfg: SandboxConfig, program: str, test: dict, cgroup: str):
+    """Run one test in a fresh sandbox; -> (returncode, stdout, stderr, status) as _communicate's, or
+    (None, b"", b"", "sandbox could not start: ...")."""
     workdir = None
     # Program and fstab are passed as open descriptors of unlinked files: no argv size limit, nothing on
     # disk to go stale, readable by the dropped user only through the descriptor.
     with tempfile.TemporaryFile() as source, tempfile.TemporaryFile() as fstab:
         source.write(program.encode("utf-8", "replace"))
         source.flush()
-        fstab.write(plan.fstab(cfg))
-        fstab.flush()
         if plan.launcher:
+            fstab.write(plan.fstab(cfg))
+            fstab.flush()
             env_home = "/tmp"  # the tmpfs made by _NS_SCRIPT
         else:
             workdir = env_home = tempfile.mkdtemp(prefix="reward-sandbox-")
@@ -573,15 +753,17 @@ def _execute(plan: _Plan, cfg: SandboxConfig, program: str, test: dict) -> TestR
                 os.chown(workdir, plan.uid, plan.uid)
         env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": env_home, "TMPDIR": env_home, "LANG": "C.UTF-8"}
         try:
-            proc = subprocess.Popen(plan.argv(cfg, source.fileno(), fstab.fileno(), fn_name), stdin=subprocess.PIPE,
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=workdir or "/", env=env,
-                                    start_new_session=True, pass_fds=(source.fileno(), fstab.fileno()))
+            proc = subprocess.Popen(plan.argv(cfg, source.fileno(), fstab.fileno(), cgroup, test.get("fn_name") or ""),
+                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    cwd=workdir or "/", env=env, start_new_session=True,
+                                    pass_fds=(source.fileno(), fstab.fileno()))
         except OSError as error:
             if workdir:
                 shutil.rmtree(workdir, ignore_errors=True)
-            return TestResult(False, f"sandbox could not start: {error}")
+            return None, b"", b"", f"sandbox could not start: {error}"
         try:
-            out, err, status = _communicate(proc, test["input"].encode("utf-8", "replace"), cfg.timeout_s, int(cfg.output_mb * 2**20))
+            out, err, status = _communicate(proc, test["input"].encode("utf-8", "replace"), cfg.timeout_s,
+                                            int(cfg.output_mb * 2**20), 0 if cgroup else cfg.memory_mb << 20)
         finally:
             try:
                 os.killpg(proc.pid, signal.SIGKILL)  # the whole session, on exit and on timeout
@@ -592,14 +774,28 @@ def _execute(plan: _Plan, cfg: SandboxConfig, program: str, test: dict) -> TestR
                 pipe.close()  # nothing buffered: stdin was written with os.write
             if workdir:
                 shutil.rmtree(workdir, ignore_errors=True)
+    return proc.returncode, out, err, status
+
+
+def _execute(plan: _Plan, cfg: SandboxConfig, program: str, test: dict) -> TestResult:
+    """Run one test of one program in a fresh sandbox (and cgroup) and judge it here, in the parent."""
+    cgroup = _new_cgroup(plan.cgroup, cfg) if plan.cgroup else ""
+    try:
+        returncode, out, err, status = _run(plan, cfg, program, test, cgroup)
+    finally:
+        memory_killed = _remove_cgroup(cgroup) if cgroup else False
+    if status == "memory" or memory_killed:
+        return TestResult(False, f"memory limit: the test's processes held more than {cfg.memory_mb} MB together")
     if status == "timeout":
         return TestResult(False, f"timeout after {cfg.timeout_s:g}s")
     if status == "overflow":
         return TestResult(False, f"output limit exceeded ({cfg.output_mb:g} MB)")
-    if proc.returncode != 0:
-        return TestResult(False, _crash_reason(proc.returncode, bool(plan.launcher), err))
+    if returncode is None:
+        return TestResult(False, status)
+    if returncode != 0:
+        return TestResult(False, _crash_reason(returncode, bool(plan.launcher), err))
     got = out.decode("utf-8", "replace")
-    if not fn_name:
+    if not test.get("fn_name"):
         mismatch = stdout_mismatch(got, test["output"])
         return TestResult(mismatch is None, mismatch or "passed")
     try:
@@ -660,25 +856,26 @@ def all_passed(results: list[TestResult]) -> bool:
     return bool(results) and all(result.passed for result in results)
 
 
-def code_reward_details(response: str, tests: list[dict], *, missing_think_end: float = 0.0,
-                        missing_code: float = 0.0, config: SandboxConfig | None = None
-                        ) -> tuple[float, list[TestResult]]:
-    """(soft reward, per-test results). Format failures give their reward and no results."""
+def code_reward_details(response: str, tests: list[dict], *, scale: RewardScale = DEFAULT_SCALE,
+                        config: SandboxConfig | None = None) -> tuple[float, list[TestResult]]:
+    """(reward, per-test results): wrong + (correct - wrong) * fraction passed. Format failures give their
+    reward and no results."""
     validate_tests(tests)  # broken data fails loudly even when the response has no code
-    if extract_answer_region(response) is None:
-        return missing_think_end, []
+    failure = format_failure(response, scale)
+    if failure is not None:
+        return failure, []
     program = extract_code(response)
     if program is None:
-        return missing_code, []
+        return scale.missing_code, []
     results = run_tests(program, tests, config)
-    return sum(result.passed for result in results) / len(results), results
+    passed = sum(result.passed for result in results) / len(results)
+    return scale.wrong + (scale.correct - scale.wrong) * passed, results
 
 
-def code_reward(response: str, tests: list[dict], *, missing_think_end: float = 0.0,
-                missing_code: float = 0.0, config: SandboxConfig | None = None) -> float:
-    """Fraction of tests passed by the last ```python block after `</think>` (the paper's soft reward)."""
-    return code_reward_details(response, tests, missing_think_end=missing_think_end,
-                               missing_code=missing_code, config=config)[0]
+def code_reward(response: str, tests: list[dict], *, scale: RewardScale = DEFAULT_SCALE,
+                config: SandboxConfig | None = None) -> float:
+    """The soft code reward of code_reward_details, alone (the paper's: fraction of tests passed)."""
+    return code_reward_details(response, tests, scale=scale, config=config)[0]
 
 
 def sandbox_info(config: SandboxConfig | None = None) -> dict:
@@ -686,19 +883,34 @@ def sandbox_info(config: SandboxConfig | None = None) -> dict:
     cfg = config or SandboxConfig()
     plan = _sandbox_plan(cfg)
     enforced = ["new session; the whole process group is SIGKILLed at exit and at the wall-clock timeout",
-                "rlimits: CPU time, address space, file size, open files, processes, no core files",
+                "rlimits per process: CPU time, address space, file size, open files, no core files",
                 "scrubbed environment (PATH, HOME, TMPDIR, LANG only)", "stdout+stderr size cap",
-                "fresh working directory, removed afterwards", "outputs compared in the parent process"]
+                "fresh working directory, removed afterwards",
+                "outputs compared in the parent process, in time linear in their size"]
+    if os.uname().machine in _KEYCTL:
+        enforced.append("a fresh, empty session keyring (not the trainer's)")
     if plan.uid is not None:
-        enforced.append(f"runs as uid {plan.uid} with no capabilities (setpriv), so RLIMIT_NPROC applies")
+        enforced.append(f"runs as uid {plan.uid} with no capabilities (setpriv)")
     if plan.launcher:
         enforced += ["no network (new, empty network namespace)",
-                     "pid namespace: escaped processes die with the test; kill(-1) reaches only its own processes",
-                     "mount namespace: working directory is a fresh tmpfs on /tmp; hidden by empty read-only "
-                     "tmpfs: " + " ".join(plan.hidden)]
+                     "pid namespace: no process outlives the test; kill(-1) reaches only its own processes",
+                     "IPC namespace: System V IPC and POSIX message queues are the test's own and die with it",
+                     "mount namespace: the working directory is a fresh tmpfs on /tmp; covered (empty): "
+                     + " ".join(plan.covered())]
+    if plan.mode in ("namespaces", "namespaces (user namespace)"):
+        enforced.append("a user namespace per test: its keyrings and its process count (RLIMIT_NPROC, per user "
+                        "namespace since Linux 5.14) are its own, not shared with other tests")
     if plan.watchdog:
-        enforced.append("a watchdog inside the namespace kills the candidate even if the trainer dies")
-    return {"mode": plan.mode, "python": plan.python, "uid": plan.uid if plan.uid is not None else os.geteuid(),
+        enforced.append("a watchdog inside the namespaces kills the candidate even if the trainer dies")
+    if plan.cgroup:
+        enforced.append(f"a cgroup v2 per test, under {plan.cgroup}: memory.max {cfg.memory_mb} MB for all its "
+                        f"processes together (also shared memory, tmpfs files, kernel memory; no swap), pids.max "
+                        f"{cfg.processes}; the cgroup is killed and removed at the end")
+    else:
+        enforced.append(f"memory of the whole test: the resident memory (anonymous + shared) of all its processes "
+                        f"is summed every 20 ms and the test killed above {cfg.memory_mb} MB")
+    return {"mode": plan.mode + (" + cgroup" if plan.cgroup else ""), "cgroup": plan.cgroup or None,
+            "python": plan.python, "uid": plan.uid if plan.uid is not None else os.geteuid(),
             "enforced": enforced, "not_enforced": _not_enforced(plan)}
 
 
@@ -706,18 +918,38 @@ def sandbox_info(config: SandboxConfig | None = None) -> dict:
 
 @dataclass
 class Config:
-    input: str = ""              # JSONL to score: {"response", "answer"} (math) or {"response", "tests"} (code)
-    timeout_s: float = 6.0       # per code test
-    workers: int = 0             # code tests at once; 0 -> number of CPUs
-    namespaces: str = "auto"     # see SandboxConfig
-    math_timeout_s: float = 5.0
+    input: str = ""              # JSONL file to score (line formats above); "" -> self-check of this machine
+    scale: str = "default"       # reward scale: default (0..1, format failure 0) or authors (+-1 with penalties)
+    timeout_s: float = 6.0       # wall clock per code test
+    workers: int = 0             # code tests run at once; 0 -> number of CPUs
+    namespaces: str = "auto"     # auto | on | off: isolate each code test in namespaces (see SandboxConfig)
+    cgroup: str = "auto"         # auto | off | a cgroup v2 directory for one cgroup per code test
+    math_timeout_s: float = 5.0  # math-verify's time per answer
+
+
+_INPUT_HELP = """--input is a JSONL file, one response per line, either
+  math: {"response": "<think>...</think> ... \\\\boxed{42}", "answer": "42"}          (answer: str or number)
+  code: {"response": "<think>...</think> ```python ...```", "tests": [{"input": "1 2\\n", "output": "3"}, ...]}
+        a functional test adds "fn_name": its input holds one JSON argument per line, its output is JSON.
+Each line's result is printed to stdout as {"line", "reward", "reasons"} (reasons: one per code test);
+progress goes to stderr."""
+
+
+def _option_help() -> dict[str, str]:
+    """Each Config field's comment in this file's source: the --help text."""
+    import inspect
+    fields = (re.match(r"\s+(\w+): [^#]*#\s*(.*)", line) for line in inspect.getsource(Config).splitlines())
+    return {match.group(1): match.group(2) for match in fields if match}
 
 
 def parse_args(argv: list[str]) -> Config:
     cfg = Config()
     if any(a in ("-h", "--help") for a in argv):
-        print(__doc__.strip().split("\n\n")[0] + "\n\noptions (--key=value):\n"
-              + "\n".join(f"  --{f.name}={getattr(cfg, f.name)!r}" for f in dataclasses.fields(cfg)))
+        descriptions = _option_help()
+        options = [f"  {f'--{f.name}={getattr(cfg, f.name)!r}':<26} {descriptions.get(f.name, '')}"
+                   for f in dataclasses.fields(cfg)]
+        print(__doc__.strip().split("\n\n")[0], _INPUT_HELP, "options (--key=value):", sep="\n\n")
+        print("\n".join(options))
         raise SystemExit(0)
     for arg in argv:
         key, eq, value = arg[2:].partition("=")
@@ -730,26 +962,32 @@ def parse_args(argv: list[str]) -> Config:
             setattr(cfg, key, type(getattr(cfg, key))(value))
         except ValueError:
             raise SystemExit(f"reward.py: --{key} expects {type(getattr(cfg, key)).__name__}, got {value!r}")
+    if cfg.scale not in ("default", "authors"):
+        raise SystemExit(f"reward.py: --scale must be default or authors, got {cfg.scale!r}")
     return cfg
 
 
-def _self_check(sandbox: SandboxConfig, math_timeout_s: float):
+def _self_check(sandbox: SandboxConfig, scale: RewardScale, math_timeout_s: float):
     print(json.dumps(sandbox_info(sandbox), indent=2))
     thinking = "<think>maybe \\boxed{5}</think>"
-    print("math, right after </think>:", math_reward(thinking + "So \\boxed{\\frac12}.", "0.5", timeout_s=math_timeout_s))
-    print("math, right only inside <think>:", math_reward("<think>\\boxed{3}</think> \\boxed{4}", "3"))
+    print("math, right after </think>:", math_reward(thinking + "So \\boxed{\\frac12}.", "0.5", scale=scale,
+                                                      timeout_s=math_timeout_s))
+    print("math, right only inside <think>:", math_reward("<think>\\boxed{3}</think> \\boxed{4}", "3", scale=scale))
+    print("math, thinking never closed:", math_reward("<think>\\boxed{3}", "3", scale=scale))
     tests = [{"input": "1 2\n", "output": "3"}, {"input": "5 7\n", "output": "12"}]
     for name, code in [("honest", "print(sum(map(int, input().split())))"),
                        ("half right", "a, b = map(int, input().split())\nprint(3 if a == 1 else 0)"),
                        ("sys.exit(0) cheat", "import sys; sys.exit(0)")]:
-        reward, results = code_reward_details(f"<think>...</think>\n```python\n{code}\n```", tests, config=sandbox)
+        reward, results = code_reward_details(f"<think>...</think>\n```python\n{code}\n```", tests, scale=scale,
+                                              config=sandbox)
         print(f"code, {name}: reward {reward}  {[result.reason for result in results]}")
 
 
 def main(cfg: Config):
-    sandbox = SandboxConfig(timeout_s=cfg.timeout_s, workers=cfg.workers, namespaces=cfg.namespaces)
+    sandbox = SandboxConfig(timeout_s=cfg.timeout_s, workers=cfg.workers, namespaces=cfg.namespaces, cgroup=cfg.cgroup)
+    scale = AUTHORS_SCALE if cfg.scale == "authors" else DEFAULT_SCALE
     if not cfg.input:
-        return _self_check(sandbox, cfg.math_timeout_s)
+        return _self_check(sandbox, scale, cfg.math_timeout_s)
     with open(cfg.input) as file:
         lines = [line for line in file]
     start, total = time.time(), 0.0
@@ -760,10 +998,10 @@ def main(cfg: Config):
             row = json.loads(line)
             response = row["response"]
             if "tests" in row:
-                reward, results = code_reward_details(response, row["tests"], config=sandbox)
+                reward, results = code_reward_details(response, row["tests"], scale=scale, config=sandbox)
                 reasons = [result.reason for result in results]
             else:
-                reward, reasons = math_reward(response, row["answer"], timeout_s=cfg.math_timeout_s), []
+                reward, reasons = math_reward(response, row["answer"], scale=scale, timeout_s=cfg.math_timeout_s), []
         except (ValueError, KeyError, TypeError) as error:
             raise SystemExit(f"{cfg.input}:{number}: {type(error).__name__}: {error}") from None
         total += reward
@@ -775,4 +1013,7 @@ def main(cfg: Config):
 
 
 if __name__ == "__main__":
-    main(parse_args(sys.argv[1:]))
+    try:
+        main(parse_args(sys.argv[1:]))
+    except (RuntimeError, ValueError) as error:  # an option or a machine the sandbox cannot work with
+        raise SystemExit(f"reward.py: {error}") from None

@@ -1,12 +1,18 @@
 """Tests for reward.py.
 
 Math: a table of tricky pairs judged by math-verify through our worker (from the main thread and from
-threads), format failures, and pathological input that must not hang. Code: output comparison, test
-validation, honest programs, and an adversarial suite: each program must get reward 0 (or exactly what an
-honest program earns), finish within its timeout, leave no process behind and write nothing outside its
-temporary directory. The adversarial suite runs in the best sandbox this machine allows (namespaces here);
-a smaller part runs in "plain" mode and as a non-root trainer.
+threads), format failures on both reward scales (by hand from the authors' reward_config.py), and pathological
+input that must not hang. Code: output comparison (LiveCodeBench's verdicts, in linear time), test validation,
+honest programs, and an adversarial suite: each program must get reward 0 (or exactly what an honest program
+earns), finish within its timeout, leave no process behind and write nothing outside its temporary directory.
+Candidates sharing the machine: two at once share no IPC object or keyring and cannot starve each other of
+processes; a test's memory limit holds for all its processes together. The adversarial suite runs in the best
+sandbox this machine allows (namespaces here); a smaller part runs in "plain" mode and as a non-root trainer.
+No-leftover checks look only at this process's descendants (it is a child subreaper while these tests run), so
+the suite passes beside anything else that runs sandboxes, including a second copy of itself.
 """
+import ctypes
+import decimal
 import json
 import os
 import socket
@@ -22,11 +28,14 @@ import reward
 from reward import SandboxConfig, code_reward, code_reward_details, math_reward, run_tests
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-FAST = SandboxConfig(timeout_s=1.5, workers=2, memory_mb=256)    # 256 MB: a memory bomb hits it quickly
-PLAIN = SandboxConfig(timeout_s=1.5, workers=2, memory_mb=256, namespaces="off")
+# For programs that finish: a generous timeout, so that they pass on a loaded machine (two copies of this suite
+# at once on 2 busy cores start an interpreter in over a second); tests that expect a timeout set a short one.
+FAST = SandboxConfig(timeout_s=5, workers=2, memory_mb=256)    # 256 MB: a memory bomb hits it quickly
+PLAIN = SandboxConfig(timeout_s=5, workers=2, memory_mb=256, namespaces="off")
 SLACK_S = 2.0            # allowed beyond the timeout: process start and teardown on a busy 2-core machine
 FILE_SECRET = "reward-test-file-secret-5b1f0c93"   # only readable by opening this file
 ADD = [{"input": "1 2\n", "output": "3"}, {"input": "20 22\n", "output": "42"}]
+PR_SET_CHILD_SUBREAPER = 36
 ADD_FN = [{"input": "1\n2", "output": "3", "fn_name": "add"}, {"input": "20\n22", "output": "42", "fn_name": "add"}]
 
 
@@ -43,27 +52,66 @@ def namespaced():
     return info
 
 
-def leftovers(*markers: str, harness: bool = True) -> list[str]:
-    """Command lines of live processes belonging to a sandbox (its argv carries the harness) or bearing a marker."""
-    needles = [b"def _prepare()"] * harness + [marker.encode() for marker in markers]
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
+@pytest.fixture(scope="module", autouse=True)
+def adopt_orphans():
+    """Make this process a child subreaper while these tests run, so that whatever our sandboxes leave behind is
+    re-parented to us: the no-leftover checks then read only this process's own descendants, never the machine's
+    other processes (other test runs, other trainers with sandboxes of their own)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    assert libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0, os.strerror(ctypes.get_errno())
+    yield
+    libc.prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+    reap_adopted_zombies()
+
+
+def descendants() -> list[tuple[int, str, str, bytes]]:
+    """(pid, name, state, cmdline) of every descendant of this process (state "Z": a zombie)."""
+    found, pending = [], [os.getpid()]
+    while pending:
+        parent = pending.pop()
         try:
-            with open(f"/proc/{pid}/cmdline", "rb") as file:
-                cmdline = file.read()
-            with open(f"/proc/{pid}/stat", "rb") as file:
-                zombie = file.read().rsplit(b")", 1)[1].split()[0] == b"Z"
+            children = []
+            for task in os.listdir(f"/proc/{parent}/task"):
+                with open(f"/proc/{parent}/task/{task}/children", "rb") as file:
+                    children += map(int, file.read().split())
         except OSError:
-            continue
-        if not zombie and any(needle in cmdline for needle in needles):
-            found.append(cmdline[:80].decode(errors="replace"))
+            continue  # it exited meanwhile
+        for pid in children:
+            try:
+                with open(f"/proc/{pid}/stat", "rb") as stat, open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+                    name, rest = stat.read().split(b"(", 1)[1].rsplit(b")", 1)
+                    found.append((pid, name.decode(errors="replace"), rest.split()[0].decode(), cmdline.read()))
+            except OSError:
+                continue
+            pending.append(pid)
     return found
+
+
+def reap_adopted_zombies():
+    """Reap namespace inits (sh) and launchers (unshare) re-parented to us after their parent died; nothing in
+    these tests starts either directly, so no Popen object waits for them."""
+    for pid, name, state, _ in descendants():
+        if state == "Z" and name in ("sh", "unshare"):
+            try:
+                os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                pass
+
+
+def leftovers(*markers: str, harness: bool = True) -> list[str]:
+    """Command lines of our live descendants that run the sandbox harness or bear a marker."""
+    if not os.path.exists(f"/proc/{os.getpid()}/task/{os.getpid()}/children"):
+        pytest.skip("this kernel has no /proc/PID/task/TID/children (CONFIG_PROC_CHILDREN) to find our descendants")
+    needles = [b"def _prepare()"] * harness + [marker.encode() for marker in markers]
+    return [cmdline[:80].decode(errors="replace") for _, _, state, cmdline in descendants()
+            if state != "Z" and any(needle in cmdline for needle in needles)]
 
 
 def assert_no_leftovers(*markers: str, within_s: float = 1.0):
     deadline = time.monotonic() + within_s
     while (found := leftovers(*markers)) and time.monotonic() < deadline:
         time.sleep(0.05)
+    reap_adopted_zombies()
     assert not found, f"processes left behind: {found}"
 
 
@@ -101,11 +149,22 @@ def test_math_judges_only_after_last_think_end():
     assert math_reward("<think>so \\boxed{3}</think> I am not sure.", 3) == 0.0  # gold may be a number
 
 
-def test_math_format_failure_and_custom_scale():
-    assert math_reward("<think>\\boxed{3} and never closed", "3") == 0.0
-    assert math_reward("<think>\\boxed{3} and never closed", "3", missing_think_end=-0.5) == -0.5
-    assert math_reward(boxed("3"), "3", correct=1.0, wrong=-1.0) == 1.0
-    assert math_reward(boxed("2"), "3", correct=1.0, wrong=-1.0) == -1.0
+# (response, gold, reward on DEFAULT_SCALE, reward on AUTHORS_SCALE), by hand from the authors' reward_config.py
+# (correct 1, incorrect -1, wo_eos_think -0.5, wo_bos_think -2.0; `</think>` checked before `<think>`)
+MATH_SCALES = [
+    ("<think>x</think> \\boxed{3}", "3", 1.0, 1.0),
+    ("<think>x</think> \\boxed{2}", "3", 0.0, -1.0),
+    ("<think>\\boxed{3} and never closed", "3", 0.0, -0.5),     # no </think>
+    ("\\boxed{3} and never opened </think> \\boxed{3}", "3", 1.0, -2.0),  # no <think>: only the authors check
+    ("no thinking at all, \\boxed{3}", "3", 0.0, -0.5),          # both missing: </think> is checked first
+]
+
+
+@pytest.mark.parametrize("response,gold,default,authors", MATH_SCALES)
+def test_math_reward_scales(response, gold, default, authors):
+    assert math_reward(response, gold) == default
+    assert math_reward(response, gold, scale=reward.DEFAULT_SCALE) == default
+    assert math_reward(response, gold, scale=reward.AUTHORS_SCALE) == authors
 
 
 def test_math_works_from_threads_where_math_verify_alone_fails():
@@ -141,14 +200,70 @@ def test_math_bad_gold_raises():
 
 # ----------------------------------------------------------------------------- comparison, extraction, validation
 
-@pytest.mark.parametrize("got,expected,match", [
+STDOUT_PAIRS = [  # (got, expected, match)
     ("3\n", "3", True), ("1 2 3   \n", "1 2 3", True), ("1\r\n2\r\n", "1\n2\n", True), ("2.0", "2", True),
     ("0.50", "0.5", True), ("1e3", "1000", True), ("1  2", "1 2", True), ("\n\n3\n\n", "3", True),
-    ("0.30000000000000004", "0.3", False), ("1_0", "10", False), ("nan", "nan", True), ("nan", "NaN", False),
+    ("0.30000000000000004", "0.3", False), ("nan", "nan", True), ("nan", "NaN", False), ("nan 1", "nan  1", False),
     ("sNaN", "sNaN", True), ("sNaN", "1", False), ("YES", "yes", False), ("1\n2", "1", False), ("1", "1\n2", False),
-    ("1 2", "1 2 3", False), ("", "0", False), ("", "", True), ("3 4", "3 5", False)])
+    ("1 2", "1 2 3", False), ("", "0", False), ("", "", True), ("3 4", "3 5", False), ("-0", "0", True),
+    # LiveCodeBench compares a line as numbers only if every token of both lines is one
+    ("YES 3.0", "YES 3", False), ("Case 1: 2", "Case 1: 2", True),
+    # what Python's Decimal and str.split accept, as LiveCodeBench does: Unicode digits, `_` grouping, inf,
+    # Unicode whitespace (NBSP, ideographic space) between tokens and around lines
+    ("\u0663", "3", True), ("\uff13", "3", True), ("\u0663\u0664", "34", True), ("1_0", "10", True),
+    ("inf", "Infinity", True), ("1\u00a02", "1 2", True), ("1\u30002", "1 2", True), ("\u00a03\u3000", "3", True),
+    ("\u0663", "\u0664", False), ("1\u00a02", "12", False)]
+
+
+def livecodebench_accepts(got: str, expected: str) -> bool:
+    """LiveCodeBench's verdict on one stdin test, transcribed from grade_stdio and its helpers in
+    lcb_runner/evaluation/testing_util.py (an error while comparing counts as a failure)."""
+    def stripped_lines(text):
+        return [line.strip() for line in text.strip().split("\n")]
+
+    def decimals(line):
+        try:
+            return True, [decimal.Decimal(token) for token in line.split()]
+        except Exception:
+            return False, []
+
+    got_lines, expected_lines = stripped_lines(got), stripped_lines(expected)
+    if len(got_lines) != len(expected_lines):
+        return False
+    for got_line, expected_line in zip(got_lines, expected_lines):
+        if got_line == expected_line:
+            continue
+        (ok_got, got_numbers), (ok_expected, expected_numbers) = decimals(got_line), decimals(expected_line)
+        try:
+            if not (ok_got and ok_expected and got_numbers == expected_numbers):
+                return False
+        except decimal.InvalidOperation:
+            return False
+    return True
+
+
+@pytest.mark.parametrize("got,expected,match", STDOUT_PAIRS)
 def test_stdout_comparison(got, expected, match):
     assert (reward.stdout_mismatch(got, expected) is None) == match
+    assert livecodebench_accepts(got, expected) == match  # the table is LiveCodeBench's verdict, pair by pair
+
+
+def test_comparison_is_linear_in_the_output_size():
+    """A 1 MB token (or line, or code block) must be judged in well under a second: this runs in the trainer.
+    Today's linear code takes ~0.1 s here; a backtracking number regex took 66 s on a 40 KB token (hours on
+    1 MB), so the 30 s bound only catches super-linear work, never a slow machine."""
+    code = ("import reward\n"
+            "mega = '1' * (1 << 20)\n"
+            "assert reward.stdout_mismatch(mega + 'x', '1') is not None\n"
+            "assert reward.stdout_mismatch(mega, mega + '1') is not None\n"
+            "assert reward.stdout_mismatch(mega + '.5', mega + '.50') is None\n"
+            "assert reward.stdout_mismatch('1.' * (1 << 19), '1') is not None\n"
+            "assert reward.stdout_mismatch('1 ' * (1 << 19), '1 ' * (1 << 19)) is None\n"
+            "assert reward.extract_code('</think>' + '```python' + ' ' * (1 << 20)) is None\n"
+            "reward.extract_code('</think>' + '```python\\n' * (1 << 16))\n")
+    start = time.monotonic()
+    subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True, timeout=30)
+    assert time.monotonic() - start < 30
 
 
 @pytest.mark.parametrize("a,b,same", [
@@ -167,9 +282,14 @@ def test_extract_code_takes_last_block_after_think():
 
 
 def test_code_format_failures_get_their_rewards():
-    assert code_reward("<think>never closed ```python\nprint(3)\n```", ADD, missing_think_end=-0.5) == -0.5
-    assert code_reward("<think>x</think> I cannot solve it.", ADD, missing_code=-0.25) == -0.25
-    assert code_reward_details("<think>x</think> nothing", ADD) == (0.0, [])
+    authors = reward.AUTHORS_SCALE
+    assert code_reward_details("<think>never closed ```python\nprint(3)\n```", ADD) == (0.0, [])
+    assert code_reward("<think>never closed ```python\nprint(3)\n```", ADD, scale=authors) == -0.5
+    assert code_reward("no think at all</think>```python\nprint(3)\n```", ADD, scale=authors) == -2.0
+    assert code_reward_details("<think>x</think> I cannot solve it.", ADD) == (0.0, [])
+    assert code_reward("<think>x</think> I cannot solve it.", ADD, scale=authors) == -1.0  # format_error_score
+    custom = reward.RewardScale(missing_code=-0.25)
+    assert code_reward("<think>x</think> nothing", ADD, scale=custom) == -0.25
 
 
 @pytest.mark.parametrize("tests,message", [
@@ -209,6 +329,11 @@ def test_soft_reward_is_fraction_passed(namespaced):
     assert value == 0.5 and [r.passed for r in results] == [True, False, True, False]  # paper: 2 of 4 -> 0.5
     assert "wrong answer on line 1: got '0', expected '42'" == results[1].reason
     assert not reward.all_passed(results)
+    # the authors' scale: the mean of +1 per passed and -1 per failed test, i.e. 2p - 1 (by hand: (1 - 1 - 1 - 1) / 4)
+    assert code_reward(respond(program), tests, scale=reward.AUTHORS_SCALE, config=FAST) == 0.0
+    one_of_four = ADD + [{"input": "10 1", "output": "11"}, {"input": "12 3", "output": "15"}]
+    assert code_reward(respond(program), one_of_four, scale=reward.AUTHORS_SCALE, config=FAST) == -0.5
+    assert code_reward(respond(program), one_of_four, config=FAST) == 0.25
 
 
 @pytest.mark.parametrize("program", [
@@ -299,7 +424,7 @@ def test_adversarial_reasons_say_what_happened(namespaced):
     program, tests, _ = ADVERSARIAL["memory bomb"]
     assert "MemoryError" in run_tests(program, tests, FAST)[0].reason
     program, tests, _ = ADVERSARIAL["sleep"]
-    assert run_tests(program, tests, FAST)[0].reason == "timeout after 1.5s"
+    assert run_tests(program, tests, SandboxConfig(timeout_s=1.5))[0].reason == "timeout after 1.5s"
     program, tests, _ = ADVERSARIAL["1 GB of output"]
     assert "output limit" in run_tests(program, tests, SandboxConfig(timeout_s=1.5, output_mb=1))[0].reason
     program, tests, _ = ADVERSARIAL["__eq__ always True"]
@@ -315,11 +440,121 @@ def test_kill_minus_one_and_killpg_hurt_nobody_else(namespaced):
              {"input": "wait", "output": "alive"}, {"input": "wait", "output": "alive"}]
     with ThreadPoolExecutor(1) as pool:  # another program's tests, running at the same time
         other = pool.submit(run_tests, "import time\ntime.sleep(1.0)\nprint('alive')", tests[2:], FAST)
-        results = run_tests(program, tests, SandboxConfig(timeout_s=3, workers=4))
+        results = run_tests(program, tests, SandboxConfig(timeout_s=6, workers=4))
         assert [r.passed for r in other.result()] == [True, True]
     # kill(-1) reached nothing but itself is spared: it earns what an honest program earns; killpg killed itself
     assert [r.passed for r in results] == [True, False, True, True], results
     assert_no_leftovers()
+
+
+def run_side_by_side(first: tuple, second: tuple, config: SandboxConfig):
+    """Run two programs' tests at the same time, as the RL loop scores many responses at once; -> their results."""
+    with ThreadPoolExecutor(1) as pool:
+        future = pool.submit(run_tests, *first, config)
+        return future.result(), run_tests(*second, config)
+
+
+def test_ipc_objects_and_keyrings_belong_to_one_test(namespaced):
+    """One candidate leaves a note in System V shared memory, a POSIX message queue and its user keyring; another,
+    running at the same time and again afterwards, must find none of them, nor may they outlive the test."""
+    tag = uuid.uuid4().hex[:12]
+    shm_key, queue, key_name = int(tag[:7], 16), f"/reward-note-{tag}".encode(), f"reward-note-{tag}".encode()
+    keyctl = {"add_key": 248, "keyctl": 250} if os.uname().machine == "x86_64" else None  # system call numbers
+    prelude = ("import ctypes, os, time\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+               "libc.shmat.restype = ctypes.c_void_p\n"
+               f"SHM_KEY, QUEUE, KEY_NAME, KEYCTL = {shm_key}, {queue!r}, {key_name!r}, {keyctl!r}\n")
+    leave = prelude + (
+        "segment = libc.shmget(SHM_KEY, 4096, 0o1666)\n"  # IPC_CREAT | 0666
+        "ctypes.memmove(libc.shmat(segment, None, 0), b'note', 4)\n"
+        "queue = libc.mq_open(QUEUE, os.O_CREAT | os.O_RDWR, 0o666, None)\n"
+        "libc.mq_send(queue, b'note', 4, 0)\n"
+        "if KEYCTL:\n    libc.syscall(KEYCTL['add_key'], b'user', KEY_NAME, b'note', 4, -4)  # -4: the user keyring\n"
+        "print('left', segment >= 0, queue >= 0)\ntime.sleep(1.5)")
+    look = prelude + (
+        "time.sleep(0.7)\n"
+        "found = [libc.shmget(SHM_KEY, 0, 0) >= 0, libc.mq_open(QUEUE, os.O_RDONLY) >= 0,\n"
+        "         bool(KEYCTL) and libc.syscall(KEYCTL['keyctl'], 10, -4, b'user', KEY_NAME, 0) >= 0]\n"  # SEARCH
+        "print(*['found' if hit else '-' for hit in found])")
+    alone, config = [{"input": "", "output": "- - -"}], SandboxConfig(timeout_s=4, memory_mb=256)
+    libc = ctypes.CDLL(None, use_errno=True)
+    try:
+        left, during = run_side_by_side((leave, [{"input": "", "output": "left True True"}]), (look, alone), config)
+        after = run_tests(look, alone, config)
+        assert left[0].passed, left  # the note was written...
+        assert during[0].passed and after[0].passed, (during, after)  # ...and nobody else could read it
+        assert libc.shmget(shm_key, 0, 0) < 0 and libc.mq_open(queue, os.O_RDONLY) < 0, "outlived the test"
+    finally:  # what a sandbox without an IPC namespace left on the machine
+        segment = libc.shmget(shm_key, 0, 0)
+        if segment >= 0:
+            libc.shmctl(segment, 0, None)  # IPC_RMID
+        libc.mq_unlink(queue)
+    assert_no_leftovers()
+
+
+def test_session_keyring_is_fresh_for_each_test(namespaced):
+    """A trainer with a session keyring of its own (as under pam_keyinit or runc) hands it down to every test:
+    a key one candidate adds there must not reach the next one."""
+    if os.uname().machine != "x86_64":
+        pytest.skip("the keyctl system call numbers below are x86_64's")
+    name = f"reward-session-note-{uuid.uuid4().hex[:8]}".encode()
+    add = f"import ctypes\nprint(ctypes.CDLL(None).syscall(248, b'user', {name!r}, b'note', 4, -3) > 0)"  # -3: session
+    find = f"import ctypes\nprint(ctypes.CDLL(None).syscall(249, b'user', {name!r}, None, 0) > 0)"
+    trainer = (f"import ctypes, sys\nsys.path.insert(0, {REPO!r})\nimport reward\n"
+               "assert ctypes.CDLL(None).syscall(250, 1, b'reward-test-trainer') > 0  # KEYCTL_JOIN_SESSION_KEYRING\n"
+               "config = reward.SandboxConfig(timeout_s=5)\n"
+               f"print(reward.run_tests({add!r}, [{{'input': '', 'output': 'True'}}], config)[0].passed,\n"
+               f"      reward.run_tests({find!r}, [{{'input': '', 'output': 'False'}}], config)[0].passed)")
+    proc = subprocess.run([sys.executable, "-c", trainer], capture_output=True, text=True, timeout=60)
+    assert proc.stdout.split() == ["True", "True"], proc.stdout + proc.stderr  # added there; not found next time
+    assert_no_leftovers()
+
+
+def test_memory_limit_holds_for_the_test_as_a_whole(namespaced):
+    """Three children of 150 MB each stay under the 256 MB per-process limit, but not the test's 256 MB."""
+    program = ("import os, time\nchildren = []\nfor _ in range(3):\n    pid = os.fork()\n    if pid == 0:\n"
+               "        block = b'x' * (150 << 20)  # written, so resident\n"
+               "        time.sleep(1.5)\n        os._exit(0)\n"
+               "    children.append(pid)\nfor pid in children:\n    os.waitpid(pid, 0)\nprint('done')")
+    config = SandboxConfig(timeout_s=4, memory_mb=256)
+    start = time.monotonic()
+    value, results = code_reward_details(respond(program), [{"input": "", "output": "done"}], config=config)
+    assert value == 0.0 and "memory limit" in results[0].reason, results
+    assert time.monotonic() - start < config.timeout_s + SLACK_S
+    assert_no_leftovers()
+
+
+def test_one_test_cannot_starve_another_of_processes(namespaced):
+    """One candidate holds every process it may have; an honest threaded program started meanwhile must still
+    start its threads (RLIMIT_NPROC counts per uid, and every test runs as the same one)."""
+    config = SandboxConfig(timeout_s=8, workers=1, processes=24)
+    hog = ("import os, time\nheld = 0\nwhile True:\n    try:\n        pid = os.fork()\n    except OSError:\n"
+           "        break\n    if pid == 0:\n        time.sleep(5)\n        os._exit(0)\n    held += 1\n"
+           "print('held', held)\ntime.sleep(5)")
+    threaded = ("import threading, time\n"
+                "threads = [threading.Thread(target=time.sleep, args=(0.2,)) for _ in range(8)]\n"
+                "for thread in threads:\n    thread.start()\nfor thread in threads:\n    thread.join()\nprint('ok')")
+    with ThreadPoolExecutor(1) as pool:
+        hogged = pool.submit(run_tests, hog, [{"input": "", "output": "held 23"}], config)
+        deadline = time.monotonic() + 10
+        while len(leftovers()) < 20 and time.monotonic() < deadline:  # until the hog holds its processes
+            time.sleep(0.05)
+        assert len(leftovers()) >= 20, "the hog never held its processes"
+        honest = run_tests(threaded, [{"input": "", "output": "ok"}], config)
+        assert hogged.result()[0].reason.startswith(("passed", "wrong answer")), hogged.result()
+    assert honest[0].passed, honest  # alone it passes; beside the hog it must too
+    assert_no_leftovers()
+
+
+def test_top_level_files_are_hidden(namespaced):
+    path, secret = f"/reward-test-secret-{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
+    with open(path, "w") as file:
+        file.write(secret)
+    os.chmod(path, 0o644)  # readable by anyone who can see it
+    try:
+        program = f"try:\n    print(open({path!r}).read())\nexcept OSError as error:\n    print('hidden', error)"
+        assert code_reward(respond(program), [{"input": "", "output": secret}], config=FAST) == 0.0
+    finally:
+        os.remove(path)
 
 
 def test_no_network(namespaced):
@@ -389,9 +624,35 @@ def test_plain_mode_runs_honest_code_and_reports_its_limits():
 
 
 def test_sandbox_report(namespaced):
-    assert namespaced["not_enforced"] == [] and "no network" in " ".join(namespaced["enforced"])
+    enforced = " ".join(namespaced["enforced"])
+    assert "no network" in enforced and "IPC namespace" in enforced and "session keyring" in enforced
+    if namespaced["cgroup"]:  # the best this sandbox has: nothing left to say
+        assert namespaced["mode"].endswith("+ cgroup") and "memory.max" in enforced
+    else:  # the only gap of the namespaces mode here: no cgroup, so memory is polled
+        assert "summed every 20 ms" in enforced and "no cgroup" in namespaced["not_enforced"][0]
     if os.geteuid() == 0:
         assert namespaced["uid"] == FAST.uid != 0
+        assert namespaced["mode"].startswith("namespaces") and "a user namespace per test" in enforced
+        if namespaced["mode"] == "namespaces":
+            assert len(namespaced["not_enforced"]) == (0 if namespaced["cgroup"] else 1)
+
+
+def test_help_says_what_input_holds_and_what_each_option_does():
+    proc = subprocess.run([sys.executable, os.path.join(REPO, "reward.py"), "--help"], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert all(word in proc.stdout for word in ('"response"', '"answer"', '"tests"', '"fn_name"'))
+    for option in ("input", "scale", "timeout_s", "workers", "namespaces", "cgroup", "math_timeout_s"):
+        line = next(line for line in proc.stdout.splitlines() if line.strip().startswith(f"--{option}="))
+        assert len(line.split(maxsplit=1)) == 2, f"--{option} has no description: {line!r}"
+
+
+def test_cli_option_errors_are_one_line():
+    for option, message in [("--scale=paper", "--scale must be"), ("--namespaces=maybe", "namespaces must be"),
+                            ("--cgroup=/nonexistent-cgroup", "cannot hold one cgroup per test")]:
+        proc = subprocess.run([sys.executable, os.path.join(REPO, "reward.py"), option], capture_output=True, text=True,
+                              timeout=60)
+        assert proc.returncode != 0 and message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
 
 
 def test_interpreter_the_sandbox_user_cannot_run_is_refused():
