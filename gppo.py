@@ -96,7 +96,9 @@ class GPPOConfig:
     filter_zero_adv: bool = True       # drop groups whose rewards are all equal (all right / all wrong)
     mask_truncated: bool = False       # leave responses cut at max_response_len out of the loss (overlong filter)
     # rewards
-    code_reward: str = "soft"          # soft (fraction of tests passed) | binary (1 iff all pass)
+    reward_scale: str = "default"      # default: 1 right, 0 wrong or unformatted | authors: +1 / -1, no </think> -0.5,
+    #   no <think> -2, no code block -1, code 2p-1 (the authors' code; see reward.py for how the two differ)
+    code_reward: str = "soft"          # soft (fraction of tests passed) | binary (all pass or not)
     min_tests: int = 16                # code prompts with fewer tests are dropped (paper: 16)
     pass_rate_field: str = ""          # a stronger model's pass rate in the code data (see data.load_code_jsonl)
     min_pass_rate: float = 0.5         # ... keep a code prompt only if that rate is >= this (paper: 0.5 of 16)
@@ -121,6 +123,7 @@ class GPPOConfig:
         checks = [(self.loss_mode in MODES, f"loss_mode must be one of {MODES}"),
                   (self.old_logprobs in ("recompute", "engine"), "old_logprobs must be recompute or engine"),
                   (self.code_reward in ("soft", "binary"), "code_reward must be soft or binary"),
+                  (self.reward_scale in ("default", "authors"), "reward_scale must be default or authors"),
                   (self.prompts_per_step % self.mini_batch_prompts == 0, "prompts_per_step must be a multiple of mini_batch_prompts"),
                   (self.oversample >= 1 and self.max_gen_rounds >= 1, "oversample and max_gen_rounds must be >= 1"),
                   (self.group_size >= 2, "group_size must be >= 2 (GRPO advantages compare the samples of a prompt)")]
@@ -154,13 +157,16 @@ def load_tasks(cfg, tokenizer):
 
 
 def score(task, text, cfg):
-    """(reward in [0, 1], fully correct?) of one response. Never raises for a bad response."""
+    """(reward, fully correct?) of one response, on the scale of --reward_scale. Never raises for a bad response."""
+    scale = reward.AUTHORS_SCALE if cfg.reward_scale == "authors" else reward.DEFAULT_SCALE
     if task["kind"] == "math":   # some data sets list several acceptable answers: any of them is right
-        r = max(reward.math_reward(text, answer) for answer in task.get("answers", [task["answer"]]))
-        return r, r == 1.0
-    r, results = reward.code_reward_details(text, task["tests"])
-    passed = bool(results) and reward.all_passed(results)
-    return (float(passed) if cfg.code_reward == "binary" else r), passed
+        r = max(reward.math_reward(text, answer, scale=scale) for answer in task.get("answers", [task["answer"]]))
+        return r, r == scale.correct
+    r, results = reward.code_reward_details(text, task["tests"], scale=scale)
+    passed = reward.all_passed(results)
+    if cfg.code_reward == "binary" and results:   # format failures keep their penalty
+        r = scale.correct if passed else scale.wrong
+    return r, passed
 
 
 def group_advantages(rewards):

@@ -222,3 +222,25 @@ def test_any_listed_answer_is_right():
     task = dict(kind="math", answer="2", answers=["2", "-2"])
     assert gppo.score(task, "<think>x</think> \\boxed{-2}", gppo.GPPOConfig()) == (1.0, True)
     assert gppo.score(task, "<think>x</think> \\boxed{3}", gppo.GPPOConfig()) == (0.0, False)
+
+
+@pytest.mark.parametrize("scale,text,expected", [
+    ("default", "<think>x</think> \\boxed{4}", (1.0, True)), ("default", "<think>x</think> \\boxed{5}", (0.0, False)),
+    ("default", "<think>x \\boxed{4}", (0.0, False)), ("default", "x</think> \\boxed{4}", (1.0, True)),
+    ("authors", "<think>x</think> \\boxed{4}", (1.0, True)), ("authors", "<think>x</think> \\boxed{5}", (-1.0, False)),
+    ("authors", "<think>x \\boxed{4}", (-0.5, False)),      # no </think>: -0.5, above a wrong answer
+    ("authors", "x</think> \\boxed{4}", (-2.0, False)),      # no <think>: -2
+    ("authors", "x \\boxed{4}", (-0.5, False)),             # both missing: </think> is checked first
+])
+def test_reward_scales_math(scale, text, expected):
+    assert gppo.score(dict(kind="math", answer="4"), text, gppo.GPPOConfig(reward_scale=scale)) == expected
+
+
+def test_reward_scales_code():
+    task = dict(kind="code", tests=DOUBLE + [{"input": "4\n", "output": "9\n"}])    # the last test fails
+    code = "<think>x</think>\n```python\nprint(2 * int(input()))\n```"
+    assert gppo.score(task, code, gppo.GPPOConfig()) == (0.75, False)
+    assert gppo.score(task, code, gppo.GPPOConfig(reward_scale="authors")) == (0.5, False)             # 2 * 0.75 - 1
+    assert gppo.score(task, code, gppo.GPPOConfig(reward_scale="authors", code_reward="binary")) == (-1.0, False)
+    assert gppo.score(task, "<think>x</think> no code", gppo.GPPOConfig(reward_scale="authors")) == (-1.0, False)
+    assert gppo.score(dict(task, tests=DOUBLE), code, gppo.GPPOConfig(code_reward="binary")) == (1.0, True)
