@@ -1,70 +1,45 @@
-"""
-Rewards for RL on reasoning models: math answers checked by math-verify, code run against tests in a
-sandbox. Standard library + math-verify only; copy this file out on its own.
+"""Rewards for RL on reasoning models: math answers checked by math-verify, programs run against tests in a sandbox.
+Standard library + math-verify only (Linux): copy this file out on its own.
 
-The policy writes `<think> reasoning </think> answer`. Only the text after the LAST `</think>` is judged
-(a `\\boxed{}` inside the thinking is not an answer; the authors' eval script forgot this).
+The policy writes `<think> reasoning </think> answer`. Only the text after the LAST `</think>` is judged (a
+`\\boxed{}` inside the thinking is not an answer; the authors' eval script forgot this). Format comes first:
 
-    math:  R = correct  if verify(parse("\\boxed{" + gold + "}"), parse(answer_region))  else wrong
-           (gold first: math-verify's verify() is not symmetric)
-    code:  R = wrong + (correct - wrong) * p,   p = (# tests passed) / (# tests)   (the paper's soft reward)
-    format failures, checked first, in this order: no `</think>` -> missing_think_end; no `<think>` ->
-    missing_think_start (if the scale checks it); code only: no ```python block after `</think>` -> missing_code
-
-Two reward scales (RewardScale), and they are NOT equivalent:
-    DEFAULT_SCALE  correct 1, wrong 0; every format failure 0, the same as a wrong answer; `<think>` is not
-                   checked. Code: R = p.
-    AUTHORS_SCALE  the authors' code (Kwai-Klear/KlearReasoner, reward_config.py) exactly: correct 1, wrong -1;
-                   no `</think>` -0.5; `</think>` present but no `<think>` anywhere -2.0 (both missing: -0.5,
-                   `</think>` is checked first); no code block -1. Code: R = 2p - 1.
-    Without format failures both give the same GRPO advantages (2p - 1 is an affine map of p and the advantage
-    divides by the group's std). With them they differ: on AUTHORS_SCALE a response that never closes its
-    thinking (-0.5) ranks ABOVE a wrong answer (-1), level with passing a quarter of the tests, and one without
-    `<think>` (-2) ranks below everything; on DEFAULT_SCALE both rank level with a wrong answer.
-
-Simplifications and choices, in plain words (Linux only):
-1. math-verify times out with signal.alarm, which works only in a process's main thread. So every math
-   check runs in a persistent worker process (there math-verify's own timeouts work), and the caller
-   kills it after a wall-clock deadline (also covering C code no alarm interrupts): math_reward works
-   from any thread and cannot hang. The worker has the trainer's privileges; it parses the text, never
-   runs it (math-verify's plain-expression path hands sympy only digits and operators).
-2. Each code test runs in its own sandbox. Outputs are compared in the trainer's process, in time linear in
-   their size. Stdin tests follow LiveCodeBench's checker exactly: lines after stripping; a line matches if
-   equal, or if both are all numbers (Python's Decimal: so Unicode digits such as `٣` and `３`, `1_000` and
-   `inf` count as numbers) that are equal; tokens split at any Unicode whitespace (NBSP, U+3000). Functional
-   tests (`fn_name`, JSON arguments one per line) have the return value serialised to JSON by a harness in
-   the child and compared here as plain data, so an object whose __eq__ is always True gains nothing.
-3. The sandbox (sandbox_info() says what holds on this machine; the README has the table of modes). Always:
-   a new session whose process group is SIGKILLed at exit and at the timeout; rlimits; a scrubbed environment;
-   output read with a size cap; a fresh, empty session keyring; expected outputs never enter the child; as
-   root, the candidate runs as `uid` (default nobody) without capabilities (`setpriv`). Where `unshare` works,
-   each test also gets its own network, pid, IPC and mount namespaces and, as root, its own user namespace:
-   no network; no process outlives the test; kill(-1) reaches only the test's own processes; System V IPC,
-   POSIX message queues, keyrings and the process count (RLIMIT_NPROC) belong to the test alone; a root
-   watchdog kills the candidate even if the trainer dies; /tmp is a fresh tmpfs; every entry of / outside
-   the system directories (datasets, test files, /root, /home, top-level files) and the other world-writable
-   directories are covered. Memory of the test as a whole: a cgroup v2 per test (memory.max, pids.max) where
-   one can be made (`cgroup`); otherwise the resident memory of the test's processes, summed every 20 ms.
-4. The candidate's interpreter must work for the sandbox user inside the sandbox: one under /root (pyenv)
-   does not, and a tmpfs on /tmp hides a virtualenv there. We use the first of `python`, sys.executable,
-   python3 on a system PATH, /usr/bin/python3 that passes a probe through the real sandbox (which also
-   checks it finds its own files); if none does, run_tests raises RuntimeError naming each attempt. We
-   never loosen filesystem permissions for it.
-5. The reward never raises because of the candidate: a crash, timeout, wrong output or format failure is
-   a lower reward (per-test reasons in code_reward_details). It raises for inputs that are not the
-   candidate's fault: malformed tests (validate_tests names test and field), an empty or unparseable
-   gold answer, a machine where no sandbox can be built.
-
-Public API (stable): math_reward, verify_math, code_reward, code_reward_details, run_tests, all_passed,
-extract_answer_region, extract_code, format_failure, stdout_mismatch, validate_tests, sandbox_info,
-RewardScale, DEFAULT_SCALE, AUTHORS_SCALE, SandboxConfig, TestResult.
+    format:  no `</think>` -> missing_think_end; else no `<think>` -> missing_think_start (if the scale checks it);
+             code only: no ```python block after `</think>` -> missing_code
+    math:    R = correct  if verify(parse("\\boxed{" + gold + "}"), parse(answer))  else wrong
+             (gold first: math-verify's verify() is not symmetric)
+    code:    R = wrong + (correct - wrong) * p,   p = (# tests passed) / (# tests)   (the paper's soft reward)
 
 How to run:
-    python reward.py                                  # self-check: sandbox report + a few examples
+    python reward.py                                  # self-check: what the sandbox enforces here + examples
     python reward.py --input=scored.jsonl             # score a file; `--help` shows its line formats
     python reward.py --input=x.jsonl --scale=authors --timeout_s=2 --workers=4 --namespaces=off
     python -m pytest tests/test_reward.py             # correctness + adversarial suite
-    python benchmarks/bench_reward.py                 # tests/s with 2 workers, sandbox overhead
+    python benchmarks/bench_reward.py                 # tests/s with 2 workers, sandbox overhead per test
+
+In code: math_reward(response, gold) and code_reward(response, tests) (code_reward_details adds per-test reasons).
+
+Two reward scales (RewardScale), and they are NOT equivalent:
+    DEFAULT_SCALE  correct 1, wrong 0; every format failure 0, as a wrong answer; `<think>` is not checked. R = p.
+    AUTHORS_SCALE  the authors' code (Kwai-Klear/KlearReasoner, reward_config.py) exactly: correct 1, wrong -1; no
+                   `</think>` -0.5; `</think>` but no `<think>` -2.0 (both missing: -0.5); no code block -1.
+                   Code: R = 2p - 1.
+    Without format failures both give the same GRPO advantages (2p - 1 is affine in p, and the advantage divides by
+    the group's std). With them they differ: on AUTHORS_SCALE a response that never closes its thinking (-0.5)
+    ranks ABOVE a wrong answer (-1), level with passing a quarter of the tests, and one without `<think>` (-2)
+    ranks below everything; on DEFAULT_SCALE both rank level with a wrong answer.
+
+Choices, in plain words:
+1. math-verify times out with signal.alarm, which works only in a process's main thread. So every math check runs
+   in a persistent worker process, killed after a wall-clock deadline: math_reward works from any thread and
+   cannot hang. The worker parses the text, never runs it.
+2. Each code test runs in a sandbox of its own; sandbox_info() says what holds on this machine, the README has the
+   table of modes. Outputs are compared here, in the trainer, in time linear in their size, by LiveCodeBench's
+   rule; a functional test's return value comes back as JSON and is compared as data, so an object whose __eq__
+   is always True gains nothing.
+3. The reward never raises because of the candidate: a crash, timeout, wrong output or format failure is a lower
+   reward (per-test reasons in code_reward_details). It raises for what is not the candidate's fault: malformed
+   tests (validate_tests names test and field), an empty or unparseable gold answer, no sandbox on this machine.
 """
 import atexit
 import dataclasses
@@ -149,10 +124,13 @@ def format_failure(response: str, scale: RewardScale = DEFAULT_SCALE) -> float |
         return scale.missing_think_start
     return None
 
-# Runs in a worker process's main thread, so math-verify's signal.alarm timeouts work there.
+# ----------------------------------------------------------------------------- math
+
+# The math worker's program: math-verify in the main thread of a process of its own, where its signal.alarm
+# timeouts work. One JSON request per stdin line, one JSON reply per stdout line; argv[1]: its RLIMIT_AS in bytes.
 _MATH_WORKER = r"""
 import json, logging, resource, sys
-resource.setrlimit(resource.RLIMIT_AS, (MEMORY, MEMORY))
+resource.setrlimit(resource.RLIMIT_AS, (int(sys.argv[1]), int(sys.argv[1])))
 logging.disable(logging.CRITICAL)   # math-verify logs every timed-out input in full
 try:
     from math_verify import parse, verify
@@ -160,7 +138,7 @@ except Exception as error:
     print(json.dumps({"error": repr(error)}), flush=True)
     sys.exit(1)
 print(json.dumps({"ready": True}), flush=True)
-golds = {}
+golds = {}  # parsed gold answers: the responses of one RL group share their gold
 for line in sys.stdin:
     request = json.loads(line)
     seconds = request["timeout"]
@@ -177,65 +155,90 @@ for line in sys.stdin:
     except Exception as error:
         reply = {"gold_parsed": True, "equal": False, "error": type(error).__name__}
     print(json.dumps(reply), flush=True)
-""".replace("MEMORY", str(4 << 30))
+"""
+_MATH_WORKER_MEMORY = 4 << 30
 
 
-class _MathWorker:
-    """One math-verify process, driven by JSON lines over its stdin/stdout."""
+def _read_reply(worker: subprocess.Popen, deadline: float) -> dict | None:
+    """The worker's next JSON line, or None if it died or passed the deadline. It writes one line per request,
+    so nothing is left over after the newline."""
+    line = b""
+    with selectors.DefaultSelector() as selector:
+        selector.register(worker.stdout, selectors.EVENT_READ)
+        while not line.endswith(b"\n"):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not selector.select(remaining):
+                return None
+            chunk = os.read(worker.stdout.fileno(), 1 << 16)
+            if not chunk:
+                return None
+            line += chunk
+    return json.loads(line)
 
-    def __init__(self):
-        self.owner_pid = os.getpid()  # a forked trainer must not share our pipes
-        self.proc = subprocess.Popen([sys.executable, "-c", _MATH_WORKER], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-        self.buffer = b""
-        hello = self._read_reply(deadline=time.monotonic() + 120)
-        if not hello or not hello.get("ready"):
-            self.close()
-            raise RuntimeError(f"math-verify worker ({sys.executable}) did not start: "
-                               f"{(hello or {}).get('error', 'no reply')}; try `pip install math-verify`")
+
+def _kill_worker(worker: subprocess.Popen):
+    worker.kill()
+    worker.wait()
+    worker.stdin.close()
+    worker.stdout.close()
+
+
+class _MathWorkers:
+    """A pool of math worker processes, kept between calls (starting one takes a second), at most `size` busy at
+    once. It owns its workers: one that misses a deadline is killed, idle ones are killed at exit. After a fork, the
+    idle workers belong to the parent, which still uses them: the child starts its own and never touches those."""
+
+    def __init__(self, size: int):
+        self.idle: list[subprocess.Popen] = []
+        self.owner_pid = os.getpid()
+        self.lock = threading.Lock()
+        self.slots = threading.BoundedSemaphore(size)
+        atexit.register(self.close)
 
     def ask(self, request: dict, timeout_s: float) -> dict | None:
-        """The reply, or None if the worker died or passed the deadline (it is then unusable)."""
-        try:
-            self.proc.stdin.write(json.dumps(request).encode() + b"\n")
-            self.proc.stdin.flush()
-        except OSError:
-            return None
-        return self._read_reply(deadline=time.monotonic() + timeout_s)
+        """A worker's reply, or None if it died or passed the deadline (then it is killed)."""
+        with self.slots:
+            worker = self._take_idle() or self._start()
+            try:
+                worker.stdin.write(json.dumps(request).encode() + b"\n")
+                worker.stdin.flush()
+                reply = _read_reply(worker, deadline=time.monotonic() + timeout_s)
+            except OSError:
+                reply = None
+            if reply is None:
+                _kill_worker(worker)
+                return None
+            with self.lock:
+                self.idle.append(worker)
+            return reply
 
-    def _read_reply(self, deadline: float) -> dict | None:
-        with selectors.DefaultSelector() as selector:
-            selector.register(self.proc.stdout, selectors.EVENT_READ)
-            while b"\n" not in self.buffer:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0 or not selector.select(remaining):
-                    return None
-                chunk = os.read(self.proc.stdout.fileno(), 1 << 16)
-                if not chunk:
-                    return None
-                self.buffer += chunk
-        line, self.buffer = self.buffer.split(b"\n", 1)
-        return json.loads(line)
+    def _take_idle(self) -> subprocess.Popen | None:
+        with self.lock:
+            if self.owner_pid != os.getpid():  # we are a forked child: those are the parent's
+                self.idle, self.owner_pid = [], os.getpid()
+            return self.idle.pop() if self.idle else None
+
+    def _start(self) -> subprocess.Popen:
+        worker = subprocess.Popen([sys.executable, "-c", _MATH_WORKER, str(_MATH_WORKER_MEMORY)],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        hello = _read_reply(worker, deadline=time.monotonic() + 120)
+        if not hello or not hello.get("ready"):
+            _kill_worker(worker)
+            raise RuntimeError(f"math-verify worker ({sys.executable}) did not start: "
+                               f"{(hello or {}).get('error', 'no reply')}; try `pip install math-verify`")
+        return worker
 
     def close(self):
-        self.proc.kill()
-        self.proc.wait()
-        self.proc.stdin.close()
-        self.proc.stdout.close()
+        with self.lock:
+            if self.owner_pid == os.getpid():
+                for worker in self.idle:
+                    _kill_worker(worker)
+            self.idle.clear()
 
 
-_math_idle: list[_MathWorker] = []
-_math_lock = threading.Lock()
-_math_slots = threading.BoundedSemaphore(max(2, os.cpu_count() or 2))  # at most this many workers
-
-
-@atexit.register
-def _close_math_workers():
-    with _math_lock:
-        for worker in _math_idle:
-            if worker.owner_pid == os.getpid():
-                worker.close()
-        _math_idle.clear()
+# verify_math takes no pool (gppo and eval call it from many threads), so one pool per process stands behind it.
+# Building it starts nothing: the first call starts the first worker.
+_MATH_WORKERS = _MathWorkers(size=max(2, os.cpu_count() or 2))
 
 
 def verify_math(gold, answer_text: str, timeout_s: float = 5.0) -> bool:
@@ -248,21 +251,10 @@ def verify_math(gold, answer_text: str, timeout_s: float = 5.0) -> bool:
         raise ValueError("math reward: the gold answer is empty")
     # math-verify's own per-operation alarms (whole seconds) let the worker recover by itself; our
     # deadline, slightly later, bounds the total and C code that ignores signals.
-    request = {"gold": gold, "answer": answer_text, "timeout": max(1, math.ceil(timeout_s))}
-    with _math_slots:
-        with _math_lock:
-            worker = None
-            while _math_idle and worker is None:
-                candidate = _math_idle.pop()
-                worker = candidate if candidate.owner_pid == os.getpid() else None
-        if worker is None:
-            worker = _MathWorker()
-        reply = worker.ask(request, timeout_s + 0.5)
-        if reply is None:
-            worker.close()
-            return False
-        with _math_lock:
-            _math_idle.append(worker)
+    reply = _MATH_WORKERS.ask({"gold": gold, "answer": answer_text, "timeout": max(1, math.ceil(timeout_s))},
+                              timeout_s + 0.5)
+    if reply is None:
+        return False
     if not reply["gold_parsed"]:
         raise ValueError(f"math reward: math-verify cannot parse the gold answer {gold!r}")
     return reply["equal"]
@@ -291,21 +283,23 @@ def _decimals(line: str) -> list | None:
 
 def stdout_mismatch(got: str, expected: str) -> str | None:
     """None if `got` matches `expected` by LiveCodeBench's rule (lines after stripping; a line is equal, or both
-    lines are all numbers and equal as exact decimals: 2.0 == 2, 0.30000000000000004 != 0.3), else a reason."""
+    lines are all numbers and equal as exact decimals: 2.0 == 2, 0.30000000000000004 != 0.3), else a reason.
+    As in LiveCodeBench, Python decides what a number is (Decimal: also Unicode digits such as `٣` and `３`, `1_000`,
+    `inf`) and what separates tokens (str.split: any Unicode whitespace, such as NBSP and U+3000)."""
     got_lines = [line.strip() for line in got.strip().split("\n")]
     expected_lines = [line.strip() for line in expected.strip().split("\n")]
     if len(got_lines) != len(expected_lines):
         return f"wrong answer: {len(got_lines)} lines, expected {len(expected_lines)}"
-    for number, (g, e) in enumerate(zip(got_lines, expected_lines), 1):
-        if g == e:
+    for number, (got_line, expected_line) in enumerate(zip(got_lines, expected_lines), 1):
+        if got_line == expected_line:
             continue
-        got_numbers, expected_numbers = _decimals(g), _decimals(e)
+        got_numbers, expected_numbers = _decimals(got_line), _decimals(expected_line)
         try:
             same = got_numbers is not None and got_numbers == expected_numbers
         except decimal.InvalidOperation:  # comparing a signalling NaN
             same = False
         if not same:
-            return f"wrong answer on line {number}: got {_short(g)}, expected {_short(e)}"
+            return f"wrong answer on line {number}: got {_short(got_line)}, expected {_short(expected_line)}"
     return None
 
 
@@ -321,53 +315,52 @@ def _same_json(a, b) -> bool:
         return a.keys() == b.keys() and all(_same_json(a[key], b[key]) for key in a)
     return type(a) is type(b) and a == b  # str, None
 
-
 # ----------------------------------------------------------------------------- code: the sandbox
+# Each test runs in a sandbox of its own: a new session, killed as a group at exit and at the timeout; rlimits; a
+# scrubbed environment; an output cap; a fresh session keyring; as root, an unprivileged uid without capabilities.
+# Where `unshare` works, also network, pid, IPC, mount and user namespaces of its own, a watchdog, and a cgroup per
+# test where one can be made. A _Plan says how tests are launched on this machine (_guarantees: what that enforces,
+# and what not); _choose_plan, further down, picks the best plan that passes a probe.
 
-_KEYCTL = {"x86_64": 250, "aarch64": 219, "riscv64": 219, "ppc64le": 271, "s390x": 280}  # keyctl's syscall number
-
-# Trusted prelude run by the candidate's interpreter before the candidate's code: read the program from
-# an inherited file descriptor, join a fresh session keyring, set the rlimits (soft and hard, so they cannot be
-# raised again), then run it as __main__ (stdin tests) or call `fn_name` with JSON arguments and write the JSON
-# result (functional).
+# The trusted start of every test, run by the candidate's interpreter as `python -I -c _HARNESS SETTINGS` (SETTINGS:
+# JSON). It reads the program from an inherited descriptor and closes every other one, joins a fresh session
+# keyring, sets the rlimits (soft and hard, so they cannot be raised again), then runs the program as __main__
+# (stdin tests) or calls `fn_name` with one JSON argument per input line and writes the JSON result (functional).
 _HARNESS = r"""
 import json, os, resource, sys
 
 def _prepare():
-    fd, limits, fn_name = int(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3]
+    settings = json.loads(sys.argv[1])
     chunks, offset = [], 0
     while True:
-        chunk = os.pread(fd, 1 << 20, offset)
+        chunk = os.pread(settings["program_fd"], 1 << 20, offset)
         if not chunk:
             break
         chunks.append(chunk)
         offset += len(chunk)
-    for extra in os.listdir("/proc/self/fd"):  # the program's and fstab's descriptors, anything inherited
-        if int(extra) > 2:
+    for fd in os.listdir("/proc/self/fd"):  # the program's and the fstab's descriptors, anything inherited
+        if int(fd) > 2:
             try:
-                os.close(int(extra))
+                os.close(int(fd))
             except OSError:
                 pass
-    _new_session_keyring()
-    for name, (soft, hard) in limits.items():
+    if settings["keyctl"]:  # keyctl(KEYCTL_JOIN_SESSION_KEYRING, NULL): an empty session keyring of the test's
+        import ctypes       # own, so keys added to the inherited (trainer's) one cannot reach later tests
+        ctypes.CDLL(None).syscall(ctypes.c_long(settings["keyctl"]), ctypes.c_long(1), ctypes.c_void_p(None))
+    for name, (soft, hard) in settings["limits"].items():
         resource.setrlimit(getattr(resource, name), (soft, hard))
     sys.argv = ["solution.py"]
-    return b"".join(chunks).decode("utf-8", "replace"), fn_name
-
-def _new_session_keyring():
-    # The session keyring is inherited from the trainer, so keys added to it would reach every later test:
-    # keyctl(KEYCTL_JOIN_SESSION_KEYRING, NULL) gives this test an empty one of its own.
-    number = KEYCTL_NUMBERS.get(os.uname().machine)
-    if number:
-        import ctypes
-        ctypes.CDLL(None).syscall(ctypes.c_long(number), ctypes.c_long(1), ctypes.c_void_p(None))
+    return b"".join(chunks).decode("utf-8", "replace"), settings["fn_name"]
 
 def _call(source, fn_name):
     result_file = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)  # the candidate's prints go to stderr; stdout carries only the JSON result
     args = [json.loads(line) for line in sys.stdin.read().split("\n") if line.strip()]
     namespace = {"__name__": "solution"}
-    exec(PRELUDE, namespace)
+    exec("from typing import *; from collections import *; from heapq import *; from bisect import *; "
+         "from itertools import *; from functools import *; from math import *; "
+         "import collections, heapq, bisect, itertools, functools, math, string, re, sys",
+         namespace)  # what LeetCode-style starter code assumes is imported
     exec(compile(source, "solution.py", "exec"), namespace)
     holder = namespace.get("Solution")
     function = getattr(holder(), fn_name) if hasattr(holder, fn_name) else namespace[fn_name]
@@ -379,13 +372,12 @@ _source, _fn_name = _prepare()
 if _fn_name:
     _call(_source, _fn_name)
 _code = compile(_source, "solution.py", "exec")
-del _prepare, _new_session_keyring, _call, _source, _fn_name, json, os, resource
+del _prepare, _call, _source, _fn_name, json, os, resource
 __file__ = "solution.py"
 exec(_code)
-""".replace("KEYCTL_NUMBERS", repr(_KEYCTL)).replace("PRELUDE", repr(  # what LeetCode-style starter code assumes is imported
-    "from typing import *\nfrom collections import *\nfrom heapq import *\nfrom bisect import *\n"
-    "from itertools import *\nfrom functools import *\nfrom math import *\n"
-    "import collections, heapq, bisect, itertools, functools, math, string, re, sys\n"))
+"""
+
+_KEYCTL = {"x86_64": 250, "aarch64": 219, "riscv64": 219, "ppc64le": 271, "s390x": 280}  # keyctl's syscall number
 
 _PROBE = ("import os, sys, json, math, collections, heapq, bisect, itertools, functools\n"
           "prefix = os.path.realpath(sys.base_prefix)\n"
@@ -412,6 +404,7 @@ _NS_SCRIPT = ('set -e; [ -z "$2" ] || echo $$ > "$2/cgroup.procs"; mount -a -T "
 
 @dataclass(frozen=True)
 class _Plan:
+    """How each test is launched on this machine (chosen by _choose_plan)."""
     mode: str                # "namespaces", "namespaces (shared uid)", "namespaces (user namespace)" or "plain"
     python: str
     uid: int | None          # uid the candidate runs as after we drop root, None if we are not root
@@ -426,8 +419,9 @@ class _Plan:
         before_drop = [f"/proc/self/fd/{fstab_fd}", cgroup, str(shm_pages)] if self.launcher else []
         if self.watchdog:  # kills the candidate even if the trainer died; --foreground: no new process group
             before_drop += [self.watchdog, "--foreground", "-s", "KILL", str(math.ceil(cfg.timeout_s) + 2)]
-        return [*self.launcher, *before_drop, *self.drop, self.python, "-I", "-c", _HARNESS, str(program_fd),
-                json.dumps(_limits(cfg, per_test_pids=bool(cgroup))), fn_name]
+        settings = {"program_fd": program_fd, "fn_name": fn_name, "keyctl": _KEYCTL.get(os.uname().machine),
+                    "limits": _limits(cfg, per_test_pids=bool(cgroup))}
+        return [*self.launcher, *before_drop, *self.drop, self.python, "-I", "-c", _HARNESS, json.dumps(settings)]
 
     def covered(self) -> list[str]:
         """Paths a candidate must not see, directories ending in / (listed afresh for every test): the entries of
@@ -466,6 +460,80 @@ def _which(name: str) -> str | None:
 def _write(path: str, value) -> None:
     with open(path, "w") as file:
         file.write(str(value))
+
+
+def _make_plan(mode: str, python: str, uid: int, cgroup: str, no_cgroup: str) -> _Plan:
+    unshare, setpriv, root = _which("unshare"), _which("setpriv"), os.geteuid() == 0
+    drop = (setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--inh-caps=-all",
+            "--bounding-set=-all", "--no-new-privs") if root else ()
+    if mode == "plain":
+        return _Plan(mode, python, uid if root else None, drop=drop, no_cgroup="plain mode")
+    if mode == "namespaces":  # root: then, as uid, enter a user namespace of the test's own
+        drop += (unshare, "--user", f"--map-user={uid}", f"--map-group={uid}")
+    elif not root:  # "namespaces (user namespace)": we are root only inside it; drop its capabilities for good
+        uid, drop = None, (setpriv, "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs",
+                           "--securebits=+noroot,+noroot_locked,+no_setuid_fixup,+no_setuid_fixup_locked"
+                           ) if setpriv else ()
+    launcher = (unshare, *(() if root else ("--user", "--map-root-user")), "--ipc", "--net", "--pid", "--fork",
+                "--kill-child", "--mount-proc", "--mount", "/bin/sh", "-c", _NS_SCRIPT, "sandbox")
+    return _Plan(mode, python, uid, launcher, _which("timeout") or "", drop, cgroup, no_cgroup)
+
+
+def _guarantees(plan: _Plan, cfg: SandboxConfig) -> tuple[list[str], list[str]]:
+    """(what the plan enforces, what it does not): sandbox_info's report, feature by feature."""
+    who = "the trainer itself" if plan.uid is None else f"other candidates running as uid {plan.uid}"
+    enforced = ["new session; the whole process group is SIGKILLed at exit and at the wall-clock timeout",
+                "rlimits per process: CPU time, address space, file size, open files, no core files",
+                "scrubbed environment (PATH, HOME, TMPDIR, LANG only)", "stdout+stderr size cap",
+                "fresh working directory, removed afterwards",
+                "outputs compared in the parent process, in time linear in their size"]
+    gaps = []
+    if os.uname().machine in _KEYCTL:
+        enforced.append("a fresh, empty session keyring (not the trainer's)")
+    if plan.uid is not None:
+        enforced.append(f"runs as uid {plan.uid} with no capabilities (setpriv)")
+    if plan.launcher:
+        enforced += ["no network (new, empty network namespace)",
+                     "pid namespace: no process outlives the test; kill(-1) reaches only its own processes",
+                     "IPC namespace: System V IPC and POSIX message queues are the test's own and die with it",
+                     "mount namespace: the working directory is a fresh tmpfs on /tmp; covered (empty): "
+                     + " ".join(plan.covered())]
+    else:
+        gaps += ["network access", f"pid isolation: kill(-1) reaches {who}",
+                 "if the trainer dies mid-test, nothing kills a sleeping candidate",
+                 "processes that setsid and double-fork outlive the test (CPU-limited, not time-limited) and "
+                 "escape its memory count", "files readable by the candidate's user (datasets, test files) stay readable",
+                 "world-writable directories (/tmp, /var/tmp, /dev/shm) stay writable",
+                 f"System V IPC, POSIX message queues, keyrings and RLIMIT_NPROC are shared with {who}, and IPC "
+                 "objects outlive the test", "memory: per process (RLIMIT_AS), plus the resident memory of the "
+                 "test's process tree summed every 20 ms (memfd files, pipes and escaped processes not counted)"]
+    if plan.mode == "namespaces (shared uid)":  # without a cgroup, RLIMIT_NPROC (per uid) bounds its processes
+        nproc = ("", "") if plan.cgroup else (" and RLIMIT_NPROC", ", and one can starve another of processes")
+        gaps.append(f"no user namespace per test: kernel keyrings{nproc[0]} are per uid, shared by all candidates "
+                    f"running as uid {plan.uid} at once: they can pass notes through their user keyring{nproc[1]}")
+    elif plan.launcher:
+        enforced.append("a user namespace per test: its keyrings and its process count (RLIMIT_NPROC, per user "
+                        "namespace since Linux 5.14) are its own, not shared with other tests")
+    if plan.mode == "namespaces (user namespace)":  # the candidate is the trainer's own user, mapped to root
+        gaps.append("the candidate has the trainer's real uid: it can kill the watchdog (not the trainer, outside "
+                    "its pid namespace), and RLIMIT_NPROC also counts the trainer's own processes")
+        if not plan.drop:
+            gaps.append("no setpriv: the candidate keeps its namespace capabilities and could unmount the covers")
+    if plan.watchdog:
+        enforced.append("a watchdog inside the namespaces kills the candidate even if the trainer dies")
+    if plan.cgroup:
+        enforced.append(f"a cgroup v2 per test, under {plan.cgroup}: memory.max {cfg.memory_mb} MB for all its "
+                        f"processes together (also shared memory, tmpfs files, kernel memory; no swap), pids.max "
+                        f"{cfg.processes}; the cgroup is killed and removed at the end")
+        return enforced, gaps
+    enforced.append(f"memory of the whole test: the resident memory (anonymous + shared) of all its processes "
+                    f"is summed every 20 ms and the test killed above {cfg.memory_mb} MB")
+    if plan.launcher:
+        gaps.insert(0, f"no cgroup per test ({plan.no_cgroup}): the test's memory is the resident memory of its "
+                       "processes, summed every 20 ms; memory outside their address spaces (unmapped memfd files, "
+                       "pipe and socket buffers) is not counted, and a test can overshoot by what it allocates "
+                       "within one poll")
+    return enforced, gaps
 
 
 def _cgroup_parent(setting: str) -> tuple[str, str]:
@@ -536,100 +604,7 @@ def _remove_cgroup(path: str) -> bool:
     return oom_kills > 0
 
 
-def _make_plan(mode: str, python: str, uid: int, unshare: str | None, setpriv: str | None, cgroup: str,
-               no_cgroup: str) -> _Plan:
-    root = os.geteuid() == 0
-    drop = (setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--inh-caps=-all",
-            "--bounding-set=-all", "--no-new-privs") if root else ()
-    if mode == "plain":
-        return _Plan(mode, python, uid if root else None, drop=drop, no_cgroup="plain mode")
-    if mode == "namespaces":  # root: then, as uid, enter a user namespace of the test's own
-        drop += (unshare, "--user", f"--map-user={uid}", f"--map-group={uid}")
-    elif not root:  # "namespaces (user namespace)": we are root only inside it; drop its capabilities for good
-        uid, drop = None, (setpriv, "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs",
-                           "--securebits=+noroot,+noroot_locked,+no_setuid_fixup,+no_setuid_fixup_locked"
-                           ) if setpriv else ()
-    launcher = (unshare, *(() if root else ("--user", "--map-root-user")), "--ipc", "--net", "--pid", "--fork",
-                "--kill-child", "--mount-proc", "--mount", "/bin/sh", "-c", _NS_SCRIPT, "sandbox")
-    return _Plan(mode, python, uid, launcher, _which("timeout") or "", drop, cgroup, no_cgroup)
-
-
-_plans: dict = {}
-_plan_lock = threading.Lock()
-
-
-def _sandbox_plan(cfg: SandboxConfig) -> _Plan:
-    """How candidates are run, chosen once per (namespaces, cgroup, uid, python) by probing the real sandbox:
-    the first mode that works of namespaces (as root: with a user namespace per test, then without), plain."""
-    if cfg.namespaces not in ("auto", "on", "off"):
-        raise ValueError(f"SandboxConfig.namespaces must be 'auto', 'on' or 'off', got {cfg.namespaces!r}")
-    if cfg.namespaces == "off" and cfg.cgroup not in ("auto", "off"):
-        raise ValueError("SandboxConfig.cgroup needs namespaces (a test joins its cgroup from the namespaces' init)")
-    key = (cfg.namespaces, cfg.cgroup, cfg.uid, cfg.python)
-    with _plan_lock:
-        if key in _plans:
-            return _plans[key]
-        unshare, setpriv = _which("unshare"), _which("setpriv")
-        root = os.geteuid() == 0
-        if root and not setpriv:
-            raise RuntimeError("reward.py refuses to run untrusted code as root and cannot drop privileges: "
-                               "`setpriv` (util-linux) was not found")
-        pythons = [cfg.python] if cfg.python else [sys.executable, shutil.which(
-            "python3", path="/usr/local/bin:/usr/bin:/bin"), "/usr/bin/python3"]
-        pythons = list(dict.fromkeys(p for p in pythons if p and os.path.exists(p)))
-        modes = ["namespaces", "namespaces (shared uid)"] if root else ["namespaces (user namespace)"]
-        modes = (modes if cfg.namespaces != "off" and unshare else []) + (["plain"] if cfg.namespaces != "on" else [])
-        cgroup, no_cgroup = _cgroup_parent(cfg.cgroup if cfg.namespaces != "off" else "off")
-        cgroups = [cgroup, ""] if cgroup and cfg.cgroup == "auto" else [cgroup]  # "auto": with, then without
-        attempts = [] if unshare or cfg.namespaces == "off" else ["namespaces: `unshare` not found"]
-        for mode in modes:
-            for cg in (cgroups if mode != "plain" else [""]):
-                for python in pythons:
-                    plan = _make_plan(mode, python, cfg.uid, unshare, setpriv, cg,
-                                      no_cgroup or f"the probe failed in a cgroup under {cgroup}")
-                    result = _execute(plan, SandboxConfig(timeout_s=30), _PROBE, {"input": "1 2\n", "output": "3"})
-                    if result.passed:
-                        if _not_enforced(plan):
-                            print(f"reward.py: WARNING: code tests run in mode {mode!r}" + (
-                                  f" ({'; '.join(attempts)})" if attempts else "") + ". Not enforced: "
-                                  + "; ".join(_not_enforced(plan)), file=sys.stderr)
-                        _plans[key] = plan
-                        return plan
-                    attempts.append(f"{mode}{' + cgroup' if cg else ''} with {python}: {result.reason}")
-        raise RuntimeError("reward.py cannot build a sandbox for code tests:\n  " + "\n  ".join(attempts or
-                           ["namespaces='on' but `unshare` was not found"]))
-
-
-def _not_enforced(plan: _Plan) -> list[str]:
-    gaps = []
-    if not plan.cgroup and plan.mode != "plain":
-        gaps.append(f"no cgroup per test ({plan.no_cgroup}): the test's memory is the resident memory of its "
-                    "processes, summed every 20 ms; memory outside their address spaces (unmapped memfd files, "
-                    "pipe and socket buffers) is not counted, and a test can overshoot by what it allocates "
-                    "within one poll")
-    if plan.mode == "namespaces (shared uid)":
-        gaps.append(f"no user namespace per test: kernel keyrings{'' if plan.cgroup else ' and RLIMIT_NPROC'} are "
-                    f"per uid, shared by all candidates running as uid {plan.uid} at once: they can pass notes "
-                    "through their user keyring" + ("" if plan.cgroup else ", and one can starve another of processes"))
-    if plan.mode == "namespaces (user namespace)":  # the candidate is the trainer's own user, mapped to root
-        gaps.append("the candidate has the trainer's real uid: it can kill the watchdog (not the trainer, outside "
-                    "its pid namespace), and RLIMIT_NPROC also counts the trainer's own processes")
-        if not plan.drop:
-            gaps.append("no setpriv: the candidate keeps its namespace capabilities and could unmount the covers")
-    if plan.mode == "plain":
-        same_user = "the trainer itself" if plan.uid is None else f"other candidates running as uid {plan.uid}"
-        gaps += ["network access", "pid isolation: kill(-1) reaches " + same_user,
-                 "if the trainer dies mid-test, nothing kills a sleeping candidate",
-                 "processes that setsid and double-fork outlive the test (CPU-limited, not time-limited) and "
-                 "escape its memory count",
-                 "files readable by the candidate's user (datasets, test files) stay readable",
-                 "world-writable directories (/tmp, /var/tmp, /dev/shm) stay writable",
-                 "System V IPC, POSIX message queues, keyrings and RLIMIT_NPROC are shared with " + same_user
-                 + ", and IPC objects outlive the test",
-                 "memory: per process (RLIMIT_AS), plus the resident memory of the test's process tree summed "
-                 "every 20 ms (memfd files, pipes and escaped processes not counted)"]
-    return gaps
-
+# ----------------------------------------------------------------------------- code: running one test
 
 def _has_exited(proc: subprocess.Popen) -> bool:
     """Exit check that does not reap, so the process group id cannot be reused before we kill it."""
@@ -657,15 +632,14 @@ def _tree_memory(pid: int) -> int:
     return total
 
 
-def _communicate(proc: subprocess.Popen, data: bytes, timeout_s: float, cap: int, memory_limit: int):
-    """Feed stdin, read stdout/stderr up to `cap` bytes in all, and (if memory_limit) check every 20 ms that the
-    process tree's memory stays under it; -> (stdout, stderr, status), status in "exited", "timeout",
+def _communicate(proc: subprocess.Popen, data: bytes, cfg: SandboxConfig, poll_memory: bool):
+    """Feed stdin, read stdout/stderr up to cfg.output_mb in all, and (if poll_memory) check every 20 ms that the
+    process tree's memory stays under cfg.memory_mb; -> (stdout, stderr, status), status in "exited", "timeout",
     "overflow", "memory". Never waits past the deadline."""
-    deadline = time.monotonic() + timeout_s
-    next_memory_check = time.monotonic() + _MEMORY_POLL_S
-    output = {proc.stdout.fileno(): bytearray(), proc.stderr.fileno(): bytearray()}
-    stdin_fd, sent, total, exited = proc.stdin.fileno(), 0, 0, False
-    status = "exited"
+    deadline, next_memory_check = time.monotonic() + cfg.timeout_s, time.monotonic() + _MEMORY_POLL_S
+    cap, memory_limit = int(cfg.output_mb * 2**20), cfg.memory_mb << 20 if poll_memory else 0
+    stdout, stderr, stdin_fd = bytearray(), bytearray(), proc.stdin.fileno()
+    output, sent, exited = {proc.stdout.fileno(): stdout, proc.stderr.fileno(): stderr}, 0, False
     with selectors.DefaultSelector() as selector:
         for fd in output:
             selector.register(fd, selectors.EVENT_READ)
@@ -674,25 +648,22 @@ def _communicate(proc: subprocess.Popen, data: bytes, timeout_s: float, cap: int
             selector.register(stdin_fd, selectors.EVENT_WRITE)
         else:
             proc.stdin.close()
-        while status == "exited":
+        while True:
             now = time.monotonic()
             if now >= deadline:
-                status = "timeout"
-                break
+                return bytes(stdout), bytes(stderr), "timeout"
             if memory_limit and now >= next_memory_check and not exited:
                 next_memory_check = now + _MEMORY_POLL_S
                 if _tree_memory(proc.pid) > memory_limit:
-                    status = "memory"
-                    break
-            wait_s = min(deadline - now, _MEMORY_POLL_S if memory_limit else 0.05)
+                    return bytes(stdout), bytes(stderr), "memory"
             if not selector.get_map():  # all pipes closed: wait for the exit itself
                 if exited:
                     break
-                time.sleep(min(wait_s, 0.002))
+                time.sleep(min(deadline - now, 0.002))
                 exited = _has_exited(proc)
                 continue
             # after the exit, only drain what is already there (an escaped child may hold the pipes)
-            events = selector.select(0 if exited else wait_s)
+            events = selector.select(0 if exited else min(deadline - now, _MEMORY_POLL_S if memory_limit else 0.05))
             if exited and not events:
                 break
             for key, _ in events:
@@ -706,18 +677,55 @@ def _communicate(proc: subprocess.Popen, data: bytes, timeout_s: float, cap: int
                     if sent >= len(data):
                         selector.unregister(stdin_fd)
                         proc.stdin.close()
-                    continue
-                chunk = os.read(key.fd, 1 << 16)
-                if not chunk:
+                elif chunk := os.read(key.fd, 1 << 16):
+                    output[key.fd] += chunk
+                    if len(stdout) + len(stderr) > cap:
+                        return bytes(stdout), bytes(stderr), "overflow"
+                else:
                     selector.unregister(key.fd)
-                    continue
-                output[key.fd] += chunk
-                total += len(chunk)
-                if total > cap:
-                    status = "overflow"
-                    break
             exited = exited or _has_exited(proc)
-    return bytes(output[proc.stdout.fileno()]), bytes(output[proc.stderr.fileno()]), status
+    return bytes(stdout), bytes(stderr), "exited"
+
+
+def _run_in_sandbox(plan: _Plan, cfg: SandboxConfig, program: str, test: dict, cgroup: str):
+    """Run one test in a fresh sandbox; -> (returncode, stdout, stderr, status) as _communicate's, or
+    (None, b"", b"", "sandbox could not start: ...")."""
+    workdir = "" if plan.launcher else tempfile.mkdtemp(prefix="reward-sandbox-")  # namespaces: a tmpfs on /tmp
+    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": workdir or "/tmp", "TMPDIR": workdir or "/tmp",
+           "LANG": "C.UTF-8"}
+    # Program and fstab are passed as open descriptors of unlinked files: no argv size limit, nothing on
+    # disk to go stale, readable by the dropped user only through the descriptor.
+    try:
+        with tempfile.TemporaryFile() as source, tempfile.TemporaryFile() as fstab:
+            if workdir and plan.uid is not None:
+                os.chown(workdir, plan.uid, plan.uid)
+            source.write(program.encode("utf-8", "replace"))
+            source.flush()
+            if plan.launcher:
+                fstab.write(plan.fstab(cfg))
+                fstab.flush()
+            try:
+                proc = subprocess.Popen(plan.argv(cfg, source.fileno(), fstab.fileno(), cgroup,
+                                                  test.get("fn_name") or ""),
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                        cwd=workdir or "/", env=env, start_new_session=True,
+                                        pass_fds=(source.fileno(), fstab.fileno()))
+            except OSError as error:
+                return None, b"", b"", f"sandbox could not start: {error}"
+            try:
+                out, err, status = _communicate(proc, test["input"].encode("utf-8", "replace"), cfg, not cgroup)
+            finally:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)  # the whole session, on exit and on timeout
+                except OSError:
+                    pass
+                proc.wait()
+                for pipe in (proc.stdin, proc.stdout, proc.stderr):
+                    pipe.close()  # nothing buffered: stdin was written with os.write
+    finally:
+        if workdir:
+            shutil.rmtree(workdir, ignore_errors=True)
+    return proc.returncode, out, err, status
 
 
 def _crash_reason(returncode: int, via_shell: bool, stderr: bytes) -> str:
@@ -734,54 +742,11 @@ def _crash_reason(returncode: int, via_shell: bool, stderr: bytes) -> str:
     return f"runtime error (exit status {returncode}): {last[-200:]}"
 
 
-def _run(plan: _Plan, cfg: SandboxConfig, program: str, test: dict, cgroup: str):
-    """Run one test in a fresh sandbox; -> (returncode, stdout, stderr, status) as _communicate's, or
-    (None, b"", b"", "sandbox could not start: ...")."""
-    workdir = None
-    # Program and fstab are passed as open descriptors of unlinked files: no argv size limit, nothing on
-    # disk to go stale, readable by the dropped user only through the descriptor.
-    with tempfile.TemporaryFile() as source, tempfile.TemporaryFile() as fstab:
-        source.write(program.encode("utf-8", "replace"))
-        source.flush()
-        if plan.launcher:
-            fstab.write(plan.fstab(cfg))
-            fstab.flush()
-            env_home = "/tmp"  # the tmpfs made by _NS_SCRIPT
-        else:
-            workdir = env_home = tempfile.mkdtemp(prefix="reward-sandbox-")
-            if plan.uid is not None:
-                os.chown(workdir, plan.uid, plan.uid)
-        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": env_home, "TMPDIR": env_home, "LANG": "C.UTF-8"}
-        try:
-            proc = subprocess.Popen(plan.argv(cfg, source.fileno(), fstab.fileno(), cgroup, test.get("fn_name") or ""),
-                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                    cwd=workdir or "/", env=env, start_new_session=True,
-                                    pass_fds=(source.fileno(), fstab.fileno()))
-        except OSError as error:
-            if workdir:
-                shutil.rmtree(workdir, ignore_errors=True)
-            return None, b"", b"", f"sandbox could not start: {error}"
-        try:
-            out, err, status = _communicate(proc, test["input"].encode("utf-8", "replace"), cfg.timeout_s,
-                                            int(cfg.output_mb * 2**20), 0 if cgroup else cfg.memory_mb << 20)
-        finally:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)  # the whole session, on exit and on timeout
-            except OSError:
-                pass
-            proc.wait()
-            for pipe in (proc.stdin, proc.stdout, proc.stderr):
-                pipe.close()  # nothing buffered: stdin was written with os.write
-            if workdir:
-                shutil.rmtree(workdir, ignore_errors=True)
-    return proc.returncode, out, err, status
-
-
-def _execute(plan: _Plan, cfg: SandboxConfig, program: str, test: dict) -> TestResult:
+def _run_one_test(plan: _Plan, cfg: SandboxConfig, program: str, test: dict) -> TestResult:
     """Run one test of one program in a fresh sandbox (and cgroup) and judge it here, in the parent."""
     cgroup = _new_cgroup(plan.cgroup, cfg) if plan.cgroup else ""
     try:
-        returncode, out, err, status = _run(plan, cfg, program, test, cgroup)
+        returncode, out, err, status = _run_in_sandbox(plan, cfg, program, test, cgroup)
     finally:
         memory_killed = _remove_cgroup(cgroup) if cgroup else False
     if status == "memory" or memory_killed:
@@ -805,6 +770,65 @@ def _execute(plan: _Plan, cfg: SandboxConfig, program: str, test: dict) -> TestR
     return TestResult(True, "passed") if same else \
         TestResult(False, f"wrong answer: got {_short(got)}, expected {_short(test['output'])}")
 
+# ----------------------------------------------------------------------------- code: choosing the sandbox
+
+def _choose_plan(cfg: SandboxConfig) -> _Plan:
+    """The first plan that passes a probe through the real sandbox, trying modes in order (namespaces: as root with
+    a user namespace per test, then without; then plain), each with a cgroup per test and then, for "auto",
+    without; each with every candidate interpreter."""
+    if cfg.namespaces not in ("auto", "on", "off"):
+        raise ValueError(f"SandboxConfig.namespaces must be 'auto', 'on' or 'off', got {cfg.namespaces!r}")
+    if cfg.namespaces == "off" and cfg.cgroup not in ("auto", "off"):
+        raise ValueError("SandboxConfig.cgroup needs namespaces (a test joins its cgroup from the namespaces' init)")
+    unshare, root = _which("unshare"), os.geteuid() == 0
+    if root and not _which("setpriv"):
+        raise RuntimeError("reward.py refuses to run untrusted code as root and cannot drop privileges: "
+                           "`setpriv` (util-linux) was not found")
+    pythons = [cfg.python] if cfg.python else [sys.executable, shutil.which(
+        "python3", path="/usr/local/bin:/usr/bin:/bin"), "/usr/bin/python3"]
+    pythons = list(dict.fromkeys(p for p in pythons if p and os.path.exists(p)))
+    modes = ["namespaces", "namespaces (shared uid)"] if root else ["namespaces (user namespace)"]
+    modes = (modes if cfg.namespaces != "off" and unshare else []) + (["plain"] if cfg.namespaces != "on" else [])
+    cgroup, no_cgroup = _cgroup_parent(cfg.cgroup if cfg.namespaces != "off" else "off")
+    cgroups = [cgroup, ""] if cgroup and cfg.cgroup == "auto" else [cgroup]  # "auto": with, then without
+    attempts = [] if unshare or cfg.namespaces == "off" else ["namespaces: `unshare` not found"]
+    no_cgroup = no_cgroup or f"the probe failed in a cgroup under {cgroup}"  # when "auto" falls back to none
+    for mode, test_cgroup, python in [(mode, test_cgroup, python) for mode in modes
+                                      for test_cgroup in (cgroups if mode != "plain" else [""]) for python in pythons]:
+        plan = _make_plan(mode, python, cfg.uid, test_cgroup, no_cgroup)
+        result = _run_one_test(plan, SandboxConfig(timeout_s=30), _PROBE, {"input": "1 2\n", "output": "3"})
+        if result.passed:
+            gaps = _guarantees(plan, cfg)[1]
+            if gaps:
+                print(f"reward.py: WARNING: code tests run in mode {mode!r}" + (
+                      f" ({'; '.join(attempts)})" if attempts else "") + ". Not enforced: " + "; ".join(gaps),
+                      file=sys.stderr)
+            return plan
+        attempts.append(f"{mode}{' + cgroup' if test_cgroup else ''} with {python}: {result.reason}")
+    raise RuntimeError("reward.py cannot build a sandbox for code tests:\n  " + "\n  ".join(attempts or
+                       ["namespaces='on' but `unshare` was not found"]))
+
+
+class _PlanCache:
+    """The plan of each sandbox configuration, probed on its first use and kept for the life of the process (the
+    machine does not change under a running trainer). The lock makes concurrent first calls probe once."""
+
+    def __init__(self):
+        self.plans: dict[tuple, _Plan] = {}
+        self.lock = threading.Lock()
+
+    def get(self, cfg: SandboxConfig) -> _Plan:
+        key = (cfg.namespaces, cfg.cgroup, cfg.uid, cfg.python)  # the fields that decide the plan
+        with self.lock:
+            if key not in self.plans:
+                self.plans[key] = _choose_plan(cfg)  # raises for a bad configuration: nothing is cached
+            return self.plans[key]
+
+
+# run_tests and sandbox_info take a SandboxConfig, not a cache (their callers should not have to keep one), so one
+# cache per process stands behind them: a probe costs a second, and every response of a run shares the result.
+_PLANS = _PlanCache()
+
 
 # ----------------------------------------------------------------------------- code: public API
 
@@ -824,16 +848,12 @@ def validate_tests(tests) -> None:
             continue
         if not isinstance(fn_name, str) or not fn_name.isidentifier():
             raise ValueError(f"tests[{i}]['fn_name']: expected a function name, got {fn_name!r}")
-        for number, line in enumerate(test["input"].split("\n"), 1):
+        lines = [(f"['input'] line {n}", line) for n, line in enumerate(test["input"].split("\n"), 1) if line.strip()]
+        for field, text in lines + [("['output']", test["output"])]:
             try:
-                if line.strip():
-                    json.loads(line)
+                json.loads(text)
             except (ValueError, RecursionError) as error:
-                raise ValueError(f"tests[{i}]['input'] line {number}: not JSON ({error})") from None
-        try:
-            json.loads(test["output"])
-        except (ValueError, RecursionError) as error:
-            raise ValueError(f"tests[{i}]['output']: not JSON ({error})") from None
+                raise ValueError(f"tests[{i}]{field}: not JSON ({error})") from None
 
 
 def run_tests(program: str, tests: list[dict], config: SandboxConfig | None = None) -> list[TestResult]:
@@ -843,12 +863,12 @@ def run_tests(program: str, tests: list[dict], config: SandboxConfig | None = No
     validate_tests(tests)
     if not isinstance(program, str):
         raise TypeError(f"program must be a str, got {type(program).__name__}")
-    plan = _sandbox_plan(cfg)
+    plan = _PLANS.get(cfg)
     workers = max(1, min(len(tests), cfg.workers or len(os.sched_getaffinity(0))))
     if workers == 1:
-        return [_execute(plan, cfg, program, test) for test in tests]
+        return [_run_one_test(plan, cfg, program, test) for test in tests]
     with ThreadPoolExecutor(workers) as pool:
-        return list(pool.map(lambda test: _execute(plan, cfg, program, test), tests))
+        return list(pool.map(lambda test: _run_one_test(plan, cfg, program, test), tests))
 
 
 def all_passed(results: list[TestResult]) -> bool:
@@ -881,38 +901,11 @@ def code_reward(response: str, tests: list[dict], *, scale: RewardScale = DEFAUL
 def sandbox_info(config: SandboxConfig | None = None) -> dict:
     """What the sandbox chosen on this machine runs and enforces (runs the probe on first use)."""
     cfg = config or SandboxConfig()
-    plan = _sandbox_plan(cfg)
-    enforced = ["new session; the whole process group is SIGKILLed at exit and at the wall-clock timeout",
-                "rlimits per process: CPU time, address space, file size, open files, no core files",
-                "scrubbed environment (PATH, HOME, TMPDIR, LANG only)", "stdout+stderr size cap",
-                "fresh working directory, removed afterwards",
-                "outputs compared in the parent process, in time linear in their size"]
-    if os.uname().machine in _KEYCTL:
-        enforced.append("a fresh, empty session keyring (not the trainer's)")
-    if plan.uid is not None:
-        enforced.append(f"runs as uid {plan.uid} with no capabilities (setpriv)")
-    if plan.launcher:
-        enforced += ["no network (new, empty network namespace)",
-                     "pid namespace: no process outlives the test; kill(-1) reaches only its own processes",
-                     "IPC namespace: System V IPC and POSIX message queues are the test's own and die with it",
-                     "mount namespace: the working directory is a fresh tmpfs on /tmp; covered (empty): "
-                     + " ".join(plan.covered())]
-    if plan.mode in ("namespaces", "namespaces (user namespace)"):
-        enforced.append("a user namespace per test: its keyrings and its process count (RLIMIT_NPROC, per user "
-                        "namespace since Linux 5.14) are its own, not shared with other tests")
-    if plan.watchdog:
-        enforced.append("a watchdog inside the namespaces kills the candidate even if the trainer dies")
-    if plan.cgroup:
-        enforced.append(f"a cgroup v2 per test, under {plan.cgroup}: memory.max {cfg.memory_mb} MB for all its "
-                        f"processes together (also shared memory, tmpfs files, kernel memory; no swap), pids.max "
-                        f"{cfg.processes}; the cgroup is killed and removed at the end")
-    else:
-        enforced.append(f"memory of the whole test: the resident memory (anonymous + shared) of all its processes "
-                        f"is summed every 20 ms and the test killed above {cfg.memory_mb} MB")
+    plan = _PLANS.get(cfg)
+    enforced, not_enforced = _guarantees(plan, cfg)
     return {"mode": plan.mode + (" + cgroup" if plan.cgroup else ""), "cgroup": plan.cgroup or None,
             "python": plan.python, "uid": plan.uid if plan.uid is not None else os.geteuid(),
-            "enforced": enforced, "not_enforced": _not_enforced(plan)}
-
+            "enforced": enforced, "not_enforced": not_enforced}
 
 # ----------------------------------------------------------------------------- command line
 
@@ -969,11 +962,10 @@ def parse_args(argv: list[str]) -> Config:
 
 def _self_check(sandbox: SandboxConfig, scale: RewardScale, math_timeout_s: float):
     print(json.dumps(sandbox_info(sandbox), indent=2))
-    thinking = "<think>maybe \\boxed{5}</think>"
-    print("math, right after </think>:", math_reward(thinking + "So \\boxed{\\frac12}.", "0.5", scale=scale,
-                                                      timeout_s=math_timeout_s))
-    print("math, right only inside <think>:", math_reward("<think>\\boxed{3}</think> \\boxed{4}", "3", scale=scale))
-    print("math, thinking never closed:", math_reward("<think>\\boxed{3}", "3", scale=scale))
+    for name, response in [("right after </think>", "<think>maybe \\boxed{5}</think> So \\boxed{\\frac{3}{1}}."),
+                           ("right only inside <think>", "<think>\\boxed{3}</think> \\boxed{4}"),
+                           ("thinking never closed", "<think>\\boxed{3}")]:
+        print(f"math, {name}:", math_reward(response, "3", scale=scale, timeout_s=math_timeout_s))
     tests = [{"input": "1 2\n", "output": "3"}, {"input": "5 7\n", "output": "12"}]
     for name, code in [("honest", "print(sum(map(int, input().split())))"),
                        ("half right", "a, b = map(int, input().split())\nprint(3 if a == 1 else 0)"),
