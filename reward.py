@@ -387,8 +387,8 @@ _PROBE = ("import os, sys, json, math, collections, heapq, bisect, itertools, fu
 
 # Top-level directories left visible inside the namespaces. Every other entry of / (directories such as /root,
 # /home, /work, /mnt, /opt and files such as /.dockerenv) is covered, so datasets and test files cannot be read.
-_SYSTEM_DIRS = {"bin", "dev", "etc", "lib", "lib32", "lib64", "libx32", "proc", "sbin", "sys", "tmp",
-                "usr", "var"}
+_SYSTEM_DIRS = frozenset({"bin", "dev", "etc", "lib", "lib32", "lib64", "libx32", "proc", "sbin", "sys", "tmp",
+                          "usr", "var"})
 _WORLD_WRITABLE = ("/var/tmp", "/dev/shm", "/dev/mqueue")
 _MEMORY_POLL_S = 0.02  # without a cgroup, the test's resident memory is summed this often
 _PAGE = os.sysconf("SC_PAGESIZE")
@@ -400,6 +400,17 @@ _PAGE = os.sysconf("SC_PAGESIZE")
 # kernel kills everything left in the namespace.
 _NS_SCRIPT = ('set -e; [ -z "$2" ] || echo $$ > "$2/cgroup.procs"; mount -a -T "$1"; '
               '{ echo "$3" > /proc/sys/kernel/shmall; } 2>/dev/null || :; shift 3; cd /tmp; set +e; "$@"')
+
+
+def _limits(cfg: SandboxConfig, per_test_pids: bool) -> dict:
+    cpu = cfg.cpu_s or math.ceil(cfg.timeout_s) + 1
+    one = lambda value: [value, value]  # noqa: E731
+    limits = {"RLIMIT_CPU": [cpu, cpu + 1],  # SIGXCPU at the soft limit, SIGKILL one second later
+              "RLIMIT_AS": one(cfg.memory_mb << 20), "RLIMIT_FSIZE": one(cfg.file_size_mb << 20),
+              "RLIMIT_NOFILE": one(cfg.open_files), "RLIMIT_CORE": one(0)}
+    if not per_test_pids:  # counted per uid (per user namespace); a test's cgroup counts its own pids instead
+        limits["RLIMIT_NPROC"] = one(cfg.processes)
+    return limits
 
 
 @dataclass(frozen=True)
@@ -441,17 +452,6 @@ class _Plan:
         return "".join(line + " 0 0\n" for line in lines).encode()
 
 
-def _limits(cfg: SandboxConfig, per_test_pids: bool) -> dict:
-    cpu = cfg.cpu_s or math.ceil(cfg.timeout_s) + 1
-    one = lambda value: [value, value]  # noqa: E731
-    limits = {"RLIMIT_CPU": [cpu, cpu + 1],  # SIGXCPU at the soft limit, SIGKILL one second later
-              "RLIMIT_AS": one(cfg.memory_mb << 20), "RLIMIT_FSIZE": one(cfg.file_size_mb << 20),
-              "RLIMIT_NOFILE": one(cfg.open_files), "RLIMIT_CORE": one(0)}
-    if not per_test_pids:  # counted per uid (per user namespace); a test's cgroup counts its own pids instead
-        limits["RLIMIT_NPROC"] = one(cfg.processes)
-    return limits
-
-
 def _which(name: str) -> str | None:
     return shutil.which(name, path=os.pathsep.join([os.environ.get("PATH", ""), "/usr/bin", "/bin",
                                                     "/usr/sbin", "/sbin"]))
@@ -463,6 +463,7 @@ def _write(path: str, value) -> None:
 
 
 def _make_plan(mode: str, python: str, uid: int, cgroup: str, no_cgroup: str) -> _Plan:
+    """The plan of one mode: the commands that isolate a test (namespaces), then make it the candidate."""
     unshare, setpriv, root = _which("unshare"), _which("setpriv"), os.geteuid() == 0
     drop = (setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--inh-caps=-all",
             "--bounding-set=-all", "--no-new-privs") if root else ()
