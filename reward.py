@@ -776,7 +776,9 @@ def _run_one_test(plan: _Plan, cfg: SandboxConfig, program: str, test: dict) -> 
 def _choose_plan(cfg: SandboxConfig) -> _Plan:
     """The first plan that passes a probe through the real sandbox, trying modes in order (namespaces: as root with
     a user namespace per test, then without; then plain), each with a cgroup per test and then, for "auto",
-    without; each with every candidate interpreter."""
+    without; each with every candidate interpreter: SandboxConfig.python, or sys.executable, python3 on a system
+    PATH, /usr/bin/python3. The interpreter must work for the sandbox user inside the sandbox (one under /root does
+    not, and the tmpfs on /tmp hides a virtualenv there); we never loosen permissions for it."""
     if cfg.namespaces not in ("auto", "on", "off"):
         raise ValueError(f"SandboxConfig.namespaces must be 'auto', 'on' or 'off', got {cfg.namespaces!r}")
     if cfg.namespaces == "off" and cfg.cgroup not in ("auto", "off"):
