@@ -388,8 +388,15 @@ def training_sequences(groups: list, cfg) -> list:
 def recompute_old_logprobs(run: Run, seqs: list) -> dict:
     """Old logprobs from the trainer's forward, before any update of the step; returns the sum, count and max of
     |trainer − engine| over the tokens, a check of the engine (it should sample exactly what the trainer scores)."""
-    for row in pack_micro_batches(seqs, run.cfg.train_row_tokens):
-        recompute_logprobs(run.policy, row, run.cfg.temperature, run.device)
+    rows = pack_micro_batches(seqs, run.cfg.train_row_tokens)
+    # FSDP's forward is a collective: a rank with fewer rows (its groups were filtered out) runs dummy forwards,
+    # else the ranks wait on each other forever
+    for i in range(int(global_max(len(rows), run.device))):
+        if i < len(rows):
+            recompute_logprobs(run.policy, rows[i], run.cfg.temperature, run.device)
+        else:
+            with torch.no_grad():
+                run.policy(torch.zeros((1, 2), dtype=torch.long, device=run.device))
     gaps = [np.abs(np.asarray(s["old"]) - np.asarray(s["engine"])) for s in seqs]
     return dict(gap_sum=sum(float(g.sum()) for g in gaps), gap_tokens=sum(len(g) for g in gaps),
                 gap_max=max((float(g.max()) for g in gaps if len(g)), default=0.0))
