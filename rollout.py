@@ -487,8 +487,8 @@ class LLMEngine:
 
     max_num_seqs: sequences decoded together; max_model_len: prompt + output tokens of one sequence
     (default: the model's max_position_embeddings); num_blocks: pool size, or None to derive it from
-    kv_cache_memory bytes (default: 90% of free CUDA memory, 512 MiB on CPU), capped at what max_num_seqs
-    full-length sequences need. use_triton: None = on CUDA.
+    kv_cache_memory bytes (default: 90% of free CUDA memory; on CPU 512 MiB, or one max_model_len sequence if
+    that is larger), capped at what max_num_seqs full-length sequences need. use_triton: None = on CUDA.
     """
 
     def __init__(self, model, max_num_seqs: int = 256, max_model_len: int | None = None,
@@ -512,7 +512,10 @@ class LLMEngine:
         block_bytes = kv_block_bytes(cfg, param.dtype, block_size)
         if num_blocks is None:
             if kv_cache_memory is None:
-                kv_cache_memory = int(0.9 * torch.cuda.mem_get_info(self.device)[0]) if self.device.type == "cuda" else 512 * 2**20
+                # CPU: 512 MiB, but never less than one max_model_len sequence (a 0.6B model's 4K-token sequence
+                # alone needs ~1 GB in fp32; the default must not refuse to run)
+                kv_cache_memory = int(0.9 * torch.cuda.mem_get_info(self.device)[0]) if self.device.type == "cuda" \
+                    else max(512 * 2**20, blocks_per_seq * block_bytes)
             num_blocks = kv_cache_blocks(cfg, param.dtype, kv_cache_memory, block_size, max_num_seqs, self.max_model_len)
         if num_blocks < blocks_per_seq:
             raise ValueError(f"LLMEngine: a pool of {num_blocks} blocks x {block_size} tokens cannot hold one sequence of "

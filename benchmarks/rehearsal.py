@@ -26,6 +26,12 @@ processes (math-verify's workers, the code sandbox) are not counted. The budget 
 of the stage's phases, each a sum of terms counted in bytes from the config (functions below); a stage passes if
 its peak is at most 1.25x its budget.
 
+The allocator: by default glibc raises its mmap threshold each time a large block is freed (up to 32 MiB), so the
+many activation tensors of a few MB each then come from the heap, and the heap keeps what they free (measured: ~1 GB
+kept at 8 layers, ~3 GB at 28, over budget). The stage processes therefore run with MALLOC_MMAP_THRESHOLD_=131072,
+glibc's own starting value, held fixed: every tensor above 128 KiB is mapped on its own and returned when freed.
+The same setting is advisable for any long CPU run of sft.py or gppo.py (--malloc_mmap_threshold=0 to see without).
+
 Run:
   python benchmarks/rehearsal.py              # all stages: ~13 GB of RAM at the peak, ~14 GB of disk at most
   python benchmarks/rehearsal.py --stages=gppo,eval  # rerun some stages on the outputs of earlier ones
@@ -58,6 +64,7 @@ class RehearsalConfig:
     tokenizer: str = ""              # a directory with Qwen3's tokenizer.json; empty = $QWEN3_TOKENIZER_DIR
     stages: str = ",".join(STAGES)   # which stages to run, in this order (later ones read earlier outputs)
     threads: int = 2
+    malloc_mmap_threshold: int = 131072   # MALLOC_MMAP_THRESHOLD_ of the stage processes (see the docstring); 0 = unset
     seed: int = 0
     # sft
     sft_steps: int = 3
@@ -159,9 +166,12 @@ def rope_table_bytes(c: Qwen3Config) -> int:
 
 
 def kv_pool_bytes(c: Qwen3Config, itemsize: int, memory: float, max_num_seqs: int, max_model_len: int) -> int:
-    """rollout.kv_cache_blocks in bytes: whole blocks of 16 tokens that fit in `memory`, capped by max_num_seqs."""
+    """rollout.kv_cache_blocks in bytes: whole blocks of 16 tokens that fit in `memory`, capped by max_num_seqs.
+    memory=None: the engine's CPU default, 512 MiB or one max_model_len sequence if that is more."""
     block = 2 * c.num_hidden_layers * 16 * c.num_key_value_heads * c.head_dim * itemsize
-    return min(int(memory) // block, max_num_seqs * -(-max_model_len // 16)) * block
+    per_seq = -(-max_model_len // 16)
+    memory = max(512 * 2**20, per_seq * block) if memory is None else memory
+    return min(int(memory) // block, max_num_seqs * per_seq) * block
 
 
 def sft_phases(c: Qwen3Config, *, world: int, row_tokens: int, loss_chunk: int, gpu: bool) -> dict:
@@ -231,10 +241,10 @@ def stage_budget(stage: str, cfg: RehearsalConfig, facts: dict) -> dict:
         phases = sft_phases(c, world=1, row_tokens=cfg.sft_row_tokens, loss_chunk=min(cfg.sft_loss_chunk,
                             cfg.sft_row_tokens - 1), gpu=False)
     elif stage == "gppo":
-        kv = kv_pool_bytes(c, 4, 512 * 2**20, 256, facts["max_model_len"])   # the engine's CPU default: 512 MiB
+        kv = kv_pool_bytes(c, 4, None, 256, facts["max_model_len"])          # the engine's CPU default
         phases = gppo_phases(c, world=1, row_tokens=facts["max_row_tokens"], kv_bytes=kv, gpu=False, loss_chunk=256)
     else:
-        kv = kv_pool_bytes(c, 4, 512 * 2**20, 256, 4096 + cfg.eval_max_tokens)   # eval.py: max_prompt_len 4096
+        kv = kv_pool_bytes(c, 4, None, 256, 4096 + cfg.eval_max_tokens)      # eval.py: max_prompt_len 4096
         phases = eval_phases(c, kv_bytes=kv, itemsize=4)
     if stage in ("sft", "gppo", "eval"):
         models = 2 if stage == "gppo" else 1                                        # gppo: the policy and the engine
@@ -417,6 +427,8 @@ def run_stage_process(cfg: RehearsalConfig, stage: str) -> dict:
     args = [sys.executable, os.path.abspath(__file__), f"--stage={stage}"] + \
         [f"--{f.name}={getattr(cfg, f.name)}" for f in fields(cfg) if f.name not in ("stage", "plan")]
     env = dict(os.environ, OMP_NUM_THREADS=str(cfg.threads))
+    if cfg.malloc_mmap_threshold:
+        env["MALLOC_MMAP_THRESHOLD_"] = str(cfg.malloc_mmap_threshold)
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=ROOT)
     result = None
     for line in proc.stdout:

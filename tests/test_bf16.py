@@ -95,6 +95,19 @@ def test_kv_pool_sized_from_given_free_memory():
         LLMEngine(engine_model, max_num_seqs=64, max_model_len=128, kv_cache_memory=7 * 2048)   # 7 < 8 blocks
 
 
+def test_cpu_default_pool_holds_at_least_one_full_sequence(monkeypatch):
+    """The CPU default is 512 MiB, unless one max_model_len sequence needs more (a real model at eval.py's 4K prompt
+    limit does: the rehearsal found eval.py refusing to start). The pool itself is not allocated here."""
+    import rollout
+    monkeypatch.setattr(rollout, "PagedKVCache", lambda *args: None)
+    cfg = Qwen3Config(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=4, num_attention_heads=8,
+                      num_key_value_heads=8, head_dim=128, torch_dtype="float32")
+    model = Qwen3(cfg)                                  # a block: 2 * 4 layers * 16 tokens * 8 * 128 * 4 B = 512 KiB
+    assert kv_block_bytes(cfg, torch.float32, 16) == 2**19
+    assert LLMEngine(model, max_num_seqs=4, max_model_len=4096).blocks.num_blocks == 1024       # 512 MiB: 4 x 256
+    assert LLMEngine(model, max_num_seqs=4, max_model_len=20000).blocks.num_blocks == 1250      # one sequence: 1250
+
+
 # ----------------------------------------------------------------------------- the engine's bf16 copy
 
 def test_engine_bf16_copy_loads_samples_and_syncs(tmp_path):
