@@ -24,8 +24,8 @@ Three seams for the rest of the project:
     LM head itself, in chunks, without holding (B, T, V) logits.
 
 Checkpoints are Hugging Face directories (config.json + model.safetensors, or shards + index);
-`from_pretrained` builds the model on the `meta` device and assigns the loaded tensors, so an 8B
-model is never allocated twice. Run `python model.py CHECKPOINT_DIR` to load one and print a summary.
+`from_pretrained` builds the model on the `meta` device and reads one tensor at a time into its final
+dtype and device, so an 8B model is never allocated twice (nor kept memory-mapped). Run `python model.py CHECKPOINT_DIR` to load one and print a summary.
 """
 import json
 import math
@@ -373,11 +373,61 @@ def _checkpoint_files(path: str) -> list[str]:
     raise FileNotFoundError(f"{path}: neither model.safetensors nor model.safetensors.index.json found")
 
 
+# safetensors layout: 8 bytes (little-endian header length n), n bytes of JSON header
+# {name: {"dtype": "BF16", "shape": [...], "data_offsets": [begin, end]}, "__metadata__": {...}}, then the data;
+# offsets count from the end of the header.
+SAFETENSORS_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
+                      "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8,
+                      "U8": torch.uint8, "BOOL": torch.bool}
+
+
+def read_safetensors_header(file: str) -> dict:
+    """{name: (dtype, shape, absolute byte offset, byte length)} of one .safetensors file, validated."""
+    size = os.path.getsize(file)
+    with open(file, "rb") as fh:
+        n = int.from_bytes(fh.read(8), "little")
+        if not 0 < n <= size - 8:
+            raise ValueError(f"{file}: not a safetensors file (header length {n}, file size {size})")
+        try:
+            header = json.loads(fh.read(n))
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise ValueError(f"{file}: safetensors header is not valid JSON ({e})") from None
+    entries = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        try:
+            dtype, shape, (begin, end) = SAFETENSORS_DTYPES[info["dtype"]], info["shape"], info["data_offsets"]
+        except (KeyError, TypeError, ValueError):
+            raise ValueError(f"{file}: tensor {name!r}: header entry {info} is not a supported safetensors entry "
+                             f"(dtypes {sorted(SAFETENSORS_DTYPES)})") from None
+        nbytes = math.prod(shape) * dtype.itemsize
+        if end - begin != nbytes or begin < 0 or 8 + n + end > size:
+            raise ValueError(f"{file}: tensor {name!r}: data_offsets {[begin, end]} do not hold {nbytes} bytes "
+                             f"of a {shape} {info['dtype']} tensor inside the file ({size} bytes)")
+        entries[name] = (dtype, tuple(shape), 8 + n + begin, nbytes)
+    return entries
+
+
+def read_tensor(fh, dtype: torch.dtype, shape: tuple, offset: int, nbytes: int) -> torch.Tensor:
+    """One tensor read from an open file into fresh memory (never memory-mapped, so nothing of the file
+    stays resident after the caller drops the tensor)."""
+    buf = bytearray(nbytes)
+    fh.seek(offset)
+    if fh.readinto(buf) != nbytes:
+        raise ValueError(f"{fh.name}: file ends inside a tensor (offset {offset}, {nbytes} bytes)")
+    return torch.frombuffer(buf, dtype=dtype).view(shape) if nbytes else torch.empty(shape, dtype=dtype)
+
+
 def from_pretrained(path: str, dtype: torch.dtype | None = None, device=None) -> Qwen3:
     """Load a Hugging Face Qwen3 directory. dtype None keeps the stored dtype (bf16 stays bf16);
-    device None means CPU."""
-    from safetensors import safe_open
+    device None means CPU.
 
+    Memory: the model is built on the meta device (no storage), then each tensor is read from the file
+    into fresh memory and converted to its final dtype and device before the next one is read. So the
+    process holds one copy of the weights as loaded, plus at most one tensor as stored; no file is
+    memory-mapped (a mapping would keep the file's pages in this process's resident set while it lives).
+    """
     if not os.path.isdir(path):
         raise FileNotFoundError(f"{path}: checkpoint directory does not exist")
     device = torch.device(device if device is not None else "cpu")
@@ -390,25 +440,26 @@ def from_pretrained(path: str, dtype: torch.dtype | None = None, device=None) ->
     ours = {hf_name(n): n for n, _ in model.named_parameters()}
     loaded: dict[str, torch.Tensor] = {}
     for file in _checkpoint_files(path):
-        with safe_open(file, framework="pt", device=str(device)) as f:
-            for key in f.keys():
+        with open(file, "rb") as fh:
+            for key, (stored_dtype, shape, offset, nbytes) in read_safetensors_header(file).items():
                 if key.endswith("rotary_emb.inv_freq"):
                     continue   # old checkpoints stored this buffer; we recompute it
                 if key == "lm_head.weight" and cfg.tie_word_embeddings:
                     continue   # tied: lm_head is embed_tokens
                 if key not in expected:
                     raise KeyError(f"{file}: unexpected tensor {key!r} (not a parameter of Qwen3 with this config.json)")
-                t = f.get_tensor(key)
-                if tuple(t.shape) != tuple(expected[key].shape):
-                    raise ValueError(f"{file}: tensor {key!r} has shape {tuple(t.shape)}, "
+                if shape != tuple(expected[key].shape):
+                    raise ValueError(f"{file}: tensor {key!r} has shape {shape}, "
                                      f"config.json implies {tuple(expected[key].shape)}")
-                loaded[key] = t.to(dtype) if dtype is not None else t
+                t = read_tensor(fh, stored_dtype, shape, offset, nbytes)
+                loaded[key] = t.to(device=device, dtype=dtype if dtype is not None else stored_dtype)   # no copy if nothing changes
+                del t   # the stored-dtype buffer goes before the next tensor is read
     missing = sorted(set(expected) - set(loaded))
     if missing:
         raise KeyError(f"{path}: missing tensor(s) {missing[:5]}{' ...' if len(missing) > 5 else ''}")
     model.load_state_dict({ours[k]: v for k, v in loaded.items()}, strict=False, assign=True)
     model.tie_weights()   # assign=True replaced the tied Parameter object; tie again
-    return model.to(device)
+    return model
 
 
 def save_pretrained(model: Qwen3, path: str, state_dict: dict | None = None,
@@ -416,7 +467,8 @@ def save_pretrained(model: Qwen3, path: str, state_dict: dict | None = None,
     """Write config.json + safetensors (sharded with an index above max_shard_bytes), in the params' dtype.
 
     state_dict: our parameter names -> full tensors; pass it when the model is sharded (FSDP) and rank 0
-    has gathered a full copy. Otherwise the model's own parameters are used.
+    has gathered a full copy. Otherwise the model's own parameters are used. Tensors on a GPU are copied
+    to the host one shard at a time, so the host never holds more than one shard extra.
     """
     from safetensors.torch import save_file
 
@@ -429,31 +481,29 @@ def save_pretrained(model: Qwen3, path: str, state_dict: dict | None = None,
         if hasattr(t, "full_tensor"):   # an FSDP2 shard
             raise TypeError(f"save_pretrained: {name} is a sharded DTensor; pass state_dict= a full state dict "
                             "(get_model_state_dict with StateDictOptions(full_state_dict=True, cpu_offload=True))")
-        tensors[hf_name(name)] = t.detach().to("cpu").contiguous()
+        tensors[hf_name(name)] = t.detach()
     os.makedirs(path, exist_ok=True)
     hf_cfg = cfg.to_hf_dict()
     hf_cfg["torch_dtype"] = str(next(iter(tensors.values())).dtype).replace("torch.", "")
     with open(os.path.join(path, "config.json"), "w") as fh:
         json.dump(hf_cfg, fh, indent=2)
     nbytes = {key: t.numel() * t.element_size() for key, t in tensors.items()}
-    shards = [{}]
+    shards = [[]]
     for key in sorted(tensors):
         if shards[-1] and sum(nbytes[k] for k in shards[-1]) + nbytes[key] > max_shard_bytes:
-            shards.append({})
-        shards[-1][key] = tensors[key]
+            shards.append([])
+        shards[-1].append(key)
     for stale in os.listdir(path):   # an older save with another shard count must not leave files behind
         if stale.startswith("model") and (stale.endswith(".safetensors") or stale.endswith(".index.json")):
             os.remove(os.path.join(path, stale))
-    if len(shards) == 1:
-        save_file(shards[0], os.path.join(path, "model.safetensors"), metadata={"format": "pt"})
-        return
-    weight_map = {}
-    for i, shard in enumerate(shards):
-        fname = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
-        save_file(shard, os.path.join(path, fname), metadata={"format": "pt"})
-        weight_map.update(dict.fromkeys(shard, fname))
-    with open(os.path.join(path, "model.safetensors.index.json"), "w") as fh:
-        json.dump({"metadata": {"total_size": sum(nbytes.values())}, "weight_map": weight_map}, fh, indent=2)
+    names = ["model.safetensors"] if len(shards) == 1 else \
+        [f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors" for i in range(len(shards))]
+    for fname, keys in zip(names, shards):
+        save_file({k: tensors[k].to("cpu").contiguous() for k in keys}, os.path.join(path, fname), metadata={"format": "pt"})
+    if len(shards) > 1:
+        weight_map = {k: fname for fname, keys in zip(names, shards) for k in keys}
+        with open(os.path.join(path, "model.safetensors.index.json"), "w") as fh:
+            json.dump({"metadata": {"total_size": sum(nbytes.values())}, "weight_map": weight_map}, fh, indent=2)
 
 
 if __name__ == "__main__":

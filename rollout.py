@@ -471,6 +471,19 @@ def sample(logits, params: list, uniforms: list):
     return tokens, logprobs.gather(1, tokens[:, None])[:, 0]
 
 
+def kv_block_bytes(cfg, dtype: torch.dtype, block_size: int) -> int:
+    """Bytes of one KV block: K and V of block_size tokens in every layer, 2 x L x block_size x Hkv x hd x itemsize."""
+    return 2 * cfg.num_hidden_layers * block_size * cfg.num_key_value_heads * cfg.head_dim * dtype.itemsize
+
+
+def kv_cache_blocks(cfg, dtype: torch.dtype, memory_bytes: int, block_size: int, max_num_seqs: int,
+                    max_model_len: int) -> int:
+    """The pool size, in blocks, that fits in memory_bytes (e.g. kv_cache_fraction x the free GPU memory measured
+    once the weights are in place), capped at what max_num_seqs sequences of max_model_len tokens can use.
+    A bf16 pool holds twice the tokens of an fp32 one in the same bytes. Pure arithmetic: runs anywhere."""
+    return min(int(memory_bytes) // kv_block_bytes(cfg, dtype, block_size), max_num_seqs * -(-max_model_len // block_size))
+
+
 # ----------------------------------------------------------------------------- the engine
 
 def sample_seed(request_seed: int, sample_index: int) -> int:
@@ -484,8 +497,8 @@ class LLMEngine:
 
     max_num_seqs: sequences decoded together; max_model_len: prompt + output tokens of one sequence
     (default: the model's max_position_embeddings); num_blocks: pool size, or None to derive it from
-    kv_cache_memory bytes (default: 90% of free CUDA memory, 512 MiB on CPU), capped at what max_num_seqs
-    full-length sequences need. use_triton: None = on CUDA.
+    kv_cache_memory bytes (default: 90% of free CUDA memory; on CPU 512 MiB, or one max_model_len sequence if
+    that is larger), capped at what max_num_seqs full-length sequences need. use_triton: None = on CUDA.
     """
 
     def __init__(self, model, max_num_seqs: int = 256, max_model_len: int | None = None,
@@ -506,11 +519,14 @@ class LLMEngine:
                 raise ValueError(f"LLMEngine({name}={value!r}): must be a positive int")
         self.max_num_seqs, self.max_num_batched_tokens = max_num_seqs, max_num_batched_tokens
         blocks_per_seq = -(-self.max_model_len // block_size)
-        block_bytes = 2 * cfg.num_hidden_layers * block_size * cfg.num_key_value_heads * cfg.head_dim * param.element_size()
+        block_bytes = kv_block_bytes(cfg, param.dtype, block_size)
         if num_blocks is None:
             if kv_cache_memory is None:
-                kv_cache_memory = int(0.9 * torch.cuda.mem_get_info(self.device)[0]) if self.device.type == "cuda" else 512 * 2**20
-            num_blocks = min(kv_cache_memory // block_bytes, max_num_seqs * blocks_per_seq)
+                # CPU: 512 MiB, but never less than one max_model_len sequence (a 0.6B model's 4K-token sequence
+                # alone needs ~1 GB in fp32; the default must not refuse to run)
+                kv_cache_memory = int(0.9 * torch.cuda.mem_get_info(self.device)[0]) if self.device.type == "cuda" \
+                    else max(512 * 2**20, blocks_per_seq * block_bytes)
+            num_blocks = kv_cache_blocks(cfg, param.dtype, kv_cache_memory, block_size, max_num_seqs, self.max_model_len)
         if num_blocks < blocks_per_seq:
             raise ValueError(f"LLMEngine: a pool of {num_blocks} blocks x {block_size} tokens cannot hold one sequence of "
                              f"max_model_len={self.max_model_len} tokens ({blocks_per_seq} blocks, {block_bytes} bytes each); "

@@ -297,11 +297,15 @@ def run_entry_point(main, cfg, **kwargs):
     sys.exit(status)
 
 
-def shard_model(model: Qwen3, device: torch.device):
+def shard_model(model: Qwen3, device: torch.device, param_dtype: torch.dtype | None = None):
     """FSDP2 as torchtitan does it: each decoder layer is a unit, then the root (embeddings, norm, head).
-    On GPU parameters are gathered in bf16 and gradients reduced in fp32; on CPU everything is fp32."""
+    Parameters are gathered for compute in param_dtype and gradients reduced in fp32; the sharded master
+    weights keep their own dtype (fp32). param_dtype None: bf16 on GPU, no cast on CPU (all fp32);
+    torch.bfloat16 on CPU runs the GPU's mixed precision there (the tests do)."""
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if device.type == "cuda" \
+    if param_dtype is None and device.type == "cuda":
+        param_dtype = torch.bfloat16
+    mp = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32) if param_dtype is not None \
         else MixedPrecisionPolicy()
     for layer in model.layers:
         fully_shard(layer, mp_policy=mp)

@@ -3,6 +3,8 @@
 #
 #   bash train.sh                 # toy task on a CPU (tiny model from scratch): ~8 min on 2 idle cores
 #   bash train.sh ablate          # the paper's ablations in miniature, 3 seeds per arm (README, "Ablations"): ~50 min
+#   bash train.sh rehearsal       # Qwen3-0.6B's exact shape through every stage, memory vs budget (README, "Rehearsal");
+#                                 # needs QWEN3_TOKENIZER_DIR, ~13 GB of RAM
 #
 # The real pipeline is the same script, driven by environment variables (paper hyperparameters by default):
 #   BASE_MODEL=/ckpt/Qwen3-8B-Base SFT_DATA=sft.jsonl MATH_DATA=math.jsonl CODE_DATA=code.jsonl \
@@ -41,6 +43,12 @@ stage() {  # stage NAME command...: run it, time it, stop the pipeline with a cl
 if [ "${1:-}" = "ablate" ]; then
   shift
   stage ablate python benchmarks/ablate.py --out_dir="$OUT/ablate" "$@"
+  exit 0
+fi
+
+if [ "${1:-}" = "rehearsal" ]; then
+  shift
+  stage rehearsal python benchmarks/rehearsal.py --out_dir="$OUT/rehearsal" "$@"
   exit 0
 fi
 

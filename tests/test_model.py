@@ -139,6 +139,102 @@ def test_meta_device_load_equals_plain_build():
             assert torch.equal(loaded(ids), ref) and torch.equal(staged(ids), ref)
 
 
+# ----------------------------------------------------------------------------- loading memory
+
+def _storages(model):
+    """{storage address: bytes} of every parameter's storage (a tied weight counted once)."""
+    return {p.untyped_storage().data_ptr(): p.untyped_storage().nbytes() for p in model.parameters()}
+
+
+@pytest.mark.parametrize("dtype", [None, torch.float32])
+def test_loaded_weights_own_exactly_their_bytes(tmp_path, dtype):
+    """Counting live tensor bytes: after from_pretrained the parameters' storages add up to one copy of the weights
+    in the loaded dtype, each storage exactly its parameter's size (a loader returning views into one buffer per file
+    would show storages as large as the file), and no checkpoint file is still mapped into this process (a mapping
+    keeps the file's pages in the resident set, on top of any converted copy)."""
+    model = from_pretrained(fixture("qwen3-tiny-gqa"), dtype=torch.bfloat16)
+    save_pretrained(model, str(tmp_path), max_shard_bytes=60_000)            # bf16 on disk, several shards
+    back = from_pretrained(str(tmp_path), dtype=dtype)
+    itemsize = (dtype or torch.bfloat16).itemsize
+    weights = sum(p.numel() for p in back.parameters()) * itemsize
+    storages = _storages(back)
+    assert len(storages) == len(list(back.parameters()))                     # no two parameters share memory
+    assert sum(storages.values()) == weights
+    for p in back.parameters():
+        assert p.untyped_storage().nbytes() == p.numel() * itemsize and p.storage_offset() == 0
+    if os.path.exists("/proc/self/maps"):                                   # Linux: this process's own mappings
+        with open("/proc/self/maps") as fh:
+            mapped = [line.split()[-1] for line in fh if str(tmp_path) in line]
+        assert mapped == [], f"checkpoint files still mapped after loading: {sorted(set(mapped))}"
+
+
+MEASURE_LOAD = r"""
+import json, sys, torch
+sys.path.insert(0, sys.argv[1])
+from model import Qwen3, Qwen3Config, from_pretrained
+
+def kib(field):
+    with open("/proc/self/status") as fh:
+        return next(int(line.split()[1]) for line in fh if line.startswith(field + ":"))
+
+torch.randn(256, 256).to(torch.bfloat16).float()             # the first conversion's one-time setup, outside the peak
+with torch.device("meta"):
+    Qwen3(Qwen3Config.from_json(sys.argv[2] + "/config.json"))
+try:
+    with open("/proc/self/clear_refs", "w") as fh:
+        fh.write("5")                                        # reset the peak (VmHWM) to the current RSS
+except OSError:
+    pass                                                     # then VmHWM also holds the (small) start-up peak
+base = kib("VmRSS")
+model = from_pretrained(sys.argv[2], dtype=torch.float32)
+print(json.dumps(dict(peak_added=(kib("VmHWM") - base) * 1024,
+                      weights=sum(p.numel() * p.element_size() for p in model.parameters()))))
+"""
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="reads the peak resident set from /proc (Linux)")
+def test_from_pretrained_peak_memory_is_one_copy(tmp_path):
+    """Peak RSS of a fresh process loading a bf16 checkpoint as fp32: one fp32 copy of the weights plus at most one
+    tensor as stored, not the file's pages as well. Only this test's own child process is measured.
+    Bound = fp32 weights + the largest stored tensor + 16 MiB (Python objects, the header, allocator granularity);
+    a loader that keeps the file mapped (or read whole) while converting adds the whole file (50 MB here), far
+    above the slack. Sizes are exact byte counts, so the bound does not depend on the machine."""
+    cfg = Qwen3Config(vocab_size=1024, hidden_size=512, intermediate_size=1536, num_hidden_layers=8,
+                      num_attention_heads=8, num_key_value_heads=4, head_dim=64, tie_word_embeddings=True,
+                      torch_dtype="bfloat16")
+    model = Qwen3(cfg).init_weights(seed=0).to(torch.bfloat16)
+    save_pretrained(model, str(tmp_path))                                    # one 50 MB file
+    file_bytes = os.path.getsize(tmp_path / "model.safetensors")
+    largest = max(p.numel() * p.element_size() for p in model.parameters())
+    del model
+    root = os.path.dirname(os.path.dirname(FIXTURES))
+    out = subprocess.run([sys.executable, "-c", MEASURE_LOAD, root, str(tmp_path)], capture_output=True, text=True,
+                         timeout=120, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert out.returncode == 0, out.stderr[-2000:]
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    assert r["weights"] == 2 * (file_bytes - 8 - int.from_bytes(open(tmp_path / "model.safetensors", "rb").read(8), "little"))
+    bound = r["weights"] + largest + 16 * 2**20
+    assert r["peak_added"] <= bound, (f"from_pretrained added {r['peak_added'] / 2**20:.1f} MiB at its peak; one fp32 "
+                                      f"copy is {r['weights'] / 2**20:.1f} MiB, the file {file_bytes / 2**20:.1f} MiB")
+    assert bound < r["weights"] + file_bytes        # the bound does exclude holding the whole file as well
+
+
+def test_error_corrupt_safetensors_header(tmp_path):
+    dst, _ = _copy_fixture(tmp_path)
+    data = bytearray(open(dst / "model.safetensors", "rb").read())
+    n = int.from_bytes(data[:8], "little")
+    header = json.loads(data[8:8 + n])
+    header["model.norm.weight"]["data_offsets"][1] += 4                      # claims more bytes than its shape
+    text = json.dumps(header, separators=(",", ":")).encode()
+    assert len(text) <= n                                                     # same header length: pad with spaces
+    (dst / "model.safetensors").write_bytes(bytes(data[:8]) + text.ljust(n) + bytes(data[8 + n:]))
+    with pytest.raises(ValueError, match=r"model\.safetensors.*model\.norm\.weight.*data_offsets"):
+        from_pretrained(str(dst))
+    (dst / "model.safetensors").write_bytes(b"\xff" * 16)
+    with pytest.raises(ValueError, match="not a safetensors file"):
+        from_pretrained(str(dst))
+
+
 def _copy_fixture(tmp_path, name="qwen3-tiny-gqa"):
     dst = tmp_path / "ckpt"
     shutil.copytree(fixture(name), dst)

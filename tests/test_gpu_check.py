@@ -1,0 +1,52 @@
+"""benchmarks/gpu_check.py --dry_run: the GPU check's code, on tiny shapes on the CPU (Triton under its interpreter,
+gloo for nccl), so the one command a lent GPU will run has run before. No timing is asserted: the numbers of a dry
+run mean nothing; its errors against the references and its bookkeeping do."""
+import json
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+
+
+def test_dry_run_runs_every_section_and_records_its_results(tmp_path):
+    out = tmp_path / "gpu_check.json"
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "gpu_check.py"), "--dry_run",
+                           f"--out={out}"], capture_output=True, text=True, timeout=300, cwd=ROOT,
+                          env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert report["dry_run"] and list(report["sections"]) == ["loss", "decode", "engine", "fsdp"]
+    rows = {(r["section"], r["name"]): r for s in report["sections"].values() for r in s["rows"]}
+    bad = {k: r for k, r in rows.items() if r["status"] not in ("ok", "skipped")}
+    assert not bad, bad
+    for dtype in ("bf16", "fp32"):                    # every loss path against the reference, within its bound
+        for backend in ("torch", "triton"):
+            r = rows[("loss", f"rl_loss_from_logits {dtype} backend={backend}")]
+            assert r["value_rel_err"] <= 1e-5 and r["grad_err_rel_max"] <= r["grad_bound"], r
+    assert any(k[0] == "loss" and k[1].startswith("rl_loss_from_hidden bf16 backend=triton") for k in rows)
+    decode = rows[("decode", "paged_decode_triton (one step, one layer)")]
+    assert decode["err_rel_max"] <= decode["err_bound"]
+    assert rows[("engine", "greedy parity: engine vs model.py full forward (bf16)")]["identical"] == "2/2"
+    gppo_step = next(r for k, r in rows.items() if k[1].startswith("GPPO step"))
+    assert gppo_step["engine_synced"] is True and gppo_step["train_s"] > 0
+    assert next(r for k, r in rows.items() if k[1].startswith("SFT step"))["step_s"] > 0
+    assert not list(tmp_path.glob(".gpu_check.*"))    # the per-section result files are cleaned up
+    table = proc.stdout[proc.stdout.index("section result"):]
+    assert all(f"\n{s}" in table for s in ("loss", "decode", "engine", "fsdp"))
+
+
+def test_a_failing_section_is_recorded_not_fatal(tmp_path, monkeypatch):
+    import gpu_check
+
+    def broken(dry, emit):
+        emit("first result", value=1.0)
+        raise ZeroDivisionError("on purpose")
+
+    monkeypatch.setattr(gpu_check, "section_decode", broken)
+    rows_file = tmp_path / "rows.jsonl"
+    gpu_check.run_section_here(gpu_check.CheckConfig(section="decode", dry_run=True, rows_file=str(rows_file)))
+    rows = [json.loads(line) for line in rows_file.read_text().splitlines()]
+    assert [r["status"] for r in rows] == ["ok", "error"]
+    assert rows[1]["error"] == "ZeroDivisionError: on purpose"
