@@ -3,7 +3,7 @@
 No GPU has been lent to this project so far. When one is, for minutes, this script answers every open GPU question
 in a single run, prints one compact table and writes the same results to JSON:
 
-  1. loss    the fused GPPO loss (gppo.py) on CUDA: Triton vs the readable reference (policy_loss + sft_loss through
+  1. loss    the fused GPPO loss (gppo_loss.py) on CUDA: Triton vs the readable reference (policy_loss + sft_loss through
              autograd) vs the chunked PyTorch path, N = 32,768 tokens x V = 151,936, bf16 and fp32 logits: max error
              of the value and the gradient against the reference, forward + backward time, peak memory, and the
              ratio to the bandwidth floor (the three passes over the logits, at the measured copy bandwidth); also
@@ -162,7 +162,7 @@ def reference_loss(logits, targets, old, advantages, mask, sft_mask, n_tokens, n
     evaluated rows_per_block rows at a time with the global token counts: the same value and gradient as one call on
     all N rows, without an (N, V) fp32 autograd graph (at N = 32,768 that alone is four 20 GB tensors).
     Returns (value, gradient (N, V) fp32)."""
-    import gppo
+    import gppo_loss as gppo
     grad, value = torch.empty(logits.shape, dtype=torch.float32, device=logits.device), 0.0
     for r in range(0, len(logits), rows_per_block):
         rows = slice(r, r + rows_per_block)
@@ -182,7 +182,7 @@ def max_abs_diff(a, b, rows_per_block: int) -> float:
 
 
 def section_loss(dry: bool, emit):
-    import gppo
+    import gppo_loss as gppo
     device = torch.device("cpu" if dry else "cuda")
     N, V, D, block = (48, 300, 32, 16) if dry else (32768, 151936, 1024, 4096)
     gen = torch.Generator(device=device).manual_seed(0)
@@ -472,6 +472,8 @@ def section_fsdp_gppo(dry, emit, config, device, gen):
     emit("engine KV pool from free memory", free_GB=free / 1e9, fraction=gcfg.kv_cache_fraction,
          pool_GB=engine.cache.nbytes / 1e9, blocks=engine.blocks.num_blocks,
          status="ok" if engine.cache.nbytes <= gcfg.kv_cache_fraction * free else "MISMATCH")
+    run = gppo.Run(gcfg, policy, optimizer, engine, engine_model, tokenizer=None, tasks=[], score_fn=None, pool=None,
+                   rank=0, world=1, device=device)   # what train_mini_batch and recompute_old_logprobs use
     prompts = [torch.randint(0, config.vocab_size, (gcfg.max_prompt_len // 2,), generator=gen).tolist()
                for _ in range(2 if dry else 8)]
 
@@ -485,11 +487,10 @@ def section_fsdp_gppo(dry, emit, config, device, gen):
                 for p, o in zip(prompts, outs) for j, s in enumerate(o)]
         sync(device)
         t1 = time.perf_counter()
-        for row in gppo.pack_micro_batches(seqs, gcfg.train_row_tokens):
-            gppo.recompute_logprobs(policy, row, gcfg.temperature, device)
+        gppo.recompute_old_logprobs(run, seqs)
         sync(device)
         t2 = time.perf_counter()
-        metrics = gppo.train_mini_batch(policy, optimizer, seqs, gcfg, device, 1)
+        metrics = gppo.train_mini_batch(run, seqs)
         sync(device)
         t3 = time.perf_counter()
         gppo.sync_engine(policy, engine_model)
