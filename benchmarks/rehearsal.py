@@ -337,7 +337,7 @@ def stage_sft(cfg, paths):
         f"--data={paths['sft']}", f"--tokenizer={base}", f"--init_from={base}", f"--out_dir={out}",
         f"--max_len={cfg.sft_row_tokens}", f"--row_tokens={cfg.sft_row_tokens}", "--rows_per_step=1", "--micro_rows=1",
         "--epochs=1", f"--max_steps={cfg.sft_steps}", "--lr=8e-5", "--min_lr=4e-5", "--warmup_steps=1",
-        "--activation_checkpointing=true", f"--loss_chunk={cfg.sft_loss_chunk}", "--log_every=1", "--ckpt_every=0",
+        "--activation_checkpointing=true", f"--loss_chunk={cfg.sft_loss_chunk}", "--log_every=1", "--ckpt_every=0", "--ckpt_minutes=0",
         "--resume=false", "--device=cpu", f"--seed={cfg.seed}"]))
     with open(os.path.join(out, "metrics.jsonl")) as fh:
         losses = [json.loads(line)["loss"] for line in fh]
@@ -372,14 +372,14 @@ def stage_gppo(cfg, paths):
         f"--prompts_per_step={cfg.prompts}", f"--group_size={cfg.samples}", "--mini_batch_prompts=1",
         f"--max_prompt_len={max_prompt}", f"--max_response_len={cfg.new_tokens}", f"--train_row_tokens={cfg.train_row_tokens}",
         "--lr=1e-6", "--warmup_steps=1", "--activation_checkpointing=true", f"--steps={cfg.gppo_steps}", "--eval_every=0",
-        "--eval_problems=1", "--ckpt_every=0", "--export_every=0", "--resume=false", "--device=cpu", "--reward_workers=2",
+        "--eval_problems=1", "--ckpt_every=0", "--ckpt_minutes=0", "--export_every=0", "--resume=false", "--device=cpu", "--reward_workers=2",
         f"--seed={cfg.seed}"]), reward_fn=rehearsal_reward)
     with open(os.path.join(out, "metrics.jsonl")) as fh:
         steps = [json.loads(line) for line in fh]
     if any(s["updates"] < 2 for s in steps) or len(syncs) != len(steps) or not all(syncs):
         raise SystemExit(f"rehearsal: expected >= 2 updates per step and an exact engine sync after each; got "
                          f"updates {[s['updates'] for s in steps]}, engine equal to policy after each sync: {syncs}")
-    keys = ("loss", "updates", "response_len_mean", "truncated", "logprob_diff_max", "time_generate", "time_train")
+    keys = ("loss", "updates", "response_len_mean", "truncated", "logprob_diff_max", "time_generate_and_reward", "time_train")
     return dict(steps=[{k: s.get(k) for k in keys} for s in steps], engine_synced=syncs)
 
 
