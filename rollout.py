@@ -492,6 +492,52 @@ def sample_seed(request_seed: int, sample_index: int) -> int:
     return (request_seed * 1_000_003 + sample_index) % 2**63
 
 
+def make_groups(prompt_token_ids, params, max_model_len: int, vocab_size: int, max_num_seqs: int) -> list:
+    """Validate the requests and make, per prompt, its group of n sequences (they will share the prompt)."""
+    if isinstance(prompt_token_ids, (str, bytes)) or not isinstance(prompt_token_ids, (list, tuple)):
+        raise ValueError("generate(prompt_token_ids=...): expected a list of prompts, each a list of token ids")
+    if isinstance(params, SamplingParams):
+        params = [params] * len(prompt_token_ids)
+    if len(params) != len(prompt_token_ids):
+        raise ValueError(f"generate: {len(params)} SamplingParams for {len(prompt_token_ids)} prompts; "
+                         "pass one SamplingParams, or one per prompt")
+    groups = []
+    for i, (prompt, p) in enumerate(zip(prompt_token_ids, params)):
+        where = f"generate: prompt_token_ids[{i}]"
+        if not isinstance(p, SamplingParams):
+            raise ValueError(f"generate: params[{i}] is {type(p).__name__}, expected SamplingParams")
+        if isinstance(prompt, torch.Tensor):
+            prompt = prompt.tolist()
+        if isinstance(prompt, (str, bytes)) or not all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+            raise ValueError(f"{where}: expected a list of int token ids (tokenize text first)")
+        if len(prompt) == 0:
+            raise ValueError(f"{where} is empty: a prompt needs at least one token")
+        if len(prompt) >= max_model_len:
+            raise ValueError(f"{where} has {len(prompt)} tokens; max_model_len={max_model_len} leaves no room "
+                             "for a response (truncate the prompt or raise max_model_len)")
+        bad = [t for t in prompt if not 0 <= t < vocab_size]
+        if bad:
+            raise ValueError(f"{where}: token id {bad[0]} outside the model's vocabulary [0, {vocab_size})")
+        if p.n > max_num_seqs:
+            raise ValueError(f"generate: params[{i}].n={p.n} > max_num_seqs={max_num_seqs}; "
+                             "the samples of a prompt are decoded together")
+        seed = int(torch.randint(2**62, ())) if p.seed is None else p.seed
+        max_len = min(len(prompt) + p.max_tokens, max_model_len)
+        groups.append([Sequence(prompt, p, max_len, sample_seed(seed, j)) for j in range(p.n)])
+    return groups
+
+
+def print_progress(engine, all_seqs, running, waiting, elapsed):
+    done = sum(seq.finish_reason is not None for seq in all_seqs)
+    generated = sum(len(seq) - seq.prompt_len for seq in all_seqs)
+    left = sum(seq.max_len - len(seq) for seq in all_seqs if seq.finish_reason is None)
+    rate = generated / max(elapsed, 1e-9)
+    print(f"rollout: {done}/{len(all_seqs)} samples done | {generated} tokens, {rate:.0f} tok/s | running {len(running)}, "
+          f"waiting {sum(len(g) for g in waiting)} | KV blocks {engine.blocks.num_blocks - engine.blocks.num_free}/"
+          f"{engine.blocks.num_blocks} | preemptions {engine.stats.preemptions} | ETA <= {left / max(rate, 1e-9):.0f}s",
+          flush=True)
+
+
 class LLMEngine:
     """Holds the model (shared with the trainer, not copied), the block pool and the scheduler.
 
@@ -540,45 +586,11 @@ class LLMEngine:
         self.stats = EngineStats()
         self.num_prefixes = 0          # prefix ids handed out (a group's samples share one)
 
-    def _make_groups(self, prompt_token_ids, params) -> list:
-        """Validate the requests and make, per prompt, its group of n sequences (they will share the prompt)."""
-        if isinstance(prompt_token_ids, (str, bytes)) or not isinstance(prompt_token_ids, (list, tuple)):
-            raise ValueError("generate(prompt_token_ids=...): expected a list of prompts, each a list of token ids")
-        if isinstance(params, SamplingParams):
-            params = [params] * len(prompt_token_ids)
-        if len(params) != len(prompt_token_ids):
-            raise ValueError(f"generate: {len(params)} SamplingParams for {len(prompt_token_ids)} prompts; "
-                             "pass one SamplingParams, or one per prompt")
-        groups = []
-        for i, (prompt, p) in enumerate(zip(prompt_token_ids, params)):
-            where = f"generate: prompt_token_ids[{i}]"
-            if not isinstance(p, SamplingParams):
-                raise ValueError(f"generate: params[{i}] is {type(p).__name__}, expected SamplingParams")
-            if isinstance(prompt, torch.Tensor):
-                prompt = prompt.tolist()
-            if isinstance(prompt, (str, bytes)) or not all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
-                raise ValueError(f"{where}: expected a list of int token ids (tokenize text first)")
-            if len(prompt) == 0:
-                raise ValueError(f"{where} is empty: a prompt needs at least one token")
-            if len(prompt) >= self.max_model_len:
-                raise ValueError(f"{where} has {len(prompt)} tokens; max_model_len={self.max_model_len} leaves no room "
-                                 "for a response (truncate the prompt or raise max_model_len)")
-            bad = [t for t in prompt if not 0 <= t < self.vocab_size]
-            if bad:
-                raise ValueError(f"{where}: token id {bad[0]} outside the model's vocabulary [0, {self.vocab_size})")
-            if p.n > self.max_num_seqs:
-                raise ValueError(f"generate: params[{i}].n={p.n} > max_num_seqs={self.max_num_seqs}; "
-                                 "the samples of a prompt are decoded together")
-            seed = int(torch.randint(2**62, ())) if p.seed is None else p.seed
-            max_len = min(len(prompt) + p.max_tokens, self.max_model_len)
-            groups.append([Sequence(prompt, p, max_len, sample_seed(seed, j)) for j in range(p.n)])
-        return groups
-
     @torch.inference_mode()
     def generate(self, prompt_token_ids: list, params, progress: bool = False) -> list:
         """prompt_token_ids: list of prompts (lists of ints); params: one SamplingParams or one per prompt.
         Returns result[prompt][sample] = Sample(token_ids, logprobs, finish_reason)."""
-        groups = self._make_groups(prompt_token_ids, params)
+        groups = make_groups(prompt_token_ids, params, self.max_model_len, self.vocab_size, self.max_num_seqs)
         self.stats = EngineStats()
         self.blocks.peak_used = 0
         waiting, running = deque(list(g) for g in groups), []
@@ -595,7 +607,7 @@ class LLMEngine:
                 self.stats.steps += 1
                 if progress and (time.perf_counter() - last_print > 2 or not (waiting or running)):
                     last_print = time.perf_counter()
-                    self._print_progress(all_seqs, running, waiting, last_print - t0)
+                    print_progress(self, all_seqs, running, waiting, last_print - t0)
         finally:   # also on an exception: no block may stay allocated
             for seq in all_seqs:
                 self.blocks.release(seq)
@@ -701,16 +713,6 @@ class LLMEngine:
                 seq.finish_reason = "length"
             if seq.finish_reason:
                 self.blocks.release(seq)                 # free at once, for the waiting requests
-
-    def _print_progress(self, all_seqs, running, waiting, elapsed):
-        done = sum(seq.finish_reason is not None for seq in all_seqs)
-        generated = sum(len(seq) - seq.prompt_len for seq in all_seqs)
-        left = sum(seq.max_len - len(seq) for seq in all_seqs if seq.finish_reason is None)
-        rate = generated / max(elapsed, 1e-9)
-        print(f"rollout: {done}/{len(all_seqs)} samples done | {generated} tokens, {rate:.0f} tok/s | running {len(running)}, "
-              f"waiting {sum(len(g) for g in waiting)} | KV blocks {self.blocks.num_blocks - self.blocks.num_free}/"
-              f"{self.blocks.num_blocks} | preemptions {self.stats.preemptions} | ETA <= {left / max(rate, 1e-9):.0f}s",
-              flush=True)
 
 
 # ----------------------------------------------------------------------------- command-line demo
