@@ -24,8 +24,9 @@ Run:
       --tokenizer=/ckpt/Qwen3-8B-Base --max_len=32768 --row_tokens=32768 --rows_per_step=64 \\
       --lr=8e-5 --min_lr=4e-5 --epochs=4 --activation_checkpointing=true --out_dir=out/sft
   (several nodes: torchrun --nnodes=2 --node_rank=R --master_addr=HOST --nproc_per_node=8 sft.py ...)
-Infrastructure shared with gppo.py and eval.py lives here too: the `--key=value` config parser,
-process-group setup, FSDP2 wrapping, checkpoints and Hugging Face export.
+SIGTERM or Ctrl-C stops at a step boundary with a checkpoint; the same command resumes from it.
+The file reads: config, the SFT building blocks and main(); then, after main, the trainer plumbing that gppo.py
+and eval.py share (config parser, errors, graceful stop, FSDP2, DCP checkpoints, Hugging Face export).
 """
 import os
 
@@ -96,7 +97,188 @@ class SFTConfig:
     threads: int = 0                 # CPU threads per rank; 0 = usable cores / ranks on this machine
 
 
-# ----------------------------------------------------------------------------- shared infrastructure
+# ----------------------------------------------------------------------------- building blocks
+
+def lr_at(step: int, total_steps: int, lr: float, min_lr: float, warmup: int) -> float:
+    """Linear warmup, then cosine decay from lr to min_lr at the last step."""
+    if step < warmup:
+        return lr * (step + 1) / warmup
+    progress = min(1.0, (step - warmup) / max(1, total_steps - warmup))
+    return min_lr + 0.5 * (lr - min_lr) * (1 + math.cos(math.pi * progress))
+
+
+def chunked_nll_sum(hidden, lm_head_weight, targets, mask, chunk: int):
+    """sum over masked tokens of -log softmax(hidden @ W^T)[target], one chunk of tokens at a time.
+    hidden (N, D), targets/mask (N,). Each chunk is recomputed in the backward (checkpoint), so only one
+    (chunk, V) block of logits is alive at a time."""
+    from torch.utils.checkpoint import checkpoint
+
+    def piece(h, t, m):
+        logits = (h @ lm_head_weight.T).float()                            # (chunk, V)
+        return (F.cross_entropy(logits, t, reduction="none") * m).sum()
+
+    # start from a zero that is connected to the graph: a step whose rows are all padding must still run a
+    # backward on every rank (FSDP's collectives), and every parameter must get a (zero) gradient
+    total = (hidden.sum() + lm_head_weight.sum()).float() * 0.0
+    for s in range(0, hidden.shape[0], chunk):
+        sl = slice(s, s + chunk)
+        if mask[sl].any():
+            total = total + checkpoint(piece, hidden[sl], targets[sl], mask[sl].float(), use_reentrant=False)
+    return total
+
+
+def build_model(cfg, vocab_size: int, device: torch.device) -> Qwen3:
+    """The trainable model in fp32 master weights: a Hugging Face checkpoint, or a tiny one from scratch."""
+    if cfg.init_from:
+        model = from_pretrained(cfg.init_from, dtype=torch.float32, device=device)
+    else:
+        mcfg = Qwen3Config(vocab_size=vocab_size, hidden_size=cfg.hidden, intermediate_size=cfg.intermediate,
+                           num_hidden_layers=cfg.n_layer, num_attention_heads=cfg.n_head,
+                           num_key_value_heads=cfg.n_kv_head, head_dim=cfg.head_dim, max_position_embeddings=4096,
+                           tie_word_embeddings=True, torch_dtype="float32", bos_token_id=None, eos_token_id=None)
+        model = Qwen3(mcfg).to(device).init_weights(seed=cfg.seed)
+    model.activation_checkpointing = cfg.activation_checkpointing
+    return model
+
+
+def target_mask(loss_mask, document_ids):
+    """(..., T) -> (..., T-1): which next-token targets the loss counts. Token t predicts t+1 only if t+1 is an
+    assistant token and both are in the same document."""
+    return loss_mask[..., 1:] & (document_ids[..., 1:] == document_ids[..., :-1])
+
+
+def sft_loss_sum(model, batch, chunk: int):
+    """batch: tensors (B, T). Sum of the NLL over assistant tokens (label = next token)."""
+    hidden = model(batch["input_ids"], position_ids=batch["position_ids"], document_ids=batch["document_ids"],
+                   return_hidden=True)                                     # (B, T, D)
+    targets, mask = batch["input_ids"][:, 1:], target_mask(batch["loss_mask"], batch["document_ids"])
+    D = hidden.shape[-1]
+    return chunked_nll_sum(hidden[:, :-1].reshape(-1, D), model.lm_head.weight, targets.reshape(-1),
+                           mask.reshape(-1), chunk)
+
+
+def load_sft_data(cfg: SFTConfig, rank: int, world: int):
+    """The tokenizer (and the directory its files are in) and this rank's packed-row loader, from --data and
+    --tokenizer or from the built-in toy tasks. Raises InputError for anything wrong in what the user gave."""
+    if cfg.data:
+        if not cfg.tokenizer:
+            raise InputError("--data needs --tokenizer (a dir or tokenizer.json, e.g. the base model's dir)")
+        tokenizer = read_input(f"--tokenizer={cfg.tokenizer}", data.load_tokenizer, cfg.tokenizer)
+        tokenizer_dir = cfg.tokenizer if os.path.isdir(cfg.tokenizer) else os.path.dirname(cfg.tokenizer)
+        conversations = read_input("--data", data.load_sft_jsonl, cfg.data)
+    else:
+        tokenizer = data.build_toy_tokenizer()      # deterministic: every rank builds the same one
+        tokenizer_dir = os.path.join(cfg.out_dir, "tokenizer")
+        if rank == 0:
+            data.save_tokenizer(tokenizer, tokenizer_dir)
+        conversations = data.toy_sft_conversations(cfg.toy_math_examples, cfg.toy_code_examples,
+                                                   seed=cfg.seed, wrong_fraction=cfg.toy_wrong_fraction)
+    examples, report = read_input("--data", data.encode_sft_dataset, tokenizer, conversations, cfg.max_len, cfg.overlong)
+    print0(f"data: {report}")
+    if not examples:
+        raise InputError(f"--data={cfg.data or '(toy)'}: no conversation left to train on ({report})")
+    loader = data.PackedLoader(examples, row_tokens=cfg.row_tokens, rows_per_step=cfg.rows_per_step, rank=rank,
+                               world_size=world, seed=cfg.seed, pad_id=data.special_token_ids(tokenizer)["endoftext"])
+    return tokenizer, tokenizer_dir, loader
+
+
+def train_step(model, optimizer, rows, cfg: SFTConfig, device, world: int) -> tuple:
+    """One optimizer step on this rank's packed rows; the loss is a token-mean over all ranks' assistant tokens.
+    Returns (loss, grad_norm)."""
+    # global normaliser: assistant tokens of this step on all ranks (counted as the loss counts them)
+    local_tokens = sum(int(target_mask(r["loss_mask"], r["document_ids"]).sum()) for r in rows)
+    n_tokens = torch.tensor([local_tokens], dtype=torch.float64, device=device)
+    dist.all_reduce(n_tokens)
+    n_tokens = max(1.0, n_tokens.item())
+    loss_sum = torch.zeros((), device=device)
+    for i in range(0, len(rows), cfg.micro_rows):
+        batch = {k: torch.stack([r[k] for r in rows[i:i + cfg.micro_rows]]).to(device) for k in rows[0]}
+        micro = sft_loss_sum(model, batch, cfg.loss_chunk)
+        # FSDP averages gradients over ranks; multiply by world so the result is a global token-mean
+        (micro * world / n_tokens).backward()
+        loss_sum += micro.detach()
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+    grad_norm = float(grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm)
+    dist.all_reduce(loss_sum)
+    loss = loss_sum.item() / n_tokens
+    if not math.isfinite(loss) or not math.isfinite(grad_norm):
+        raise SystemExit(f"error: loss={loss} grad_norm={grad_norm}: stopping without updating; the last good "
+                         f"checkpoint is in {cfg.out_dir}/checkpoint (try a lower --lr)")
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return loss, grad_norm
+
+
+def main(cfg: SFTConfig):
+    rank, world, device = init_distributed(cfg.device)
+    set_threads(cfg.threads, device)
+    torch.manual_seed(cfg.seed)
+    if cfg.rows_per_step % (world * cfg.micro_rows):
+        raise InputError(f"--rows_per_step={cfg.rows_per_step} must be a multiple of world size x --micro_rows "
+                         f"= {world} x {cfg.micro_rows}")
+    os.makedirs(cfg.out_dir, exist_ok=True)
+
+    def load():
+        tokenizer, tokenizer_dir, loader = load_sft_data(cfg, rank, world)
+        model = read_input(f"--init_from={cfg.init_from}", build_model, cfg, tokenizer.get_vocab_size(), device)
+        return tokenizer_dir, loader, model
+    tokenizer_dir, loader, model = agree_on_inputs(load)
+    total_steps = loader.steps_per_epoch * cfg.epochs          # the LR schedule always spans all epochs
+    stop_step = total_steps if cfg.max_steps < 0 else min(cfg.max_steps, total_steps)
+    print0(f"packing: {loader.num_rows} rows of {cfg.row_tokens} tokens, {loader.efficiency:.1%} real tokens; "
+           f"{loader.steps_per_epoch} steps/epoch, {total_steps} steps" + (f", stopping after {stop_step}" if stop_step < total_steps else ""))
+    n_params = sum(p.numel() for p in model.parameters())
+    shard_model(model, device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(cfg.beta1, cfg.beta2),
+                                  weight_decay=cfg.weight_decay, foreach=True)
+    print0(f"model: {n_params / 1e6:.2f}M parameters, world size {world}, device {device}")
+
+    ckpt_dir = os.path.join(cfg.out_dir, "checkpoint")
+    step = 0
+    if cfg.resume and os.path.exists(ckpt_dir):
+        state = read_input(f"{ckpt_dir} (--resume=true)", load_checkpoint, ckpt_dir, model, optimizer)
+        step = state["step"]
+        read_input(f"{ckpt_dir} (--resume=true)", loader.load_state_dict, state["loader"])
+        print0(f"resumed from {ckpt_dir} at step {step}")
+    metrics_file = open_metrics(os.path.join(cfg.out_dir, "metrics.jsonl"), step)
+    stop = GracefulStop(cfg.ckpt_minutes, device)
+    t_start, tokens_seen, start_step = time.time(), 0, step
+    try:
+        while step < stop_step:
+            rows = loader.next_step()                       # this rank's rows for one optimizer step
+            for group in optimizer.param_groups:
+                group["lr"] = lr_at(step, total_steps, cfg.lr, cfg.min_lr, cfg.warmup_steps)
+            loss, grad_norm = train_step(model, optimizer, rows, cfg, device, world)
+            step += 1
+            tokens_seen += sum(r["input_ids"].numel() for r in rows) * world
+            if step % cfg.log_every == 0 or step == stop_step:
+                elapsed = time.time() - t_start
+                rec = dict(step=step, loss=round(loss, 5), lr=optimizer.param_groups[0]["lr"], grad_norm=grad_norm,
+                           tokens_per_s=round(tokens_seen / elapsed, 1), epoch=loader.epoch, elapsed_s=round(elapsed, 1))
+                eta = (stop_step - step) * elapsed / (step - start_step)
+                print0(f"step {step}/{stop_step} loss {loss:.4f} lr {rec['lr']:.2e} grad_norm {grad_norm:.3f} "
+                       f"tok/s {rec['tokens_per_s']:.0f} eta {eta / 60:.1f}min")
+                if metrics_file:
+                    metrics_file.write(json.dumps(rec) + "\n")
+                    metrics_file.flush()
+            stopping, checkpoint_now = stop.poll()
+            if checkpoint_now or (cfg.ckpt_every and step % cfg.ckpt_every == 0) or step == stop_step:
+                save_checkpoint(ckpt_dir, model, optimizer, {"step": step, "loader": loader.state_dict()})
+                stop.checkpointed()
+            if stopping:
+                stop.exit(step, ckpt_dir)
+    finally:
+        stop.close()
+        if metrics_file:
+            metrics_file.close()
+    export_hf(model, os.path.join(cfg.out_dir, "hf"), tokenizer_dir)
+    print0(f"done: {step} steps in {(time.time() - t_start) / 60:.1f} min; Hugging Face export in {cfg.out_dir}/hf")
+
+
+# ----------------------------------------------------------------------------- trainer plumbing, shared with gppo.py and eval.py
+# Read the SFT story above first; what follows is what any trainer here needs and gppo.py / eval.py import:
+# the --key=value parser and --help, process groups and threads, one-line errors, the graceful stop, FSDP2
+# wrapping, DCP checkpoints, the Hugging Face export and the metrics file.
 
 def option_help(cls) -> list:
     """--help text of a config dataclass: every field with its default and the comment written beside it;
@@ -313,20 +495,6 @@ def shard_model(model: Qwen3, device: torch.device, param_dtype: torch.dtype | N
     return model
 
 
-def build_model(cfg, vocab_size: int, device: torch.device) -> Qwen3:
-    """The trainable model in fp32 master weights: a Hugging Face checkpoint, or a tiny one from scratch."""
-    if cfg.init_from:
-        model = from_pretrained(cfg.init_from, dtype=torch.float32, device=device)
-    else:
-        mcfg = Qwen3Config(vocab_size=vocab_size, hidden_size=cfg.hidden, intermediate_size=cfg.intermediate,
-                           num_hidden_layers=cfg.n_layer, num_attention_heads=cfg.n_head,
-                           num_key_value_heads=cfg.n_kv_head, head_dim=cfg.head_dim, max_position_embeddings=4096,
-                           tie_word_embeddings=True, torch_dtype="float32", bos_token_id=None, eos_token_id=None)
-        model = Qwen3(mcfg).to(device).init_weights(seed=cfg.seed)
-    model.activation_checkpointing = cfg.activation_checkpointing
-    return model
-
-
 def checkpoint_state(model, optimizer):
     from torch.distributed.checkpoint.state_dict import get_state_dict
     model_sd, optim_sd = get_state_dict(model, optimizer)
@@ -387,170 +555,6 @@ def open_metrics(path: str, step: int):
     fh.writelines(kept)
     fh.flush()
     return fh
-
-
-def lr_at(step: int, total_steps: int, lr: float, min_lr: float, warmup: int) -> float:
-    """Linear warmup, then cosine decay from lr to min_lr at the last step."""
-    if step < warmup:
-        return lr * (step + 1) / warmup
-    progress = min(1.0, (step - warmup) / max(1, total_steps - warmup))
-    return min_lr + 0.5 * (lr - min_lr) * (1 + math.cos(math.pi * progress))
-
-
-def chunked_nll_sum(hidden, lm_head_weight, targets, mask, chunk: int):
-    """sum over masked tokens of -log softmax(hidden @ W^T)[target], one chunk of tokens at a time.
-    hidden (N, D), targets/mask (N,). Each chunk is recomputed in the backward (checkpoint), so only one
-    (chunk, V) block of logits is alive at a time."""
-    from torch.utils.checkpoint import checkpoint
-
-    def piece(h, t, m):
-        logits = (h @ lm_head_weight.T).float()                            # (chunk, V)
-        return (F.cross_entropy(logits, t, reduction="none") * m).sum()
-
-    # start from a zero that is connected to the graph: a step whose rows are all padding must still run a
-    # backward on every rank (FSDP's collectives), and every parameter must get a (zero) gradient
-    total = (hidden.sum() + lm_head_weight.sum()).float() * 0.0
-    for s in range(0, hidden.shape[0], chunk):
-        sl = slice(s, s + chunk)
-        if mask[sl].any():
-            total = total + checkpoint(piece, hidden[sl], targets[sl], mask[sl].float(), use_reentrant=False)
-    return total
-
-
-# ----------------------------------------------------------------------------- the SFT loop
-
-def target_mask(loss_mask, document_ids):
-    """(..., T) -> (..., T-1): which next-token targets the loss counts. Token t predicts t+1 only if t+1 is an
-    assistant token and both are in the same document."""
-    return loss_mask[..., 1:] & (document_ids[..., 1:] == document_ids[..., :-1])
-
-
-def sft_loss_sum(model, batch, chunk: int):
-    """batch: tensors (B, T). Sum of the NLL over assistant tokens (label = next token)."""
-    hidden = model(batch["input_ids"], position_ids=batch["position_ids"], document_ids=batch["document_ids"],
-                   return_hidden=True)                                     # (B, T, D)
-    targets, mask = batch["input_ids"][:, 1:], target_mask(batch["loss_mask"], batch["document_ids"])
-    D = hidden.shape[-1]
-    return chunked_nll_sum(hidden[:, :-1].reshape(-1, D), model.lm_head.weight, targets.reshape(-1),
-                           mask.reshape(-1), chunk)
-
-
-def load_sft_data(cfg: SFTConfig, rank: int, world: int):
-    """The tokenizer (and the directory its files are in) and this rank's packed-row loader, from --data and
-    --tokenizer or from the built-in toy tasks. Raises InputError for anything wrong in what the user gave."""
-    if cfg.data:
-        if not cfg.tokenizer:
-            raise InputError("--data needs --tokenizer (a dir or tokenizer.json, e.g. the base model's dir)")
-        tokenizer = read_input(f"--tokenizer={cfg.tokenizer}", data.load_tokenizer, cfg.tokenizer)
-        tokenizer_dir = cfg.tokenizer if os.path.isdir(cfg.tokenizer) else os.path.dirname(cfg.tokenizer)
-        conversations = read_input("--data", data.load_sft_jsonl, cfg.data)
-    else:
-        tokenizer = data.build_toy_tokenizer()      # deterministic: every rank builds the same one
-        tokenizer_dir = os.path.join(cfg.out_dir, "tokenizer")
-        if rank == 0:
-            data.save_tokenizer(tokenizer, tokenizer_dir)
-        conversations = data.toy_sft_conversations(cfg.toy_math_examples, cfg.toy_code_examples,
-                                                   seed=cfg.seed, wrong_fraction=cfg.toy_wrong_fraction)
-    examples, report = read_input("--data", data.encode_sft_dataset, tokenizer, conversations, cfg.max_len, cfg.overlong)
-    print0(f"data: {report}")
-    if not examples:
-        raise InputError(f"--data={cfg.data or '(toy)'}: no conversation left to train on ({report})")
-    loader = data.PackedLoader(examples, row_tokens=cfg.row_tokens, rows_per_step=cfg.rows_per_step, rank=rank,
-                               world_size=world, seed=cfg.seed, pad_id=data.special_token_ids(tokenizer)["endoftext"])
-    return tokenizer, tokenizer_dir, loader
-
-
-def train_step(model, optimizer, rows, cfg: SFTConfig, device, world: int) -> tuple:
-    """One optimizer step on this rank's packed rows; the loss is a token-mean over all ranks' assistant tokens.
-    Returns (loss, grad_norm)."""
-    # global normaliser: assistant tokens of this step on all ranks (counted as the loss counts them)
-    local_tokens = sum(int(target_mask(r["loss_mask"], r["document_ids"]).sum()) for r in rows)
-    n_tokens = torch.tensor([local_tokens], dtype=torch.float64, device=device)
-    dist.all_reduce(n_tokens)
-    n_tokens = max(1.0, n_tokens.item())
-    loss_sum = torch.zeros((), device=device)
-    for i in range(0, len(rows), cfg.micro_rows):
-        batch = {k: torch.stack([r[k] for r in rows[i:i + cfg.micro_rows]]).to(device) for k in rows[0]}
-        micro = sft_loss_sum(model, batch, cfg.loss_chunk)
-        # FSDP averages gradients over ranks; multiply by world so the result is a global token-mean
-        (micro * world / n_tokens).backward()
-        loss_sum += micro.detach()
-    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-    grad_norm = float(grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm)
-    dist.all_reduce(loss_sum)
-    loss = loss_sum.item() / n_tokens
-    if not math.isfinite(loss) or not math.isfinite(grad_norm):
-        raise SystemExit(f"error: loss={loss} grad_norm={grad_norm}: stopping without updating; the last good "
-                         f"checkpoint is in {cfg.out_dir}/checkpoint (try a lower --lr)")
-    optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
-    return loss, grad_norm
-
-
-def main(cfg: SFTConfig):
-    rank, world, device = init_distributed(cfg.device)
-    set_threads(cfg.threads, device)
-    torch.manual_seed(cfg.seed)
-    if cfg.rows_per_step % (world * cfg.micro_rows):
-        raise InputError(f"--rows_per_step={cfg.rows_per_step} must be a multiple of world size x --micro_rows "
-                         f"= {world} x {cfg.micro_rows}")
-    os.makedirs(cfg.out_dir, exist_ok=True)
-
-    def load():
-        tokenizer, tokenizer_dir, loader = load_sft_data(cfg, rank, world)
-        model = read_input(f"--init_from={cfg.init_from}", build_model, cfg, tokenizer.get_vocab_size(), device)
-        return tokenizer_dir, loader, model
-    tokenizer_dir, loader, model = agree_on_inputs(load)
-    total_steps = loader.steps_per_epoch * cfg.epochs          # the LR schedule always spans all epochs
-    stop_step = total_steps if cfg.max_steps < 0 else min(cfg.max_steps, total_steps)
-    print0(f"packing: {loader.num_rows} rows of {cfg.row_tokens} tokens, {loader.efficiency:.1%} real tokens; "
-           f"{loader.steps_per_epoch} steps/epoch, {total_steps} steps" + (f", stopping after {stop_step}" if stop_step < total_steps else ""))
-    n_params = sum(p.numel() for p in model.parameters())
-    shard_model(model, device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(cfg.beta1, cfg.beta2),
-                                  weight_decay=cfg.weight_decay, foreach=True)
-    print0(f"model: {n_params / 1e6:.2f}M parameters, world size {world}, device {device}")
-
-    ckpt_dir = os.path.join(cfg.out_dir, "checkpoint")
-    step = 0
-    if cfg.resume and os.path.exists(ckpt_dir):
-        state = read_input(f"{ckpt_dir} (--resume=true)", load_checkpoint, ckpt_dir, model, optimizer)
-        step = state["step"]
-        read_input(f"{ckpt_dir} (--resume=true)", loader.load_state_dict, state["loader"])
-        print0(f"resumed from {ckpt_dir} at step {step}")
-    metrics_file = open_metrics(os.path.join(cfg.out_dir, "metrics.jsonl"), step)
-    stop = GracefulStop(cfg.ckpt_minutes, device)
-    t_start, tokens_seen, start_step = time.time(), 0, step
-    try:
-        while step < stop_step:
-            rows = loader.next_step()                       # this rank's rows for one optimizer step
-            for group in optimizer.param_groups:
-                group["lr"] = lr_at(step, total_steps, cfg.lr, cfg.min_lr, cfg.warmup_steps)
-            loss, grad_norm = train_step(model, optimizer, rows, cfg, device, world)
-            step += 1
-            tokens_seen += sum(r["input_ids"].numel() for r in rows) * world
-            if step % cfg.log_every == 0 or step == stop_step:
-                elapsed = time.time() - t_start
-                rec = dict(step=step, loss=round(loss, 5), lr=optimizer.param_groups[0]["lr"], grad_norm=grad_norm,
-                           tokens_per_s=round(tokens_seen / elapsed, 1), epoch=loader.epoch, elapsed_s=round(elapsed, 1))
-                eta = (stop_step - step) * elapsed / (step - start_step)
-                print0(f"step {step}/{stop_step} loss {loss:.4f} lr {rec['lr']:.2e} grad_norm {grad_norm:.3f} "
-                       f"tok/s {rec['tokens_per_s']:.0f} eta {eta / 60:.1f}min")
-                if metrics_file:
-                    metrics_file.write(json.dumps(rec) + "\n")
-                    metrics_file.flush()
-            stopping, checkpoint_now = stop.poll()
-            if checkpoint_now or (cfg.ckpt_every and step % cfg.ckpt_every == 0) or step == stop_step:
-                save_checkpoint(ckpt_dir, model, optimizer, {"step": step, "loader": loader.state_dict()})
-                stop.checkpointed()
-            if stopping:
-                stop.exit(step, ckpt_dir)
-    finally:
-        stop.close()
-        if metrics_file:
-            metrics_file.close()
-    export_hf(model, os.path.join(cfg.out_dir, "hf"), tokenizer_dir)
-    print0(f"done: {step} steps in {(time.time() - t_start) / 60:.1f} min; Hugging Face export in {cfg.out_dir}/hf")
 
 
 if __name__ == "__main__":
