@@ -59,17 +59,21 @@ if [ -n "${BASE_MODEL:-}" ]; then
   : "${MATH_DATA:?set MATH_DATA to the math RL JSONL (problem + answer)}"
   stage sft "${LAUNCH[@]}" sft.py --init_from="$BASE_MODEL" --tokenizer="$BASE_MODEL" --data="$SFT_DATA" \
       --out_dir="$OUT/sft" --max_len=32768 --row_tokens=32768 --rows_per_step=64 --micro_rows=1 \
-      --lr=8e-5 --min_lr=4e-5 --warmup_steps=20 --epochs=4 --activation_checkpointing=true --device=cuda $SFT_ARGS
+      --lr=8e-5 --min_lr=4e-5 --warmup_steps=20 --epochs=4 --activation_checkpointing=true --ckpt_minutes=30 --device=cuda $SFT_ARGS
   stage gppo-math "${LAUNCH[@]}" gppo.py --init_from="$OUT/sft/hf" --math_data="$MATH_DATA" --out_dir="$OUT/gppo-math" \
       --prompts_per_step=128 --group_size=8 --mini_batch_prompts=16 --lr=1e-6 --warmup_steps=10 \
       --max_prompt_len=4096 --max_response_len=32768 --train_row_tokens=32768 --activation_checkpointing=true \
-      --eval_every=0 --steps=${MATH_STEPS:-500} --device=cuda $GPPO_ARGS
+      --ckpt_minutes=30 --eval_every=0 --steps=${MATH_STEPS:-500} --device=cuda $GPPO_ARGS
   FINAL="$OUT/gppo-math/hf"
   if [ -n "${CODE_DATA:-}" ]; then
-    stage gppo-code "${LAUNCH[@]}" gppo.py --init_from="$FINAL" --code_data="$CODE_DATA" --out_dir="$OUT/gppo-code" \
+    # code prompts whose tests can be trusted (reference solutions pass them; a stronger model's pass rate if the
+    # data has one, e.g. PASS_RATE_FIELD=extra_info.model_difficulty.DeepSeek-R1-Distill-Qwen-32B/16), >= 16 tests
+    stage filter-code python gppo.py filter_code --code_data="$CODE_DATA" --out="$OUT/code.filtered.jsonl" \
+        --min_tests=16 ${PASS_RATE_FIELD:+--pass_rate_field="$PASS_RATE_FIELD"}
+    stage gppo-code "${LAUNCH[@]}" gppo.py --init_from="$FINAL" --code_data="$OUT/code.filtered.jsonl" --out_dir="$OUT/gppo-code" \
         --prompts_per_step=128 --group_size=8 --mini_batch_prompts=32 --lr=5e-7 --warmup_steps=10 \
         --max_prompt_len=4096 --max_response_len=32768 --train_row_tokens=32768 --activation_checkpointing=true \
-        --code_filter_k=16 --code_filter_threshold=0.5 --eval_every=0 --steps=${CODE_STEPS:-500} --device=cuda $GPPO_ARGS
+        --min_tests=16 --ckpt_minutes=30 --eval_every=0 --steps=${CODE_STEPS:-500} --device=cuda $GPPO_ARGS
     FINAL="$OUT/gppo-code/hf"
   fi
   EVAL_SETS=()
