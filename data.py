@@ -1,6 +1,10 @@
 """Data for Klear-Reasoner: Qwen3 chat format, JSONL loaders, packing, and built-in toy tasks.
 
 Everything a trainer feeds the model passes through here, for real Qwen3 data and for the toy tasks alike.
+Run:
+    python data.py stats FILE [--tokenizer=DIR] [--row_tokens=N]   # what a JSONL file holds: records, lengths, packing
+    python data.py toy --out=out/toy              # the toy tokenizer + sft/math/code JSONL files
+The file, top to bottom:
 
 1. Chat format, identical to Qwen3's chat template (tools left out):
        <|im_start|>system\n{system}<|im_end|>\n                      (only if given)
@@ -32,16 +36,14 @@ Everything a trainer feeds the model passes through here, for real Qwen3 data an
    PackedLoader shuffles rows by (seed, epoch), gives every rank the same number of rows per step
    (all-padding rows fill the last step), and resumes mid-epoch from state_dict().
 4. Toy tasks (no download): multi-digit addition with a digit-by-digit `<think>` trace and a `\\boxed{}`
-   answer (30% of the traces of 3-4 digit problems slip once and end wrong: the paper's "mixed" data),
+   answer (a share of the traces of 3-4 digit problems slip once and end wrong: the paper's "mixed" data),
    and small programming problems with 16+ stdin or functional tests and a ```python answer. A byte-level
    BPE tokenizer with Qwen3's pre-tokenizer and special tokens is trained on them in a second.
 
-Run:
-    python data.py toy --out=out/toy              # toy tokenizer + sft/math/code JSONL files
-    python data.py stats FILE [--tokenizer=DIR] [--row_tokens=N]   # records, token lengths, packing
 """
 import base64
 import bisect
+import contextlib
 import io
 import json
 import math
@@ -52,71 +54,13 @@ import re
 import sys
 import zlib
 from dataclasses import dataclass, fields, replace
+from typing import NamedTuple
 
 import numpy as np
 import torch
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
-# ----------------------------------------------------------------------------- config
-
-@dataclass
-class ToyConfig:
-    """`python data.py toy`: sizes of the toy datasets written by write_toy_datasets."""
-    out: str = "out/toy"
-    seed: int = 0
-    n_sft_math: int = 12000
-    n_sft_code: int = 3000
-    wrong_fraction: float = 0.3  # 0 = only-correct traces (the paper's ablation)
-    n_math_train: int = 2000
-    n_math_test: int = 500
-    n_code_train: int = 150
-    n_code_test: int = 50
-    vocab_size: int = 640
-
-
-@dataclass
-class StatsConfig:
-    """`python data.py stats FILE`: what a JSONL file holds."""
-    file: str = ""
-    tokenizer: str = ""   # a tokenizer dir/file: token lengths and packing too
-    row_tokens: int = 2048
-
-
 # ----------------------------------------------------------------------------- tokenizer
-
-# Qwen3's added tokens in id order (151643...151668); True = "special" (dropped by skip_special_tokens).
-QWEN3_ADDED_TOKENS = [
-    ("<|endoftext|>", True), ("<|im_start|>", True), ("<|im_end|>", True), ("<|object_ref_start|>", True),
-    ("<|object_ref_end|>", True), ("<|box_start|>", True), ("<|box_end|>", True), ("<|quad_start|>", True),
-    ("<|quad_end|>", True), ("<|vision_start|>", True), ("<|vision_end|>", True), ("<|vision_pad|>", True),
-    ("<|image_pad|>", True), ("<|video_pad|>", True), ("<tool_call>", False), ("</tool_call>", False),
-    ("<|fim_prefix|>", False), ("<|fim_middle|>", False), ("<|fim_suffix|>", False), ("<|fim_pad|>", False),
-    ("<|repo_name|>", False), ("<|file_sep|>", False), ("<tool_response>", False), ("</tool_response>", False),
-    ("<think>", False), ("</think>", False)]
-# Qwen's pre-tokenizer: words, single digits, punctuation runs, newlines, spaces.
-QWEN3_SPLIT_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
-                     r"|\s*[\r\n]+|\s+(?!\S)|\s+")
-# Qwen3's chat template without tools, for the toy tokenizer_config.json (a test renders both with jinja2).
-CHAT_TEMPLATE = r"""{%- if tools %}{{- raise_exception('this chat template has no tool support') }}{%- endif %}
-{%- if messages[0].role == 'system' %}{{- '<|im_start|>system\n' + messages[0].content + '<|im_end|>\n' }}{%- endif %}
-{%- set ns = namespace(found=false, last_query_index=messages|length - 1) %}
-{%- for message in messages[::-1] %}{%- set index = (messages|length - 1) - loop.index0 %}
-{%- if not ns.found and message.role == 'user' and not (message.content.startswith('<tool_response>') and message.content.endswith('</tool_response>')) %}
-{%- set ns.found = true %}{%- set ns.last_query_index = index %}{%- endif %}{%- endfor %}
-{%- for message in messages %}
-{%- if message.role == 'user' or (message.role == 'system' and not loop.first) %}
-{{- '<|im_start|>' + message.role + '\n' + message.content + '<|im_end|>\n' }}
-{%- elif message.role == 'assistant' %}{%- set content = message.content %}{%- set reasoning_content = '' %}
-{%- if message.reasoning_content is defined and message.reasoning_content is not none %}{%- set reasoning_content = message.reasoning_content %}
-{%- elif '</think>' in content %}{%- set reasoning_content = content.split('</think>')[0].rstrip('\n').split('<think>')[-1].lstrip('\n') %}
-{%- set content = content.split('</think>')[-1].lstrip('\n') %}{%- endif %}
-{%- if loop.index0 > ns.last_query_index and (loop.last or reasoning_content) %}
-{{- '<|im_start|>assistant\n<think>\n' + reasoning_content.strip('\n') + '\n</think>\n\n' + content.lstrip('\n') }}
-{%- else %}{{- '<|im_start|>assistant\n' + content }}{%- endif %}{{- '<|im_end|>\n' }}
-{%- endif %}{%- endfor %}
-{%- if add_generation_prompt %}{{- '<|im_start|>assistant\n' }}
-{%- if enable_thinking is defined and enable_thinking is false %}{{- '<think>\n\n</think>\n\n' }}{%- endif %}{%- endif %}"""
-
 
 class DataError(ValueError):
     """Bad input data; the message names file:line and field."""
@@ -148,46 +92,6 @@ def stop_token_ids(tok: Tokenizer) -> list:
     ids = special_token_ids(tok)
     return [ids["im_end"], ids["endoftext"]]
 
-
-def build_toy_tokenizer(vocab_size: int = 640) -> Tokenizer:
-    """A byte-level BPE tokenizer shaped like Qwen3's (NFC, Qwen's split regex so digits are single tokens,
-    byte-level bytes, the same 26 added tokens after the learned vocabulary), trained in-process on toy data.
-    Deterministic: the same vocab_size gives the same tokenizer.json."""
-    tok = Tokenizer(models.BPE())  # no unk token: every byte has a token
-    tok.normalizer = normalizers.NFC()
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(QWEN3_SPLIT_REGEX), behavior="isolated"),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)])
-    tok.decoder = decoders.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)
-    tok.post_processor = processors.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)
-    n_learned = vocab_size - len(QWEN3_ADDED_TOKENS)
-    trainer = trainers.BpeTrainer(vocab_size=n_learned, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-                                  show_progress=False)
-    # train on the text between added tokens, as the finished tokenizer will see it
-    added = "|".join(re.escape(c) for c, _ in QWEN3_ADDED_TOKENS)
-    corpus = [piece for c in toy_sft_conversations(3000, 1500, seed=20250807)
-              for piece in re.split(added, render_chat(c)) if piece]
-    tok.train_from_iterator(corpus, trainer)
-    for content, special in QWEN3_ADDED_TOKENS:  # one by one, so ids follow Qwen3's order
-        token = AddedToken(content, special=special, normalized=False)
-        tok.add_special_tokens([token]) if special else tok.add_tokens([token])
-    return tok
-
-
-def save_tokenizer(tok: Tokenizer, out_dir: str, model_max_length: int = 131072) -> None:
-    """Write tokenizer.json and a Qwen3-style tokenizer_config.json (special tokens, eos, pad, chat template),
-    so transformers' AutoTokenizer loads the directory too."""
-    os.makedirs(out_dir, exist_ok=True)
-    tok.save(os.path.join(out_dir, "tokenizer.json"))
-    added = {str(tok.token_to_id(c)): dict(content=c, lstrip=False, normalized=False, rstrip=False,
-                                             single_word=False, special=s) for c, s in QWEN3_ADDED_TOKENS}
-    config = dict(add_bos_token=False, add_prefix_space=False, added_tokens_decoder=added,
-                  additional_special_tokens=[c for c, s in QWEN3_ADDED_TOKENS[1:] if s], bos_token=None,
-                  chat_template=CHAT_TEMPLATE, clean_up_tokenization_spaces=False, eos_token="<|im_end|>",
-                  errors="replace", model_max_length=model_max_length, pad_token="<|endoftext|>",
-                  split_special_tokens=False, tokenizer_class="Qwen2Tokenizer", unk_token=None)
-    with open(os.path.join(out_dir, "tokenizer_config.json"), "w") as f:
-        json.dump(config, f, indent=2)
 
 # ----------------------------------------------------------------------------- chat format
 
@@ -917,80 +821,97 @@ def toy_math_sft_examples(n: int, seed: int = 0, wrong_fraction: float = 0.3, mi
     return conversations
 
 
-# Code families: (name, input kind, parameter values, question, plan, solution, reference).
-# Input kinds: "int" (one integer on stdin; half of them multiples of the first parameter for "int_mult"),
-# "ints" (a line of integers), "word" (a lowercase word, rich in a letter parameter); "fn:*" are functional
-# tests (one JSON argument a line, the JSON return value compared).
+class CodeFamily(NamedTuple):
+    """A family of toy programming problems: one problem per parameter tuple, its texts formatted with them."""
+    name: str                # also the function name of functional families
+    input_kind: str          # "int" (one integer on stdin), "int_mult" (half of them multiples of the first
+    #                          parameter), "ints" (a line of integers), "word" (a lowercase word rich in a letter
+    #                          parameter); "fn:int" / "fn:ints": functional tests (the JSON argument, the JSON result)
+    params: list             # parameter tuples
+    question: str
+    plan: str                # the reasoning of the SFT trace
+    solution: str            # the reference program; the tests' expected outputs are what it produces
+
+
 _CODE_FAMILIES = [
-    ("linear", "int", [(k, c) for k in range(2, 10) for c in range(10)],
-     "Read an integer n and print n * {0} + {1}.", "Read n, multiply it by {0}, add {1}, print it.",
-     "n = int(input())\nprint(n * {0} + {1})", lambda n, k, c: n * k + c),
-    ("divisible", "int_mult", [(k,) for k in range(2, 14)],
-     "Read an integer n. Print YES if n is divisible by {0}, otherwise print NO.",
-     "n is divisible by {0} when n % {0} is 0.", "n = int(input())\nprint('YES' if n % {0} == 0 else 'NO')",
-     lambda n, k: "YES" if n % k == 0 else "NO"),
-    ("modulo", "int", [(k,) for k in range(2, 14)], "Read an integer n and print n modulo {0}.",
-     "Python's % gives the remainder.", "n = int(input())\nprint(n % {0})", lambda n, k: n % k),
-    ("sum_above", "ints", [(t,) for t in range(10)],
-     "Read a line of integers and print the sum of those greater than {0}.",
-     "Split the line, keep the numbers above {0}, add them.",
-     "xs = list(map(int, input().split()))\nprint(sum(x for x in xs if x > {0}))", lambda xs, t: sum(x for x in xs if x > t)),
-    ("max_plus", "ints", [(c,) for c in range(20)], "Read a line of integers and print the largest one plus {0}.",
-     "Take the max of the numbers and add {0}.", "xs = list(map(int, input().split()))\nprint(max(xs) + {0})",
-     lambda xs, c: max(xs) + c),
-    ("repeat", "word", [(k,) for k in range(2, 10)], "Read a word and print it {0} times in a row, with no spaces.",
-     "String repetition: s * {0}.", "s = input().strip()\nprint(s * {0})", lambda s, k: s * k),
-    ("count_letter", "word", [(ch,) for ch in "abcdefghijklmnopqrstuvwxyz"],
-     "Read a word and print how many times the letter {0} appears in it.", "Count the {0} characters.",
-     "s = input().strip()\nprint(s.count('{0}'))", lambda s, ch: s.count(ch)),
-    ("reverse", "word", [(k,) for k in range(2, 8)], "Read a word and print it reversed, {0} times in a row.",
-     "Reverse with s[::-1], then repeat {0} times.", "s = input().strip()\nprint(s[::-1] * {0})", lambda s, k: s[::-1] * k),
-    ("calc", "fn:int", [(k, c) for k in range(2, 10) for c in range(1, 10)],
-     "Write a function calc(x) that returns x * {0} - {1}.", "calc returns x * {0} - {1}.",
-     "def calc(x):\n    return x * {0} - {1}", lambda x, k, c: x * k - c),
-    ("count_above", "fn:ints", [(t,) for t in range(10)],
-     "Write a function count_above(nums) that returns how many numbers in the list nums are greater than {0}.",
-     "Count the numbers above {0}.", "def count_above(nums):\n    return sum(1 for x in nums if x > {0})",
-     lambda xs, t: sum(1 for x in xs if x > t)),
-    ("clip", "fn:int", [(m,) for m in range(1, 31)],
-     "Write a function clip(x) that returns x if x is at most {0}, and {0} otherwise.", "That is min(x, {0}).",
-     "def clip(x):\n    return min(x, {0})", lambda x, m: min(x, m)),
+    CodeFamily("linear", "int", [(k, c) for k in range(2, 10) for c in range(10)],
+               "Read an integer n and print n * {0} + {1}.", "Read n, multiply it by {0}, add {1}, print it.",
+               "n = int(input())\nprint(n * {0} + {1})"),
+    CodeFamily("divisible", "int_mult", [(k,) for k in range(2, 14)],
+               "Read an integer n. Print YES if n is divisible by {0}, otherwise print NO.",
+               "n is divisible by {0} when n % {0} is 0.", "n = int(input())\nprint('YES' if n % {0} == 0 else 'NO')"),
+    CodeFamily("modulo", "int", [(k,) for k in range(2, 14)], "Read an integer n and print n modulo {0}.",
+               "Python's % gives the remainder.", "n = int(input())\nprint(n % {0})"),
+    CodeFamily("sum_above", "ints", [(t,) for t in range(10)],
+               "Read a line of integers and print the sum of those greater than {0}.",
+               "Split the line, keep the numbers above {0}, add them.",
+               "xs = list(map(int, input().split()))\nprint(sum(x for x in xs if x > {0}))"),
+    CodeFamily("max_plus", "ints", [(c,) for c in range(20)], "Read a line of integers and print the largest one plus {0}.",
+               "Take the max of the numbers and add {0}.", "xs = list(map(int, input().split()))\nprint(max(xs) + {0})"),
+    CodeFamily("repeat", "word", [(k,) for k in range(2, 10)], "Read a word and print it {0} times in a row, with no spaces.",
+               "String repetition: s * {0}.", "s = input().strip()\nprint(s * {0})"),
+    CodeFamily("count_letter", "word", [(ch,) for ch in "abcdefghijklmnopqrstuvwxyz"],
+               "Read a word and print how many times the letter {0} appears in it.", "Count the {0} characters.",
+               "s = input().strip()\nprint(s.count('{0}'))"),
+    CodeFamily("reverse", "word", [(k,) for k in range(2, 8)], "Read a word and print it reversed, {0} times in a row.",
+               "Reverse with s[::-1], then repeat {0} times.", "s = input().strip()\nprint(s[::-1] * {0})"),
+    CodeFamily("calc", "fn:int", [(k, c) for k in range(2, 10) for c in range(1, 10)],
+               "Write a function calc(x) that returns x * {0} - {1}.", "calc returns x * {0} - {1}.",
+               "def calc(x):\n    return x * {0} - {1}"),
+    CodeFamily("count_above", "fn:ints", [(t,) for t in range(10)],
+               "Write a function count_above(nums) that returns how many numbers in the list nums are greater than {0}.",
+               "Count the numbers above {0}.", "def count_above(nums):\n    return sum(1 for x in nums if x > {0})"),
+    CodeFamily("clip", "fn:int", [(m,) for m in range(1, 31)],
+               "Write a function clip(x) that returns x if x is at most {0}, and {0} otherwise.", "That is min(x, {0}).",
+               "def clip(x):\n    return min(x, {0})"),
 ]
 
 
-def _code_problem(family, params, num_tests: int) -> dict:
-    name, kind, _, question, plan, solution, reference = family
-    pid = f"{name}-" + "-".join(map(str, params))
+def _run_reference(program: str, fn_name: str | None, arg):
+    """What our own (trusted) reference program returns for `arg` (functional) or prints for it on stdin."""
+    if fn_name:
+        namespace = {}
+        exec(program, namespace)
+        return namespace[fn_name](arg)
+    stdin = " ".join(map(str, arg)) if isinstance(arg, list) else str(arg)
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(program, {"input": lambda: stdin})
+    return printed.getvalue()
+
+
+def _code_problem(family: CodeFamily, params, num_tests: int) -> dict:
+    pid = f"{family.name}-" + "-".join(map(str, params))
+    solution = family.solution.format(*params)
+    functional, kind = family.input_kind.startswith("fn:"), family.input_kind.split(":")[-1]
     rng = random.Random(f"toy-code-tests-{pid}")  # the tests depend on the problem only, not on any seed
     tests = []
     for _ in range(num_tests):
-        base = kind.split(":")[-1]
-        if base == "int_mult" and rng.random() < 0.5:  # else "print NO" would pass nearly every test
+        if kind == "int_mult" and rng.random() < 0.5:  # else "print NO" would pass nearly every test
             arg = params[0] * rng.randint(-5, 10)
-        elif base == "ints":
+        elif kind == "ints":
             arg = [rng.randint(-20, 30) for _ in range(rng.randint(1, 8))]
-        elif base in ("int", "int_mult"):
+        elif kind in ("int", "int_mult"):
             arg = rng.randint(-60, 120)
         else:
             letters = "abcdeilmnorst" + "".join(3 * p for p in params if isinstance(p, str))
             arg = "".join(rng.choice(letters) for _ in range(rng.randint(1, 9)))
-        out = reference(arg, *params)
-        if kind.startswith("fn:"):
-            tests.append({"input": json.dumps(arg), "output": json.dumps(out), "fn_name": name})
+        out = _run_reference(solution, family.name if functional else None, arg)
+        if functional:
+            tests.append({"input": json.dumps(arg), "output": json.dumps(out), "fn_name": family.name})
         else:
-            text = " ".join(map(str, arg)) if base == "ints" else str(arg)
-            tests.append({"input": text + "\n", "output": f"{out}\n"})
-    return dict(id=pid, prompt=question.format(*params), tests=tests, plan=plan.format(*params),
-                solution=solution.format(*params))
+            tests.append({"input": (" ".join(map(str, arg)) if kind == "ints" else str(arg)) + "\n", "output": out})
+    return dict(id=pid, prompt=family.question.format(*params), tests=tests, plan=family.plan.format(*params),
+                solutions=[solution])
 
 
 def _code_pools(split: str) -> list:
     """Per family, the (family, params) pairs of one split (20% of all problems are held out as "test")."""
-    return [[(f, p) for p in f[2] if _split_of(f"{f[0]}-" + "-".join(map(str, p)), 5) == split] for f in _CODE_FAMILIES]
+    return [[(f, p) for p in f.params if _split_of(f"{f.name}-" + "-".join(map(str, p)), 5) == split] for f in _CODE_FAMILIES]
 
 
 def toy_code_problems(n: int, seed: int = 0, split: str = "train", num_tests: int = 16) -> list:
-    """n distinct programming problems {id, prompt, tests, plan, solution} of one split, families
+    """n distinct programming problems {id, prompt, tests, plan, solutions} of one split, families
     interleaved so every family is represented. Each has num_tests tests."""
     if split not in ("train", "test"):
         raise ValueError(f"split={split!r}: use train or test")
@@ -1011,7 +932,7 @@ def toy_code_sft_examples(n: int, seed: int = 0) -> list:
     conversations = []
     for _ in range(n):
         p = _code_problem(*rng.choice(rng.choice(pools)), num_tests=0)
-        answer = f"<think>\n{p['plan']}\n</think>\n\n```python\n{p['solution']}\n```"
+        answer = f"<think>\n{p['plan']}\n</think>\n\n```python\n{p['solutions'][0]}\n```"
         conversations.append([{"role": "user", "content": p["prompt"]}, {"role": "assistant", "content": answer}])
     return conversations
 
@@ -1021,6 +942,110 @@ def toy_sft_conversations(n_math: int, n_code: int, seed: int = 0, wrong_fractio
     conversations = toy_math_sft_examples(n_math, seed, wrong_fraction) + toy_code_sft_examples(n_code, seed)
     random.Random(f"toy-sft-mix-{seed}").shuffle(conversations)
     return conversations
+
+
+# ----------------------------------------------------------------------------- the toy tokenizer
+# A byte-level BPE shaped like Qwen3's, trained in-process on the toy conversations above (no download).
+
+# Qwen3's added tokens in id order (151643...151668); True = "special" (dropped by skip_special_tokens).
+QWEN3_ADDED_TOKENS = [
+    ("<|endoftext|>", True), ("<|im_start|>", True), ("<|im_end|>", True), ("<|object_ref_start|>", True),
+    ("<|object_ref_end|>", True), ("<|box_start|>", True), ("<|box_end|>", True), ("<|quad_start|>", True),
+    ("<|quad_end|>", True), ("<|vision_start|>", True), ("<|vision_end|>", True), ("<|vision_pad|>", True),
+    ("<|image_pad|>", True), ("<|video_pad|>", True), ("<tool_call>", False), ("</tool_call>", False),
+    ("<|fim_prefix|>", False), ("<|fim_middle|>", False), ("<|fim_suffix|>", False), ("<|fim_pad|>", False),
+    ("<|repo_name|>", False), ("<|file_sep|>", False), ("<tool_response>", False), ("</tool_response>", False),
+    ("<think>", False), ("</think>", False)]
+# Qwen's pre-tokenizer: words, single digits, punctuation runs, newlines, spaces.
+QWEN3_SPLIT_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+                     r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+# Qwen3's chat template without tools, for the toy tokenizer_config.json (a test renders both with jinja2).
+CHAT_TEMPLATE = r"""{%- if tools %}{{- raise_exception('this chat template has no tool support') }}{%- endif %}
+{%- if messages[0].role == 'system' %}{{- '<|im_start|>system\n' + messages[0].content + '<|im_end|>\n' }}{%- endif %}
+{%- set ns = namespace(found=false, last_query_index=messages|length - 1) %}
+{%- for message in messages[::-1] %}{%- set index = (messages|length - 1) - loop.index0 %}
+{%- if not ns.found and message.role == 'user' and not (message.content.startswith('<tool_response>') and message.content.endswith('</tool_response>')) %}
+{%- set ns.found = true %}{%- set ns.last_query_index = index %}{%- endif %}{%- endfor %}
+{%- for message in messages %}
+{%- if message.role == 'user' or (message.role == 'system' and not loop.first) %}
+{{- '<|im_start|>' + message.role + '\n' + message.content + '<|im_end|>\n' }}
+{%- elif message.role == 'assistant' %}{%- set content = message.content %}{%- set reasoning_content = '' %}
+{%- if message.reasoning_content is defined and message.reasoning_content is not none %}{%- set reasoning_content = message.reasoning_content %}
+{%- elif '</think>' in content %}{%- set reasoning_content = content.split('</think>')[0].rstrip('\n').split('<think>')[-1].lstrip('\n') %}
+{%- set content = content.split('</think>')[-1].lstrip('\n') %}{%- endif %}
+{%- if loop.index0 > ns.last_query_index and (loop.last or reasoning_content) %}
+{{- '<|im_start|>assistant\n<think>\n' + reasoning_content.strip('\n') + '\n</think>\n\n' + content.lstrip('\n') }}
+{%- else %}{{- '<|im_start|>assistant\n' + content }}{%- endif %}{{- '<|im_end|>\n' }}
+{%- endif %}{%- endfor %}
+{%- if add_generation_prompt %}{{- '<|im_start|>assistant\n' }}
+{%- if enable_thinking is defined and enable_thinking is false %}{{- '<think>\n\n</think>\n\n' }}{%- endif %}{%- endif %}"""
+
+
+def build_toy_tokenizer(vocab_size: int = 640) -> Tokenizer:
+    """A byte-level BPE tokenizer shaped like Qwen3's (NFC, Qwen's split regex so digits are single tokens,
+    byte-level bytes, the same 26 added tokens after the learned vocabulary), trained in-process on toy data.
+    Deterministic: the same vocab_size gives the same tokenizer.json."""
+    tok = Tokenizer(models.BPE())  # no unk token: every byte has a token
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(QWEN3_SPLIT_REGEX), behavior="isolated"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)])
+    tok.decoder = decoders.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)
+    tok.post_processor = processors.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)
+    n_learned = vocab_size - len(QWEN3_ADDED_TOKENS)
+    trainer = trainers.BpeTrainer(vocab_size=n_learned, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  show_progress=False)
+    # train on the text between added tokens, as the finished tokenizer will see it
+    added = "|".join(re.escape(c) for c, _ in QWEN3_ADDED_TOKENS)
+    corpus = [piece for c in toy_sft_conversations(3000, 1500, seed=20250807)
+              for piece in re.split(added, render_chat(c)) if piece]
+    tok.train_from_iterator(corpus, trainer)
+    for content, special in QWEN3_ADDED_TOKENS:  # one by one, so ids follow Qwen3's order
+        token = AddedToken(content, special=special, normalized=False)
+        tok.add_special_tokens([token]) if special else tok.add_tokens([token])
+    return tok
+
+
+def save_tokenizer(tok: Tokenizer, out_dir: str, model_max_length: int = 131072) -> None:
+    """Write tokenizer.json and a Qwen3-style tokenizer_config.json (special tokens, eos, pad, chat template),
+    so transformers' AutoTokenizer loads the directory too."""
+    os.makedirs(out_dir, exist_ok=True)
+    tok.save(os.path.join(out_dir, "tokenizer.json"))
+    added = {str(tok.token_to_id(c)): dict(content=c, lstrip=False, normalized=False, rstrip=False,
+                                             single_word=False, special=s) for c, s in QWEN3_ADDED_TOKENS}
+    config = dict(add_bos_token=False, add_prefix_space=False, added_tokens_decoder=added,
+                  additional_special_tokens=[c for c, s in QWEN3_ADDED_TOKENS[1:] if s], bos_token=None,
+                  chat_template=CHAT_TEMPLATE, clean_up_tokenization_spaces=False, eos_token="<|im_end|>",
+                  errors="replace", model_max_length=model_max_length, pad_token="<|endoftext|>",
+                  split_special_tokens=False, tokenizer_class="Qwen2Tokenizer", unk_token=None)
+    with open(os.path.join(out_dir, "tokenizer_config.json"), "w") as f:
+        json.dump(config, f, indent=2)
+
+
+# ----------------------------------------------------------------------------- command line
+
+@dataclass
+class ToyConfig:
+    """`python data.py toy`: sizes of the toy datasets written by write_toy_datasets."""
+    out: str = "out/toy"
+    seed: int = 0
+    n_sft_math: int = 12000
+    n_sft_code: int = 3000
+    wrong_fraction: float = 0.3  # 0 = only-correct traces (the paper's ablation)
+    n_math_train: int = 2000
+    n_math_test: int = 500
+    n_code_train: int = 150
+    n_code_test: int = 50
+    vocab_size: int = 640
+
+
+@dataclass
+class StatsConfig:
+    """`python data.py stats FILE`: what a JSONL file holds."""
+    file: str = ""
+    tokenizer: str = ""   # a tokenizer dir/file: token lengths and packing too
+    row_tokens: int = 2048
+
 
 
 def write_toy_datasets(out_dir: str, **sizes) -> dict:
@@ -1052,8 +1077,6 @@ def write_toy_datasets(out_dir: str, **sizes) -> dict:
                              metadata=json.dumps({"func_name": fn} if fn else {})))
         write(f"code_{split}", rows)
     return paths
-
-# ----------------------------------------------------------------------------- command line
 
 
 def _parse(cls, argv):

@@ -710,11 +710,11 @@ def test_toy_code_solutions_pass_their_tests():
     assert all(len(p["tests"]) >= 16 for p in problems)
     assert {p["id"].rsplit("-", 1)[0].split("-")[0] for p in problems} == {f[0] for f in data._CODE_FAMILIES}
     assert any("fn_name" in p["tests"][0] for p in problems) and any("fn_name" not in p["tests"][0] for p in problems)
-    results = _run_programs([(p["solution"], p["tests"]) for p in problems])
+    results = _run_programs([(p["solutions"][0], p["tests"]) for p in problems])
     assert all(all(r) for r in results), [p["id"] for p, r in zip(problems, results) if not all(r)]
     # the check can fail: a slightly wrong program passes only some tests (room for a soft reward)
     wrong = next(p for p in problems if p["id"].startswith("divisible"))
-    [r] = _run_programs([(wrong["solution"].replace("'YES'", "'NO'", 1), wrong["tests"])])
+    [r] = _run_programs([(wrong["solutions"][0].replace("'YES'", "'NO'", 1), wrong["tests"])])
     assert 0 < sum(r) < len(r)
 
 
