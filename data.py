@@ -1129,7 +1129,7 @@ def _stats(cfg: StatsConfig) -> None:
 
 if __name__ == "__main__":
     if len(sys.argv) < 2 or sys.argv[1] not in ("toy", "stats"):
-        print("usage:" + __doc__.split("Run:")[1])
+        print("usage:" + __doc__.split("Run:")[1].split("The file, top to bottom:")[0].rstrip())
         raise SystemExit(0 if sys.argv[1:] in (["-h"], ["--help"]) else 2)
     if sys.argv[1] == "toy":
         cfg = _parse(ToyConfig, sys.argv[2:])
