@@ -143,7 +143,8 @@ def test_packing_and_logit_positions():
 
 def toy_prompt_ids(n, first, count, seed=1234):
     """The ids of stream positions first..first+count-1, as gppo.main's toy prompts (--toy_problems=n) order them."""
-    tasks = data.toy_math_problems(n, seed=seed, split="train")
+    cfg = gppo.GPPOConfig()
+    tasks = data.toy_math_problems(n, seed=seed, split="train", min_digits=cfg.toy_min_digits, max_digits=cfg.toy_max_digits)
     return [t["id"] for t in gppo.prompts_at(tasks, first, count, seed)]
 
 
