@@ -60,7 +60,7 @@ class GPPOConfig:
     code_data: str = ""                # code RL prompts (JSONL)
     eval_data: str = ""                # held-out math JSONL; empty = the toy held-out split
     toy_problems: int = 2000           # toy RL prompts (addition with toy_min..toy_max digits); 0 = none
-    toy_min_digits: int = 1            # fewest digits of a toy operand
+    toy_min_digits: int = 3            # fewest digits of a toy operand (the SFT model slips on 3+ digits at T=1)
     toy_max_digits: int = 4            # most digits of a toy operand
     toy_code_prompts: int = 0          # also mix in this many toy code prompts (code only: --toy_problems=0)
     init_from: str = "out/sft/hf"      # the SFT checkpoint (a Hugging Face directory with tokenizer.json)
@@ -76,7 +76,8 @@ class GPPOConfig:
     max_gen_rounds: int = 1            # rounds until prompts_per_step groups survive the zero-advantage filter
     #   (1 = no refill, as the paper; the authors' scripts refill: --oversample=2 --max_gen_rounds=3 or so)
     # update (paper, math: 16 prompts per mini-batch, i.e. 8 optimizer steps per rollout batch)
-    mini_batch_prompts: int = 8        # prompt groups per optimizer step; survivors are re-packed into full ones
+    mini_batch_prompts: int = 4        # prompt groups per optimizer step (32/4 = 8 updates per rollout batch, as the
+    #   paper's 128/16); survivors of the filter are re-packed into full mini-batches
     train_row_tokens: int = 8192       # tokens per forward/backward (packed): bounds activation memory
     lr: float = 2e-5                   # paper: 1e-6 math, 5e-7 code; constant after warmup
     warmup_steps: int = 10             # linear warmup, in RL steps
@@ -108,7 +109,7 @@ class GPPOConfig:
     # bookkeeping
     steps: int = 60                    # RL steps
     seed: int = 1234                   # prompt order and sampling seeds
-    eval_every: int = 20               # held-out greedy accuracy every k steps (and before/after); 0 = off
+    eval_every: int = 10               # held-out greedy accuracy every k steps (and before/after); 0 = off
     eval_problems: int = 200           # held-out problems
     eval_seed: int = 0                 # the toy held-out set; fixed, so every run (any --seed) sees the same problems
     ckpt_every: int = 20               # DCP checkpoint (exact resume) every k steps; always at the end
@@ -465,6 +466,48 @@ def print_step(rec, cfg, eta_s):
            f"({rec['rollout_tok_s']:.0f} tok/s) eta {eta_s / 60:.1f}min")
 
 
+# ----------------------------------------------------------------------------- code prompts whose tests work
+
+def check_code_prompts(problems, min_pass_rate: float, check_references: bool, *, timeout_s: float = 6.0,
+                       workers: int = 0, rank: int = 0, world: int = 1, max_references: int = 3):
+    """Keep the code prompts whose tests can be trusted. The paper keeps a prompt only if a strong model passes all
+    its tests in >= 50% of 16 samples: the point is to drop prompts with *broken tests*, not hard ones (sampling
+    the policy being trained instead would drop exactly the prompts RL can learn from). With what a user has:
+      - problem["pass_rate"], a stronger model's precomputed rate (data.load_code_jsonl's pass_rate_field), must be
+        >= min_pass_rate;
+      - with check_references, a reference solution (problem["solutions"], as APPS/TACO ship them) must pass all
+        the prompt's tests: the first of up to max_references that does keeps it; if all fail, the tests are broken.
+    A prompt with neither is kept. Reference runs are sharded over ranks, `workers` prompts at a time (0 = usable
+    cores), each prompt's tests in turn, timeout_s per test. Returns (kept problems, counts)."""
+    counts = dict(code_prompts=len(problems), dropped_pass_rate=0, dropped_references_fail=0, references_checked=0,
+                  kept=0)
+    trusted = [p for p in problems if p.get("pass_rate", 1.0) >= min_pass_rate]
+    counts["dropped_pass_rate"] = len(problems) - len(trusted)
+    if check_references:
+        checked = [p for p in trusted if p.get("solutions")]
+        mine = checked[rank::world]
+        t0, broken = time.time(), []
+        sandbox = reward.SandboxConfig(timeout_s=timeout_s, workers=1)
+        with ThreadPoolExecutor(workers or len(os.sched_getaffinity(0))) as pool:
+            verdicts = pool.map(lambda p: any(reward.all_passed(reward.run_tests(s, p["tests"], sandbox))
+                                              for s in p["solutions"][:max_references]), mine)
+            for i, (problem, ok) in enumerate(zip(mine, verdicts), 1):
+                if not ok:
+                    broken.append(problem["id"])
+                if i % 50 == 0 or i == len(mine):
+                    print0(f"checking reference solutions: {i}/{len(mine)} prompts (rank 0) in {time.time() - t0:.0f}s, "
+                           f"{len(broken)} with broken tests so far")
+        if dist.is_initialized() and world > 1:
+            gathered = [None] * world
+            dist.all_gather_object(gathered, broken)
+            broken = [b for part in gathered for b in part]
+        broken = set(broken)
+        counts.update(references_checked=len(checked), dropped_references_fail=len(broken))
+        trusted = [p for p in trusted if p["id"] not in broken]
+    counts["kept"] = len(trusted)
+    return trusted, counts
+
+
 # ----------------------------------------------------------------------------- main
 
 def build_run(cfg: GPPOConfig, reward_fn, rank: int, world: int, device) -> tuple:
@@ -560,47 +603,7 @@ def main(cfg: GPPOConfig, reward_fn=None):
     print0(f"done: {step} steps; Hugging Face export in {cfg.out_dir}/hf")
 
 
-# ----------------------------------------------------------------------------- code prompts whose tests work
-
-def check_code_prompts(problems, min_pass_rate: float, check_references: bool, timeout_s: float = 6.0,
-                       workers: int = 0, rank: int = 0, world: int = 1, max_references: int = 3):
-    """Keep the code prompts whose tests can be trusted. The paper keeps a prompt only if a strong model passes all
-    its tests in >= 50% of 16 samples: the point is to drop prompts with *broken tests*, not hard ones (sampling
-    the policy being trained instead would drop exactly the prompts RL can learn from). With what a user has:
-      - problem["pass_rate"], a stronger model's precomputed rate (data.load_code_jsonl's pass_rate_field), must be
-        >= min_pass_rate;
-      - with check_references, a reference solution (problem["solutions"], as APPS/TACO ship them) must pass all
-        the prompt's tests: the first of up to max_references that does keeps it; if all fail, the tests are broken.
-    A prompt with neither is kept. Reference runs are sharded over ranks, `workers` prompts at a time (0 = usable
-    cores), each prompt's tests in turn, timeout_s per test. Returns (kept problems, counts)."""
-    counts = dict(code_prompts=len(problems), dropped_pass_rate=0, dropped_references_fail=0, references_checked=0,
-                  kept=0)
-    trusted = [p for p in problems if p.get("pass_rate", 1.0) >= min_pass_rate]
-    counts["dropped_pass_rate"] = len(problems) - len(trusted)
-    if check_references:
-        checked = [p for p in trusted if p.get("solutions")]
-        mine = checked[rank::world]
-        t0, broken = time.time(), []
-        sandbox = reward.SandboxConfig(timeout_s=timeout_s, workers=1)
-        with ThreadPoolExecutor(workers or len(os.sched_getaffinity(0))) as pool:
-            verdicts = pool.map(lambda p: any(reward.all_passed(reward.run_tests(s, p["tests"], sandbox))
-                                              for s in p["solutions"][:max_references]), mine)
-            for i, (problem, ok) in enumerate(zip(mine, verdicts), 1):
-                if not ok:
-                    broken.append(problem["id"])
-                if i % 50 == 0 or i == len(mine):
-                    print0(f"checking reference solutions: {i}/{len(mine)} prompts (rank 0) in {time.time() - t0:.0f}s, "
-                           f"{len(broken)} with broken tests so far")
-        if dist.is_initialized() and world > 1:
-            gathered = [None] * world
-            dist.all_gather_object(gathered, broken)
-            broken = [b for part in gathered for b in part]
-        broken = set(broken)
-        counts.update(references_checked=len(checked), dropped_references_fail=len(broken))
-        trusted = [p for p in trusted if p["id"] not in broken]
-    counts["kept"] = len(trusted)
-    return trusted, counts
-
+# ----------------------------------------------------------------------------- the offline code-prompt filter
 
 @dataclass
 class CodeFilterConfig:
@@ -622,7 +625,8 @@ def filter_code_main(cfg: CodeFilterConfig):
     problems = read_input("--code_data", data.load_code_jsonl, cfg.code_data, min_tests=cfg.min_tests,
                           pass_rate_field=cfg.pass_rate_field)
     print0(f"code data: {problems.report}")
-    kept, counts = check_code_prompts(problems, cfg.min_pass_rate, cfg.check_references, cfg.timeout_s, cfg.workers)
+    kept, counts = check_code_prompts(problems, cfg.min_pass_rate, cfg.check_references, timeout_s=cfg.timeout_s,
+                                      workers=cfg.workers)
     lines = {p["line"] for p in kept}
     with open(cfg.code_data, "rb") as src, open(cfg.out, "wb") as dst:
         dst.writelines(line for n, line in enumerate(src, 1) if n in lines)

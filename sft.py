@@ -61,8 +61,9 @@ class SFTConfig:
     max_len: int = 512               # longer conversations follow `overlong`
     overlong: str = "truncate"       # truncate | drop (either way the count is reported)
     toy_math_examples: int = 12000   # toy addition conversations (with toy data)
-    toy_code_examples: int = 3000    # toy programming conversations (with toy data)
-    toy_wrong_fraction: float = 0.3  # share of hard toy math traces that end wrong ("mixed" data)
+    toy_code_examples: int = 2000    # toy programming conversations (with toy data)
+    toy_wrong_fraction: float = 0.5  # share of hard (3+ digit) toy math traces that slip once and end wrong
+    #   ("mixed" data): the SFT model samples such slips at T=1, and RL has them to unlearn
     # model
     init_from: str = ""              # a Hugging Face Qwen3 directory; empty = a tiny Qwen3 from scratch (sizes below)
     n_layer: int = 4                 # from scratch: decoder layers
@@ -73,12 +74,12 @@ class SFTConfig:
     intermediate: int = 384          # from scratch: SwiGLU hidden size
     # optimisation
     row_tokens: int = 2048           # tokens per packed row
-    rows_per_step: int = 8           # global batch, in rows (across all ranks)
+    rows_per_step: int = 2           # global batch, in rows (across all ranks); the toy learns faster from more, smaller steps
     micro_rows: int = 1              # rows per forward/backward on one rank
     epochs: int = 4                  # passes over the packed rows (paper: 4)
     max_steps: int = -1              # stop after this many steps (the LR schedule still spans all epochs); -1 = all
     lr: float = 2e-3                 # peak learning rate (paper: 8e-5 for Qwen3-8B; the tiny toy model needs far more)
-    min_lr: float = 1e-3             # cosine decay ends here (paper: 4e-5)
+    min_lr: float = 1e-4             # cosine decay ends here (paper: 4e-5)
     warmup_steps: int = 20           # linear warmup steps
     weight_decay: float = 0.1        # AdamW weight decay
     beta1: float = 0.9               # AdamW beta1
@@ -296,7 +297,8 @@ def option_help(cls) -> list:
             lines.append(last.ljust(34) + "  " + comments.get(number, "") if number in comments else last)
         elif number in comments and line.strip().startswith("#"):
             indent = len(line) - len(line.lstrip())
-            if last is not None and indent > 8:      # a comment continued under the one beside a field
+            # a comment continued under the one beside a field: indented past the fields, or written `#   more`
+            if last is not None and (indent > 8 or line.lstrip().startswith("#  ")):
                 lines[-1] += " " + comments[number]
             else:                                     # a heading for the fields below it
                 lines.append(comments[number])
@@ -459,9 +461,11 @@ def run_entry_point(main, cfg, **kwargs):
     status = 0
     try:
         main(cfg, **kwargs)
-    except InputError as e:
+    except InputError as e:   # every rank raised it (agree_on_inputs): rank 0 says it once, then all leave together
         print0(f"error: {e}", file=sys.stderr)
         status = 2
+        if dist.is_initialized() and dist.get_world_size() > 1:
+            dist.barrier()    # no rank exits before rank 0 has printed (torchrun stops the others when one exits)
     except KeyboardInterrupt:
         ckpt_dir = os.path.join(getattr(cfg, "out_dir", ""), "checkpoint")
         where = "" if not hasattr(cfg, "resume") else (

@@ -1,7 +1,9 @@
 """What a user meets first: --help explains every option, bad input is one line naming the file:line:field or the
 option (exit status 2, no traceback), from every entry point."""
+import inspect
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -44,6 +46,21 @@ def test_help_text_is_the_comment_beside_the_field():
     assert "weight of the SFT term on fully correct responses" in line
     assert "rollout.py --model=CHECKPOINT_DIR" in run("rollout.py", "--help").stdout.splitlines()[0]
     assert "samples (they share" in run("rollout.py", "--help").stdout
+
+
+@pytest.mark.parametrize("script,config", [("sft.py", "SFTConfig"), ("gppo.py", "GPPOConfig"), ("eval.py", "EvalConfig")])
+def test_help_of_each_script_shows_every_description_and_only_headings_flush_left(script, config):
+    """`python X.py --help` as a user runs it: one described line per option; a line that is not an option is a
+    section heading, i.e. a full-line comment above fields (a comment continued under a field's must join it)."""
+    out = run(script, "--help").stdout.splitlines()
+    cls = getattr({"sft.py": sft, "gppo.py": gppo, "eval.py": ev}[script], config)
+    options = [line for line in out[1:] if line.startswith("  --")]
+    assert len(options) == len(cls.__dataclass_fields__) and all(len(o.split(None, 1)) == 2 for o in options), out
+    source = inspect.getsource(cls)
+    headings = {line.strip().lstrip("#").strip() for line in source.splitlines() if re.match(r"    # \S", line)}
+    assert {line for line in out[1:] if not line.startswith("  --")} <= headings, out
+    continued = next(o for o in options if o.startswith("  --max_gen_rounds=")) if script == "gppo.py" else None
+    assert continued is None or "(1 = no refill, as the paper" in continued
 
 
 def test_unknown_option_fails_loudly():

@@ -79,12 +79,23 @@ def test_sft_stops_with_a_checkpoint_and_resumes(tmp_path, signum):
     assert metric_steps(tmp_path) == list(range(1, k + 4))        # every step once, none lost, none twice
 
 
-def test_gppo_stops_with_a_checkpoint_and_resumes(tiny_checkpoint, tmp_path):
-    cmd = [os.path.join(ROOT, "tests", "driver.py"), *GPPO, f"--init_from={tiny_checkpoint}", f"--out_dir={tmp_path}"]
-    status, out, err = signal_after_step(start(cmd + ["--steps=200"]), signal.SIGTERM)
-    assert status == 128 + signal.SIGTERM, (status, out[-2000:], err[-2000:])
+@pytest.mark.parametrize("signum,nproc", [(signal.SIGTERM, 1), (signal.SIGINT, 1), (signal.SIGTERM, 2)])
+def test_gppo_stops_with_a_checkpoint_and_resumes(tiny_checkpoint, tmp_path, signum, nproc):
+    """nproc=2: the signal goes to torchrun, which passes it to both ranks; they agree on the step to stop after
+    (one all-reduce per step), checkpoint together, and the same command resumes. torchrun then exits non-zero
+    with its own status (not 128 + signal), so only the ranks' line and the checkpoint are checked there."""
+    launcher = [] if nproc == 1 else ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"]
+    cmd = [*launcher, os.path.join(ROOT, "tests", "driver.py"), *GPPO, f"--init_from={tiny_checkpoint}",
+           f"--out_dir={tmp_path}"]
+    status, out, err = signal_after_step(start(cmd + ["--steps=200"]), signum)
+    assert status == 128 + signum if nproc == 1 else status != 0, (status, out[-2000:], err[-2000:])
+    if nproc == 1:
+        assert "Traceback" not in err, err[-2000:]
+    # the thread count each rank chose, said at start (the tests set OMP_NUM_THREADS=1; torchrun keeps it)
+    assert "threads: 1 per rank ($OMP_NUM_THREADS; OpenMP wait policy PASSIVE)" in out, out[:2000]
     k = checkpoint_step(tmp_path)
-    assert 2 <= k < 200 and f"stopped by SIGTERM after step {k}: checkpoint in {tmp_path}/checkpoint" in out
+    name = signal.Signals(signum).name
+    assert 2 <= k < 200 and f"stopped by {name} after step {k}: checkpoint in {tmp_path}/checkpoint" in out, out[-2000:]
     proc = subprocess.run([sys.executable, *cmd, f"--steps={k + 2}"], capture_output=True, text=True, cwd=ROOT,
                           env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
