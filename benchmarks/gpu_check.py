@@ -224,8 +224,11 @@ def section_loss(dry: bool, emit):
                 grad_err = max_abs_diff(leaf.grad, ref_grad, block) / grad_scale
                 del leaf, loss
                 seconds = seconds_per_call(run, device) - seconds_per_call(lambda: logits.clone(), device)
+                # issue 6's goals for the fused kernel: >= 10x the reference, within 1.5x of the bandwidth floor
+                goals = (f"10x ref: {'met' if ref_time / seconds >= 10 else 'NOT met'}; 1.5x floor: "
+                         f"{'met' if seconds / floor <= 1.5 else 'NOT met'}") if backend == "triton" else None
                 emit(f"rl_loss_from_logits {tag} backend={backend}", ms=seconds * 1e3, x_floor=seconds / floor,
-                     speedup_vs_ref=ref_time / seconds, peak_GB=_gb(peak_added(run, device)),
+                     speedup_vs_ref=ref_time / seconds, peak_GB=_gb(peak_added(run, device)), goals=goals,
                      value_rel_err=value_err, grad_err_rel_max=grad_err, grad_bound=grad_bound,
                      status="ok" if value_err <= 1e-5 and grad_err <= grad_bound else "MISMATCH")
             except Exception as e:                                    # noqa: BLE001 (recorded, the section goes on)
@@ -622,6 +625,8 @@ def main(cfg: CheckConfig):
         if os.path.exists(rows_file):
             os.remove(rows_file)
         report["sections"][section] = result
+        with open(cfg.out, "w") as fh:       # after every section: a run killed from outside keeps what it measured
+            json.dump(dict(report, total_s=time.perf_counter() - started, partial=True), fh, indent=2, default=str)
         for row in result["rows"]:
             if row["name"] == "section process":
                 print(format_row(row), flush=True)
