@@ -1,6 +1,7 @@
 """The RL loop: 1 process == 2 processes, stop + resume == uninterrupted, a simple task is learned,
 all-equal groups skip the step cleanly, and the pieces (advantages, packing) against hand-computed values."""
 import json
+import math
 import os
 import subprocess
 import sys
@@ -152,20 +153,22 @@ def odd(task_id):   # tests/driver.py's `half` task: these prompts have a learni
     return zlib.crc32(task_id.encode()) % 2 == 1
 
 
-@pytest.mark.parametrize("rounds", [1, 4])
-def test_dropped_groups_are_refilled_and_repacked(tiny_checkpoint, tmp_path, rounds):
-    """--task=half: by hand, from the prompt stream, how many groups survive each round; survivors are trained in
-    full mini-batches of 2 (the last may be partial), at most 4 groups, and rounds stop once 4 have survived."""
-    metrics, _ = run(tmp_path / "half", tiny_checkpoint, "--steps=2", f"--max_gen_rounds={rounds}", task="half")
-    cursor = 0
+@pytest.mark.parametrize("rounds,oversample", [(1, 1.0), (4, 1.0), (2, 1.5)])
+def test_dropped_groups_are_refilled_and_repacked(tiny_checkpoint, tmp_path, rounds, oversample):
+    """--task=half: by hand, from the prompt stream, how many groups survive each round (each round samples
+    ceil(oversample x 4) prompts); survivors are trained in full mini-batches of 2 (the last may be partial), at
+    most 4 groups, and rounds stop once 4 have survived."""
+    metrics, _ = run(tmp_path / "half", tiny_checkpoint, "--steps=2", f"--max_gen_rounds={rounds}",
+                     f"--oversample={oversample}", task="half")
+    cursor, per_round = 0, math.ceil(oversample * 4)   # prompts per round: ceil(oversample x prompts_per_step)
     for rec in metrics:
         kept, used = 0, 0
         while used < rounds and kept < 4:
-            kept += sum(map(odd, toy_prompt_ids(64, cursor, 4)))
-            cursor, used = cursor + 4, used + 1
-        assert rec["gen_rounds"] == used and rec["prompts_sampled"] == 4 * used, rec
+            kept += sum(map(odd, toy_prompt_ids(64, cursor, per_round)))
+            cursor, used = cursor + per_round, used + 1
+        assert rec["gen_rounds"] == used and rec["prompts_sampled"] == per_round * used, rec
         assert rec["groups_trained"] == min(kept, 4) and rec["updates"] == -(-min(kept, 4) // 2), rec
-        assert rec["groups_dropped"] == 4 * used - kept
+        assert rec["groups_dropped"] == per_round * used - kept
 
 
 def test_mini_batches_are_full_and_in_stream_order():
