@@ -251,3 +251,17 @@ def test_reward_scales_code():
     assert gppo.score(task, code, gppo.GPPOConfig(reward_scale="authors", code_reward="binary")) == (-1.0, False)
     assert gppo.score(task, "<think>x</think> no code", gppo.GPPOConfig(reward_scale="authors")) == (-1.0, False)
     assert gppo.score(dict(task, tests=DOUBLE), code, gppo.GPPOConfig(code_reward="binary")) == (1.0, True)
+
+
+def test_the_rl_loop_drops_code_prompts_with_fewer_than_min_tests(tmp_path, capsys):
+    """gppo.load_tasks passes --min_tests to the loader: rows of 3 and 15 tests are dropped at 16 (the paper's
+    threshold, the default) and the count is printed; --min_tests=3 keeps them."""
+    rows = [dict(id=f"p{k}", prompt="Echo.", tests=[{"input": f"{i}\n", "output": f"{i}\n"} for i in range(k)])
+            for k in (3, 16, 15, 20)]
+    path = tmp_path / "code.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    tok = data.build_toy_tokenizer()
+    tasks = gppo.load_tasks(gppo.GPPOConfig(code_data=str(path)), tok)
+    assert [t["id"] for t in tasks] == ["p16", "p20"] and all(t["kind"] == "code" for t in tasks)
+    assert "'dropped_few_tests': 2" in capsys.readouterr().out
+    assert len(gppo.load_tasks(gppo.GPPOConfig(code_data=str(path), min_tests=3), tok)) == 4
