@@ -6,13 +6,19 @@ in the seed (prompt order, sampling, held-out problems). Per variant, over S see
     held-out greedy accuracy at fixed steps: mean ± std     steps to target = first eval step with accuracy ≥ target
 
 Arms, with the paper's claim (a claim that does not hold at toy scale is a result too):
+  offpolicy  GPPO vs GRPO vs CISPO at u = 1, 4, 16 optimizer updates per rollout batch (mini-batches of
+          16/u prompts), lr sweep_lr: how far the policy moves from the sampler before the next rollout; per run
+          on-policy accuracy, held-out accuracy, entropy, clip fractions and approx KL against the rollout batch
+          (offpolicy.png)                                      [Fig. 2 / §3: GPPO learns faster, keeps entropy]
+  offpolicy_lr  the three rules at u = 16 and lr SWEEP_HIGH_LR (2e-4): further off-policy
+  beta1   GPPO with β1 = 1, 0.5, 0.25 at beta1_updates updates per batch   [authors: 0.25-0.5 against collapse]
   loss    GPPO vs GRPO with Clip-Higher vs CISPO                   [Fig. 2: GPPO ends highest]
   alpha   SFT-loss weight α = 0 vs 0.1 vs 0.2 (GPPO)               [Table 6: 0.1 best]
   filter  zero-advantage groups dropped vs kept                    [Fig. 5: dropping is steadier]
   code    soft (fraction of tests passed) vs all-or-nothing reward, on toy code prompts only (its own
           code_steps): the on-policy fraction of samples passing all tests, and eval.py's held-out
           toy-code Avg@k of the SFT model and of each final model    [Fig. 3: soft better]
-  sft     SFT data only-correct (toy_wrong_fraction=0) vs mixed (0.3): eval.py Avg@k of the SFT models on
+  sft     SFT data only-correct (toy_wrong_fraction=0) vs mixed (sft.py's default): eval.py Avg@k of the SFT models on
           easy (1-2 digit) and hard (3-4 digit) held-out sums      [Table 2: mixed as good or better on hard]
 Arms share runs (GPPO α=0.1 with the filter is in loss, alpha and filter). The base SFT model is the sft arm's
 mixed seed-0 run, or --sft_from. Each rollout batch gets prompts_per_step/mini_batch_prompts > 1 updates: with
@@ -47,7 +53,9 @@ from dataclasses import asdict, dataclass
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-from sft import parse_config  # noqa: E402
+from sft import SFTConfig, parse_config  # noqa: E402
+
+GPPO_DIGITS = "3-4 digits"   # gppo.py's toy_min_digits..toy_max_digits (its RL prompts and held-out sums)
 
 # arm -> (title with the paper's claim, [(variant label, run name)]); run name -> gppo.py options
 ARMS = {"loss": ("GPPO vs GRPO (Clip-Higher) vs CISPO — paper Fig. 2: GPPO ends highest",
@@ -59,42 +67,87 @@ ARMS = {"loss": ("GPPO vs GRPO (Clip-Higher) vs CISPO — paper Fig. 2: GPPO end
         "code": ("soft vs all-or-nothing code reward — paper Fig. 3: soft better",
                  [("soft", "code-soft"), ("binary", "code-binary")]),
         "sft": ("SFT data: only-correct vs mixed traces — paper Table 2: mixed as good or better on hard problems",
-                [("only-correct", "sft-correct"), ("mixed (30% of hard traces wrong)", "sft-mixed")])}
+                [("only-correct", "sft-correct"), (f"mixed ({SFTConfig.toy_wrong_fraction:.0%} of hard traces wrong)",
+                                                   "sft-mixed")])}
 RL_OPTIONS = {"gppo": [], "grpo": ["--loss_mode=grpo"], "cispo": ["--loss_mode=cispo"], "alpha0": ["--alpha=0"],
               "alpha0.2": ["--alpha=0.2"], "nofilter": ["--filter_zero_adv=false"],
               "code-soft": ["--code_reward=soft"], "code-binary": ["--code_reward=binary"]}
-SFT_WRONG = {"sft-mixed": 0.3, "sft-correct": 0.0}
+SFT_WRONG = {"sft-mixed": SFTConfig.toy_wrong_fraction, "sft-correct": 0.0}   # mixed = sft.py's (and train.sh's) default
+
+# The off-policy sweep: how far the policy moves from the sampler within one rollout batch is set by the number of
+# optimizer updates per batch, u = prompts_per_step / mini_batch_prompts. With u = 1, r = 1 for every token and the
+# three rules give the same gradient; the more updates, the more tokens leave the trust region and are clipped.
+RULES = {"gppo": "GPPO", "grpo": "GRPO", "cispo": "CISPO"}
+UPDATES = (1, 4, 16)
+BETA1 = (1.0, 0.5, 0.25)
+ARMS["offpolicy"] = ("updates per rollout batch x clipping rule — GPPO, GRPO and CISPO differ only off-policy",
+                     [(f"{RULES[r]} u={u}", f"{r}-u{u}") for u in UPDATES for r in RULES])
+SWEEP_HIGH_LR = 2e-4
+ARMS["offpolicy_lr"] = (f"the clipping rule at u={UPDATES[-1]} and a higher lr ({SWEEP_HIGH_LR:g}): further off-policy",
+                        [(f"{RULES[r]} u={UPDATES[-1]} lr={SWEEP_HIGH_LR:g}", f"{r}-u{UPDATES[-1]}-lr{SWEEP_HIGH_LR:g}")
+                         for r in RULES])
+ARMS["beta1"] = ("GPPO's β1 (low-side clipped tokens) far off-policy — authors: 0.25-0.5 against entropy collapse",
+                 [(f"β1={b:g}", f"gppo-b{b:g}-uB") for b in BETA1])
+
+
+def run_name(name, cfg) -> str:
+    """The run behind an arm's variant: β1 = 1 at a sweep point is that point's GPPO run (not trained twice)."""
+    if name == "gppo-b1-uB" and cfg.beta1_updates in UPDATES:
+        return f"gppo-u{cfg.beta1_updates}"
+    return name
+
+
+def rl_options(name, cfg) -> list:
+    """gppo.py options of a run, from its name: the arms' fixed runs, `RULE-uU` (U updates per rollout batch) and
+    `gppo-bB-uB` (β1 = B at cfg.beta1_updates updates per batch). Later options override earlier ones."""
+    if name in RL_OPTIONS:
+        return RL_OPTIONS[name]
+    m = re.fullmatch(r"(gppo|grpo|cispo)-u(\d+)(?:-lr([\d.e-]+))?", name) or re.fullmatch(r"(gppo)-b([\d.]+)-uB", name)
+    if not m:
+        raise KeyError(name)
+    updates = int(m.group(2)) if "-b" not in name else cfg.beta1_updates
+    beta = [f"--beta1={m.group(2)}"] if "-b" in name else []
+    lr = m.group(3) if "-b" not in name and m.group(3) else cfg.sweep_lr
+    return [f"--loss_mode={m.group(1)}", f"--mini_batch_prompts={cfg.prompts_per_step // updates}", f"--lr={lr}", *beta]
 
 
 @dataclass
 class AblateConfig:
     out_dir: str = "out/ablate"
-    arms: str = "loss,alpha,filter,code,sft"  # any subset, comma-separated
+    arms: str = "offpolicy,offpolicy_lr,beta1,loss,alpha,filter,code,sft"  # any subset, comma-separated
     seeds: int = 3
     parallel: int = 2                  # runs at once, one thread each
     sft_from: str = ""                 # an SFT Hugging Face dir for the RL arms; empty = train one (mixed, seed 0)
     sft_args: str = ""                 # extra sft.py options for every SFT run, e.g. "--max_steps=300"
     gppo_args: str = ""                # extra gppo.py options for every RL run
-    steps: int = 30                    # RL steps of the math arms (loss, alpha, filter)
-    prompts_per_step: int = 32
-    mini_batch_prompts: int = 4        # 32/4 = 8 optimizer steps per rollout batch, as the paper's 128/16
+    steps: int = 25                    # RL steps (rollout batches) of the math arms
+    prompts_per_step: int = 16         # prompt groups per rollout batch (gppo.py: 32; halved so the sweep fits 2 cores)
+    mini_batch_prompts: int = 2        # 16/2 = 8 optimizer steps per rollout batch, as the paper's 128/16
     lr: float = 3e-5                   # gppo.py's default 2e-5 barely moves the policy within a batch: no clipping
     group_size: int = 8
-    eval_every: int = 10               # gppo.py's held-out greedy eval (and checkpoint) every k steps
+    eval_every: int = 5                # gppo.py's held-out greedy eval (and checkpoint) every k steps
     eval_problems: int = 100           # held-out toy sums, per eval
     code_steps: int = 6                # the code arm: each sample runs 16 sandboxed tests (~0.35 s on a CPU)
     code_prompts_per_step: int = 8
     code_prompts: int = 64             # toy code RL prompts (224 exist)
     eval_k: int = 4                    # eval.py samples per problem (code and sft arms)
     eval_code_problems: int = 30       # held-out toy code problems (62 exist)
-    target: float = 0.6                # accuracy for "steps to target"; change it and rerun to redo only the tables
+    target: float = 0.95               # accuracy for "steps to target"; change it and rerun to redo only the tables
+    sweep_lr: float = 5e-5             # the offpolicy and beta1 arms' lr: high enough that many updates per batch
+    #   move the policy far from the sampler (>= 5% of tokens clipped)
+    max_gen_rounds: int = 3            # math runs refill dropped groups, so every rollout batch trains prompts_per_step
+    #   groups and u updates per batch is what it says (the loss, alpha and filter arms as well)
+    beta1_updates: int = 16            # the beta1 arm's updates per rollout batch (a point of the sweep where >= 5%
+    #   of tokens are clipped)
 
     def __post_init__(self):
         bad = set(self.arms.split(",")) - set(ARMS)
         if bad or min(self.seeds, self.parallel, self.eval_every) < 1 or \
-                self.prompts_per_step % self.mini_batch_prompts or self.code_prompts_per_step % self.mini_batch_prompts:
+                self.prompts_per_step % self.mini_batch_prompts or self.code_prompts_per_step % self.mini_batch_prompts \
+                or any(self.prompts_per_step % u for u in (*UPDATES, self.beta1_updates)):
             raise SystemExit(f"error: AblateConfig: arms must be a subset of {list(ARMS)} (unknown: {sorted(bad)}); "
-                             "seeds, parallel, eval_every >= 1; (code_)prompts_per_step multiples of mini_batch_prompts")
+                             "seeds, parallel, eval_every >= 1; (code_)prompts_per_step multiples of mini_batch_prompts; "
+                             f"prompts_per_step a multiple of every sweep point {UPDATES} and of beta1_updates")
 
 
 # ---- metrics -> tables (pure functions; tests/test_ablate.py)
@@ -151,11 +204,11 @@ def plan(cfg):
     arms, seeds, jobs = cfg.arms.split(","), range(cfg.seeds), []
     run_dir = lambda name: os.path.join(cfg.out_dir, "runs", name)  # noqa: E731
     exported = lambda d: lambda: os.path.exists(os.path.join(d, "hf", "tokenizer.json"))  # noqa: E731 (written last)
-    rl_runs = list(dict.fromkeys(r for a in arms if a != "sft" for _, r in ARMS[a][1]))
-    rl_runs.sort(key=lambda r: not r.startswith("code"))   # longest runs first: a short one ends the ablation
+    # in the order of cfg.arms (the sweep first by default: it is what the others are read against)
+    rl_runs = list(dict.fromkeys(run_name(r, cfg) for a in arms if a != "sft" for _, r in ARMS[a][1]))
     sft_runs = [f"{v}-s{s}" for v in SFT_WRONG for s in seeds] if "sft" in arms else []
-    if rl_runs and not cfg.sft_from and "sft-mixed-s0" not in sft_runs:
-        sft_runs = ["sft-mixed-s0"]
+    if rl_runs and not cfg.sft_from:   # the base model first, so the RL runs can start early
+        sft_runs = ["sft-mixed-s0"] + [r for r in sft_runs if r != "sft-mixed-s0"]
     base, base_after = (cfg.sft_from, []) if cfg.sft_from else (os.path.join(run_dir("sft-mixed-s0"), "hf"), ["sft-mixed-s0"])
 
     def eval_job(of, model, out, options, after):
@@ -164,12 +217,15 @@ def plan(cfg):
                     done=lambda: os.path.exists(done), cmd=["eval.py", f"--model={model}", f"--out_dir={out}",
                                                             f"--k={cfg.eval_k}", "--reward_workers=2", *options])
 
-    code_eval = ["--toy_math=0", f"--toy_code={cfg.eval_code_problems}"]
-    for name in sft_runs:  # the base model first, so the RL runs can start early
+    def sft_job(name):
         d, wrong = run_dir(name), SFT_WRONG[name.rsplit("-", 1)[0]]
-        jobs.append(dict(name=name, dir=d, done=exported(d), after=[], steps=None, cmd=[
+        return dict(name=name, dir=d, done=exported(d), after=[], steps=None, cmd=[
             "sft.py", f"--out_dir={d}", f"--seed={name.rsplit('-s', 1)[1]}", f"--toy_wrong_fraction={wrong}",
-            *shlex.split(cfg.sft_args)]))
+            *shlex.split(cfg.sft_args)])
+
+    code_eval = ["--toy_math=0", f"--toy_code={cfg.eval_code_problems}"]
+    for name in sft_runs[:1] if rl_runs and not cfg.sft_from else []:
+        jobs.append(sft_job(name))
     if "code" in arms:
         jobs.append(eval_job("base", base, os.path.join(run_dir("base"), "eval_code"), code_eval, base_after))
     for name in rl_runs:
@@ -177,17 +233,20 @@ def plan(cfg):
         steps = cfg.code_steps if code else cfg.steps
         task = ["--toy_problems=0", f"--toy_code_prompts={cfg.code_prompts}", "--eval_every=0",
                 f"--prompts_per_step={cfg.code_prompts_per_step}"] if code else \
-            [f"--eval_every={cfg.eval_every}", f"--eval_problems={cfg.eval_problems}", f"--prompts_per_step={cfg.prompts_per_step}"]
+            [f"--eval_every={cfg.eval_every}", f"--eval_problems={cfg.eval_problems}", f"--prompts_per_step={cfg.prompts_per_step}",
+             f"--max_gen_rounds={cfg.max_gen_rounds}"]
         for s in seeds:
             d = run_dir(f"{name}-s{s}")
             done = lambda d=d, n=steps: max(read_metrics(os.path.join(d, "metrics.jsonl")) or [0]) >= n and exported(d)()
             jobs.append(dict(name=f"{name}-s{s}", dir=d, done=done, after=base_after, steps=steps, cmd=[
                 "gppo.py", f"--init_from={base}", f"--out_dir={d}", f"--seed={s}", f"--steps={steps}",
                 f"--mini_batch_prompts={cfg.mini_batch_prompts}", f"--lr={cfg.lr}", f"--group_size={cfg.group_size}", f"--ckpt_every={cfg.eval_every}", "--reward_workers=2",
-                *task, *RL_OPTIONS[name], *shlex.split(cfg.gppo_args)]))
+                *task, *rl_options(name, cfg), *shlex.split(cfg.gppo_args)]))
             if code:
                 jobs.append(eval_job(f"{name}-s{s}", os.path.join(d, "hf"), os.path.join(d, "eval_code"), code_eval,
                                      [f"{name}-s{s}"]))
+    for name in sft_runs[1:] if rl_runs and not cfg.sft_from else sft_runs:
+        jobs.append(sft_job(name))
     for name in sft_runs if "sft" in arms else []:
         for part, lo, hi in (("easy", 1, 2), ("hard", 3, 4)):
             jobs.append(eval_job(name, os.path.join(run_dir(name), "hf"), os.path.join(run_dir(name), f"eval_{part}"),
@@ -268,6 +327,19 @@ def run_jobs(jobs, cfg):
 
 # ---- the report: ablation.md, ablation.json, ablation.png
 
+SWEEP_METRICS = ("accuracy", "eval_accuracy", "entropy", "clip_frac_low", "clip_frac_high", "approx_kl")
+
+
+def run_stats(series) -> dict:
+    """series {metric: one [(step, value)] curve per seed} -> {stat: (mean, std) over seeds} of each seed's own mean:
+    on-policy accuracy and entropy over its last 5 logged steps, clip fractions (in %) and approx KL over all."""
+    def per_seed(key, last=None, scale=1.0):
+        return [scale * statistics.fmean(v for _, v in c[-last if last else 0:]) if c else None for c in series[key]]
+    return dict(accuracy_last5=mean_std(per_seed("accuracy", 5)), entropy_last5=mean_std(per_seed("entropy", 5)),
+                clip_frac_low_pct=mean_std(per_seed("clip_frac_low", scale=100)),
+                clip_frac_high_pct=mean_std(per_seed("clip_frac_high", scale=100)), approx_kl=mean_std(per_seed("approx_kl")))
+
+
 def avg_at_k(path, bench):
     return json.load(open(path))["benchmarks"][bench]["avg_at_k"] if os.path.exists(path) else None
 
@@ -276,10 +348,12 @@ def report(cfg, wall_minutes):
     run_file = lambda *p: os.path.join(cfg.out_dir, "runs", *p)  # noqa: E731
     seeds = range(cfg.seeds)
     md = [f"# Toy ablations: {cfg.seeds} seed(s), {cfg.steps} RL steps of {cfg.prompts_per_step} prompts x "
-          f"{cfg.group_size} samples, {cfg.prompts_per_step // cfg.mini_batch_prompts} updates per step, lr {cfg.lr:g}",
-          f"Mean ± std over seeds. Held-out accuracy: greedy, {cfg.eval_problems} toy sums (1-4 digits) per eval. "
+          f"{cfg.group_size} samples; offpolicy and beta1 arms: u updates per step as labelled, lr {cfg.sweep_lr:g}; "
+          f"loss, alpha, filter, code: {cfg.prompts_per_step // cfg.mini_batch_prompts} updates per step, lr {cfg.lr:g}",
+          f"Mean ± std over seeds. Held-out accuracy: greedy, {cfg.eval_problems} toy sums (gppo.py's held-out digits, "
+          f"{GPPO_DIGITS}) per eval. "
           f"Wall time: {sum(wall_minutes):.0f} min in {len(wall_minutes)} invocation(s). Command: `{shlex.join(sys.argv)}`"]
-    out, plots = dict(config=asdict(cfg), wall_minutes=wall_minutes, arms={}), {}
+    out, plots, sweep = dict(config=asdict(cfg), wall_minutes=wall_minutes, arms={}), {}, []
     for arm in cfg.arms.split(","):
         title, variants = ARMS[arm]
         md += ["", f"## {arm}: {title}"]
@@ -302,15 +376,28 @@ def report(cfg, wall_minutes):
                       f"Columns: the on-policy fraction of samples passing all tests (mean of the last {window} steps), "
                       f"then eval.py Avg@{cfg.eval_k} on {cfg.eval_code_problems} held-out toy code problems "
                       f"(the SFT model: {fmt(base, 0)[:5]}). Rewards are on different scales: compare accuracies.")
+        else:
+            md.append("Columns: held-out greedy accuracy at eval steps; steps to the target; then, mean over seeds of "
+                      "each run's mean: on-policy accuracy (T=1) of the last 5 steps, token entropy of the last 5 steps, "
+                      "% of tokens clipped low / high and approx KL over all steps.")
         for label, name in variants:
+            name = run_name(name, cfg)
             records = [read_metrics(run_file(f"{name}-s{s}", "metrics.jsonl"), steps) for s in seeds]
             curves = [curve(r, "accuracy", window) if code else curve(r, "eval_accuracy") for r in records]
             final = [avg_at_k(run_file(f"{name}-s{s}", "eval_code", "results.json"), "toy_code") for s in seeds] if code else []
             summary, rewards = summarize(curves, at_steps, cfg.target), [curve(r, "reward") for r in records]
-            rows.append((label, summary, [fmt(*mean_std(final))] if code else []))
-            out["arms"][arm][label] = dict(run=name, curves=curves, rewards=rewards, summary=summary, final_code=final)
+            series = {k: [curve(r, k) for r in records] for k in SWEEP_METRICS}
+            stats = run_stats(series)
+            rows.append((label, summary, [fmt(*mean_std(final))] if code else [
+                fmt(*stats["accuracy_last5"]), fmt(*stats["entropy_last5"]), fmt(*stats["clip_frac_low_pct"], 2),
+                fmt(*stats["clip_frac_high_pct"], 2), fmt(*stats["approx_kl"], 4)]))
+            out["arms"][arm][label] = dict(run=name, curves=curves, rewards=rewards, summary=summary, final_code=final,
+                                           series=series, stats=stats)
             plots.setdefault(arm, []).append((label, [curve(r, "reward", 5) for r in records], curves))
-        md.append(arm_table(rows, at_steps, cfg.target, ["held-out code Avg@k (final)"] if code else ()))
+            if arm.startswith("offpolicy"):
+                sweep.append((label, series, curves))
+        md.append(arm_table(rows, at_steps, cfg.target, ["held-out code Avg@k (final)"] if code else
+                            ["on-policy acc (last 5)", "entropy (last 5)", "clip low %", "clip high %", "approx KL"]))
     text = "\n".join(md) + "\n"
     print("\n" + text)
     with open(os.path.join(cfg.out_dir, "ablation.md"), "w") as f:
@@ -320,6 +407,8 @@ def report(cfg, wall_minutes):
     print(f"wrote {cfg.out_dir}/ablation.md and ablation.json")
     if plots:
         plot(plots, os.path.join(cfg.out_dir, "ablation.png"))
+    if sweep:
+        plot_sweep(sweep, os.path.join(cfg.out_dir, "offpolicy.png"))
 
 
 def plot(plots, path):
@@ -346,6 +435,43 @@ def plot(plots, path):
             ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+    print(f"wrote {path}")
+
+
+def plot_sweep(sweep, path):
+    """The off-policy sweep: one column per number of updates per rollout batch, one row per metric, one line per
+    rule (mean over seeds bold, each seed faint), against the rollout batch (= RL step)."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return print("matplotlib is not installed: no sweep plot (ablation.json holds the curves)")
+    rows = (("accuracy", "on-policy accuracy (T=1)"), ("eval_accuracy", "held-out greedy accuracy"),
+            ("entropy", "token entropy"), ("clip_frac_low", "clipped low (fraction)"),
+            ("clip_frac_high", "clipped high (fraction)"), ("approx_kl", "approx KL"))
+    points = list(dict.fromkeys(label.split(" ", 1)[1] for label, _, _ in sweep))   # "u=4", ..., "u=16 lr=0.0002"
+    fig, axes = plt.subplots(len(rows), len(points), figsize=(3.3 * len(points), 2.3 * len(rows)), squeeze=False)
+    colors = dict(zip(RULES.values(), ("tab:red", "tab:blue", "tab:green")))
+    for label, series, curves in sweep:
+        rule, u = label.split(" ", 1)
+        col = points.index(u)
+        for row, (key, title) in enumerate(rows):
+            ax, runs = axes[row][col], (curves if key == "eval_accuracy" else series[key])
+            steps = sorted({s for c in runs for s, _ in c})
+            if not steps:
+                continue
+            ax.plot(steps, [statistics.fmean(v for c in runs for t, v in c if t == s) for s in steps],
+                    color=colors[rule], label=rule)
+            for c in (c for c in runs if c):
+                ax.plot(*zip(*c), color=colors[rule], alpha=0.2, linewidth=0.7)
+            ax.set_title(f"{title}, {u}", fontsize=8)
+            ax.tick_params(labelsize=7)
+    axes[0][0].legend(fontsize=7)
+    for ax in axes[-1]:
+        ax.set_xlabel("rollout batch", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
     print(f"wrote {path}")
 
 

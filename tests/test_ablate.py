@@ -64,13 +64,13 @@ def cfg(tmp_path, **kw):
 def test_plan_shares_runs_one_sft_checkpoint_and_several_updates_per_batch(tmp_path):
     jobs = ablate.plan(cfg(tmp_path, arms="loss,alpha,filter", seeds=2))
     names = [j["name"] for j in jobs]
-    assert names[0] == "sft-mixed-s0" and "--toy_wrong_fraction=0.3" in jobs[0]["cmd"]
+    assert names[0] == "sft-mixed-s0" and "--toy_wrong_fraction=0.5" in jobs[0]["cmd"]   # sft.py's default: mixed
     rl = [j for j in jobs if j["cmd"][0] == "gppo.py"]
     assert sorted(j["name"] for j in rl) == sorted(f"{r}-s{s}" for r in ("gppo", "grpo", "cispo", "alpha0", "alpha0.2",
                                                                         "nofilter") for s in (0, 1))
     base = os.path.join(str(tmp_path / "abl"), "runs", "sft-mixed-s0", "hf")
     assert all(f"--init_from={base}" in j["cmd"] and j["after"] == ["sft-mixed-s0"] for j in rl)
-    assert all("--prompts_per_step=32" in j["cmd"] and "--mini_batch_prompts=4" in j["cmd"] for j in rl)
+    assert all("--prompts_per_step=16" in j["cmd"] and "--mini_batch_prompts=2" in j["cmd"] for j in rl)
     # with --sft_from the sft arm still trains both of its models, the RL runs use the given one
     jobs = ablate.plan(cfg(tmp_path, arms="sft,code", seeds=1, sft_from="/ckpt/sft/hf", code_steps=6))
     assert {j["name"] for j in jobs if j["cmd"][0] == "sft.py"} == {"sft-mixed-s0", "sft-correct-s0"}
@@ -80,6 +80,44 @@ def test_plan_shares_runs_one_sft_checkpoint_and_several_updates_per_batch(tmp_p
     assert {j["name"] for j in jobs if j["cmd"][0] == "eval.py"} == {
         "eval_code:base", "eval_code:code-soft-s0", "eval_code:code-binary-s0", "eval_easy:sft-mixed-s0",
         "eval_hard:sft-mixed-s0", "eval_easy:sft-correct-s0", "eval_hard:sft-correct-s0"}
+
+
+def test_sweep_plan_sets_updates_per_batch_rule_and_beta1(tmp_path):
+    """u updates per rollout batch of 32 prompts = mini-batches of 32/u prompts; β1 = 1 at the β1 arm's point is the
+    sweep's own GPPO run (trained once); the sweep's runs come before the other arms' and the other SFT runs."""
+    jobs = ablate.plan(cfg(tmp_path, arms="offpolicy,beta1,sft", seeds=3, sft_from="/ckpt/sft/hf", beta1_updates=16,
+                           prompts_per_step=32, mini_batch_prompts=4))
+    rl = {j["name"]: j["cmd"] for j in jobs if j["cmd"][0] == "gppo.py"}
+    assert len(rl) == (3 * 3 + 2) * 3
+    parsed = {n: dict(a[2:].split("=", 1) for a in c[1:]) for n, c in rl.items()}   # the last value of a key wins
+    for rule in ("gppo", "grpo", "cispo"):
+        for u, mb in ((1, "32"), (4, "8"), (16, "2")):
+            o = parsed[f"{rule}-u{u}-s2"]
+            assert (o["loss_mode"], o["mini_batch_prompts"], o["seed"], o["init_from"]) == (rule, mb, "2", "/ckpt/sft/hf")
+            assert (float(o["lr"]), o["max_gen_rounds"]) == (5e-5, "3")   # the sweep's lr; full batches (refill)
+            assert "beta1" not in o
+    assert parsed["gppo-b0.25-uB-s0"]["beta1"] == "0.25" and parsed["gppo-b0.25-uB-s0"]["mini_batch_prompts"] == "2"
+    assert "gppo-b1-uB-s0" not in rl
+    names = [j["name"] for j in jobs]
+    assert names.index("cispo-u16-s2") < names.index("sft-mixed-s0") and names[-1].startswith("eval_hard")
+    # the higher-lr point of the sweep: its own lr, the last sweep point's updates
+    assert ablate.rl_options("cispo-u16-lr0.0002", ablate.AblateConfig()) == [
+        "--loss_mode=cispo", "--mini_batch_prompts=1", "--lr=0.0002"]
+    with pytest.raises(SystemExit, match="multiple of every sweep point"):
+        ablate.AblateConfig(prompts_per_step=24, mini_batch_prompts=4)
+
+
+def test_run_stats_against_hand_computed_means():
+    series = {"accuracy": [[(s, s / 10) for s in range(1, 8)], [(s, 0.5) for s in range(1, 8)]],
+              "entropy": [[(s, 1.0) for s in range(1, 8)], [(s, 2.0 if s > 2 else 9.0) for s in range(1, 8)]],
+              "clip_frac_low": [[(1, 0.01), (2, 0.03)], [(1, 0.05), (2, 0.05)]],
+              "clip_frac_high": [[(1, 0.0)], []], "approx_kl": [[(1, 1e-3)], [(1, 3e-3)]]}
+    st = ablate.run_stats(series)
+    assert st["accuracy_last5"][0] == pytest.approx((0.5 + 0.5) / 2)         # seed 0: mean(.3 .. .7) = .5
+    assert st["entropy_last5"] == (pytest.approx(1.5), pytest.approx(0.5 ** 0.5))   # the 9.0s fall before the last 5
+    assert st["clip_frac_low_pct"][0] == pytest.approx((2.0 + 5.0) / 2)       # in %, each seed's mean over steps
+    assert st["clip_frac_high_pct"] == (0.0, 0.0)                             # a seed with no record is left out
+    assert st["approx_kl"][0] == pytest.approx(2e-3)
 
 
 def test_report_on_synthetic_runs(tmp_path, capsys):
