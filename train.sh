@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The whole Klear-Reasoner pipeline: long-CoT SFT -> GPPO RL -> evaluation of both models, one table.
 #
-#   bash train.sh                 # toy task on a CPU (tiny model from scratch): ~14 min on 2 cores
-#   bash train.sh ablate          # the paper's ablations in miniature, 3 seeds per arm (README, "Ablations"): ~50 min
+#   bash train.sh                 # toy task on a CPU (tiny model from scratch): ~15 min on 2 cores
+#   bash train.sh ablate          # the off-policy sweep and the paper's ablations in miniature, 3 seeds per arm
+#                                 # (README, "Ablations"): about 2 h on 2 cores
 #   bash train.sh rehearsal       # Qwen3-0.6B's exact shape through every stage, memory vs budget (README, "Rehearsal");
 #                                 # needs QWEN3_TOKENIZER_DIR, ~13 GB of RAM
 #

@@ -25,7 +25,7 @@ mixed seed-0 run, or --sft_from. Each rollout batch gets prompts_per_step/mini_b
 one, r ≡ 1 and GPPO, GRPO and CISPO give the same gradient (method.md §8).
 
 Run (every run is a subprocess with OMP_NUM_THREADS=1; its output goes to out_dir/runs/NAME/log.txt):
-  bash train.sh ablate                              # all arms, 3 seeds: ~50 min on 2 free cores (below)
+  bash train.sh ablate                              # all arms, 3 seeds: about 2 h on 2 cores (below)
   python benchmarks/ablate.py --arms=loss,filter --sft_from=out/sft/hf --steps=100   # a subset, a given SFT model
   python benchmarks/ablate.py --out_dir=/tmp/abl --seeds=1 --steps=2 --code_steps=1 --sft_args="--max_steps=5" \\
       --prompts_per_step=4 --code_prompts_per_step=2 --mini_batch_prompts=2 --group_size=4 --eval_every=1 \\
@@ -34,11 +34,10 @@ Interrupted? Run the same command again: finished runs are skipped, unfinished o
 checkpoint, and a larger --steps/--code_steps extends finished runs. Other changed options need a new --out_dir.
 Output: out_dir/ablation.md (tables), ablation.json (every seed's curves), ablation.png (reward and
 accuracy curves per arm; only if matplotlib is importable, it is not a dependency).
-Cost, one thread per run (measured on the shared 2-core machine): a toy SFT (4 epochs; 2 leave the model near
-0% accuracy) ≈ 7 min; a math RL step of 32x8 samples ≈ 2.5 s, a held-out eval of 100 sums ≈ 3 s; a code RL
-sample ≈ 0.35 s (16 sandboxed tests), so a code step of 8x8 ≈ 22 s, eval.py on 30 code problems x 4 ≈ 45 s.
-The defaults: 6 SFT ≈ 41, 18 math RL ≈ 29, 6 code RL + 7 code evals ≈ 22, SFT evals ≈ 2 CPU-minutes, in
-all ≈ 94: ≈ 47-50 min with --parallel=2 if both cores are free (longer when others share them).
+Cost, one thread per run, measured on the shared 2-core machine with --parallel=2: a math RL run (25 batches of
+16 x 8 samples, 6 held-out evals) takes 2-3 min, so the offpolicy and beta1 arms (33 runs) took 34 min wall;
+offpolicy_lr, loss, alpha and filter add 27 runs (~30 min), the code arm 6 code runs + 7 evals (~15 min), the sft
+arm 5 more toy SFTs (~12 min each at one thread) + 6 evals (~30 min): about 2 h in all.
 """
 import json
 import os
