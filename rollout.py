@@ -45,10 +45,11 @@ Demo (a Hugging Face Qwen3 directory and its tokenizer.json):
 """
 import math
 import os
+import re
 import sys
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import torch
 import torch.nn.functional as F
@@ -716,28 +717,49 @@ class LLMEngine:
 
 # ----------------------------------------------------------------------------- command-line demo
 
-def parse_args(argv: list):
-    """The demo's options (argparse: --help lists them with their defaults)."""
-    import argparse
-    p = argparse.ArgumentParser(prog="rollout.py", usage="python rollout.py --model=CHECKPOINT_DIR [--key=value ...]",
-                                description="Samples n responses to one chat prompt with the paged-KV engine and prints "
-                                            "them with their logprobs.",
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter, allow_abbrev=False)
-    p.add_argument("--model", default="", help="Hugging Face Qwen3 checkpoint directory")
-    p.add_argument("--tokenizer", default="", help="tokenizer.json (default: MODEL/tokenizer.json)")
-    p.add_argument("--prompt", default="What is 17 * 23?", help="the user turn; the Qwen3 chat template wraps it")
-    p.add_argument("--n", type=int, default=2, help="samples (they share the prompt's KV blocks)")
-    p.add_argument("--temperature", type=float, default=0.6, help="0 = greedy")
-    p.add_argument("--top_p", type=float, default=0.95, help="nucleus sampling")
-    p.add_argument("--top_k", type=int, default=20, help="0 = off")
-    p.add_argument("--max_tokens", type=int, default=256, help="new tokens per sample")
-    p.add_argument("--seed", type=int, default=0, help="same seed, same samples")
-    p.add_argument("--max_model_len", type=int, default=4096, help="prompt + response tokens per sequence")
-    p.add_argument("--max_num_seqs", type=int, default=64, help="sequences decoded together")
-    p.add_argument("--device", default="auto", help="auto: cuda if available, else cpu")
-    p.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16", "float16"),
-                   help="auto: bfloat16 on cuda, float32 on cpu")
-    return p.parse_args(argv)
+@dataclass
+class DemoConfig:
+    model: str = ""                  # Hugging Face Qwen3 checkpoint directory
+    tokenizer: str = ""              # tokenizer.json (default: MODEL/tokenizer.json)
+    prompt: str = "What is 17 * 23?"  # the user turn; the Qwen3 chat template wraps it
+    n: int = 2                       # samples (they share the prompt's KV blocks)
+    temperature: float = 0.6         # 0 = greedy
+    top_p: float = 0.95              # nucleus sampling
+    top_k: int = 20                  # 0 = off
+    max_tokens: int = 256            # new tokens per sample
+    seed: int = 0                    # same seed, same samples
+    max_model_len: int = 4096        # prompt + response tokens per sequence
+    max_num_seqs: int = 64           # sequences decoded together
+    device: str = "auto"             # auto: cuda if available, else cpu
+    dtype: str = "auto"              # auto: bfloat16 on cuda, float32 on cpu; or float32/bfloat16/float16
+
+
+def _option_lines(cls) -> list:
+    """`--name=default  comment` for each field, the comment read from the source beside the field."""
+    import inspect
+    comments = dict(re.findall(r"^\s+(\w+):[^#\n]*#\s*(.*)$", inspect.getsource(cls), re.M))
+    return [f"  --{f.name}={f.default!r}".ljust(32) + comments.get(f.name, "") for f in fields(cls)]
+
+
+def parse_args(argv: list) -> DemoConfig:
+    cfg = DemoConfig()
+    for arg in argv:
+        if arg in ("-h", "--help"):
+            print("usage: python rollout.py --model=CHECKPOINT_DIR [--key=value ...]\n"
+                  "Samples n responses to one chat prompt with the paged-KV engine and prints them with their logprobs.\n"
+                  "Options:\n" + "\n".join(_option_lines(DemoConfig)))
+            sys.exit(0)
+        key, sep, value = arg.removeprefix("--").partition("=")
+        if not arg.startswith("--") or not sep:
+            raise ValueError(f"argument {arg!r}: expected --key=value")
+        if not hasattr(cfg, key):
+            raise ValueError(f"unknown option --{key}; known: {', '.join(f.name for f in fields(cfg))}")
+        kind = type(getattr(cfg, key))
+        try:
+            setattr(cfg, key, kind(value))
+        except ValueError:
+            raise ValueError(f"--{key}={value!r}: expected {kind.__name__}") from None
+    return cfg
 
 
 def encode_chat_prompt(tokenizer, prompt: str) -> tuple[list, tuple]:
@@ -762,6 +784,8 @@ def main(argv: list) -> None:
     tokenizer = Tokenizer.from_file(tokenizer_path)
     device = ("cuda" if torch.cuda.is_available() else "cpu") if cfg.device == "auto" else cfg.device
     dtype_name = ("bfloat16" if device.startswith("cuda") else "float32") if cfg.dtype == "auto" else cfg.dtype
+    if dtype_name not in ("float32", "bfloat16", "float16"):
+        raise ValueError(f"--dtype={cfg.dtype!r}: expected auto, float32, bfloat16 or float16")
     from model import from_pretrained   # the demo's only use of model.py: the engine takes any such module
     model = from_pretrained(cfg.model, dtype=getattr(torch, dtype_name), device=device)
     prompt_ids, stop = encode_chat_prompt(tokenizer, cfg.prompt)
