@@ -54,7 +54,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 from sft import SFTConfig, parse_config  # noqa: E402
 
-GPPO_DIGITS = "3-4 digits"   # gppo.py's toy_min_digits..toy_max_digits (its RL prompts and held-out sums)
+from gppo import GPPOConfig  # noqa: E402
+
+GPPO_DIGITS = f"{GPPOConfig.toy_min_digits}-{GPPOConfig.toy_max_digits} digits"   # its RL prompts and held-out sums
 
 # arm -> (title with the paper's claim, [(variant label, run name)]); run name -> gppo.py options
 ARMS = {"loss": ("GPPO vs GRPO (Clip-Higher) vs CISPO — paper Fig. 2: GPPO ends highest",
@@ -132,12 +134,12 @@ class AblateConfig:
     eval_k: int = 4                    # eval.py samples per problem (code and sft arms)
     eval_code_problems: int = 30       # held-out toy code problems (62 exist)
     target: float = 0.95               # accuracy for "steps to target"; change it and rerun to redo only the tables
-    sweep_lr: float = 5e-5             # the offpolicy and beta1 arms' lr: high enough that many updates per batch
-    #   move the policy far from the sampler (>= 5% of tokens clipped)
+    sweep_lr: float = 5e-5             # the offpolicy and beta1 arms' lr (on the toy: ~1% of tokens clipped at u=16,
+    #   where the rules separate; the offpolicy_lr arm goes further)
     max_gen_rounds: int = 3            # math runs refill dropped groups, so every rollout batch trains prompts_per_step
     #   groups and u updates per batch is what it says (the loss, alpha and filter arms as well)
-    beta1_updates: int = 16            # the beta1 arm's updates per rollout batch (a point of the sweep where >= 5%
-    #   of tokens are clipped)
+    beta1_updates: int = 16            # the beta1 arm's updates per rollout batch (the sweep point where GPPO
+    #   collapsed on the toy)
 
     def __post_init__(self):
         bad = set(self.arms.split(",")) - set(ARMS)
