@@ -801,7 +801,7 @@ def addition_trace(a: int, b: int, slip_column: int | None = None, slip: int = 1
     return "\n".join(lines), int("".join(map(str, reversed(digits))))
 
 
-def toy_math_sft_examples(n: int, seed: int = 0, wrong_fraction: float = 0.5, min_digits: int = 1,
+def toy_math_sft_examples(n: int, seed: int = 0, wrong_fraction: float = 0.6, min_digits: int = 1,
                           max_digits: int = 4) -> list:
     """n SFT conversations on train-split problems: user question, assistant `<think>` trace + `\\boxed{}`.
     On hard problems (an operand with >= 3 digits) a wrong_fraction of the traces slip once in a random
@@ -937,7 +937,7 @@ def toy_code_sft_examples(n: int, seed: int = 0) -> list:
     return conversations
 
 
-def toy_sft_conversations(n_math: int, n_code: int, seed: int = 0, wrong_fraction: float = 0.5) -> list:
+def toy_sft_conversations(n_math: int, n_code: int, seed: int = 0, wrong_fraction: float = 0.6) -> list:
     """The toy SFT mix: n_math addition and n_code programming conversations, shuffled by seed."""
     conversations = toy_math_sft_examples(n_math, seed, wrong_fraction) + toy_code_sft_examples(n_code, seed)
     random.Random(f"toy-sft-mix-{seed}").shuffle(conversations)
@@ -1032,7 +1032,7 @@ class ToyConfig:
     seed: int = 0
     n_sft_math: int = 12000
     n_sft_code: int = 2000
-    wrong_fraction: float = 0.5  # as sft.py's toy data; 0 = only-correct traces (the paper's ablation)
+    wrong_fraction: float = 0.6  # as sft.py's toy data; 0 = only-correct traces (the paper's ablation)
     n_math_train: int = 2000
     n_math_test: int = 500
     n_code_train: int = 150

@@ -62,7 +62,7 @@ class SFTConfig:
     overlong: str = "truncate"       # truncate | drop (either way the count is reported)
     toy_math_examples: int = 12000   # toy addition conversations (with toy data)
     toy_code_examples: int = 2000    # toy programming conversations (with toy data)
-    toy_wrong_fraction: float = 0.5  # share of hard (3+ digit) toy math traces that slip once and end wrong
+    toy_wrong_fraction: float = 0.6  # share of hard (3+ digit) toy math traces that slip once and end wrong
     #   ("mixed" data): the SFT model samples such slips at T=1, and RL has them to unlearn
     # model
     init_from: str = ""              # a Hugging Face Qwen3 directory; empty = a tiny Qwen3 from scratch (sizes below)

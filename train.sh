@@ -94,9 +94,9 @@ else
   stage sft "${LAUNCH[@]}" sft.py --out_dir="$OUT/sft" $SFT_ARGS
   # refill: groups all right are dropped (no signal); a second round of prompts keeps each step's batch full
   stage gppo "${LAUNCH[@]}" gppo.py --init_from="$OUT/sft/hf" --out_dir="$OUT/gppo" --max_gen_rounds=2 $GPPO_ARGS
-  # evaluated on the RL task's held-out sums (3-4 digits) and on toy programs
-  stage eval-sft "${LAUNCH[@]}" eval.py --model="$OUT/sft/hf" --out_dir="$OUT/eval/sft" --toy_min_digits=3 --toy_max_digits=4 --k=4 $EVAL_ARGS
-  stage eval-rl "${LAUNCH[@]}" eval.py --model="$OUT/gppo/hf" --out_dir="$OUT/eval/rl" --toy_min_digits=3 --toy_max_digits=4 --k=4 $EVAL_ARGS
+  # evaluated on the RL task's held-out sums (3 digits) and on toy programs
+  stage eval-sft "${LAUNCH[@]}" eval.py --model="$OUT/sft/hf" --out_dir="$OUT/eval/sft" --toy_min_digits=3 --toy_max_digits=3 --k=4 $EVAL_ARGS
+  stage eval-rl "${LAUNCH[@]}" eval.py --model="$OUT/gppo/hf" --out_dir="$OUT/eval/rl" --toy_min_digits=3 --toy_max_digits=3 --k=4 $EVAL_ARGS
   python benchmarks/plot_train.py --metrics="$OUT/gppo/metrics.jsonl"
 fi
 
