@@ -701,7 +701,7 @@ class PackedLoader:
     with all-padding rows (no loss), so every rank runs the same number of steps. state_dict() holds the
     epoch and step, so a restart continues with the next unseen step."""
 
-    def __init__(self, examples, row_tokens: int, rows_per_step: int, pad_id: int, seed: int = 0,
+    def __init__(self, examples, row_tokens: int, rows_per_step: int, pad_id: int, *, seed: int = 0,
                  rank: int = 0, world_size: int = 1):
         if rows_per_step % world_size:
             raise ValueError(f"rows_per_step={rows_per_step} must be a multiple of world_size={world_size}")

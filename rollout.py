@@ -376,11 +376,11 @@ class StepBatch:
 
 
 class PagedKVCache:
-    """The block pools of every layer; model.py calls attend() in every attention layer."""
+    """The block pools of every layer (cfg: the model's config); model.py calls attend() in every attention layer."""
 
-    def __init__(self, num_layers, num_blocks, block_size, n_kv_heads, head_dim, dtype, device, use_triton):
+    def __init__(self, cfg, num_blocks: int, block_size: int, *, dtype, device, use_triton: bool):
         # head-major: gathering blocks of one head yields (Hkv, B, L, hd), ready for a batched matmul, no transpose
-        shape = (num_layers, n_kv_heads, num_blocks, block_size, head_dim)
+        shape = (cfg.num_hidden_layers, cfg.num_key_value_heads, num_blocks, block_size, cfg.head_dim)
         # zeros, not empty: padded slots are read (and masked) by the PyTorch paths; NaN * 0 would be NaN
         self.k_pool = torch.zeros(shape, dtype=dtype, device=device)
         self.v_pool = torch.zeros(shape, dtype=dtype, device=device)
@@ -547,7 +547,7 @@ class LLMEngine:
     that is larger), capped at what max_num_seqs full-length sequences need. use_triton: None = on CUDA.
     """
 
-    def __init__(self, model, max_num_seqs: int = 256, max_model_len: int | None = None,
+    def __init__(self, model, *, max_num_seqs: int = 256, max_model_len: int | None = None,
                  num_blocks: int | None = None, block_size: int = 16, device=None,
                  max_num_batched_tokens: int = 16384, kv_cache_memory: int | None = None, use_triton: bool | None = None):
         cfg = model.config
@@ -581,8 +581,7 @@ class LLMEngine:
         use_triton = self.device.type == "cuda" and triton is not None if use_triton is None else use_triton
         if use_triton and triton is None:
             raise ValueError("LLMEngine(use_triton=True): triton is not installed")
-        self.cache = PagedKVCache(cfg.num_hidden_layers, num_blocks, block_size, cfg.num_key_value_heads,
-                                  cfg.head_dim, self.dtype, self.device, use_triton)
+        self.cache = PagedKVCache(cfg, num_blocks, block_size, dtype=self.dtype, device=self.device, use_triton=use_triton)
         self.stats = EngineStats()
         self.num_prefixes = 0          # prefix ids handed out (a group's samples share one)
 
