@@ -66,16 +66,6 @@ class DataError(ValueError):
     """Bad input data; the message names file:line and field."""
 
 
-def load_tokenizer(path: str) -> Tokenizer:
-    """A `tokenizers.Tokenizer` from a directory holding tokenizer.json, or from the file itself."""
-    file = os.path.join(path, "tokenizer.json") if os.path.isdir(path) else path
-    if not os.path.isfile(file):
-        raise FileNotFoundError(f"no tokenizer at {path!r}: expected a directory with tokenizer.json, or the file")
-    tok = Tokenizer.from_file(file)
-    special_token_ids(tok)  # fail now, not mid-training, if a chat token is missing
-    return tok
-
-
 def special_token_ids(tok: Tokenizer) -> dict:
     """Ids of the chat-control tokens: im_start, im_end, endoftext (also the pad), think, end_think."""
     names = dict(im_start="<|im_start|>", im_end="<|im_end|>", endoftext="<|endoftext|>", think="<think>",
@@ -85,6 +75,16 @@ def special_token_ids(tok: Tokenizer) -> dict:
     if missing:
         raise ValueError(f"tokenizer lacks the Qwen3 chat tokens {missing}; use a Qwen3 tokenizer or build_toy_tokenizer()")
     return ids
+
+
+def load_tokenizer(path: str) -> Tokenizer:
+    """A `tokenizers.Tokenizer` from a directory holding tokenizer.json, or from the file itself."""
+    file = os.path.join(path, "tokenizer.json") if os.path.isdir(path) else path
+    if not os.path.isfile(file):
+        raise FileNotFoundError(f"no tokenizer at {path!r}: expected a directory with tokenizer.json, or the file")
+    tok = Tokenizer.from_file(file)
+    special_token_ids(tok)  # fail now, not mid-training, if a chat token is missing
+    return tok
 
 
 def stop_token_ids(tok: Tokenizer) -> list:
@@ -259,6 +259,10 @@ def _read_jsonl(path: str):
         raise DataError(f"{path}: no records (the file is empty)")
 
 
+def _tuple(types) -> tuple:
+    return types if isinstance(types, tuple) else (types,)
+
+
 def _field(rec, key, types, where, name=None):
     """rec[key], checked against types; `where` is "file:line" and `name` the field's full path."""
     name = name or key
@@ -268,10 +272,6 @@ def _field(rec, key, types, where, name=None):
         want = " or ".join(t.__name__ for t in _tuple(types))
         raise DataError(f"{where}: field '{name}' must be {want}, got {type(rec[key]).__name__}")
     return rec[key]
-
-
-def _tuple(types) -> tuple:
-    return types if isinstance(types, tuple) else (types,)
 
 
 def _json_field(rec, key, types, where, name=None):
@@ -387,21 +387,6 @@ def _last_boxed(text: str) -> str | None:
     return None
 
 
-def _math_answer(rec, where):
-    """(format, acceptable answers): `answer`, else verl's `reward_model.ground_truth`, else the last
-    \\boxed{} of `solution` (MATH)."""
-    if rec.get("answer") is not None:
-        return "answer", [_answer_text(rec["answer"], where, "answer")]
-    if "reward_model" in rec:
-        return "verl ground_truth", _ground_truth_answers(rec, where)
-    if rec.get("solution") is not None:
-        answer = _last_boxed(_field(rec, "solution", str, where))
-        if answer is None:
-            raise DataError(f"{where}: field 'solution' has no complete \\boxed{{...}} answer, and no 'answer'")
-        return "MATH solution", [_answer_text(answer.strip(), where, "solution's \\boxed{}")]
-    raise DataError(f"{where}: missing field 'answer' (or 'reward_model.ground_truth', or a \\boxed{{}} 'solution')")
-
-
 def _ground_truth_answers(rec, where) -> list:
     """verl's reward_model.ground_truth: a string or a number (verl's gsm8k, DAPO-Math), or a JSON list of
     acceptable answers (Skywork-OR1 stores '["2"]'), as text or already decoded. A string is read as such a
@@ -422,6 +407,21 @@ def _ground_truth_answers(rec, where) -> list:
     if not truth:
         raise DataError(f"{where}: field '{name}' is an empty list")
     return [_answer_text(a, where, f"{name}[{i}]") for i, a in enumerate(truth)]
+
+
+def _math_answer(rec, where):
+    """(format, acceptable answers): `answer`, else verl's `reward_model.ground_truth`, else the last
+    \\boxed{} of `solution` (MATH)."""
+    if rec.get("answer") is not None:
+        return "answer", [_answer_text(rec["answer"], where, "answer")]
+    if "reward_model" in rec:
+        return "verl ground_truth", _ground_truth_answers(rec, where)
+    if rec.get("solution") is not None:
+        answer = _last_boxed(_field(rec, "solution", str, where))
+        if answer is None:
+            raise DataError(f"{where}: field 'solution' has no complete \\boxed{{...}} answer, and no 'answer'")
+        return "MATH solution", [_answer_text(answer.strip(), where, "solution's \\boxed{}")]
+    raise DataError(f"{where}: missing field 'answer' (or 'reward_model.ground_truth', or a \\boxed{{}} 'solution')")
 
 
 def load_math_jsonl(path: str) -> Records:
@@ -453,29 +453,6 @@ def load_math_jsonl(path: str) -> Records:
     return Records(problems, dict(file=path, rows=len(problems), kept=len(problems), formats=formats))
 
 # Code. Each format gives (prompt, tests, extra fields); tests come out in reward.py's format.
-
-
-class _NoGlobalsUnpickler(pickle.Unpickler):
-    def find_class(self, module, name):  # plain data only: a pickle can never name code to run
-        raise pickle.UnpicklingError(f"refusing to load {module}.{name} from test data")
-
-
-def _test_cases(raw, where, field, func_name=None) -> list:
-    """Tests as stored: a list of cases (LiveCodeBench, plain) or an APPS-style {"inputs", "outputs"} object;
-    either one as itself, as JSON text, or as base64(zlib(pickle(JSON text))) (LiveCodeBench's private tests)."""
-    if isinstance(raw, str):
-        try:
-            raw = json.loads(raw)
-        except json.JSONDecodeError:
-            try:
-                raw = json.loads(_NoGlobalsUnpickler(io.BytesIO(zlib.decompress(base64.b64decode(raw)))).load())
-            except Exception as e:
-                raise DataError(f"{where}: field '{field}' is neither JSON nor LiveCodeBench's compressed form ({e})") from None
-    if isinstance(raw, dict):
-        return _tests_from_io(raw, where, field)
-    if not isinstance(raw, list):
-        raise DataError(f"{where}: field '{field}' must be a list of tests, got {type(raw).__name__}")
-    return _tests_from_cases(raw, where, field, func_name)
 
 
 def _tests_from_cases(cases, where, field, func_name=None) -> list:
@@ -539,6 +516,29 @@ def _tests_from_io(io_spec, where, field) -> list:
                             f"got {type(args).__name__}")
         tests.append({"input": "\n".join(json.dumps(a) for a in args), "output": json.dumps(y), "fn_name": fn})
     return tests
+
+
+class _NoGlobalsUnpickler(pickle.Unpickler):
+    def find_class(self, module, name):  # plain data only: a pickle can never name code to run
+        raise pickle.UnpicklingError(f"refusing to load {module}.{name} from test data")
+
+
+def _test_cases(raw, where, field, func_name=None) -> list:
+    """Tests as stored: a list of cases (LiveCodeBench, plain) or an APPS-style {"inputs", "outputs"} object;
+    either one as itself, as JSON text, or as base64(zlib(pickle(JSON text))) (LiveCodeBench's private tests)."""
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except json.JSONDecodeError:
+            try:
+                raw = json.loads(_NoGlobalsUnpickler(io.BytesIO(zlib.decompress(base64.b64decode(raw)))).load())
+            except Exception as e:
+                raise DataError(f"{where}: field '{field}' is neither JSON nor LiveCodeBench's compressed form ({e})") from None
+    if isinstance(raw, dict):
+        return _tests_from_io(raw, where, field)
+    if not isinstance(raw, list):
+        raise DataError(f"{where}: field '{field}' must be a list of tests, got {type(raw).__name__}")
+    return _tests_from_cases(raw, where, field, func_name)
 
 
 def _code_question(rec, key, where) -> str:
