@@ -667,8 +667,9 @@ def plan_packing(lengths, row_tokens: int) -> list:
     return rows
 
 
-def _build_rows(examples, rows, row_tokens: int, pad_id: int) -> dict:
-    """Materialise rows (lists of example indices, or None for an all-padding row) as (B, T) tensors."""
+def _build_rows(examples, rows, row_tokens: int, pad_id: int) -> list:
+    """Materialise rows (lists of example indices, or None for an all-padding row): one dict of (row_tokens,)
+    tensors per row, views of (B, row_tokens) tensors built at once."""
     B = len(rows)
     ids = np.full((B, row_tokens), pad_id, dtype=np.int64)
     mask = np.zeros((B, row_tokens), dtype=bool)
@@ -683,16 +684,15 @@ def _build_rows(examples, rows, row_tokens: int, pad_id: int) -> dict:
             t += n
         pos[b, t:] = np.arange(row_tokens - t)  # padding: one more document of its own
         doc[b, t:] = len(row or [])
-    return dict(input_ids=torch.from_numpy(ids), loss_mask=torch.from_numpy(mask),
-                position_ids=torch.from_numpy(pos), document_ids=torch.from_numpy(doc))
+    batch = dict(input_ids=torch.from_numpy(ids), loss_mask=torch.from_numpy(mask),
+                 position_ids=torch.from_numpy(pos), document_ids=torch.from_numpy(doc))
+    return [{k: v[b] for k, v in batch.items()} for b in range(B)]
 
 
 def pack_examples(examples, row_tokens: int, pad_id: int) -> list:
     """Pack (input_ids, loss_mask) pairs into rows: a list of dicts of (row_tokens,) tensors input_ids,
     loss_mask (bool), position_ids (restart at 0 per document) and document_ids (0, 1, ... per row)."""
-    plan = plan_packing([len(x) for x, _ in examples], row_tokens)
-    batch = _build_rows(examples, plan, row_tokens, pad_id)
-    return [{k: v[b] for k, v in batch.items()} for b in range(len(plan))]
+    return _build_rows(examples, plan_packing([len(x) for x, _ in examples], row_tokens), row_tokens, pad_id)
 
 
 class PackedLoader:
@@ -732,8 +732,7 @@ class PackedLoader:
         per_rank = self.rows_per_step // self.world_size
         start = step * self.rows_per_step + self.rank * per_rank
         picked = self._epoch_order(epoch)[start:start + per_rank]
-        batch = _build_rows(self.examples, [None if r is None else self.rows[r] for r in picked], self.row_tokens, self.pad_id)
-        return [{k: v[b] for k, v in batch.items()} for b in range(per_rank)]
+        return _build_rows(self.examples, [None if r is None else self.rows[r] for r in picked], self.row_tokens, self.pad_id)
 
     def next_step(self) -> list:
         """The rows of the next step, advancing (and wrapping into the next epoch at the end)."""
@@ -1046,7 +1045,6 @@ class StatsConfig:
     file: str = ""
     tokenizer: str = ""   # a tokenizer dir/file: token lengths and packing too
     row_tokens: int = 2048
-
 
 
 def write_toy_datasets(out_dir: str, **sizes) -> dict:
