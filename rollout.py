@@ -167,11 +167,10 @@ class BlockManager:
         return seq.block_table[pos // self.block_size] * self.block_size + pos % self.block_size
 
     def blocks_to_append(self, seq: Sequence) -> int:
-        """Blocks needed before the KV of seq's last token (position len-1) can be written: 0 or 1."""
-        pos = len(seq) - 1
-        if pos // self.block_size == len(seq.block_table):
-            return 1                                        # it starts a new block
-        return int(self.ref_counts[seq.block_table[-1]] > 1)   # its block is shared: copy on write
+        """Blocks needed before the KV of seq's last token (position len-1) can be written: 1 if that token starts
+        a new block or its block is shared (copy on write), else 0."""
+        starts_block = (len(seq) - 1) // self.block_size == len(seq.block_table)
+        return int(starts_block or self.ref_counts[seq.block_table[-1]] > 1)
 
     def append(self, seq: Sequence) -> tuple[int, tuple | None]:
         """Make the last token's slot writable. Returns (slot, (src, dst) block copy or None)."""
