@@ -66,16 +66,6 @@ class DataError(ValueError):
     """Bad input data; the message names file:line and field."""
 
 
-def load_tokenizer(path: str) -> Tokenizer:
-    """A `tokenizers.Tokenizer` from a directory holding tokenizer.json, or from the file itself."""
-    file = os.path.join(path, "tokenizer.json") if os.path.isdir(path) else path
-    if not os.path.isfile(file):
-        raise FileNotFoundError(f"no tokenizer at {path!r}: expected a directory with tokenizer.json, or the file")
-    tok = Tokenizer.from_file(file)
-    special_token_ids(tok)  # fail now, not mid-training, if a chat token is missing
-    return tok
-
-
 def special_token_ids(tok: Tokenizer) -> dict:
     """Ids of the chat-control tokens: im_start, im_end, endoftext (also the pad), think, end_think."""
     names = dict(im_start="<|im_start|>", im_end="<|im_end|>", endoftext="<|endoftext|>", think="<think>",
@@ -85,6 +75,16 @@ def special_token_ids(tok: Tokenizer) -> dict:
     if missing:
         raise ValueError(f"tokenizer lacks the Qwen3 chat tokens {missing}; use a Qwen3 tokenizer or build_toy_tokenizer()")
     return ids
+
+
+def load_tokenizer(path: str) -> Tokenizer:
+    """A `tokenizers.Tokenizer` from a directory holding tokenizer.json, or from the file itself."""
+    file = os.path.join(path, "tokenizer.json") if os.path.isdir(path) else path
+    if not os.path.isfile(file):
+        raise FileNotFoundError(f"no tokenizer at {path!r}: expected a directory with tokenizer.json, or the file")
+    tok = Tokenizer.from_file(file)
+    special_token_ids(tok)  # fail now, not mid-training, if a chat token is missing
+    return tok
 
 
 def stop_token_ids(tok: Tokenizer) -> list:
@@ -259,6 +259,10 @@ def _read_jsonl(path: str):
         raise DataError(f"{path}: no records (the file is empty)")
 
 
+def _tuple(types) -> tuple:
+    return types if isinstance(types, tuple) else (types,)
+
+
 def _field(rec, key, types, where, name=None):
     """rec[key], checked against types; `where` is "file:line" and `name` the field's full path."""
     name = name or key
@@ -268,10 +272,6 @@ def _field(rec, key, types, where, name=None):
         want = " or ".join(t.__name__ for t in _tuple(types))
         raise DataError(f"{where}: field '{name}' must be {want}, got {type(rec[key]).__name__}")
     return rec[key]
-
-
-def _tuple(types) -> tuple:
-    return types if isinstance(types, tuple) else (types,)
 
 
 def _json_field(rec, key, types, where, name=None):
@@ -387,21 +387,6 @@ def _last_boxed(text: str) -> str | None:
     return None
 
 
-def _math_answer(rec, where):
-    """(format, acceptable answers): `answer`, else verl's `reward_model.ground_truth`, else the last
-    \\boxed{} of `solution` (MATH)."""
-    if rec.get("answer") is not None:
-        return "answer", [_answer_text(rec["answer"], where, "answer")]
-    if "reward_model" in rec:
-        return "verl ground_truth", _ground_truth_answers(rec, where)
-    if rec.get("solution") is not None:
-        answer = _last_boxed(_field(rec, "solution", str, where))
-        if answer is None:
-            raise DataError(f"{where}: field 'solution' has no complete \\boxed{{...}} answer, and no 'answer'")
-        return "MATH solution", [_answer_text(answer.strip(), where, "solution's \\boxed{}")]
-    raise DataError(f"{where}: missing field 'answer' (or 'reward_model.ground_truth', or a \\boxed{{}} 'solution')")
-
-
 def _ground_truth_answers(rec, where) -> list:
     """verl's reward_model.ground_truth: a string or a number (verl's gsm8k, DAPO-Math), or a JSON list of
     acceptable answers (Skywork-OR1 stores '["2"]'), as text or already decoded. A string is read as such a
@@ -422,6 +407,21 @@ def _ground_truth_answers(rec, where) -> list:
     if not truth:
         raise DataError(f"{where}: field '{name}' is an empty list")
     return [_answer_text(a, where, f"{name}[{i}]") for i, a in enumerate(truth)]
+
+
+def _math_answer(rec, where):
+    """(format, acceptable answers): `answer`, else verl's `reward_model.ground_truth`, else the last
+    \\boxed{} of `solution` (MATH)."""
+    if rec.get("answer") is not None:
+        return "answer", [_answer_text(rec["answer"], where, "answer")]
+    if "reward_model" in rec:
+        return "verl ground_truth", _ground_truth_answers(rec, where)
+    if rec.get("solution") is not None:
+        answer = _last_boxed(_field(rec, "solution", str, where))
+        if answer is None:
+            raise DataError(f"{where}: field 'solution' has no complete \\boxed{{...}} answer, and no 'answer'")
+        return "MATH solution", [_answer_text(answer.strip(), where, "solution's \\boxed{}")]
+    raise DataError(f"{where}: missing field 'answer' (or 'reward_model.ground_truth', or a \\boxed{{}} 'solution')")
 
 
 def load_math_jsonl(path: str) -> Records:
@@ -453,29 +453,6 @@ def load_math_jsonl(path: str) -> Records:
     return Records(problems, dict(file=path, rows=len(problems), kept=len(problems), formats=formats))
 
 # Code. Each format gives (prompt, tests, extra fields); tests come out in reward.py's format.
-
-
-class _NoGlobalsUnpickler(pickle.Unpickler):
-    def find_class(self, module, name):  # plain data only: a pickle can never name code to run
-        raise pickle.UnpicklingError(f"refusing to load {module}.{name} from test data")
-
-
-def _test_cases(raw, where, field, func_name=None) -> list:
-    """Tests as stored: a list of cases (LiveCodeBench, plain) or an APPS-style {"inputs", "outputs"} object;
-    either one as itself, as JSON text, or as base64(zlib(pickle(JSON text))) (LiveCodeBench's private tests)."""
-    if isinstance(raw, str):
-        try:
-            raw = json.loads(raw)
-        except json.JSONDecodeError:
-            try:
-                raw = json.loads(_NoGlobalsUnpickler(io.BytesIO(zlib.decompress(base64.b64decode(raw)))).load())
-            except Exception as e:
-                raise DataError(f"{where}: field '{field}' is neither JSON nor LiveCodeBench's compressed form ({e})") from None
-    if isinstance(raw, dict):
-        return _tests_from_io(raw, where, field)
-    if not isinstance(raw, list):
-        raise DataError(f"{where}: field '{field}' must be a list of tests, got {type(raw).__name__}")
-    return _tests_from_cases(raw, where, field, func_name)
 
 
 def _tests_from_cases(cases, where, field, func_name=None) -> list:
@@ -539,6 +516,29 @@ def _tests_from_io(io_spec, where, field) -> list:
                             f"got {type(args).__name__}")
         tests.append({"input": "\n".join(json.dumps(a) for a in args), "output": json.dumps(y), "fn_name": fn})
     return tests
+
+
+class _NoGlobalsUnpickler(pickle.Unpickler):
+    def find_class(self, module, name):  # plain data only: a pickle can never name code to run
+        raise pickle.UnpicklingError(f"refusing to load {module}.{name} from test data")
+
+
+def _test_cases(raw, where, field, func_name=None) -> list:
+    """Tests as stored: a list of cases (LiveCodeBench, plain) or an APPS-style {"inputs", "outputs"} object;
+    either one as itself, as JSON text, or as base64(zlib(pickle(JSON text))) (LiveCodeBench's private tests)."""
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except json.JSONDecodeError:
+            try:
+                raw = json.loads(_NoGlobalsUnpickler(io.BytesIO(zlib.decompress(base64.b64decode(raw)))).load())
+            except Exception as e:
+                raise DataError(f"{where}: field '{field}' is neither JSON nor LiveCodeBench's compressed form ({e})") from None
+    if isinstance(raw, dict):
+        return _tests_from_io(raw, where, field)
+    if not isinstance(raw, list):
+        raise DataError(f"{where}: field '{field}' must be a list of tests, got {type(raw).__name__}")
+    return _tests_from_cases(raw, where, field, func_name)
 
 
 def _code_question(rec, key, where) -> str:
@@ -667,8 +667,9 @@ def plan_packing(lengths, row_tokens: int) -> list:
     return rows
 
 
-def _build_rows(examples, rows, row_tokens: int, pad_id: int) -> dict:
-    """Materialise rows (lists of example indices, or None for an all-padding row) as (B, T) tensors."""
+def _build_rows(examples, rows, row_tokens: int, pad_id: int) -> list:
+    """Materialise rows (lists of example indices, or None for an all-padding row): one dict of (row_tokens,)
+    tensors per row, views of (B, row_tokens) tensors built at once."""
     B = len(rows)
     ids = np.full((B, row_tokens), pad_id, dtype=np.int64)
     mask = np.zeros((B, row_tokens), dtype=bool)
@@ -683,16 +684,15 @@ def _build_rows(examples, rows, row_tokens: int, pad_id: int) -> dict:
             t += n
         pos[b, t:] = np.arange(row_tokens - t)  # padding: one more document of its own
         doc[b, t:] = len(row or [])
-    return dict(input_ids=torch.from_numpy(ids), loss_mask=torch.from_numpy(mask),
-                position_ids=torch.from_numpy(pos), document_ids=torch.from_numpy(doc))
+    batch = dict(input_ids=torch.from_numpy(ids), loss_mask=torch.from_numpy(mask),
+                 position_ids=torch.from_numpy(pos), document_ids=torch.from_numpy(doc))
+    return [{k: v[b] for k, v in batch.items()} for b in range(B)]
 
 
 def pack_examples(examples, row_tokens: int, pad_id: int) -> list:
     """Pack (input_ids, loss_mask) pairs into rows: a list of dicts of (row_tokens,) tensors input_ids,
     loss_mask (bool), position_ids (restart at 0 per document) and document_ids (0, 1, ... per row)."""
-    plan = plan_packing([len(x) for x, _ in examples], row_tokens)
-    batch = _build_rows(examples, plan, row_tokens, pad_id)
-    return [{k: v[b] for k, v in batch.items()} for b in range(len(plan))]
+    return _build_rows(examples, plan_packing([len(x) for x, _ in examples], row_tokens), row_tokens, pad_id)
 
 
 class PackedLoader:
@@ -701,7 +701,7 @@ class PackedLoader:
     with all-padding rows (no loss), so every rank runs the same number of steps. state_dict() holds the
     epoch and step, so a restart continues with the next unseen step."""
 
-    def __init__(self, examples, row_tokens: int, rows_per_step: int, pad_id: int, seed: int = 0,
+    def __init__(self, examples, row_tokens: int, rows_per_step: int, pad_id: int, *, seed: int = 0,
                  rank: int = 0, world_size: int = 1):
         if rows_per_step % world_size:
             raise ValueError(f"rows_per_step={rows_per_step} must be a multiple of world_size={world_size}")
@@ -732,8 +732,7 @@ class PackedLoader:
         per_rank = self.rows_per_step // self.world_size
         start = step * self.rows_per_step + self.rank * per_rank
         picked = self._epoch_order(epoch)[start:start + per_rank]
-        batch = _build_rows(self.examples, [None if r is None else self.rows[r] for r in picked], self.row_tokens, self.pad_id)
-        return [{k: v[b] for k, v in batch.items()} for b in range(per_rank)]
+        return _build_rows(self.examples, [None if r is None else self.rows[r] for r in picked], self.row_tokens, self.pad_id)
 
     def next_step(self) -> list:
         """The rows of the next step, advancing (and wrapping into the next epoch at the end)."""
@@ -1046,7 +1045,6 @@ class StatsConfig:
     file: str = ""
     tokenizer: str = ""   # a tokenizer dir/file: token lengths and packing too
     row_tokens: int = 2048
-
 
 
 def write_toy_datasets(out_dir: str, **sizes) -> dict:

@@ -59,6 +59,19 @@ from rollout import LLMEngine, SamplingParams, sample_seed
 from sft import InputError, agree_on_inputs, init_distributed, parse_config, print0, read_input, run_entry_point, set_threads
 
 
+def pass_ks(cfg) -> list:
+    """The j of the reported pass@j, each <= k (EvalConfig calls it to reject a bad --pass_k at once)."""
+    if not cfg.pass_k:
+        return sorted({1, cfg.k} | {4 ** i for i in range(1, 8) if 4 ** i < cfg.k})
+    try:
+        ks = sorted({int(x) for x in cfg.pass_k.split(",")})
+    except ValueError:
+        raise SystemExit(f"error: --pass_k={cfg.pass_k!r}: expected comma-separated integers like 1,4,8") from None
+    if ks[0] < 1 or ks[-1] > cfg.k:
+        raise SystemExit(f"error: --pass_k={cfg.pass_k!r}: each value must be in 1..k={cfg.k} (pass@j needs j <= k samples)")
+    return ks
+
+
 @dataclass
 class EvalConfig:
     model: str = "out/gppo/hf"       # a Hugging Face Qwen3 directory
@@ -110,19 +123,6 @@ class EvalConfig:
             if not ok:
                 raise SystemExit(f"error: EvalConfig: {why}")
         pass_ks(self)  # fails now on a bad --pass_k
-
-
-def pass_ks(cfg) -> list:
-    """The j of the reported pass@j, each <= k."""
-    if not cfg.pass_k:
-        return sorted({1, cfg.k} | {4 ** i for i in range(1, 8) if 4 ** i < cfg.k})
-    try:
-        ks = sorted({int(x) for x in cfg.pass_k.split(",")})
-    except ValueError:
-        raise SystemExit(f"error: --pass_k={cfg.pass_k!r}: expected comma-separated integers like 1,4,8") from None
-    if ks[0] < 1 or ks[-1] > cfg.k:
-        raise SystemExit(f"error: --pass_k={cfg.pass_k!r}: each value must be in 1..k={cfg.k} (pass@j needs j <= k samples)")
-    return ks
 
 
 # ----------------------------------------------------------------------------- estimators and scoring

@@ -271,10 +271,10 @@ def train_mini_batch(run: Run, seqs: list):
             tok = {k: torch.zeros(1, device=device) for k in ("old", "adv", "sft")}
         hidden = run.policy(ids, position_ids=pos, document_ids=doc, return_hidden=True)[0, where]
         mask = torch.ones_like(tok["adv"]) if i < len(rows) else torch.zeros_like(tok["adv"])
-        loss, m = rl_loss_from_hidden(hidden, run.policy.lm_head.weight, targets, tok["old"], tok["adv"], mask, tok["sft"],
-                                      temperature=cfg.temperature, alpha=cfg.alpha, num_tokens=counts["tokens"],
-                                      num_sft_tokens=max(counts["sft_tokens"], 1.0), mode=cfg.loss_mode,
-                                      eps_low=cfg.eps_low, eps_high=cfg.eps_high, dual_clip=cfg.dual_clip,
+        loss, m = rl_loss_from_hidden(hidden, run.policy.lm_head.weight, targets, tok["old"], tok["adv"], mask,
+                                      sft_mask=tok["sft"], temperature=cfg.temperature, alpha=cfg.alpha,
+                                      num_tokens=counts["tokens"], num_sft_tokens=max(counts["sft_tokens"], 1.0),
+                                      mode=cfg.loss_mode, eps_low=cfg.eps_low, eps_high=cfg.eps_high, dual_clip=cfg.dual_clip,
                                       beta1=cfg.beta1, beta2=cfg.beta2, high_side_only=cfg.high_side_only)
         (loss * run.world).backward()   # FSDP averages gradients over ranks; the loss is already a global mean
         w = float(mask.sum())

@@ -36,7 +36,7 @@ imports it. Top to bottom:
 
 Use:
     loss, metrics = rl_loss_from_hidden(hidden, lm_head.weight, targets, old_logprobs, advantages, response_mask,
-                                        sft_mask, temperature=1.0, alpha=0.1, mode="gppo")   # hidden: (N, D)
+                                        sft_mask=sft_mask, temperature=1.0, alpha=0.1, mode="gppo")   # hidden: (N, D)
     loss.backward()
 Run:
     pytest tests/test_gppo_loss.py            # the table by hand; kernels under TRITON_INTERPRET=1 on the CPU
@@ -228,7 +228,7 @@ def _stats_torch(logits, targets, temperature, chunk_size):
     return logprobs, lse, entropy
 
 
-def _grad_torch(logits, out, targets, lse, coef, temperature, chunk_size):
+def _grad_torch(logits, out, targets, lse, coef, *, temperature, chunk_size):
     """out (may be logits itself) <- coef·(onehot − softmax(logits/T))/T, chunk_size rows at a time."""
     for i in range(0, len(logits), chunk_size):
         c = coef[i:i + chunk_size, None] / temperature
@@ -302,9 +302,9 @@ def _logit_stats(logits, targets, temperature, chunk_size, use_triton):
     return logprobs, lse, entropy
 
 
-def _logit_grad(logits, out, targets, lse, coef, temperature, chunk_size, use_triton):
+def _logit_grad(logits, out, targets, lse, coef, *, temperature, chunk_size, use_triton):
     if not use_triton:
-        return _grad_torch(logits, out, targets, lse, coef, temperature, chunk_size)
+        return _grad_torch(logits, out, targets, lse, coef, temperature=temperature, chunk_size=chunk_size)
     (N, V), (grid, meta) = logits.shape, _launch(*logits.shape, logits.device)
     _grad_kernel[grid](logits, logits.stride(0), out, out.stride(0), targets, lse, coef.contiguous(), N, V,
                        1 / temperature, **meta)
@@ -341,7 +341,8 @@ class _LossFromLogits(torch.autograd.Function):
         logits, targets, lse, coef = ctx.saved_tensors
         how = ctx.how
         out = logits if ctx.inplace else torch.empty_like(logits)
-        _logit_grad(logits, out, targets, lse, coef * grad_loss, how.temperature, how.chunk_size, how.use_triton)
+        _logit_grad(logits, out, targets, lse, coef * grad_loss, temperature=how.temperature,
+                    chunk_size=how.chunk_size, use_triton=how.use_triton)
         if ctx.inplace:  # any later reader of these logits now fails loudly instead of reading gradients
             torch.autograd.graph.increment_version(logits)
         return out, None, None, None
@@ -374,8 +375,8 @@ class _LossFromHidden(torch.autograd.Function):
         for i in range(0, len(hidden), how.chunk_size):
             rows = slice(i, i + how.chunk_size)
             logits = hidden[rows] @ weight.T
-            _logit_grad(logits, logits, targets[rows], lse[rows], coef[rows], how.temperature, how.chunk_size,
-                        how.use_triton)
+            _logit_grad(logits, logits, targets[rows], lse[rows], coef[rows], temperature=how.temperature,
+                        chunk_size=how.chunk_size, use_triton=how.use_triton)
             grad_hidden[rows] = logits @ weight
             if weight.dtype == torch.float32:
                 grad_weight.addmm_(logits.T, hidden[rows])
@@ -418,7 +419,7 @@ def _with_metrics(outputs, batch: TokenBatch, cfg: LossConfig):
     return loss, metrics
 
 
-def rl_loss_from_logits(logits, target_ids, old_logprobs, advantages, response_mask, sft_mask=None, *,
+def rl_loss_from_logits(logits, target_ids, old_logprobs, advantages, response_mask, *, sft_mask=None,
                         temperature=1.0, alpha=0.1, chunk_size=None, num_tokens=None, num_sft_tokens=None,
                         backend="auto", inplace_backward=True, **settings):
     """policy_loss + alpha·sft_loss from logits (N, V), bf16 or fp32, with logπ = log_softmax(logits/T).
@@ -440,8 +441,8 @@ def rl_loss_from_logits(logits, target_ids, old_logprobs, advantages, response_m
     return _with_metrics(_LossFromLogits.apply(logits, batch, how, inplace), batch, how.cfg)
 
 
-def rl_loss_from_hidden(hidden, lm_head_weight, target_ids, old_logprobs, advantages, response_mask,
-                        sft_mask=None, *, temperature=1.0, alpha=0.1, chunk_size=None, num_tokens=None,
+def rl_loss_from_hidden(hidden, lm_head_weight, target_ids, old_logprobs, advantages, response_mask, *,
+                        sft_mask=None, temperature=1.0, alpha=0.1, chunk_size=None, num_tokens=None,
                         num_sft_tokens=None, backend="auto", **settings):
     """Same as rl_loss_from_logits with logits = hidden (N, D) @ lm_head_weight (V, D).T, computed chunk_size rows
     at a time (default 2048 on CUDA, 256 on CPU) in the forward and recomputed in the backward: no (N, V) tensor

@@ -216,6 +216,24 @@ def apply_rope(x, cos, sin):  # x: (B, T, H, hd); cos/sin: (B, T, 1, hd) fp32
     return (x * cos.to(x.dtype) + rotate_half(x) * sin.to(x.dtype))
 
 
+def causal_attention(q, k, v, doc_lengths=None):
+    """softmax(q k^T / sqrt(hd) + causal mask) v, with q: (B, Hq, T, hd), k/v: (B, Hkv, T, hd) -> (B, Hq, T, hd).
+
+    doc_lengths: None (each row is one sequence) or, per row, the lengths of its documents in order;
+    then each document is its own causal attention call, which equals a block-diagonal causal mask
+    without building the (T, T) mask or computing the masked-out blocks.
+    """
+    gqa = q.shape[1] != k.shape[1]
+    if doc_lengths is None:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
+    rows = []
+    for b, lengths in enumerate(doc_lengths):
+        docs = zip(*(t[b:b + 1].split(lengths, dim=2) for t in (q, k, v)))
+        rows.append(torch.cat([F.scaled_dot_product_attention(qd, kd, vd, is_causal=True, enable_gqa=gqa)
+                               for qd, kd, vd in docs], dim=2))
+    return torch.cat(rows, dim=0)
+
+
 class Attention(nn.Module):
     def __init__(self, cfg: Qwen3Config, layer_idx: int):
         super().__init__()
@@ -240,24 +258,6 @@ class Attention(nn.Module):
             q, k, v = (t.transpose(1, 2) for t in (q, k, v))                 # (B, H, T, hd)
             y = causal_attention(q, k, v, doc_lengths).transpose(1, 2)
         return self.o_proj(y.reshape(B, T, self.n_heads * self.head_dim))
-
-
-def causal_attention(q, k, v, doc_lengths=None):
-    """softmax(q k^T / sqrt(hd) + causal mask) v, with q: (B, Hq, T, hd), k/v: (B, Hkv, T, hd) -> (B, Hq, T, hd).
-
-    doc_lengths: None (each row is one sequence) or, per row, the lengths of its documents in order;
-    then each document is its own causal attention call, which equals a block-diagonal causal mask
-    without building the (T, T) mask or computing the masked-out blocks.
-    """
-    gqa = q.shape[1] != k.shape[1]
-    if doc_lengths is None:
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
-    rows = []
-    for b, lengths in enumerate(doc_lengths):
-        docs = zip(*(t[b:b + 1].split(lengths, dim=2) for t in (q, k, v)))
-        rows.append(torch.cat([F.scaled_dot_product_attention(qd, kd, vd, is_causal=True, enable_gqa=gqa)
-                               for qd, kd, vd in docs], dim=2))
-    return torch.cat(rows, dim=0)
 
 
 class MLP(nn.Module):

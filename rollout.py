@@ -1,39 +1,27 @@
 """A paged-KV-cache generation engine for RL rollouts and evaluation (in the spirit of nano-vllm).
 
 RL spends most of its time generating n responses per prompt. This engine does it in four ideas:
-
-  1. Paged KV cache. Per layer, one pool of `num_blocks` blocks of `block_size` tokens,
-     k_pool[layer]: (Hkv, num_blocks, block_size, hd), allocated once. A sequence owns a block table
-     (a list of block ids); its token t lives in slot  block_table[t // block_size] * block_size + t % block_size.
-     Blocks are reference-counted: the n samples of a prompt point at the same prompt blocks, the prompt is
-     prefilled once, and a partly filled last block is copied on the first write (copy-on-write).
-  2. Continuous batching. Each step is a prefill (admit waiting prompts, compute all their tokens at once)
-     or a decode (one new token for every running sequence). Either way all scheduled tokens are flattened
-     into one row (B=1, T=tokens of the step) with per-token position ids, so no padding is ever computed.
-     Finished sequences free their blocks at once. When the pool is full, the youngest running sequence is
-     preempted: its blocks are freed and it is recomputed later from prompt + tokens generated so far.
-  3. Sampling. Every sample has its own torch.Generator (seeded from the request's seed and the sample
-     index), so its tokens depend on its seed, not on the rest of the batch or on preemption. The logprob
-     returned is the one under the distribution actually sampled from:
+  1. Paged KV cache. Per layer, one pool of `num_blocks` blocks of `block_size` tokens, k_pool[layer]:
+     (Hkv, num_blocks, block_size, hd), allocated once. A sequence owns a block table (a list of block ids); its
+     token t lives in slot  block_table[t // block_size] * block_size + t % block_size.  Blocks are reference-counted:
+     the n samples of a prompt share its blocks (prefilled once); a shared last block is copied on its first write.
+  2. Continuous batching. Each step is a prefill (admit waiting prompts, compute all their tokens at once) or a
+     decode (one new token for every running sequence), its tokens flattened into one row with per-token position
+     ids: no padding. Finished sequences free their blocks at once; when the pool is full, the youngest running
+     sequence is preempted (its blocks are freed; later it is recomputed from its prompt and its tokens so far).
+  3. Sampling. Each sample draws from its own random stream, seeded by the request's seed and the sample's index,
+     so its tokens depend on nothing else (not on the batch, nor on preemption). Its logprobs are those of the
+     distribution actually sampled from (temperature 0: the argmax, with log_softmax(logits)[argmax]):
          p = softmax( keep_top_k_top_p(logits / T) ),     logprob = log p[token]
-     (temperature 0 = greedy: the argmax, with logprob log_softmax(logits)[argmax]).
-  4. Attention on pages. Prefill is causal attention inside each new sequence (its keys/values are all in
-     hand). Decode attends one query per sequence to that sequence's blocks; it is bound by the bytes of K/V
-     it reads, not by arithmetic. Three implementations of the same function:
-       - a readable PyTorch reference (gather each sequence's blocks, masked SDPA): the oracle of the tests;
-       - on CPU, shared-prefix ("cascade") attention: the n samples of a prompt meet its keys in one matmul,
-             scores_i = [ q_i K_prompt(g)^T | q_i K_own(i)^T ],   out_i = sum_l softmax(scores_i)_l V[slot_l]
-         so a group's prompt keys are read once, not n times; the sum over V rows is an embedding_bag that
-         reads them in place from the pool (no gathered copy);
-       - on CUDA, a Triton kernel that reads K/V in place from the pool (online softmax over the blocks).
-     tests/test_rollout.py holds all three against a per-token loop (Triton under TRITON_INTERPRET=1).
+  4. Attention on pages. Prefill is causal attention inside each new sequence. Decode attends one query per
+     sequence to its blocks, bound by the bytes of K/V it reads. Three versions of it: a readable PyTorch reference
+     (gather, then masked SDPA: the oracle); on CPU, shared-prefix ("cascade") attention, which reads a prompt's
+     keys once for all its samples; on CUDA, a Triton kernel that reads K/V in place from the pool (online
+     softmax over the blocks). tests/test_rollout.py holds all three against a per-token loop.
 
-Weight updates: the engine holds the trainer's nn.Module itself, not a copy, and keeps no KV cache across
-generate() calls (there is no prefix cache), so after an in-place update the next generate() sees only the
-new weights. Nothing needs to be reset.
-
-Simplifications compared with vLLM: no prefix cache across calls, no chunked prefill, no CUDA graphs,
-prefill and decode steps are not mixed, preemption only by recompute (no swapping to CPU).
+The engine holds the trainer's nn.Module itself (not a copy) and keeps no KV cache across generate() calls, so after
+an in-place weight update the next generate() sees the new weights. Simplifications compared with vLLM: no prefix
+cache, no chunked prefill, no CUDA graphs, prefill and decode steps are not mixed, preemption only by recompute.
 
 Use it:
     engine = LLMEngine(model, max_num_seqs=256, max_model_len=4096)
@@ -63,6 +51,10 @@ except ImportError:
 
 # ----------------------------------------------------------------------------- config
 
+def _is_int(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)   # True is an int to Python, not a count or a token id
+
+
 @dataclass
 class SamplingParams:
     temperature: float = 1.0        # 0 = greedy
@@ -74,27 +66,20 @@ class SamplingParams:
     seed: int | None = None         # None: drawn from torch's global RNG (so torch.manual_seed fixes it)
 
     def __post_init__(self):
-        def bad(name, why):
-            raise ValueError(f"SamplingParams.{name}={getattr(self, name)!r}: {why}")
+        def check(name, ok, why):
+            if not ok:
+                raise ValueError(f"SamplingParams.{name}={getattr(self, name)!r}: {why}")
 
-        def is_int(x):
-            return isinstance(x, int) and not isinstance(x, bool)
-
-        if isinstance(self.temperature, bool) or not isinstance(self.temperature, (int, float)) \
-                or not math.isfinite(self.temperature) or self.temperature < 0:
-            bad("temperature", "must be a finite number >= 0 (0 means greedy)")
-        if isinstance(self.top_p, bool) or not isinstance(self.top_p, (int, float)) or not 0 < self.top_p <= 1:
-            bad("top_p", "must be in (0, 1]")
-        if not is_int(self.top_k) or self.top_k < 0:
-            bad("top_k", "must be an int >= 0 (0 disables top-k)")
-        if not is_int(self.max_tokens) or self.max_tokens < 1:
-            bad("max_tokens", "must be an int >= 1")
-        if not is_int(self.n) or self.n < 1:
-            bad("n", "must be an int >= 1 (samples per prompt)")
-        if self.seed is not None and not is_int(self.seed):
-            bad("seed", "must be an int or None")
-        if isinstance(self.stop_token_ids, (str, bytes)) or not all(is_int(t) and t >= 0 for t in self.stop_token_ids):
-            bad("stop_token_ids", "must be a sequence of non-negative int token ids")
+        t, p = self.temperature, self.top_p
+        check("temperature", isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t) and t >= 0,
+              "must be a finite number >= 0 (0 means greedy)")
+        check("top_p", isinstance(p, (int, float)) and not isinstance(p, bool) and 0 < p <= 1, "must be in (0, 1]")
+        check("top_k", _is_int(self.top_k) and self.top_k >= 0, "must be an int >= 0 (0 disables top-k)")
+        check("max_tokens", _is_int(self.max_tokens) and self.max_tokens >= 1, "must be an int >= 1")
+        check("n", _is_int(self.n) and self.n >= 1, "must be an int >= 1 (samples per prompt)")
+        check("seed", self.seed is None or _is_int(self.seed), "must be an int or None")
+        check("stop_token_ids", not isinstance(self.stop_token_ids, (str, bytes)) and all(
+            _is_int(i) and i >= 0 for i in self.stop_token_ids), "must be a sequence of non-negative int token ids")
         self.stop_token_ids = tuple(self.stop_token_ids)
 
 
@@ -138,8 +123,7 @@ class Sequence:
         return len(self.token_ids)
 
     def next_uniform(self) -> float:
-        """The next uniform of its stream, one per sampled token: a function of the seed alone (not of batching
-        or preemption). Drawn 64 at a time: one generator call per 64 tokens instead of one per token."""
+        """The next uniform of its stream (one per sampled token), drawn 64 at a time: one generator call per 64."""
         if not self.uniforms:
             self.uniforms = torch.rand(64, generator=self.generator, dtype=torch.float64).tolist()[::-1]
         return self.uniforms.pop()
@@ -183,11 +167,10 @@ class BlockManager:
         return seq.block_table[pos // self.block_size] * self.block_size + pos % self.block_size
 
     def blocks_to_append(self, seq: Sequence) -> int:
-        """Blocks needed before the KV of seq's last token (position len-1) can be written: 0 or 1."""
-        pos = len(seq) - 1
-        if pos // self.block_size == len(seq.block_table):
-            return 1                                        # it starts a new block
-        return int(self.ref_counts[seq.block_table[-1]] > 1)   # its block is shared: copy on write
+        """Blocks needed before the KV of seq's last token (position len-1) can be written: 1 if that token starts
+        a new block or its block is shared (copy on write), else 0."""
+        starts_block = (len(seq) - 1) // self.block_size == len(seq.block_table)
+        return int(starts_block or self.ref_counts[seq.block_table[-1]] > 1)
 
     def append(self, seq: Sequence) -> tuple[int, tuple | None]:
         """Make the last token's slot writable. Returns (slot, (src, dst) block copy or None)."""
@@ -202,12 +185,9 @@ class BlockManager:
 
 
 def paged_decode_reference(q, k_pool, v_pool, block_tables, context_lens):
-    """One query per sequence against its pages, in plain PyTorch: gather each sequence's blocks into a padded
-    copy, then masked SDPA. The oracle the faster paths are tested against.
-
-    q (B, Hq, hd); k_pool/v_pool (Hkv, num_blocks, bs, hd); block_tables (B, max_blocks) padded with any
-    valid id; context_lens (B,) -> (B, Hq, hd).
-    """
+    """One query per sequence against its pages in plain PyTorch, the oracle of the faster paths: gather each
+    sequence's blocks into a padded copy, then masked SDPA. q (B, Hq, hd); k_pool/v_pool (Hkv, num_blocks, bs, hd);
+    block_tables (B, max_blocks) padded with any valid id; context_lens (B,) -> (B, Hq, hd)."""
     B, Hq, hd = q.shape
     Hkv, _, bs, _ = k_pool.shape
     L = block_tables.shape[1] * bs
@@ -285,12 +265,12 @@ def cascade_workspace_size(k_pool, batch: CascadeBatch) -> int:
 
 
 def cascade_decode(q, k_pool, v_pool, batch: CascadeBatch, workspace=None):
-    """Same result as paged_decode_reference with each group's prompt keys read once (module docstring, 4.).
-    Keys: gathered into contiguous buffers (one per group for the prompt, one per sequence for the rest) and
-    multiplied in batches. Values need no gather: sum_l p_l V[slot_l] is an embedding_bag over the pool's rows.
-    workspace: optional 1-d buffer of >= cascade_workspace_size() elements for the gathered keys; reusing one
-    across calls (PagedKVCache does) saves allocating a context-sized tensor per layer and step, which on CPU
-    costs as much as the attention itself (page faults, cold caches). q (B, Hq, hd) -> (B, Hq, hd)."""
+    """Same result as paged_decode_reference, the n samples of a group meeting its prompt keys in one matmul:
+        scores_i = [ q_i K_prompt(g)^T | q_i K_own(i)^T ],   out_i = sum_l softmax(scores_i)_l V[slot_l]
+    Keys are gathered into contiguous buffers (per group for the prompt, per sequence for the rest); values are
+    not (the sum over V rows is an embedding_bag on the pool). workspace: optional 1-d buffer of at least
+    cascade_workspace_size() elements for the keys; PagedKVCache reuses one, as allocating a context-sized tensor
+    per layer and step costs on CPU as much as the attention (page faults, cold caches). q, out: (B, Hq, hd)."""
     B, Hq, hd = q.shape
     Hkv, num_blocks, bs, _ = k_pool.shape
     G, P, n, L_pre, L_own = Hq // Hkv, batch.P, batch.n, batch.L_pre, batch.L_own
@@ -368,19 +348,19 @@ def paged_decode_triton(q, k_pool, v_pool, block_tables, context_lens):
 class StepBatch:
     """What attend() needs to know about the tokens of one step (all flattened into one row of N tokens)."""
     is_prefill: bool
-    slot_mapping: torch.Tensor            # (N,) pool slot of each token's K/V
-    cu_seqlens: list                      # prefill: sequence i is tokens cu_seqlens[i]:cu_seqlens[i+1]
-    block_tables: torch.Tensor | None     # decode, Triton: (B, max_blocks) int32, padded with 0
-    context_lens: torch.Tensor | None     # decode, Triton: (B,) int32, tokens to attend to (the new one included)
-    cascade: CascadeBatch | None          # decode, CPU
+    slot_mapping: torch.Tensor                   # (N,) pool slot of each token's K/V
+    cu_seqlens: list | None = None               # prefill: sequence i is tokens cu_seqlens[i]:cu_seqlens[i+1]
+    block_tables: torch.Tensor | None = None     # decode, Triton: (B, max_blocks) int32, padded with 0
+    context_lens: torch.Tensor | None = None     # decode, Triton: (B,) int32, tokens to attend to (the new one too)
+    cascade: CascadeBatch | None = None          # decode, CPU
 
 
 class PagedKVCache:
-    """The block pools of every layer; model.py calls attend() in every attention layer."""
+    """The block pools of every layer (cfg: the model's config); model.py calls attend() in every attention layer."""
 
-    def __init__(self, num_layers, num_blocks, block_size, n_kv_heads, head_dim, dtype, device, use_triton):
+    def __init__(self, cfg, num_blocks: int, block_size: int, *, dtype, device, use_triton: bool):
         # head-major: gathering blocks of one head yields (Hkv, B, L, hd), ready for a batched matmul, no transpose
-        shape = (num_layers, n_kv_heads, num_blocks, block_size, head_dim)
+        shape = (cfg.num_hidden_layers, cfg.num_key_value_heads, num_blocks, block_size, cfg.head_dim)
         # zeros, not empty: padded slots are read (and masked) by the PyTorch paths; NaN * 0 would be NaN
         self.k_pool = torch.zeros(shape, dtype=dtype, device=device)
         self.v_pool = torch.zeros(shape, dtype=dtype, device=device)
@@ -432,10 +412,9 @@ def keep_top_k_top_p(logits, top_k, top_p):
 
 
 def inverse_cdf(probs, u, chunk: int = 64):
-    """probs (B, V) >= 0, not all 0 per row; u (B,) in [0, 1] -> (B,) the token where the running mass first
-    exceeds u * total, never a zero-probability one (even when u * total rounds up to the total). Two levels:
-    find the chunk of `chunk` tokens, then the token inside it, so the sequential cumsums cover V/chunk + chunk
-    entries per row, not V."""
+    """probs (B, V) >= 0, not all 0 per row; u (B,) in [0, 1] -> (B,) the token where the running mass first exceeds
+    u * total, never a zero-probability one (even when u * total rounds up to the total). Two levels (the chunk of
+    `chunk` tokens, then the token in it), so the sequential cumsums cover V/chunk + chunk entries per row, not V."""
     B, V = probs.shape
     chunks = F.pad(probs, (0, -V % chunk)).view(B, -1, chunk)                        # (B, V/chunk, chunk)
 
@@ -454,8 +433,7 @@ def inverse_cdf(probs, u, chunk: int = 64):
 def sample(logits, params: list, uniforms: list):
     """logits (B, V) fp32 -> tokens (B,), logprobs (B,): row i drawn from softmax(keep_top_k_top_p(logits_i / T_i))
     by inverse CDF at uniforms[i] (from row i's own stream, so a row's draw depends only on its seed)."""
-    B, V = logits.shape
-    dev = logits.device
+    (B, V), dev = logits.shape, logits.device
     greedy = [p.temperature == 0 for p in params]
     temperature = [1.0 if g else p.temperature for g, p in zip(greedy, params)]
     top_k = [V if g or p.top_k == 0 else min(p.top_k, V) for g, p in zip(greedy, params)]
@@ -476,28 +454,24 @@ def kv_block_bytes(cfg, dtype: torch.dtype, block_size: int) -> int:
     return 2 * cfg.num_hidden_layers * block_size * cfg.num_key_value_heads * cfg.head_dim * dtype.itemsize
 
 
-def kv_cache_blocks(cfg, dtype: torch.dtype, memory_bytes: int, block_size: int, max_num_seqs: int,
-                    max_model_len: int) -> int:
-    """The pool size, in blocks, that fits in memory_bytes (e.g. kv_cache_fraction x the free GPU memory measured
-    once the weights are in place), capped at what max_num_seqs sequences of max_model_len tokens can use.
-    A bf16 pool holds twice the tokens of an fp32 one in the same bytes. Pure arithmetic: runs anywhere."""
+def kv_cache_blocks(cfg, dtype: torch.dtype, memory_bytes: int, block_size: int, max_num_seqs: int, max_model_len: int):
+    """The pool size in blocks that fits in memory_bytes (e.g. a fraction of the free GPU memory once the weights are
+    in place; bf16 blocks take half the bytes), capped at what max_num_seqs sequences of max_model_len tokens use."""
     return min(int(memory_bytes) // kv_block_bytes(cfg, dtype, block_size), max_num_seqs * -(-max_model_len // block_size))
 
 
 # ----------------------------------------------------------------------------- the engine
 
 def sample_seed(request_seed: int, sample_index: int) -> int:
-    """The seed of sample j of a request: its random stream depends on nothing else (not on the batch, the rank
-    or preemptions), so the same request always yields the same samples."""
+    """Sample j's seed: a function of the request's seed and j alone (not of the batch, the rank or preemption)."""
     return (request_seed * 1_000_003 + sample_index) % 2**63
 
 
 def make_groups(prompt_token_ids, params, max_model_len: int, vocab_size: int, max_num_seqs: int) -> list:
     """Validate the requests and make, per prompt, its group of n sequences (they will share the prompt)."""
-    if isinstance(prompt_token_ids, (str, bytes)) or not isinstance(prompt_token_ids, (list, tuple)):
+    if not isinstance(prompt_token_ids, (list, tuple)):
         raise ValueError("generate(prompt_token_ids=...): expected a list of prompts, each a list of token ids")
-    if isinstance(params, SamplingParams):
-        params = [params] * len(prompt_token_ids)
+    params = [params] * len(prompt_token_ids) if isinstance(params, SamplingParams) else params
     if len(params) != len(prompt_token_ids):
         raise ValueError(f"generate: {len(params)} SamplingParams for {len(prompt_token_ids)} prompts; "
                          "pass one SamplingParams, or one per prompt")
@@ -506,9 +480,8 @@ def make_groups(prompt_token_ids, params, max_model_len: int, vocab_size: int, m
         where = f"generate: prompt_token_ids[{i}]"
         if not isinstance(p, SamplingParams):
             raise ValueError(f"generate: params[{i}] is {type(p).__name__}, expected SamplingParams")
-        if isinstance(prompt, torch.Tensor):
-            prompt = prompt.tolist()
-        if isinstance(prompt, (str, bytes)) or not all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+        prompt = prompt.tolist() if isinstance(prompt, torch.Tensor) else prompt
+        if isinstance(prompt, (str, bytes)) or not all(_is_int(t) for t in prompt):
             raise ValueError(f"{where}: expected a list of int token ids (tokenize text first)")
         if len(prompt) == 0:
             raise ValueError(f"{where} is empty: a prompt needs at least one token")
@@ -547,29 +520,24 @@ class LLMEngine:
     that is larger), capped at what max_num_seqs full-length sequences need. use_triton: None = on CUDA.
     """
 
-    def __init__(self, model, max_num_seqs: int = 256, max_model_len: int | None = None,
+    def __init__(self, model, *, max_num_seqs: int = 256, max_model_len: int | None = None,
                  num_blocks: int | None = None, block_size: int = 16, device=None,
                  max_num_batched_tokens: int = 16384, kv_cache_memory: int | None = None, use_triton: bool | None = None):
-        cfg = model.config
-        param = next(model.parameters())
+        cfg, param = model.config, next(model.parameters())
         self.model, self.device, self.dtype, self.vocab_size = model, param.device, param.dtype, cfg.vocab_size
-        if device is not None:
-            want = torch.device(device)
-            if want.type != self.device.type or (want.index is not None and want.index != self.device.index):
-                raise ValueError(f"LLMEngine(device={device!r}): the model is on {self.device}; "
-                                 "generation runs where the model is (move the model, or pass device=None)")
+        if device is not None and torch.device(device) not in (self.device, torch.device(self.device.type)):
+            raise ValueError(f"LLMEngine(device={device!r}): the model is on {self.device}; "
+                             "generation runs where the model is (move the model, or pass device=None)")
         self.max_model_len = cfg.max_position_embeddings if max_model_len is None else max_model_len
         for name, value in (("max_num_seqs", max_num_seqs), ("max_model_len", self.max_model_len),
                             ("block_size", block_size), ("max_num_batched_tokens", max_num_batched_tokens)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            if not _is_int(value) or value < 1:
                 raise ValueError(f"LLMEngine({name}={value!r}): must be a positive int")
         self.max_num_seqs, self.max_num_batched_tokens = max_num_seqs, max_num_batched_tokens
-        blocks_per_seq = -(-self.max_model_len // block_size)
-        block_bytes = kv_block_bytes(cfg, param.dtype, block_size)
+        blocks_per_seq, block_bytes = -(-self.max_model_len // block_size), kv_block_bytes(cfg, param.dtype, block_size)
         if num_blocks is None:
             if kv_cache_memory is None:
-                # CPU: 512 MiB, but never less than one max_model_len sequence (a 0.6B model's 4K-token sequence
-                # alone needs ~1 GB in fp32; the default must not refuse to run)
+                # CPU: 512 MiB, or one max_model_len sequence if more (~1 GB for Qwen3-0.6B's 4K tokens in fp32)
                 kv_cache_memory = int(0.9 * torch.cuda.mem_get_info(self.device)[0]) if self.device.type == "cuda" \
                     else max(512 * 2**20, blocks_per_seq * block_bytes)
             num_blocks = kv_cache_blocks(cfg, param.dtype, kv_cache_memory, block_size, max_num_seqs, self.max_model_len)
@@ -581,8 +549,7 @@ class LLMEngine:
         use_triton = self.device.type == "cuda" and triton is not None if use_triton is None else use_triton
         if use_triton and triton is None:
             raise ValueError("LLMEngine(use_triton=True): triton is not installed")
-        self.cache = PagedKVCache(cfg.num_hidden_layers, num_blocks, block_size, cfg.num_key_value_heads,
-                                  cfg.head_dim, self.dtype, self.device, use_triton)
+        self.cache = PagedKVCache(cfg, num_blocks, block_size, dtype=self.dtype, device=self.device, use_triton=use_triton)
         self.stats = EngineStats()
         self.num_prefixes = 0          # prefix ids handed out (a group's samples share one)
 
@@ -622,10 +589,9 @@ class LLMEngine:
         while waiting:
             group = waiting[0]
             need = self.blocks.blocks_for(len(group[0]))
-            if admitted or running:
-                if (num_seqs + len(group) > self.max_num_seqs or num_tokens + len(group[0]) > self.max_num_batched_tokens
-                        or need + len(group) > free):   # + one block per sample for its first decode step
-                    break
+            if (admitted or running) and (num_seqs + len(group) > self.max_num_seqs or need + len(group) > free
+                                          or num_tokens + len(group[0]) > self.max_num_batched_tokens):
+                break   # (need + len(group): one more block per sample for its first decode step)
             admitted.append(waiting.popleft())
             num_seqs, num_tokens, free = num_seqs + len(group), num_tokens + len(group[0]), free - need
         return admitted
@@ -660,7 +626,7 @@ class LLMEngine:
                 self.stats.recompute_tokens += len(lead)
             else:
                 self.stats.prefill_tokens += len(lead)
-        step = StepBatch(True, torch.tensor(slots, device=self.device), cu_seqlens, None, None, None)
+        step = StepBatch(True, torch.tensor(slots, device=self.device), cu_seqlens)
         logits = self._forward(ids, positions, step, [end - 1 for end in cu_seqlens[1:]])   # (G, V)
         seqs = [seq for group in groups for seq in group]
         self._append_tokens(seqs, logits[[g for g, group in enumerate(groups) for _ in group]])
@@ -671,24 +637,21 @@ class LLMEngine:
         slots, copies, i = [], [], 0
         while i < len(running):
             seq = running[i]
-            while self.blocks.blocks_to_append(seq) > self.blocks.num_free:
-                victim = running.pop()                   # the youngest (possibly seq itself)
+            if self.blocks.blocks_to_append(seq) > self.blocks.num_free:
+                victim = running.pop()                   # the youngest (if it is seq, the loop ends; else seq retries)
                 self.blocks.release(victim)
                 victim.preempted = True
                 waiting.appendleft([victim])             # recomputed first when blocks free up
                 self.stats.preemptions += 1
-                if victim is seq:
-                    break
-            else:
-                slot, copy = self.blocks.append(seq)
-                slots.append(slot)
-                if copy:
-                    copies.append(copy)
-                i += 1
+                continue
+            slot, copy = self.blocks.append(seq)
+            slots.append(slot)
+            copies += [copy] if copy else []
+            i += 1
         if not running:
             return
         self.cache.copy_blocks(copies)   # before the forward writes into the copies
-        step = StepBatch(False, torch.tensor(slots, device=self.device), [], None, None, None)
+        step = StepBatch(False, torch.tensor(slots, device=self.device))
         if self.cache.use_triton:
             max_blocks = max(len(seq.block_table) for seq in running)
             step.block_tables = torch.tensor([seq.block_table + [0] * (max_blocks - len(seq.block_table))
@@ -719,6 +682,8 @@ class LLMEngine:
 
 @dataclass
 class DemoConfig:
+    """usage: python rollout.py --model=CHECKPOINT_DIR [--key=value ...]
+    Samples n responses to one chat prompt with the paged-KV engine and prints them with their logprobs."""
     model: str = ""                  # Hugging Face Qwen3 checkpoint directory
     tokenizer: str = ""              # tokenizer.json (default: MODEL/tokenizer.json)
     prompt: str = "What is 17 * 23?"  # the user turn; the Qwen3 chat template wraps it
@@ -734,26 +699,21 @@ class DemoConfig:
     dtype: str = "auto"              # auto: bfloat16 on cuda, float32 on cpu; or float32/bfloat16/float16
 
 
-def _option_lines(cls) -> list:
-    """`--name=default  comment` for each field, the comment read from the source beside the field."""
-    import inspect
-    comments = dict(re.findall(r"^\s+(\w+):[^#\n]*#\s*(.*)$", inspect.getsource(cls), re.M))
-    return [f"  --{f.name}={f.default!r}".ljust(32) + comments.get(f.name, "") for f in fields(cls)]
-
-
 def parse_args(argv: list) -> DemoConfig:
-    cfg = DemoConfig()
+    """--key=value options -> DemoConfig; an unknown key or a value of the wrong type raises ValueError."""
+    cfg, names = DemoConfig(), [f.name for f in fields(DemoConfig)]
     for arg in argv:
-        if arg in ("-h", "--help"):
-            print("usage: python rollout.py --model=CHECKPOINT_DIR [--key=value ...]\n"
-                  "Samples n responses to one chat prompt with the paged-KV engine and prints them with their logprobs.\n"
-                  "Options:\n" + "\n".join(_option_lines(DemoConfig)))
+        if arg in ("-h", "--help"):   # the usage, then each option's default and the comment beside its field
+            import inspect
+            notes = dict(re.findall(r"^\s+(\w+):[^#\n]*#\s*(.*)$", inspect.getsource(DemoConfig), re.M))
+            print(inspect.cleandoc(DemoConfig.__doc__) + "\nOptions:")
+            print("\n".join(f"  --{name}={getattr(DemoConfig, name)!r}".ljust(32) + notes[name] for name in names))
             sys.exit(0)
         key, sep, value = arg.removeprefix("--").partition("=")
         if not arg.startswith("--") or not sep:
             raise ValueError(f"argument {arg!r}: expected --key=value")
-        if not hasattr(cfg, key):
-            raise ValueError(f"unknown option --{key}; known: {', '.join(f.name for f in fields(cfg))}")
+        if key not in names:
+            raise ValueError(f"unknown option --{key}; known: {', '.join(names)}")
         kind = type(getattr(cfg, key))
         try:
             setattr(cfg, key, kind(value))
@@ -774,20 +734,18 @@ def main(argv: list) -> None:
     from tokenizers import Tokenizer
 
     cfg = parse_args(argv)
-    if not cfg.model:
-        raise ValueError("--model=CHECKPOINT_DIR is required (a Hugging Face Qwen3 directory)")
-    if not os.path.isfile(os.path.join(cfg.model, "config.json")):
-        raise ValueError(f"--model={cfg.model}: not a Hugging Face checkpoint directory (no config.json there)")
+    if not cfg.model or not os.path.isfile(os.path.join(cfg.model, "config.json")):
+        raise ValueError(f"--model={cfg.model!r}: a Hugging Face Qwen3 checkpoint directory is required (with a config.json)")
     tokenizer_path = cfg.tokenizer or os.path.join(cfg.model, "tokenizer.json")
     if not os.path.isfile(tokenizer_path):
         raise ValueError(f"--tokenizer={tokenizer_path}: no such file (pass the path of a tokenizer.json)")
     tokenizer = Tokenizer.from_file(tokenizer_path)
-    device = ("cuda" if torch.cuda.is_available() else "cpu") if cfg.device == "auto" else cfg.device
-    dtype_name = ("bfloat16" if device.startswith("cuda") else "float32") if cfg.dtype == "auto" else cfg.dtype
-    if dtype_name not in ("float32", "bfloat16", "float16"):
+    device = cfg.device if cfg.device != "auto" else "cuda" if torch.cuda.is_available() else "cpu"
+    dtype = cfg.dtype if cfg.dtype != "auto" else "bfloat16" if device.startswith("cuda") else "float32"
+    if dtype not in ("float32", "bfloat16", "float16"):
         raise ValueError(f"--dtype={cfg.dtype!r}: expected auto, float32, bfloat16 or float16")
     from model import from_pretrained   # the demo's only use of model.py: the engine takes any such module
-    model = from_pretrained(cfg.model, dtype=getattr(torch, dtype_name), device=device)
+    model = from_pretrained(cfg.model, dtype=getattr(torch, dtype), device=device)
     prompt_ids, stop = encode_chat_prompt(tokenizer, cfg.prompt)
     params = SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k, max_tokens=cfg.max_tokens,
                             n=cfg.n, stop_token_ids=stop, seed=cfg.seed)
@@ -800,7 +758,7 @@ def main(argv: list) -> None:
         print(f"--- sample {j}: {len(s.token_ids)} tokens, finish={s.finish_reason}, mean logprob {mean_logprob:.3f}")
         print(tokenizer.decode(s.token_ids, skip_special_tokens=False))
     generated = sum(len(s.token_ids) for s in samples)
-    print(f"--- {generated} tokens in {seconds:.1f}s ({generated / seconds:.1f} tok/s) on {device}/{dtype_name}; {engine.stats}")
+    print(f"--- {generated} tokens in {seconds:.1f}s ({generated / seconds:.1f} tok/s) on {device}/{dtype}; {engine.stats}")
 
 
 if __name__ == "__main__":

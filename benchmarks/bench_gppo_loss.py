@@ -93,10 +93,10 @@ def measure_cpu_case(config):
     if config.case == "naive":
         loss = naive_loss(hidden @ weight.T, targets, old, A, mask, sft_mask)
     elif config.case == "logits":
-        loss, _ = gppo.rl_loss_from_logits(hidden @ weight.T, targets, old, A, mask, sft_mask,
+        loss, _ = gppo.rl_loss_from_logits(hidden @ weight.T, targets, old, A, mask, sft_mask=sft_mask,
                                            chunk_size=config.chunk_size)
     else:
-        loss, _ = gppo.rl_loss_from_hidden(hidden, weight, targets, old, A, mask, sft_mask,
+        loss, _ = gppo.rl_loss_from_hidden(hidden, weight, targets, old, A, mask, sft_mask=sft_mask,
                                            chunk_size=config.chunk_size)
     loss.backward()
     seconds = time.perf_counter() - start
@@ -155,7 +155,7 @@ def gpu_section(V):
                 if name == "naive":
                     loss = naive_loss(logits, targets, old, A, mask, sft_mask)
                 else:
-                    loss, _ = gppo.rl_loss_from_logits(logits, targets, old, A, mask, sft_mask)
+                    loss, _ = gppo.rl_loss_from_logits(logits, targets, old, A, mask, sft_mask=sft_mask)
                 loss.backward()
             try:
                 copy = lambda: logits_bf16.clone().requires_grad_()  # noqa: E731

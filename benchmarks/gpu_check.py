@@ -194,19 +194,20 @@ def section_loss(dry: bool, emit):
     n_tokens, n_sft = float(mask.sum()), float(max(1, int(sft_mask.sum())))
     bandwidth = copy_bandwidth(device, 2**24 if dry else 2**30)
     emit("copy bandwidth", bandwidth_GB_s=bandwidth / 1e9)
-    args = (targets, old, advantages, mask, sft_mask)
-    kwargs = dict(num_tokens=n_tokens, num_sft_tokens=n_sft)
+    args = (targets, old, advantages, mask)
+    kwargs = dict(sft_mask=sft_mask, num_tokens=n_tokens, num_sft_tokens=n_sft)
+    ref_args = (*args, sft_mask, n_tokens, n_sft)   # the same inputs, in reference_loss's positional order
     for dtype in (torch.bfloat16, torch.float32):
         tag = "bf16" if dtype == torch.bfloat16 else "fp32"
         logits = torch.empty(N, V, dtype=dtype, device=device)
         for r in range(0, N, block):                                  # filled in blocks: no (N, V) fp32 temporary
             logits[r:r + block] = (torch.randn(min(block, N - r), V, generator=gen, device=device) * 3).to(dtype)
         floor = 3 * logits.numel() * logits.element_size() / bandwidth   # read (fwd), read + write (bwd)
-        ref_value, ref_grad = reference_loss(logits, *args, n_tokens, n_sft, block)
+        ref_value, ref_grad = reference_loss(logits, *ref_args, block)
         grad_scale = float(ref_grad.abs().max())
-        ref_time = seconds_per_call(lambda: reference_loss(logits, *args, n_tokens, n_sft, block), device, repeats=1)
+        ref_time = seconds_per_call(lambda: reference_loss(logits, *ref_args, block), device, repeats=1)
         emit(f"reference {tag} (autograd, {block} rows at a time)", ms=ref_time * 1e3, x_floor=ref_time / floor,
-             peak_GB=_gb(peak_added(lambda: reference_loss(logits, *args, n_tokens, n_sft, block), device)),
+             peak_GB=_gb(peak_added(lambda: reference_loss(logits, *ref_args, block), device)),
              note="the reference for the errors below")
         # the paths under test: the logits are a non-leaf view (as lm_head's output is), so the backward may
         # overwrite them with the gradient; each timed call therefore starts from a fresh copy, whose time is subtracted

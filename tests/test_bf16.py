@@ -99,7 +99,7 @@ def test_cpu_default_pool_holds_at_least_one_full_sequence(monkeypatch):
     """The CPU default is 512 MiB, unless one max_model_len sequence needs more (a real model at eval.py's 4K prompt
     limit does: the rehearsal found eval.py refusing to start). The pool itself is not allocated here."""
     import rollout
-    monkeypatch.setattr(rollout, "PagedKVCache", lambda *args: None)
+    monkeypatch.setattr(rollout, "PagedKVCache", lambda *args, **kwargs: None)
     cfg = Qwen3Config(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=4, num_attention_heads=8,
                       num_key_value_heads=8, head_dim=128, torch_dtype="float32")
     model = Qwen3(cfg)                                  # a block: 2 * 4 layers * 16 tokens * 8 * 128 * 4 B = 512 KiB

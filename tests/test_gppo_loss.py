@@ -166,8 +166,8 @@ def test_chunked_paths_match_naive(mode, temperature):
     # From logits, chunks of 8 rows (37 is not a multiple), gradient written in place.
     leaf = hidden.clone().requires_grad_()
     logits = leaf @ weight.T
-    loss, metrics = gppo.rl_loss_from_logits(logits, targets, old, A, mask, sft_mask, temperature=temperature,
-                                             chunk_size=8, backend="torch", mode=mode)
+    loss, metrics = gppo.rl_loss_from_logits(logits, targets, old, A, mask, sft_mask=sft_mask,
+                                             temperature=temperature, chunk_size=8, backend="torch", mode=mode)
     loss.backward()
     torch.testing.assert_close(loss.detach(), loss0)
     torch.testing.assert_close(metrics["logprobs"], logp0)
@@ -175,8 +175,8 @@ def test_chunked_paths_match_naive(mode, temperature):
     torch.testing.assert_close(leaf.grad, gh0)
     # From hidden: logits only ever exist 8 rows at a time.
     h, w = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
-    loss, metrics = gppo.rl_loss_from_hidden(h, w, targets, old, A, mask, sft_mask, temperature=temperature,
-                                             chunk_size=8, backend="torch", mode=mode)
+    loss, metrics = gppo.rl_loss_from_hidden(h, w, targets, old, A, mask, sft_mask=sft_mask,
+                                             temperature=temperature, chunk_size=8, backend="torch", mode=mode)
     loss.backward()
     torch.testing.assert_close(loss.detach(), loss0)
     torch.testing.assert_close(h.grad, gh0)
@@ -192,12 +192,12 @@ def test_not_inplace_keeps_logits_and_bf16_torch_path():
     _, _, glogits0, _, _ = naive_grads(*batch, 1.0)
     logits = (hidden @ weight.T).requires_grad_()  # a leaf: never overwritten
     before = logits.detach().clone()
-    loss, _ = gppo.rl_loss_from_logits(logits, targets, old, A, mask, sft_mask, backend="torch")
+    loss, _ = gppo.rl_loss_from_logits(logits, targets, old, A, mask, sft_mask=sft_mask, backend="torch")
     loss.backward()
     assert torch.equal(logits.detach(), before)
     torch.testing.assert_close(logits.grad, glogits0)
     h, w = hidden.bfloat16().requires_grad_(), weight.bfloat16().requires_grad_()
-    loss, _ = gppo.rl_loss_from_hidden(h, w, targets, old, A, mask, sft_mask, chunk_size=6, backend="torch")
+    loss, _ = gppo.rl_loss_from_hidden(h, w, targets, old, A, mask, sft_mask=sft_mask, chunk_size=6, backend="torch")
     loss.backward()
     _, _, _, gh0, gw0 = naive_grads(h.detach(), w.detach(), targets, old, A, mask, sft_mask, 1.0)
     torch.testing.assert_close(h.grad.float(), gh0.float(), rtol=2e-2, atol=2e-2 * gh0.abs().max().item())
@@ -222,7 +222,7 @@ def test_triton_kernel_matches_reference(dtype, mode, monkeypatch):
     loss0, logp0 = naive_rl_loss(leaf, targets.clamp(min=0), old, A, mask, sft_mask, T, mode=mode)
     loss0.backward()
     fused = logits.clone().requires_grad_().clone()  # a non-leaf buffer the kernel may overwrite
-    loss, metrics = gppo.rl_loss_from_logits(fused, targets, old, A, mask, sft_mask, temperature=T,
+    loss, metrics = gppo.rl_loss_from_logits(fused, targets, old, A, mask, sft_mask=sft_mask, temperature=T,
                                              backend="triton", mode=mode)
     loss.backward()
     grad = fused.detach().float()
@@ -245,7 +245,7 @@ def test_triton_from_hidden_matches_torch_path(monkeypatch):
     results = []
     for backend in ("torch", "triton"):
         h, w = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
-        loss, metrics = gppo.rl_loss_from_hidden(h, w, targets, old, A, mask, sft_mask, temperature=1.3,
+        loss, metrics = gppo.rl_loss_from_hidden(h, w, targets, old, A, mask, sft_mask=sft_mask, temperature=1.3,
                                                  chunk_size=4, backend=backend, beta1=0.5)
         loss.backward()
         results.append((loss.detach(), metrics["entropy"], h.grad, w.grad))
