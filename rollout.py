@@ -8,16 +8,15 @@ RL spends most of its time generating n responses per prompt. This engine does i
   2. Continuous batching. Each step is a prefill (admit waiting prompts, compute all their tokens at once) or a
      decode (one new token for every running sequence), its tokens flattened into one row with per-token position
      ids: no padding. Finished sequences free their blocks at once; when the pool is full, the youngest running
-     sequence is preempted (its blocks are freed; later it is recomputed from its prompt and its tokens so far).
+     sequence is preempted (its blocks freed, it is later recomputed from its prompt and its tokens so far).
   3. Sampling. Each sample draws from its own random stream, seeded by the request's seed and the sample's index,
      so its tokens depend on nothing else (not on the batch, nor on preemption). Its logprobs are those of the
      distribution actually sampled from (temperature 0: the argmax, with log_softmax(logits)[argmax]):
          p = softmax( keep_top_k_top_p(logits / T) ),     logprob = log p[token]
-  4. Attention on pages. Prefill is causal attention inside each new sequence. Decode attends one query per
-     sequence to its blocks, bound by the bytes of K/V it reads. Three versions of it: a readable PyTorch reference
-     (gather, then masked SDPA: the oracle); on CPU, shared-prefix ("cascade") attention, which reads a prompt's
-     keys once for all its samples; on CUDA, a Triton kernel that reads K/V in place from the pool (online
-     softmax over the blocks). tests/test_rollout.py holds all three against a per-token loop.
+  4. Attention on pages. Prefill: causal attention inside each new sequence. Decode: one query per sequence against
+     its blocks, bound by the bytes of K/V read, in three versions that tests/test_rollout.py holds against a
+     per-token loop: a readable PyTorch reference (gather, masked SDPA); on CPU, shared-prefix ("cascade")
+     attention, which reads a prompt's keys once for all its samples; on CUDA, a Triton kernel (K/V read in place).
 
 The engine holds the trainer's nn.Module itself (not a copy) and keeps no KV cache across generate() calls, so after
 an in-place weight update the next generate() sees the new weights. Simplifications compared with vLLM: no prefix
@@ -26,10 +25,9 @@ cache, no chunked prefill, no CUDA graphs, prefill and decode steps are not mixe
 Use it:
     engine = LLMEngine(model, max_num_seqs=256, max_model_len=4096)
     out = engine.generate([[1, 2, 3], [4, 5]], SamplingParams(temperature=1.0, max_tokens=64, n=8, seed=0))
-    out[0][7].token_ids, out[0][7].logprobs, out[0][7].finish_reason     # prompt 0, sample 7
-    engine.stats                                                          # of the last generate() call
-Demo (a Hugging Face Qwen3 directory and its tokenizer.json):
-    python rollout.py --model=CKPT_DIR --tokenizer=CKPT_DIR/tokenizer.json --prompt="What is 17*23?" --n=2
+    out[0][7].token_ids, out[0][7].logprobs, out[0][7].finish_reason, engine.stats    # prompt 0, sample 7
+Demo (a Hugging Face Qwen3 directory with its tokenizer.json; --help lists the options):
+    python rollout.py --model=CKPT_DIR --prompt="What is 17*23?" --n=2
 """
 import math
 import os
@@ -55,6 +53,11 @@ def _is_int(x) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)   # True is an int to Python, not a count or a token id
 
 
+def _require(ok, message: str) -> None:   # a check of the user's input in one line; message: what is wrong, what to do
+    if not ok:
+        raise ValueError(message)
+
+
 @dataclass
 class SamplingParams:
     temperature: float = 1.0        # 0 = greedy
@@ -67,8 +70,7 @@ class SamplingParams:
 
     def __post_init__(self):
         def check(name, ok, why):
-            if not ok:
-                raise ValueError(f"SamplingParams.{name}={getattr(self, name)!r}: {why}")
+            _require(ok, f"SamplingParams.{name}={getattr(self, name)!r}: {why}")
 
         t, p = self.temperature, self.top_p
         check("temperature", isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t) and t >= 0,
@@ -167,8 +169,7 @@ class BlockManager:
         return seq.block_table[pos // self.block_size] * self.block_size + pos % self.block_size
 
     def blocks_to_append(self, seq: Sequence) -> int:
-        """Blocks needed before the KV of seq's last token (position len-1) can be written: 1 if that token starts
-        a new block or its block is shared (copy on write), else 0."""
+        """Blocks needed to write the KV of seq's last token: 1 if it starts a block or its block is shared, else 0."""
         starts_block = (len(seq) - 1) // self.block_size == len(seq.block_table)
         return int(starts_block or self.ref_counts[seq.block_table[-1]] > 1)
 
@@ -202,9 +203,8 @@ def paged_decode_reference(q, k_pool, v_pool, block_tables, context_lens):
 
 @dataclass
 class CascadeBatch:
-    """A decode step's B sequences split at their group's shared prompt blocks; built once per step, used by
-    every layer. P groups of at most n sequences; a group's prefix is padded to L_pre tokens, a sequence's
-    own blocks to L_own tokens (multiples of the block size)."""
+    """A decode step's B sequences split at their group's shared prompt blocks, made once per step for every layer:
+    P groups of at most n sequences; prefixes padded to L_pre tokens, own blocks to L_own (multiples of the block)."""
     prefix_blocks: torch.Tensor  # (P*L_pre/bs,) int64: the groups' prefix block tables, padded and flattened
     own_blocks: torch.Tensor     # (B*L_own/bs,) int64: the sequences' own block tables, padded and flattened
     P: int
@@ -218,8 +218,7 @@ class CascadeBatch:
     _v_rows: torch.Tensor | None = None
 
     def v_rows(self, num_kv_heads: int, group: int, num_slots: int) -> torch.Tensor:
-        """(Hkv*B*G, L) rows of a (Hkv*num_slots, hd) view of a V pool: query (h, i, g) reads V[h, slots[i]].
-        The same for every layer, so made once per step."""
+        """(Hkv*B*G, L) rows of a (Hkv*num_slots, hd) view of a V pool: query (h, i, g) reads V[h, slots[i]]."""
         if self._v_rows is None:
             heads = torch.arange(num_kv_heads, device=self.slots.device)[:, None, None, None] * num_slots
             rows = heads + self.slots[None, :, None, :]                                  # (Hkv, B, 1, L)
@@ -469,31 +468,25 @@ def sample_seed(request_seed: int, sample_index: int) -> int:
 
 def make_groups(prompt_token_ids, params, max_model_len: int, vocab_size: int, max_num_seqs: int) -> list:
     """Validate the requests and make, per prompt, its group of n sequences (they will share the prompt)."""
-    if not isinstance(prompt_token_ids, (list, tuple)):
-        raise ValueError("generate(prompt_token_ids=...): expected a list of prompts, each a list of token ids")
+    _require(isinstance(prompt_token_ids, (list, tuple)),
+             "generate(prompt_token_ids=...): expected a list of prompts, each a list of token ids")
     params = [params] * len(prompt_token_ids) if isinstance(params, SamplingParams) else params
-    if len(params) != len(prompt_token_ids):
-        raise ValueError(f"generate: {len(params)} SamplingParams for {len(prompt_token_ids)} prompts; "
-                         "pass one SamplingParams, or one per prompt")
+    _require(len(params) == len(prompt_token_ids), f"generate: {len(params)} SamplingParams for "
+             f"{len(prompt_token_ids)} prompts; pass one SamplingParams, or one per prompt")
     groups = []
     for i, (prompt, p) in enumerate(zip(prompt_token_ids, params)):
         where = f"generate: prompt_token_ids[{i}]"
-        if not isinstance(p, SamplingParams):
-            raise ValueError(f"generate: params[{i}] is {type(p).__name__}, expected SamplingParams")
+        _require(isinstance(p, SamplingParams), f"generate: params[{i}] is {type(p).__name__}, expected SamplingParams")
         prompt = prompt.tolist() if isinstance(prompt, torch.Tensor) else prompt
-        if isinstance(prompt, (str, bytes)) or not all(_is_int(t) for t in prompt):
-            raise ValueError(f"{where}: expected a list of int token ids (tokenize text first)")
-        if len(prompt) == 0:
-            raise ValueError(f"{where} is empty: a prompt needs at least one token")
-        if len(prompt) >= max_model_len:
-            raise ValueError(f"{where} has {len(prompt)} tokens; max_model_len={max_model_len} leaves no room "
-                             "for a response (truncate the prompt or raise max_model_len)")
+        _require(not isinstance(prompt, (str, bytes)) and all(_is_int(t) for t in prompt),
+                 f"{where}: expected a list of int token ids (tokenize text first)")
+        _require(len(prompt) > 0, f"{where} is empty: a prompt needs at least one token")
+        _require(len(prompt) < max_model_len, f"{where} has {len(prompt)} tokens; max_model_len={max_model_len} "
+                 "leaves no room for a response (truncate the prompt or raise max_model_len)")
         bad = [t for t in prompt if not 0 <= t < vocab_size]
-        if bad:
-            raise ValueError(f"{where}: token id {bad[0]} outside the model's vocabulary [0, {vocab_size})")
-        if p.n > max_num_seqs:
-            raise ValueError(f"generate: params[{i}].n={p.n} > max_num_seqs={max_num_seqs}; "
-                             "the samples of a prompt are decoded together")
+        _require(not bad, f"{where}: token ids {bad[:3]} outside the model's vocabulary [0, {vocab_size})")
+        _require(p.n <= max_num_seqs, f"generate: params[{i}].n={p.n} > max_num_seqs={max_num_seqs}; "
+                 "the samples of a prompt are decoded together")
         seed = int(torch.randint(2**62, ())) if p.seed is None else p.seed
         max_len = min(len(prompt) + p.max_tokens, max_model_len)
         groups.append([Sequence(prompt, p, max_len, sample_seed(seed, j)) for j in range(p.n)])
@@ -504,52 +497,44 @@ def print_progress(engine, all_seqs, running, waiting, elapsed):
     done = sum(seq.finish_reason is not None for seq in all_seqs)
     generated = sum(len(seq) - seq.prompt_len for seq in all_seqs)
     left = sum(seq.max_len - len(seq) for seq in all_seqs if seq.finish_reason is None)
-    rate = generated / max(elapsed, 1e-9)
-    print(f"rollout: {done}/{len(all_seqs)} samples done | {generated} tokens, {rate:.0f} tok/s | running {len(running)}, "
-          f"waiting {sum(len(g) for g in waiting)} | KV blocks {engine.blocks.num_blocks - engine.blocks.num_free}/"
-          f"{engine.blocks.num_blocks} | preemptions {engine.stats.preemptions} | ETA <= {left / max(rate, 1e-9):.0f}s",
+    rate, blocks = generated / max(elapsed, 1e-9), engine.blocks
+    print(f"rollout: {done}/{len(all_seqs)} samples done | {generated} tokens, {rate:.0f} tok/s | running "
+          f"{len(running)}, waiting {sum(len(g) for g in waiting)} | KV blocks {blocks.num_blocks - blocks.num_free}/"
+          f"{blocks.num_blocks} | preemptions {engine.stats.preemptions} | ETA <= {left / max(rate, 1e-9):.0f}s",
           flush=True)
 
 
 class LLMEngine:
-    """Holds the model (shared with the trainer, not copied), the block pool and the scheduler.
-
-    max_num_seqs: sequences decoded together; max_model_len: prompt + output tokens of one sequence
-    (default: the model's max_position_embeddings); num_blocks: pool size, or None to derive it from
-    kv_cache_memory bytes (default: 90% of free CUDA memory; on CPU 512 MiB, or one max_model_len sequence if
-    that is larger), capped at what max_num_seqs full-length sequences need. use_triton: None = on CUDA.
-    """
+    """Holds the model (shared with the trainer, not copied; generation runs on its device), the block pool and the
+    scheduler. max_num_seqs: sequences decoded together; max_model_len: prompt + output tokens of one sequence
+    (default: the model's max_position_embeddings); num_blocks: pool size, or None to derive it from kv_cache_memory
+    bytes (default: 90% of free CUDA memory; on CPU 512 MiB, or one max_model_len sequence if that is larger), capped
+    at what max_num_seqs full-length sequences need. use_triton: None = on CUDA."""
 
     def __init__(self, model, *, max_num_seqs: int = 256, max_model_len: int | None = None,
-                 num_blocks: int | None = None, block_size: int = 16, device=None,
-                 max_num_batched_tokens: int = 16384, kv_cache_memory: int | None = None, use_triton: bool | None = None):
+                 num_blocks: int | None = None, block_size: int = 16, max_num_batched_tokens: int = 16384,
+                 kv_cache_memory: int | None = None, use_triton: bool | None = None):
         cfg, param = model.config, next(model.parameters())
         self.model, self.device, self.dtype, self.vocab_size = model, param.device, param.dtype, cfg.vocab_size
-        if device is not None and torch.device(device) not in (self.device, torch.device(self.device.type)):
-            raise ValueError(f"LLMEngine(device={device!r}): the model is on {self.device}; "
-                             "generation runs where the model is (move the model, or pass device=None)")
         self.max_model_len = cfg.max_position_embeddings if max_model_len is None else max_model_len
         for name, value in (("max_num_seqs", max_num_seqs), ("max_model_len", self.max_model_len),
                             ("block_size", block_size), ("max_num_batched_tokens", max_num_batched_tokens)):
-            if not _is_int(value) or value < 1:
-                raise ValueError(f"LLMEngine({name}={value!r}): must be a positive int")
+            _require(_is_int(value) and value >= 1, f"LLMEngine({name}={value!r}): must be a positive int")
         self.max_num_seqs, self.max_num_batched_tokens = max_num_seqs, max_num_batched_tokens
         blocks_per_seq, block_bytes = -(-self.max_model_len // block_size), kv_block_bytes(cfg, param.dtype, block_size)
         if num_blocks is None:
             if kv_cache_memory is None:
-                # CPU: 512 MiB, or one max_model_len sequence if more (~1 GB for Qwen3-0.6B's 4K tokens in fp32)
                 kv_cache_memory = int(0.9 * torch.cuda.mem_get_info(self.device)[0]) if self.device.type == "cuda" \
-                    else max(512 * 2**20, blocks_per_seq * block_bytes)
+                    else max(512 * 2**20, blocks_per_seq * block_bytes)   # ~1 GB for Qwen3-0.6B's 4K tokens in fp32
             num_blocks = kv_cache_blocks(cfg, param.dtype, kv_cache_memory, block_size, max_num_seqs, self.max_model_len)
-        if num_blocks < blocks_per_seq:
-            raise ValueError(f"LLMEngine: a pool of {num_blocks} blocks x {block_size} tokens cannot hold one sequence of "
-                             f"max_model_len={self.max_model_len} tokens ({blocks_per_seq} blocks, {block_bytes} bytes each); "
-                             "raise num_blocks / kv_cache_memory or lower max_model_len")
+        _require(num_blocks >= blocks_per_seq, f"LLMEngine: a pool of {num_blocks} blocks x {block_size} tokens cannot "
+                 f"hold one sequence of max_model_len={self.max_model_len} tokens ({blocks_per_seq} blocks, "
+                 f"{block_bytes} bytes each); raise num_blocks / kv_cache_memory or lower max_model_len")
         self.blocks = BlockManager(num_blocks, block_size)
         use_triton = self.device.type == "cuda" and triton is not None if use_triton is None else use_triton
-        if use_triton and triton is None:
-            raise ValueError("LLMEngine(use_triton=True): triton is not installed")
-        self.cache = PagedKVCache(cfg, num_blocks, block_size, dtype=self.dtype, device=self.device, use_triton=use_triton)
+        _require(not (use_triton and triton is None), "LLMEngine(use_triton=True): triton is not installed")
+        self.cache = PagedKVCache(cfg, num_blocks, block_size, dtype=self.dtype, device=self.device,
+                                  use_triton=use_triton)
         self.stats = EngineStats()
         self.num_prefixes = 0          # prefix ids handed out (a group's samples share one)
 
@@ -670,10 +655,8 @@ class LLMEngine:
         for seq, token, logprob in zip(seqs, tokens.tolist(), logprobs.tolist()):
             seq.token_ids.append(token)
             seq.logprobs.append(logprob)
-            if token in seq.params.stop_token_ids:
-                seq.finish_reason = "stop"
-            elif len(seq) >= seq.max_len:
-                seq.finish_reason = "length"
+            stop = token in seq.params.stop_token_ids
+            seq.finish_reason = "stop" if stop else "length" if len(seq) >= seq.max_len else None
             if seq.finish_reason:
                 self.blocks.release(seq)                 # free at once, for the waiting requests
 
@@ -710,10 +693,8 @@ def parse_args(argv: list) -> DemoConfig:
             print("\n".join(f"  --{name}={getattr(DemoConfig, name)!r}".ljust(32) + notes[name] for name in names))
             sys.exit(0)
         key, sep, value = arg.removeprefix("--").partition("=")
-        if not arg.startswith("--") or not sep:
-            raise ValueError(f"argument {arg!r}: expected --key=value")
-        if key not in names:
-            raise ValueError(f"unknown option --{key}; known: {', '.join(names)}")
+        _require(arg.startswith("--") and sep, f"argument {arg!r}: expected --key=value")
+        _require(key in names, f"unknown option --{key}; known: {', '.join(names)}")
         kind = type(getattr(cfg, key))
         try:
             setattr(cfg, key, kind(value))
@@ -726,24 +707,21 @@ def encode_chat_prompt(tokenizer, prompt: str) -> tuple[list, tuple]:
     """The Qwen3 chat generation prompt for one user turn -> (token ids, stop token ids <|im_end|>, <|endoftext|>).
     data.py has the full chat template; this file stands without it."""
     text = f"<|im_start|>user\n{prompt}<|im_end|>\n<|im_start|>assistant\n"
-    stop = tuple(i for i in (tokenizer.token_to_id("<|im_end|>"), tokenizer.token_to_id("<|endoftext|>")) if i is not None)
+    stop = tuple(i for i in map(tokenizer.token_to_id, ("<|im_end|>", "<|endoftext|>")) if i is not None)
     return tokenizer.encode(text, add_special_tokens=False).ids, stop
 
 
 def main(argv: list) -> None:
     from tokenizers import Tokenizer
-
     cfg = parse_args(argv)
-    if not cfg.model or not os.path.isfile(os.path.join(cfg.model, "config.json")):
-        raise ValueError(f"--model={cfg.model!r}: a Hugging Face Qwen3 checkpoint directory is required (with a config.json)")
+    _require(cfg.model and os.path.isfile(os.path.join(cfg.model, "config.json")),
+             f"--model={cfg.model!r}: a Hugging Face Qwen3 checkpoint directory is required (with a config.json)")
     tokenizer_path = cfg.tokenizer or os.path.join(cfg.model, "tokenizer.json")
-    if not os.path.isfile(tokenizer_path):
-        raise ValueError(f"--tokenizer={tokenizer_path}: no such file (pass the path of a tokenizer.json)")
+    _require(os.path.isfile(tokenizer_path), f"--tokenizer={tokenizer_path}: no such file (pass a tokenizer.json)")
     tokenizer = Tokenizer.from_file(tokenizer_path)
     device = cfg.device if cfg.device != "auto" else "cuda" if torch.cuda.is_available() else "cpu"
     dtype = cfg.dtype if cfg.dtype != "auto" else "bfloat16" if device.startswith("cuda") else "float32"
-    if dtype not in ("float32", "bfloat16", "float16"):
-        raise ValueError(f"--dtype={cfg.dtype!r}: expected auto, float32, bfloat16 or float16")
+    _require(dtype in ("float32", "bfloat16", "float16"), f"--dtype={cfg.dtype}: use auto/float32/bfloat16/float16")
     from model import from_pretrained   # the demo's only use of model.py: the engine takes any such module
     model = from_pretrained(cfg.model, dtype=getattr(torch, dtype), device=device)
     prompt_ids, stop = encode_chat_prompt(tokenizer, cfg.prompt)
@@ -758,7 +736,8 @@ def main(argv: list) -> None:
         print(f"--- sample {j}: {len(s.token_ids)} tokens, finish={s.finish_reason}, mean logprob {mean_logprob:.3f}")
         print(tokenizer.decode(s.token_ids, skip_special_tokens=False))
     generated = sum(len(s.token_ids) for s in samples)
-    print(f"--- {generated} tokens in {seconds:.1f}s ({generated / seconds:.1f} tok/s) on {device}/{dtype}; {engine.stats}")
+    print(f"--- {generated} tokens in {seconds:.1f}s ({generated / seconds:.1f} tok/s) on {device}/{dtype}; "
+          f"{engine.stats}")
 
 
 if __name__ == "__main__":
