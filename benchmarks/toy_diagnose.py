@@ -70,8 +70,11 @@ def main(cfg: DiagnoseConfig):
         problems = data.toy_math_problems(min(cfg.problems, 10 if digits == 1 else cfg.problems), cfg.seed, "test",
                                           digits, digits)
         prompts = data.encode_prompts(tokenizer, problems, 64)[0]
-        for mode, params in (("T=1", SamplingParams(temperature=1.0, n=cfg.samples, max_tokens=cfg.max_tokens,
-                                                    stop_token_ids=stop, seed=cfg.seed)),
+        # one seed per problem: with a single seed, sample j of every problem would draw the same uniforms, and one
+        # extreme uniform would put the same tail token into the same position of every problem's sample j
+        sampled = [SamplingParams(temperature=1.0, n=cfg.samples, max_tokens=cfg.max_tokens, stop_token_ids=stop,
+                                  seed=cfg.seed * 1_000_003 + i) for i in range(len(prompts))]
+        for mode, params in (("T=1", sampled),
                              ("greedy", SamplingParams(temperature=0.0, max_tokens=cfg.max_tokens, stop_token_ids=stop))):
             outputs = engine.generate([p["prompt_ids"] for p in prompts], params)
             counts = dict(right=0, trace=0, assemble=0, format=0)
