@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole Klear-Reasoner pipeline: long-CoT SFT -> GPPO RL -> evaluation of both models, one table.
 #
-#   bash train.sh                 # toy task on a CPU (tiny model from scratch): ~15 min on 2 cores
+#   bash train.sh                 # toy task on a CPU (tiny model from scratch): ~11 min on 2 cores
 #   bash train.sh ablate          # the off-policy sweep and the paper's ablations in miniature, 3 seeds per arm
 #                                 # (README, "Ablations"): about 2 h on 2 cores
 #   bash train.sh rehearsal       # Qwen3-0.6B's exact shape through every stage, memory vs budget (README, "Rehearsal");
@@ -87,8 +87,8 @@ if [ -n "${BASE_MODEL:-}" ]; then
   stage eval-rl "${LAUNCH[@]}" eval.py --model="$FINAL" "${EVAL_SETS[@]}" --k=64 --max_tokens=32768 \
       --out_dir="$OUT/eval/rl" $EVAL_ARGS
 else
-  # --- the toy pipeline: a tiny Qwen3 learns multi-digit addition on a CPU. The SFT data's hard (3+ digit)
-  # traces slip half the time, so the SFT model solves 3-4 digit sums at T=1 about half the time: RL's job.
+  # --- the toy pipeline: a tiny Qwen3 learns multi-digit addition on a CPU. 60% of the SFT data's hard (3+ digit)
+  # traces slip once, so the SFT model solves 3-digit sums at T=1 about half the time: RL's job is the slips.
   # One thread per process: two processes use two cores better than one process with two threads.
   [ -n "${NPROC_SET:-}" ] || LAUNCH=(torchrun --standalone --nproc_per_node=2)
   stage sft "${LAUNCH[@]}" sft.py --out_dir="$OUT/sft" $SFT_ARGS
