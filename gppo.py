@@ -61,7 +61,7 @@ class GPPOConfig:
     eval_data: str = ""                # held-out math JSONL; empty = the toy held-out split
     toy_problems: int = 2000           # toy RL prompts (addition with toy_min..toy_max digits); 0 = none
     toy_min_digits: int = 3            # fewest digits of a toy operand (the SFT model slips on 3+ digits at T=1)
-    toy_max_digits: int = 3            # most digits of a toy operand
+    toy_max_digits: int = 3            # most digits of a toy operand (3-digit sums: the SFT model starts near 0.5 at T=1)
     toy_code_prompts: int = 0          # also mix in this many toy code prompts (code only: --toy_problems=0)
     init_from: str = "out/sft/hf"      # the SFT checkpoint (a Hugging Face directory with tokenizer.json)
     out_dir: str = "out/gppo"          # checkpoint/, metrics.jsonl, hf/ (the trained policy)
