@@ -25,7 +25,7 @@ mixed seed-0 run, or --sft_from. Each rollout batch gets prompts_per_step/mini_b
 one, r ≡ 1 and GPPO, GRPO and CISPO give the same gradient (method.md §8).
 
 Run (every run is a subprocess with OMP_NUM_THREADS=1; its output goes to out_dir/runs/NAME/log.txt):
-  bash train.sh ablate                              # all arms, 3 seeds: about 2 h 10 min on 2 cores (below)
+  bash train.sh ablate                              # all arms, 3 seeds: about 1 h 55 min on 2 cores (below)
   python benchmarks/ablate.py --arms=loss,filter --sft_from=out/sft/hf --steps=100   # a subset, a given SFT model
   python benchmarks/ablate.py --out_dir=/tmp/abl --seeds=1 --steps=2 --code_steps=1 --sft_args="--max_steps=5" \\
       --prompts_per_step=4 --code_prompts_per_step=2 --mini_batch_prompts=2 --group_size=4 --eval_every=1 \\
@@ -36,9 +36,9 @@ Output: out_dir/ablation.md (tables), ablation.json (every seed's curves), ablat
 accuracy curves per arm; only if matplotlib is importable, it is not a dependency).
 Cost, one thread per run, measured on the shared 2-core machine with --parallel=2 on the calibrated toy (3-digit
 sums): a math RL run (25 batches of 16 x 8 samples, 6 held-out evals) takes 1-4 min (u = 16 the longest), a code run
-about 7 min; the offpolicy, offpolicy_lr, beta1, loss, alpha, filter and code arms (73 jobs) took 88 min wall, with
-other work on the same cores for about half of it. The sft arm adds 6 toy SFTs at one thread (~10-12 min each) and
-12 evals: about 40 min more (estimated; not run on this toy), so all arms take about 2 h 10 min.
+about 7 min, a toy SFT 8 min; the offpolicy, offpolicy_lr, beta1, loss, alpha, filter and code arms (73 jobs) took
+88 min wall, with other work on the same cores for about half of it; the sft arm with one seed took 8 min (2 SFTs
+in parallel + 4 evals), so with 3 seeds about 24 min: about 1 h 55 min for all arms (not measured in one piece).
 """
 import json
 import os
