@@ -93,9 +93,13 @@ ARMS["beta1"] = ("GPPO's β1 (low-side clipped tokens) far off-policy — author
 
 
 def run_name(name, cfg) -> str:
-    """The run behind an arm's variant: β1 = 1 at a sweep point is that point's GPPO run (not trained twice)."""
+    """The run behind an arm's variant, so no run is trained twice: β1 = 1 at a sweep point is that point's GPPO run;
+    GRPO and CISPO at u = 1 are GPPO's u = 1 run (r ≡ 1: the three rules compute the same gradient, bit for bit;
+    tests/test_gppo_loss.py checks the gradients, and separate runs gave bit-identical curves)."""
     if name == "gppo-b1-uB" and cfg.beta1_updates in UPDATES:
         return f"gppo-u{cfg.beta1_updates}"
+    if re.fullmatch(r"(grpo|cispo)-u1", name):
+        return "gppo-u1"
     return name
 
 
@@ -254,7 +258,16 @@ def plan(cfg):
             jobs.append(eval_job(name, os.path.join(run_dir(name), "hf"), os.path.join(run_dir(name), f"eval_{part}"),
                                  ["--toy_code=0", f"--toy_math={cfg.eval_problems}", f"--toy_min_digits={lo}",
                                   f"--toy_max_digits={hi}"], [name]))
-    return jobs
+    # longest first (LPT), so the last minutes are short jobs on both cores rather than one long job on one; the
+    # base SFT stays first (the RL runs wait for it). Minutes on one core of the toy, measured: SFT 8, code RL 7,
+    # math RL 1-4 growing with updates per batch, eval about 1.
+    def minutes(job):
+        if job["cmd"][0] != "gppo.py":
+            return {"sft.py": 8, "eval.py": 1}[job["cmd"][0]]
+        mini = int([a for a in job["cmd"] if a.startswith("--mini_batch_prompts=")][-1].split("=")[1])
+        return 7 if "--toy_problems=0" in job["cmd"] else 1 + 3 * (cfg.prompts_per_step // mini) / 16
+    first = 1 if rl_runs and not cfg.sft_from else 0
+    return jobs[:first] + sorted(jobs[first:], key=minutes, reverse=True)
 
 
 def progress(job):

@@ -89,18 +89,24 @@ def test_sweep_plan_sets_updates_per_batch_rule_and_beta1(tmp_path):
     jobs = ablate.plan(cfg(tmp_path, arms="offpolicy,beta1,sft", seeds=3, sft_from="/ckpt/sft/hf", beta1_updates=16,
                            prompts_per_step=32, mini_batch_prompts=4))
     rl = {j["name"]: j["cmd"] for j in jobs if j["cmd"][0] == "gppo.py"}
-    assert len(rl) == (3 * 3 + 2) * 3
+    assert len(rl) == (1 + 3 + 3 + 2) * 3   # u = 1: one run stands for the three rules (r ≡ 1, same gradient)
+    assert "grpo-u1-s0" not in rl and "cispo-u1-s0" not in rl
+    assert ablate.run_name("cispo-u1", ablate.AblateConfig()) == "gppo-u1"
     parsed = {n: dict(a[2:].split("=", 1) for a in c[1:]) for n, c in rl.items()}   # the last value of a key wins
     for rule in ("gppo", "grpo", "cispo"):
         for u, mb in ((1, "32"), (4, "8"), (16, "2")):
-            o = parsed[f"{rule}-u{u}-s2"]
-            assert (o["loss_mode"], o["mini_batch_prompts"], o["seed"], o["init_from"]) == (rule, mb, "2", "/ckpt/sft/hf")
+            o = parsed[f"{rule if u > 1 else 'gppo'}-u{u}-s2"]
+            assert (o["mini_batch_prompts"], o["seed"], o["init_from"]) == (mb, "2", "/ckpt/sft/hf")
+            assert o["loss_mode"] == (rule if u > 1 else "gppo")
             assert (float(o["lr"]), o["max_gen_rounds"]) == (5e-5, "3")   # the sweep's lr; full batches (refill)
             assert "beta1" not in o
     assert parsed["gppo-b0.25-uB-s0"]["beta1"] == "0.25" and parsed["gppo-b0.25-uB-s0"]["mini_batch_prompts"] == "2"
     assert "gppo-b1-uB-s0" not in rl
     names = [j["name"] for j in jobs]
-    assert names.index("cispo-u16-s2") < names.index("sft-mixed-s0") and names[-1].startswith("eval_hard")
+    # longest first: the SFTs (8 min), then RL runs by updates per batch (u = 16 takes longest), the evals last
+    kinds = [j["cmd"][0] for j in jobs]
+    assert kinds == sorted(kinds, key=["sft.py", "gppo.py", "eval.py"].index)
+    assert names.index("cispo-u16-s2") < names.index("grpo-u4-s0") < names.index("gppo-u1-s0")
     # the higher-lr point of the sweep: its own lr, the last sweep point's updates
     assert ablate.rl_options("cispo-u16-lr0.0002", ablate.AblateConfig()) == [
         "--loss_mode=cispo", "--mini_batch_prompts=1", "--lr=0.0002"]

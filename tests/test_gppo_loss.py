@@ -186,6 +186,23 @@ def test_chunked_paths_match_naive(mode, temperature):
     torch.testing.assert_close(metrics["entropy"], entropy[mask].mean())
 
 
+def test_on_policy_the_three_rules_give_the_same_gradient_bit_for_bit():
+    """One update per rollout batch: old logπ = logπ, r = 1, every token inside the trust region, F = 1 for GPPO, GRPO
+    and CISPO alike. benchmarks/ablate.py relies on it: its u = 1 point trains one run for the three rules."""
+    hidden, weight, targets, _, A, mask, sft_mask = rl_batch(29, 40, seed=6)
+    logp = torch.log_softmax(hidden @ weight.T, -1).gather(1, targets.clamp(min=0)[:, None])[:, 0]
+    grads = {}
+    for mode in gppo.MODES:
+        h, w = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
+        loss, metrics = gppo.rl_loss_from_hidden(h, w, targets, logp, A, mask, sft_mask=sft_mask, chunk_size=8,
+                                                 backend="torch", mode=mode)
+        loss.backward()
+        assert metrics["clip_frac_low"] == metrics["clip_frac_high"] == 0
+        grads[mode] = (h.grad, w.grad)
+    for mode in ("grpo", "cispo"):
+        assert torch.equal(grads[mode][0], grads["gppo"][0]) and torch.equal(grads[mode][1], grads["gppo"][1])
+
+
 def test_not_inplace_keeps_logits_and_bf16_torch_path():
     batch = rl_batch(20, 40, seed=4)
     hidden, weight, targets, old, A, mask, sft_mask = batch
