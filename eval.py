@@ -32,6 +32,7 @@ Run:
   torchrun --nproc_per_node=8 eval.py --model=/ckpt/klear-rl --code_data=lcb.jsonl --k=8 \\
       --date_from=2024-08-01 --date_to=2025-02-01 --max_tokens=32768 --out_dir=out/eval/lcb_v5
   python eval.py --compare=out/eval/sft/results.json,out/eval/gppo/results.json --labels=SFT,GPPO
+  python eval.py --model=/ckpt/Qwen3-0.6B --prompt="What is 17 * 23?" --k=2 --max_tokens=512   # print 2 samples
 In Python:  results, samples = evaluate_model(model, tokenizer, load_benchmarks(cfg), cfg)
 """
 import os
@@ -103,6 +104,8 @@ class EvalConfig:
     dtype: str = "auto"              # auto (bfloat16 on GPU, float32 on CPU) | bfloat16 | float32
     threads: int = 0                 # CPU threads per rank; 0 = usable cores / ranks on this machine
     out_dir: str = "out/eval"        # results.json and samples.jsonl
+    # one-prompt mode: a look at what a model says, with the sampling options above; evaluates nothing
+    prompt: str = ""                 # one user turn (Qwen3 chat template): print its k samples and their logprobs
     # compare mode: one table of several results.json files side by side; evaluates nothing
     compare: str = ""                # results.json files, comma-separated: print one table side by side; evaluates nothing
     labels: str = ""                 # column names for --compare, comma-separated
@@ -322,6 +325,23 @@ def evaluate_model(model, tokenizer, benchmarks: list, cfg):
     return evaluate(engine, tokenizer, benchmarks, cfg, rank, world)
 
 
+def print_samples(model, tokenizer, cfg):
+    """--prompt: cfg.k samples of one user turn from the paged-KV engine, each with its mean logprob, then the speed."""
+    engine = LLMEngine(model, max_num_seqs=cfg.max_num_seqs, max_model_len=cfg.max_prompt_len + cfg.max_tokens)
+    params = SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k, n=cfg.k, seed=cfg.seed,
+                            max_tokens=cfg.max_tokens, stop_token_ids=tuple(data.stop_token_ids(tokenizer)))
+    prompt_ids = data.encode_prompt(tokenizer, cfg.prompt)[-cfg.max_prompt_len:]
+    t0 = time.perf_counter()
+    samples = engine.generate([prompt_ids], params, progress=True)[0]
+    seconds = time.perf_counter() - t0
+    for j, s in enumerate(samples):
+        print(f"--- sample {j}: {len(s.token_ids)} tokens, finish={s.finish_reason}, "
+              f"mean logprob {sum(s.logprobs) / len(s.logprobs):.3f}")
+        print(tokenizer.decode(s.token_ids, skip_special_tokens=False))
+    generated = sum(len(s.token_ids) for s in samples)
+    print(f"--- {generated} tokens in {seconds:.1f}s ({generated / seconds:.1f} tok/s); {engine.stats}")
+
+
 # ----------------------------------------------------------------------------- tables
 
 def format_table(results_list: list, labels: list | None = None) -> str:
@@ -390,9 +410,11 @@ def main(cfg: EvalConfig):
             raise InputError(f"--model={cfg.model}: no checkpoint there (no config.json): run sft.py / gppo.py, "
                              "or `bash train.sh`, or pass --model=DIR (a Hugging Face Qwen3 directory)")
         tokenizer = read_input(f"--tokenizer={cfg.tokenizer or cfg.model}", data.load_tokenizer, cfg.tokenizer or cfg.model)
-        benchmarks = read_input("--math_data/--code_data", load_benchmarks, cfg)
+        benchmarks = [] if cfg.prompt else read_input("--math_data/--code_data", load_benchmarks, cfg)
         return tokenizer, benchmarks, read_input(f"--model={cfg.model}", from_pretrained, cfg.model, dtype=dtype, device=device)
     tokenizer, benchmarks, model = agree_on_inputs(load)
+    if cfg.prompt:
+        return print_samples(model, tokenizer, cfg) if rank == 0 else None
     sizes = ", ".join(f"{b['name']} ({len(b['problems'])})" for b in benchmarks)
     print0(f"evaluating {cfg.model} on {sizes} | "
            f"k={cfg.k} T={cfg.temperature} top_p={cfg.top_p} top_k={cfg.top_k} max_tokens={cfg.max_tokens} | {world} rank(s)")

@@ -26,16 +26,14 @@ Use it:
     engine = LLMEngine(model, max_num_seqs=256, max_model_len=4096)
     out = engine.generate([[1, 2, 3], [4, 5]], SamplingParams(temperature=1.0, max_tokens=64, n=8, seed=0))
     out[0][7].token_ids, out[0][7].logprobs, out[0][7].finish_reason, engine.stats    # prompt 0, sample 7
-Demo (a Hugging Face Qwen3 directory with its tokenizer.json; --help lists the options):
-    python rollout.py --model=CKPT_DIR --prompt="What is 17*23?" --n=2
+Run it on a Hugging Face Qwen3 checkpoint (eval.py's one-prompt mode: the chat template, this engine, the samples):
+    python eval.py --model=CKPT_DIR --prompt="What is 17 * 23?" --k=2
+Tests (every attention path against a per-token loop, sampling, preemption): python -m pytest tests/test_rollout.py
 """
 import math
-import os
-import re
-import sys
 import time
 from collections import deque
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -660,88 +658,3 @@ class LLMEngine:
             if seq.finish_reason:
                 self.blocks.release(seq)                 # free at once, for the waiting requests
 
-
-# ----------------------------------------------------------------------------- command-line demo
-
-@dataclass
-class DemoConfig:
-    """usage: python rollout.py --model=CHECKPOINT_DIR [--key=value ...]
-    Samples n responses to one chat prompt with the paged-KV engine and prints them with their logprobs."""
-    model: str = ""                  # Hugging Face Qwen3 checkpoint directory
-    tokenizer: str = ""              # tokenizer.json (default: MODEL/tokenizer.json)
-    prompt: str = "What is 17 * 23?"  # the user turn; the Qwen3 chat template wraps it
-    n: int = 2                       # samples (they share the prompt's KV blocks)
-    temperature: float = 0.6         # 0 = greedy
-    top_p: float = 0.95              # nucleus sampling
-    top_k: int = 20                  # 0 = off
-    max_tokens: int = 256            # new tokens per sample
-    seed: int = 0                    # same seed, same samples
-    max_model_len: int = 4096        # prompt + response tokens per sequence
-    max_num_seqs: int = 64           # sequences decoded together
-    device: str = "auto"             # auto: cuda if available, else cpu
-    dtype: str = "auto"              # auto: bfloat16 on cuda, float32 on cpu; or float32/bfloat16/float16
-
-
-def parse_args(argv: list) -> DemoConfig:
-    """--key=value options -> DemoConfig; an unknown key or a value of the wrong type raises ValueError."""
-    cfg, names = DemoConfig(), [f.name for f in fields(DemoConfig)]
-    for arg in argv:
-        if arg in ("-h", "--help"):   # the usage, then each option's default and the comment beside its field
-            import inspect
-            notes = dict(re.findall(r"^\s+(\w+):[^#\n]*#\s*(.*)$", inspect.getsource(DemoConfig), re.M))
-            print(inspect.cleandoc(DemoConfig.__doc__) + "\nOptions:")
-            print("\n".join(f"  --{name}={getattr(DemoConfig, name)!r}".ljust(32) + notes[name] for name in names))
-            sys.exit(0)
-        key, sep, value = arg.removeprefix("--").partition("=")
-        _require(arg.startswith("--") and sep, f"argument {arg!r}: expected --key=value")
-        _require(key in names, f"unknown option --{key}; known: {', '.join(names)}")
-        kind = type(getattr(cfg, key))
-        try:
-            setattr(cfg, key, kind(value))
-        except ValueError:
-            raise ValueError(f"--{key}={value!r}: expected {kind.__name__}") from None
-    return cfg
-
-
-def encode_chat_prompt(tokenizer, prompt: str) -> tuple[list, tuple]:
-    """The Qwen3 chat generation prompt for one user turn -> (token ids, stop token ids <|im_end|>, <|endoftext|>).
-    data.py has the full chat template; this file stands without it."""
-    text = f"<|im_start|>user\n{prompt}<|im_end|>\n<|im_start|>assistant\n"
-    stop = tuple(i for i in map(tokenizer.token_to_id, ("<|im_end|>", "<|endoftext|>")) if i is not None)
-    return tokenizer.encode(text, add_special_tokens=False).ids, stop
-
-
-def main(argv: list) -> None:
-    from tokenizers import Tokenizer
-    cfg = parse_args(argv)
-    _require(cfg.model and os.path.isfile(os.path.join(cfg.model, "config.json")),
-             f"--model={cfg.model!r}: a Hugging Face Qwen3 checkpoint directory is required (with a config.json)")
-    tokenizer_path = cfg.tokenizer or os.path.join(cfg.model, "tokenizer.json")
-    _require(os.path.isfile(tokenizer_path), f"--tokenizer={tokenizer_path}: no such file (pass a tokenizer.json)")
-    tokenizer = Tokenizer.from_file(tokenizer_path)
-    device = cfg.device if cfg.device != "auto" else "cuda" if torch.cuda.is_available() else "cpu"
-    dtype = cfg.dtype if cfg.dtype != "auto" else "bfloat16" if device.startswith("cuda") else "float32"
-    _require(dtype in ("float32", "bfloat16", "float16"), f"--dtype={cfg.dtype}: use auto/float32/bfloat16/float16")
-    from model import from_pretrained   # the demo's only use of model.py: the engine takes any such module
-    model = from_pretrained(cfg.model, dtype=getattr(torch, dtype), device=device)
-    prompt_ids, stop = encode_chat_prompt(tokenizer, cfg.prompt)
-    params = SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k, max_tokens=cfg.max_tokens,
-                            n=cfg.n, stop_token_ids=stop, seed=cfg.seed)
-    engine = LLMEngine(model, max_num_seqs=cfg.max_num_seqs, max_model_len=cfg.max_model_len)
-    t0 = time.perf_counter()
-    samples = engine.generate([prompt_ids], params, progress=True)[0]
-    seconds = time.perf_counter() - t0
-    for j, s in enumerate(samples):
-        mean_logprob = sum(s.logprobs) / len(s.logprobs)
-        print(f"--- sample {j}: {len(s.token_ids)} tokens, finish={s.finish_reason}, mean logprob {mean_logprob:.3f}")
-        print(tokenizer.decode(s.token_ids, skip_special_tokens=False))
-    generated = sum(len(s.token_ids) for s in samples)
-    print(f"--- {generated} tokens in {seconds:.1f}s ({generated / seconds:.1f} tok/s) on {device}/{dtype}; "
-          f"{engine.stats}")
-
-
-if __name__ == "__main__":
-    try:
-        main(sys.argv[1:])
-    except ValueError as e:
-        sys.exit(f"rollout.py: error: {e}")

@@ -210,6 +210,23 @@ def test_cli_exits_nonzero_on_bad_input(tiny_checkpoint, tmp_path):
     assert proc.returncode != 0 and "unknown option --temprature" in proc.stderr
 
 
+def test_one_prompt_mode_prints_the_engines_samples(tiny_checkpoint, tokenizer, tmp_path, capsys):
+    """--prompt: the k samples printed are the engine's own for the chat-formatted prompt and seed; nothing is written."""
+    from model import from_pretrained
+    from rollout import LLMEngine, SamplingParams
+    cfg = ev.EvalConfig(model=tiny_checkpoint, prompt="What is 2 + 3?", k=2, max_tokens=6, max_num_seqs=4, seed=7,
+                        temperature=1.0, out_dir=str(tmp_path / "out"), threads=1)
+    ev.main(cfg)
+    printed = capsys.readouterr().out
+    engine = LLMEngine(from_pretrained(tiny_checkpoint), max_num_seqs=4, max_model_len=cfg.max_prompt_len + 6)
+    expected = engine.generate([data.encode_prompt(tokenizer, "What is 2 + 3?")], SamplingParams(
+        temperature=1.0, top_p=cfg.top_p, n=2, max_tokens=6, seed=7, stop_token_ids=tuple(data.stop_token_ids(tokenizer))))[0]
+    for j, s in enumerate(expected):
+        assert f"--- sample {j}: {len(s.token_ids)} tokens, finish={s.finish_reason}" in printed
+        assert tokenizer.decode(s.token_ids, skip_special_tokens=False) in printed
+    assert "rollout: 2/2 samples done" in printed and not os.path.exists(cfg.out_dir)
+
+
 def test_date_window_on_contest_date(tmp_path):
     row = lambda i, date: json.dumps({"question_id": f"q{i}", "question_content": "print 1", "contest_date": date,
                                       "public_test_cases": json.dumps([{"input": "", "output": "1", "testtype": "stdin"}])})

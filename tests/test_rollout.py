@@ -8,7 +8,7 @@ import torch
 
 from model import Qwen3, Qwen3Config, save_pretrained
 from rollout import (LLMEngine, SamplingParams, Sequence, cascade_batch, cascade_decode, cascade_workspace_size,
-                     encode_chat_prompt, inverse_cdf, main, paged_decode_reference, paged_decode_triton, parse_args)
+                     inverse_cdf, paged_decode_reference, paged_decode_triton)
 
 V = 97
 
@@ -322,35 +322,3 @@ def test_engine_with_triton_decode_equals_reference(model):
     for prompt, samples in zip(prompts, out):
         assert [s.token_ids for s in samples] == [reference_greedy(model, prompt, 4)] * 2
     assert_no_leaks(engine)
-
-
-def test_command_line_demo(model, tmp_path, capsys):
-    """The CLI end to end on a saved checkpoint and a tokenizer built here (word-level, with Qwen3's specials)."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-    words = ["user", "assistant", "hi", "there", "\n"] + [f"w{i}" for i in range(V - 9)]
-    vocab = {w: i for i, w in enumerate(specials + ["[UNK]"] + words)}
-    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
-    tokenizer.pre_tokenizer = pre_tokenizers.Split("\n", behavior="isolated")
-    tokenizer.add_special_tokens(specials)
-    tokenizer.save(str(tmp_path / "tokenizer.json"))
-    save_pretrained(model, str(tmp_path / "ckpt"))
-    main([f"--model={tmp_path / 'ckpt'}", f"--tokenizer={tmp_path / 'tokenizer.json'}", "--prompt=hi", "--n=2",
-          "--max_tokens=5", "--max_model_len=64"])
-    printed = capsys.readouterr().out
-    assert "--- sample 0:" in printed and "--- sample 1:" in printed and "rollout: 2/2 samples done" in printed
-    with pytest.raises(ValueError, match="unknown option --temp"):
-        parse_args(["--temp=1"])
-    with pytest.raises(ValueError, match="expected int"):
-        parse_args(["--n=two"])
-    with pytest.raises(SystemExit):
-        parse_args(["--help"])
-
-
-def test_chat_prompt_with_the_real_qwen3_tokenizer(qwen3_tokenizer_dir):
-    from tokenizers import Tokenizer
-    tokenizer = Tokenizer.from_file(f"{qwen3_tokenizer_dir}/tokenizer.json")
-    ids, stop = encode_chat_prompt(tokenizer, "What is 2+3?")
-    assert stop == (151645, 151643)                                    # <|im_end|>, <|endoftext|>
-    assert ids[:3] == [151644, 872, 198] and ids[-3:] == [151644, 77091, 198]   # <|im_start|>user\n ... assistant\n
-    assert tokenizer.decode(ids, skip_special_tokens=False) == "<|im_start|>user\nWhat is 2+3?<|im_end|>\n<|im_start|>assistant\n"
