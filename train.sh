@@ -3,7 +3,7 @@
 #
 #   bash train.sh                 # toy task on a CPU (tiny model from scratch): ~11 min on 2 cores
 #   bash train.sh ablate          # the off-policy sweep and the paper's ablations in miniature, 3 seeds per arm
-#                                 # (README, "Ablations"): about 1 h 55 min on 2 cores (measured in two parts)
+#                                 # (README, "Ablations"): 84 min on 2 cores; writes benchmarks/results' files
 #   bash train.sh rehearsal       # Qwen3-0.6B's exact shape through every stage, memory vs budget (README, "Rehearsal");
 #                                 # needs QWEN3_TOKENIZER_DIR, ~13 GB of RAM
 #

@@ -25,7 +25,7 @@ mixed seed-0 run, or --sft_from. Each rollout batch gets prompts_per_step/mini_b
 one, r ≡ 1 and GPPO, GRPO and CISPO give the same gradient (method.md §8).
 
 Run (every run is a subprocess with OMP_NUM_THREADS=1; its output goes to out_dir/runs/NAME/log.txt):
-  bash train.sh ablate                              # all arms, 3 seeds: about 1 h 55 min on 2 cores (below)
+  bash train.sh ablate                              # all arms, 3 seeds: 84 min on 2 cores (below)
   python benchmarks/ablate.py --arms=loss,filter --sft_from=out/sft/hf --steps=100   # a subset, a given SFT model
   python benchmarks/ablate.py --out_dir=/tmp/abl --seeds=1 --steps=2 --code_steps=1 --sft_args="--max_steps=5" \\
       --prompts_per_step=4 --code_prompts_per_step=2 --mini_batch_prompts=2 --group_size=4 --eval_every=1 \\
@@ -33,12 +33,12 @@ Run (every run is a subprocess with OMP_NUM_THREADS=1; its output goes to out_di
 Interrupted? Run the same command again: finished runs are skipped, unfinished ones resume from their last
 checkpoint, and a larger --steps/--code_steps extends finished runs. Other changed options need a new --out_dir.
 Output: out_dir/ablation.md (tables), ablation.json (every seed's curves), ablation.png (reward and
-accuracy curves per arm; only if matplotlib is importable, it is not a dependency).
-Cost, one thread per run, measured on the shared 2-core machine with --parallel=2 on the calibrated toy (3-digit
-sums): a math RL run (25 batches of 16 x 8 samples, 6 held-out evals) takes 1-4 min (u = 16 the longest), a code run
-about 7 min, a toy SFT 8 min; the offpolicy, offpolicy_lr, beta1, loss, alpha, filter and code arms (73 jobs) took
-88 min wall, with other work on the same cores for about half of it; the sft arm with one seed took 8 min (2 SFTs
-in parallel + 4 evals), so with 3 seeds about 24 min: about 1 h 55 min for all arms (not measured in one piece).
+accuracy curves per arm) and offpolicy.png (the sweep's six metrics per rule); the plots only if matplotlib is
+importable (it is not a dependency). benchmarks/results/ holds these four files from the run below.
+Cost, one thread per run, measured on the 2-core machine with --parallel=2 (`bash train.sh ablate`: all arms, 3 seeds,
+the machine otherwise idle but for about a minute of tests): 85 jobs in 84 min wall, 167 core-minutes: 6 toy SFTs
+of 8.1-8.9 min, 6 code RL runs of 5.2-5.4 min, 54 math RL runs (25 batches of 16 x 8 samples, 6 held-out evals) of
+1.1-1.6 min, 19 evals of 0.1-1.9 min.
 """
 import json
 import os
@@ -94,8 +94,9 @@ ARMS["beta1"] = ("GPPO's β1 (low-side clipped tokens) far off-policy — author
 
 def run_name(name, cfg) -> str:
     """The run behind an arm's variant, so no run is trained twice: β1 = 1 at a sweep point is that point's GPPO run;
-    GRPO and CISPO at u = 1 are GPPO's u = 1 run (r ≡ 1: the three rules compute the same gradient, bit for bit;
-    tests/test_gppo_loss.py checks the gradients, and separate runs gave bit-identical curves)."""
+    GRPO and CISPO at u = 1 are GPPO's u = 1 run (r = 1 up to rounding, no token is clipped, and inside the trust
+    region the three rules compute the same gradient bit for bit: tests/test_gppo_loss.py; three separate runs gave
+    bit-identical curves)."""
     if name == "gppo-b1-uB" and cfg.beta1_updates in UPDATES:
         return f"gppo-u{cfg.beta1_updates}"
     if re.fullmatch(r"(grpo|cispo)-u1", name):
@@ -259,13 +260,13 @@ def plan(cfg):
                                  ["--toy_code=0", f"--toy_math={cfg.eval_problems}", f"--toy_min_digits={lo}",
                                   f"--toy_max_digits={hi}"], [name]))
     # longest first (LPT), so the last minutes are short jobs on both cores rather than one long job on one; the
-    # base SFT stays first (the RL runs wait for it). Minutes on one core of the toy, measured: SFT 8, code RL 7,
-    # math RL 1-4 growing with updates per batch, eval about 1.
+    # base SFT stays first (the RL runs wait for it). Minutes on one core of the toy, measured: SFT 8-9, code RL 5,
+    # math RL 1.1-1.6 (longer with more updates per batch), eval 0.1-2.
     def minutes(job):
         if job["cmd"][0] != "gppo.py":
-            return {"sft.py": 8, "eval.py": 1}[job["cmd"][0]]
+            return {"sft.py": 8.5, "eval.py": 1}[job["cmd"][0]]
         mini = int([a for a in job["cmd"] if a.startswith("--mini_batch_prompts=")][-1].split("=")[1])
-        return 7 if "--toy_problems=0" in job["cmd"] else 1 + 3 * (cfg.prompts_per_step // mini) / 16
+        return 5 if "--toy_problems=0" in job["cmd"] else 1.1 + (cfg.prompts_per_step // mini) / 32
     first = 1 if rl_runs and not cfg.sft_from else 0
     return jobs[:first] + sorted(jobs[first:], key=minutes, reverse=True)
 
