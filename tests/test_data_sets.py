@@ -354,15 +354,17 @@ def test_parquet_values_decode_as_their_json_twin():
         "scores": pa.array([[("a", 1)], None], pa.map_(pa.string(), pa.int64())),
         "date": pa.array([__import__("datetime").datetime(2024, 8, 1), None]),
         "nested": pa.array([{"tests": [{"input": "1", "output": "2"}], "n": 1}, {"tests": [], "n": None}]),
-        "flag": pa.array([True, False])})
+        "flag": pa.array([True, False]), "half": pa.array([1.5, None], pa.float16())})
     path = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"values-{os.getpid()}.parquet")
     pq.write_table(table, path)
     try:
-        assert list(data.read_rows(path)) == [
+        rows = list(data.read_rows(path))
+        assert type(rows[0][1]["half"]) is float  # not numpy's float16, which JSON cannot write
+        assert rows == [
             (1, {"text": "é", "blob": '{"inputs": ["1"]}', "scores": {"a": 1}, "date": "2024-08-01T00:00:00",
-                 "nested": {"tests": [{"input": "1", "output": "2"}], "n": 1}, "flag": True}),
+                 "nested": {"tests": [{"input": "1", "output": "2"}], "n": 1}, "flag": True, "half": 1.5}),
             (2, {"text": None, "blob": "x", "scores": None, "date": None, "nested": {"tests": [], "n": None},
-                 "flag": False})]
+                 "flag": False, "half": None})]
     finally:
         os.remove(path)
 
@@ -388,6 +390,8 @@ def test_json_arrays_stream_through_a_small_window_and_name_the_bad_element(tmp_
     path = tmp_path / "a.json"
     path.write_text(json.dumps(rows, indent=1))
     assert [r for _, r in data._json_array_rows(str(path), chunk_chars=5)] == rows  # every cut point survives
+    path.write_text("\n".join(json.dumps(r) for r in rows[:3]) + "\n")  # a .json file of JSON lines
+    assert [r for _, r in data.read_rows(str(path))] == rows[:3]
     for text, words in [("[]", "no records"), ('[{"a": 1} {"b": 2}]', "a.json:1: malformed JSON (expected ','"),
                         ('[{"a": 1}, {"b": }]', "a.json:2: malformed JSON"), ('[{"a": 1}] x', "after the array"),
                         ('[{"a": 1}, {"b": "open', "a.json:2: malformed JSON"), ('[{"a": 1}, 3]', "a.json:2: expected a JSON object")]:
