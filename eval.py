@@ -203,7 +203,8 @@ def in_date_window(problems: list, path: str, date_from: str, date_to: str) -> l
 
 
 def load_benchmarks(cfg) -> list:
-    """[{name, kind, source, problems}] from the JSONL files, or the built-in toy held-out sets if none."""
+    """[{name, kind, source, problems}] from the data files (.jsonl, .json or .parquet; a benchmark is read whole,
+    no row skipped), or the built-in toy held-out sets if none."""
     benchmarks = []
     for kind, files in (("math", cfg.math_data), ("code", cfg.code_data)):
         for path in [f.strip() for f in files.split(",") if f.strip()]:

@@ -56,8 +56,9 @@ from sft import (GracefulStop, InputError, agree_on_inputs, export_hf, init_dist
 @dataclass
 class GPPOConfig:
     # data: JSONL prompts (math: problem/question + answer; code: LiveCodeBench style); none given = toy math
-    math_data: str = ""                # math RL prompts (JSONL)
-    code_data: str = ""                # code RL prompts (JSONL)
+    math_data: str = ""                # math RL prompts (.jsonl, .json or .parquet, as published)
+    code_data: str = ""                # code RL prompts (.jsonl, .json or .parquet, as published)
+    skip_bad_rows: bool = False        # skip rows that cannot be graded ("proof" answers, no runnable test), counted
     eval_data: str = ""                # held-out math JSONL; empty = the toy held-out split
     toy_problems: int = 2000           # toy RL prompts (addition with toy_min..toy_max digits); 0 = none
     toy_min_digits: int = 3            # fewest digits of a toy operand (the SFT model slips on 3+ digits at T=1)
@@ -137,12 +138,12 @@ def load_tasks(cfg, tokenizer):
     """RL prompts as dicts {id, kind: math|code, prompt, answer|tests, prompt_ids}."""
     tasks = []
     if cfg.math_data:
-        problems = read_input("--math_data", data.load_math_jsonl, cfg.math_data)
+        problems = read_input("--math_data", data.load_math_jsonl, cfg.math_data, skip_bad_rows=cfg.skip_bad_rows)
         print0(f"math data: {problems.report}")
         tasks += [dict(p, kind="math") for p in problems]
     if cfg.code_data:
         problems = read_input("--code_data", data.load_code_jsonl, cfg.code_data, min_tests=cfg.min_tests,
-                              pass_rate_field=cfg.pass_rate_field)
+                              pass_rate_field=cfg.pass_rate_field, skip_bad_rows=cfg.skip_bad_rows)
         print0(f"code data: {problems.report}")
         tasks += [dict(p, kind="code") for p in problems]
     if not (cfg.math_data or cfg.code_data):
@@ -607,8 +608,9 @@ def main(cfg: GPPOConfig, reward_fn=None):
 
 @dataclass
 class CodeFilterConfig:
-    code_data: str = ""                # the code prompts (JSONL: LiveCodeBench, APPS/TACO, verl or {prompt, tests})
-    out: str = ""                      # where the rows that pass every check are written, unchanged (JSONL)
+    code_data: str = ""                # the code prompts (.jsonl, .json or .parquet; the formats data.py reads)
+    out: str = ""                      # where the rows that pass every check are written, in the input's format
+    skip_bad_rows: bool = False        # skip rows whose tests cannot be run (counted) instead of stopping
     min_tests: int = 16                # drop problems with fewer tests (paper: 16)
     pass_rate_field: str = ""          # a stronger model's pass rate per row (see data.load_code_jsonl); empty = none
     min_pass_rate: float = 0.5         # keep rows whose pass rate is >= this (paper: 0.5 of 16 samples)
@@ -619,17 +621,17 @@ class CodeFilterConfig:
 
 def filter_code_main(cfg: CodeFilterConfig):
     """`python gppo.py filter_code --code_data=IN --out=OUT`: the code-prompt filter, once, offline; the kept rows
-    are copied to OUT byte for byte, so the file keeps its format."""
+    are written to OUT in IN's own format (data.copy_rows: JSON lines byte for byte, a JSON array, parquet)."""
     if not cfg.code_data or not cfg.out:
         raise InputError("filter_code needs --code_data=IN.jsonl and --out=OUT.jsonl")
+    if os.path.splitext(cfg.code_data)[1] != os.path.splitext(cfg.out)[1]:
+        raise InputError(f"--out={cfg.out}: use the extension of --code_data ({cfg.code_data}): rows keep their format")
     problems = read_input("--code_data", data.load_code_jsonl, cfg.code_data, min_tests=cfg.min_tests,
-                          pass_rate_field=cfg.pass_rate_field)
+                          pass_rate_field=cfg.pass_rate_field, skip_bad_rows=cfg.skip_bad_rows)
     print0(f"code data: {problems.report}")
     kept, counts = check_code_prompts(problems, cfg.min_pass_rate, cfg.check_references, timeout_s=cfg.timeout_s,
                                       workers=cfg.workers)
-    lines = {p["line"] for p in kept}
-    with open(cfg.code_data, "rb") as src, open(cfg.out, "wb") as dst:
-        dst.writelines(line for n, line in enumerate(src, 1) if n in lines)
+    data.copy_rows(cfg.code_data, cfg.out, {p["line"] for p in kept})
     counts = dict(rows=problems.report["rows"], dropped_few_tests=problems.report["dropped_few_tests"], **counts)
     print0(f"wrote {cfg.out}: {counts}")
     return counts

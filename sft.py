@@ -56,7 +56,8 @@ from model import Qwen3, Qwen3Config, from_pretrained, save_pretrained
 @dataclass
 class SFTConfig:
     # data
-    data: str = ""                   # JSONL of conversations (`messages` or `conversations`); empty = the built-in toy tasks
+    data: str = ""                   # conversations (.jsonl, .json or .parquet; the formats data.py reads); empty = the toy tasks
+    skip_bad_rows: bool = False      # skip rows that cannot be learned from (malformed reasoning markers), counted
     tokenizer: str = ""              # dir or tokenizer.json; empty with toy data = the toy tokenizer
     max_len: int = 512               # longer conversations follow `overlong`
     overlong: str = "truncate"       # truncate | drop (either way the count is reported)
@@ -166,7 +167,8 @@ def load_sft_data(cfg: SFTConfig, rank: int, world: int):
             raise InputError("--data needs --tokenizer (a dir or tokenizer.json, e.g. the base model's dir)")
         tokenizer = read_input(f"--tokenizer={cfg.tokenizer}", data.load_tokenizer, cfg.tokenizer)
         tokenizer_dir = cfg.tokenizer if os.path.isdir(cfg.tokenizer) else os.path.dirname(cfg.tokenizer)
-        conversations = read_input("--data", data.load_sft_jsonl, cfg.data)
+        conversations = read_input("--data", data.load_sft_jsonl, cfg.data, skip_bad_rows=cfg.skip_bad_rows)
+        print0(f"data file: {conversations.report}")
     else:
         tokenizer = data.build_toy_tokenizer()      # deterministic: every rank builds the same one
         tokenizer_dir = os.path.join(cfg.out_dir, "tokenizer")
