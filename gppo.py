@@ -45,7 +45,7 @@ import torch.distributed as dist
 
 import data
 import reward
-from gppo_loss import MODES, rl_loss_from_hidden
+from gppo_loss import MODES, LossConfig, rl_loss_from_hidden
 from model import from_pretrained
 from rollout import LLMEngine, SamplingParams
 from sft import (GracefulStop, InputError, agree_on_inputs, export_hf, init_distributed, load_checkpoint,
@@ -131,6 +131,12 @@ class GPPOConfig:
         for ok, why in checks:
             if not ok:
                 raise SystemExit(f"error: GPPOConfig: {why}")
+        try:   # the loss's whole definition, built once: the update passes it on as it is
+            self.loss = LossConfig(mode=self.loss_mode, eps_low=self.eps_low, eps_high=self.eps_high,
+                                   dual_clip=self.dual_clip, beta1=self.beta1, beta2=self.beta2,
+                                   high_side_only=self.high_side_only, alpha=self.alpha, temperature=self.temperature)
+        except ValueError as e:
+            raise SystemExit(f"error: GPPOConfig: {e}") from None
 
 
 def load_tasks(cfg, tokenizer):
@@ -272,10 +278,8 @@ def train_mini_batch(run: Run, seqs: list):
         hidden = run.policy(ids, position_ids=pos, document_ids=doc, return_hidden=True)[0, where]
         mask = torch.ones_like(tok["adv"]) if i < len(rows) else torch.zeros_like(tok["adv"])
         loss, m = rl_loss_from_hidden(hidden, run.policy.lm_head.weight, targets, tok["old"], tok["adv"], mask,
-                                      sft_mask=tok["sft"], temperature=cfg.temperature, alpha=cfg.alpha,
-                                      num_tokens=counts["tokens"], num_sft_tokens=max(counts["sft_tokens"], 1.0),
-                                      mode=cfg.loss_mode, eps_low=cfg.eps_low, eps_high=cfg.eps_high, dual_clip=cfg.dual_clip,
-                                      beta1=cfg.beta1, beta2=cfg.beta2, high_side_only=cfg.high_side_only)
+                                      sft_mask=tok["sft"], cfg=cfg.loss, num_tokens=counts["tokens"],
+                                      num_sft_tokens=max(counts["sft_tokens"], 1.0))
         (loss * run.world).backward()   # FSDP averages gradients over ranks; the loss is already a global mean
         w = float(mask.sum())
         for k in names:
