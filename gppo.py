@@ -352,12 +352,16 @@ def sample_groups(run: Run, first: int, count: int) -> list:
     stop_ids = tuple(data.stop_token_ids(tokenizer))
     params = [SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_response_len, n=cfg.group_size,
                              stop_token_ids=stop_ids, seed=cfg.seed * 1_000_003 + p) for p in positions]
-    outs = run.engine.generate([t["prompt_ids"] for t in chosen], params) if chosen else []
-    jobs = [[run.pool.submit(run.score_fn, task, tokenizer.decode(s.token_ids, skip_special_tokens=False), s.token_ids)
-             for s in samples] for task, samples in zip(chosen, outs)]
+    jobs = {}   # (prompt, sample) -> its score, computed by the pool while the engine decodes the other samples
+
+    def score_when_done(prompt: int, sample: int, out):
+        text = tokenizer.decode(out.token_ids, skip_special_tokens=False)
+        jobs[prompt, sample] = run.pool.submit(run.score_fn, chosen[prompt], text, out.token_ids)
+
+    outs = run.engine.generate([t["prompt_ids"] for t in chosen], params, on_finish=score_when_done) if chosen else []
     groups = []
-    for position, task, samples, group_jobs in zip(positions, chosen, outs, jobs):
-        scored = [job.result() for job in group_jobs]
+    for p, (position, task, samples) in enumerate(zip(positions, chosen, outs)):
+        scored = [jobs[p, j].result() for j in range(len(samples))]
         advantages, keep = group_advantages([[r for r, _ in scored]])
         groups.append(Group(position, task, samples, [r for r, _ in scored], [c for _, c in scored], advantages[0],
                             bool(keep[0]) or not cfg.filter_zero_adv))

@@ -398,14 +398,20 @@ def _token_batch(n_rows: int, vocab: int, target_ids, old_logprobs, advantages, 
     return TokenBatch(targets, old_logprobs, advantages, response_mask, sft_mask, num_tokens, num_sft_tokens)
 
 
-def _fused(cfg: LossConfig, chunk_size, backend: str, device) -> _Fused:
+def _fused(cfg: LossConfig, chunk_size, backend: str, vocab: int, device) -> _Fused:
     if not isinstance(cfg, LossConfig):
         raise TypeError(f"gppo_loss: cfg must be a LossConfig, got {type(cfg).__name__}")
     if backend not in ("auto", "torch", "triton") or (backend == "triton" and triton is None):
         raise ValueError(f"gppo_loss: backend={backend!r} must be 'auto', 'torch' or 'triton' (triton "
                          f"{'not ' if triton is None else ''}installed)")
     use_triton = backend == "triton" or (backend == "auto" and triton is not None and device.type == "cuda")
-    return _Fused(cfg, chunk_size or (2048 if device.type == "cuda" else 256), use_triton)
+    return _Fused(cfg, chunk_size or _default_chunk(vocab, device), use_triton)
+
+
+def _default_chunk(vocab: int, device) -> int:
+    """Rows of logits per chunk: 2048 on CUDA; on CPU ~16 MB of fp32 logits (256 rows at V = 151,936, the whole
+    batch of a toy's 583-token vocabulary: each chunk costs a dozen small ops, so a tiny vocabulary wants few)."""
+    return 2048 if device.type == "cuda" else max(256, 2**22 // vocab)
 
 
 def _with_metrics(outputs, batch: TokenBatch, cfg: LossConfig):
@@ -433,7 +439,7 @@ def rl_loss_from_logits(logits, target_ids, old_logprobs, advantages, response_m
     logits = logits if logits.stride(-1) == 1 else logits.contiguous()
     batch = _token_batch(*logits.shape, target_ids, old_logprobs, advantages, response_mask, sft_mask, num_tokens,
                          num_sft_tokens)
-    how = _fused(cfg, chunk_size, backend, logits.device)
+    how = _fused(cfg, chunk_size, backend, logits.shape[1], logits.device)
     inplace = inplace_backward and not logits.is_leaf  # a leaf's .grad would alias its own data
     return _with_metrics(_LossFromLogits.apply(logits, batch, how, inplace), batch, cfg)
 
@@ -442,12 +448,12 @@ def rl_loss_from_hidden(hidden, lm_head_weight, target_ids, old_logprobs, advant
                         sft_mask=None, cfg: LossConfig = LossConfig(), num_tokens=None, num_sft_tokens=None,
                         chunk_size=None, backend="auto"):
     """Same as rl_loss_from_logits with logits = hidden (N, D) @ lm_head_weight (V, D).T, computed chunk_size rows
-    at a time (default 2048 on CUDA, 256 on CPU) in the forward and recomputed in the backward: no (N, V) tensor
-    ever exists. Gradients flow to hidden and lm_head_weight."""
+    at a time (default 2048 on CUDA; on CPU 16 MB of fp32 logits, 256 rows at V = 151,936) in the forward and
+    recomputed in the backward: no (N, V) tensor ever exists. Gradients flow to hidden and lm_head_weight."""
     if hidden.dim() != 2 or lm_head_weight.dim() != 2 or hidden.shape[1] != lm_head_weight.shape[1]:
         raise ValueError(f"gppo_loss: need hidden (N, D) and lm_head_weight (V, D), got "
                          f"{tuple(hidden.shape)} and {tuple(lm_head_weight.shape)}")
     batch = _token_batch(len(hidden), len(lm_head_weight), target_ids, old_logprobs, advantages, response_mask,
                          sft_mask, num_tokens, num_sft_tokens)
-    how = _fused(cfg, chunk_size, backend, hidden.device)
+    how = _fused(cfg, chunk_size, backend, len(lm_head_weight), hidden.device)
     return _with_metrics(_LossFromHidden.apply(hidden, lm_head_weight, batch, how), batch, cfg)
