@@ -380,16 +380,22 @@ def paged_decode_triton(q, k_pool, v_pool, block_tables, context_lens, num_split
     blocks_per_split = -(-max_blocks // splits)
     m, l = (torch.empty(B, Hq, splits, dtype=torch.float32, device=q.device) for _ in range(2))
     acc = torch.empty(B, Hq, splits, hd, dtype=torch.float32, device=q.device)
-    head_dim_p2 = triton.next_power_of_2(hd)
+    decode_meta, combine_meta = decode_kernel_meta(Hq, Hkv, bs, hd, splits)
     _paged_decode_kernel[(B, Hkv, splits)](
         q, k_pool, v_pool, m, l, acc, block_tables, context_lens, 1.0 / math.sqrt(hd),
         q.stride(0), q.stride(1), k_pool.stride(1), k_pool.stride(2), k_pool.stride(0), block_tables.stride(0), Hq,
-        blocks_per_split, splits, GROUP=Hq // Hkv, GROUP_P2=triton.next_power_of_2(Hq // Hkv), BLOCK_SIZE=bs,
-        BLOCK_P2=triton.next_power_of_2(bs), HEAD_DIM=hd, HEAD_DIM_P2=head_dim_p2)
+        blocks_per_split, splits, **decode_meta)
     out = torch.empty_like(q)
-    _combine_splits_kernel[(B, Hq)](m, l, acc, out, out.stride(0), out.stride(1), Hq, splits,
-                                    SPLITS_P2=triton.next_power_of_2(splits), HEAD_DIM=hd, HEAD_DIM_P2=head_dim_p2)
+    _combine_splits_kernel[(B, Hq)](m, l, acc, out, out.stride(0), out.stride(1), Hq, splits, **combine_meta)
     return out
+
+
+def decode_kernel_meta(num_q_heads: int, num_kv_heads: int, block_size: int, head_dim: int, splits: int) -> tuple:
+    """The compile-time constants of the two decode kernels (tests/test_aot_compile.py compiles them with these)."""
+    group, head_dim_p2 = num_q_heads // num_kv_heads, triton.next_power_of_2(head_dim)
+    return (dict(GROUP=group, GROUP_P2=triton.next_power_of_2(group), BLOCK_SIZE=block_size,
+                 BLOCK_P2=triton.next_power_of_2(block_size), HEAD_DIM=head_dim, HEAD_DIM_P2=head_dim_p2),
+            dict(SPLITS_P2=triton.next_power_of_2(splits), HEAD_DIM=head_dim, HEAD_DIM_P2=head_dim_p2))
 
 
 @dataclass
