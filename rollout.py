@@ -31,6 +31,7 @@ Run it on a Hugging Face Qwen3 checkpoint (eval.py's one-prompt mode: the chat t
     python eval.py --model=CKPT_DIR --prompt="What is 17 * 23?" --k=2
 Tests (every attention path against a per-token loop, sampling, preemption): python -m pytest tests/test_rollout.py
 """
+import dataclasses
 import math
 import time
 from collections import deque
@@ -218,6 +219,7 @@ class CascadeBatch:
     seq_rows: torch.Tensor       # (B,) int64: the row of sequence i in that layout
     hidden: torch.Tensor         # (B, L_pre + L_own) bool: the padding positions of sequence i's prefix + own part
     slots: torch.Tensor          # (B, L_pre + L_own) int64: the pool slot of each of those positions
+    key: tuple = ()              # the block tables it was made from: equal keys, equal layouts (see cascade_batch)
     _v_rows: torch.Tensor | None = None
 
     def v_rows(self, num_kv_heads: int, group: int, num_slots: int) -> torch.Tensor:
@@ -229,9 +231,17 @@ class CascadeBatch:
         return self._v_rows
 
 
-def cascade_batch(seqs: list, block_size: int, device) -> CascadeBatch:
+def cascade_batch(seqs: list, block_size: int, device, reuse: CascadeBatch | None = None) -> CascadeBatch:
     """Group the running sequences by the prompt prefill they share (prefix_id) and split each block table
-    into its group's prefix (the prompt's full blocks) and its own blocks (the rest: written by it alone)."""
+    into its group's prefix (the prompt's full blocks) and its own blocks (the rest: written by it alone).
+    reuse: the previous step's batch. A block table changes only when a sequence starts a block or copies a shared
+    one (its length or last block id), so while the key is the same only the lengths (the mask) are new: most
+    decode steps skip the Python work of rebuilding the tables."""
+    key = tuple((id(seq), len(seq.block_table), seq.block_table[-1]) for seq in seqs)
+    if reuse is not None and reuse.key == key:
+        own_len = torch.tensor([len(seq) - seq.prefix_blocks * block_size for seq in seqs], device=device)
+        own_hidden = torch.arange(reuse.L_own, device=device) >= own_len[:, None]
+        return dataclasses.replace(reuse, hidden=torch.cat([reuse.hidden[:, :reuse.L_pre], own_hidden], 1))
     groups = {}                                        # prefix_id -> indices of its running sequences
     for i, seq in enumerate(seqs):
         groups.setdefault(seq.prefix_id, []).append(i)
@@ -258,7 +268,7 @@ def cascade_batch(seqs: list, block_size: int, device) -> CascadeBatch:
     prefix_slots = (prefix_blocks.view(P, max_prefix, 1) * block_size + token).view(P, L_pre)[seq_rows // n]
     own_slots = (own_blocks.view(B, max_own, 1) * block_size + token).view(B, L_own)
     return CascadeBatch(prefix_blocks, own_blocks, P, n, L_pre, L_own, tensor(group_rows), seq_rows, hidden,
-                        torch.cat([prefix_slots, own_slots], 1))
+                        torch.cat([prefix_slots, own_slots], 1), key)
 
 
 def cascade_workspace_size(k_pool, batch: CascadeBatch) -> int:
@@ -599,7 +609,7 @@ class LLMEngine:
         Returns result[prompt][sample] = Sample(token_ids, logprobs, finish_reason). on_finish(prompt, sample, Sample),
         if given, is called as soon as a sample is finished (e.g. to score it while the others are still decoding)."""
         groups = make_groups(prompt_token_ids, params, self.max_model_len, self.vocab_size, self.max_num_seqs)
-        self.on_finish = on_finish
+        self.on_finish, self._cascade = on_finish, None   # _cascade: the last decode step's CascadeBatch
         self.stats = EngineStats()
         self.blocks.peak_used = 0
         waiting, running = deque(list(g) for g in groups), []
@@ -700,7 +710,7 @@ class LLMEngine:
                                               for seq in running], dtype=torch.int32, device=self.device)
             step.context_lens = torch.tensor([len(seq) for seq in running], dtype=torch.int32, device=self.device)
         else:
-            step.cascade = cascade_batch(running, self.blocks.block_size, self.device)
+            step.cascade = self._cascade = cascade_batch(running, self.blocks.block_size, self.device, self._cascade)
         logits = self._forward([seq.token_ids[-1] for seq in running], [len(seq) - 1 for seq in running], step,
                                list(range(len(running))))
         self.stats.decode_tokens += len(running)

@@ -1,6 +1,7 @@
 """Tests of rollout.py against independent references: a no-cache greedy decode (full forward at every step),
 teacher-forced logprobs of model.py with a separately written top-k/top-p filter, and a per-token loop over
 block tables for the paged attention kernels. A tiny random fp32 Qwen3 keeps everything fast on a CPU."""
+import dataclasses
 import math
 
 import pytest
@@ -316,6 +317,25 @@ def test_cascade_decode_equals_per_token_loop(prompt_lens):
     torch.testing.assert_close(cascade_decode(q, k_pool, v_pool, batch), expected, atol=1e-5, rtol=1e-5)
     workspace = torch.full((cascade_workspace_size(k_pool, batch) + 5,), float("nan"))   # stale garbage is overwritten
     torch.testing.assert_close(cascade_decode(q, k_pool, v_pool, batch, workspace), expected, atol=1e-5, rtol=1e-5)
+    # the next step: every sequence one token longer. Those whose last block has room keep their tables and the
+    # batch is reused (only the mask moves); one that starts a block changes the key and the batch is rebuilt
+    for grow, same_tables in ((lambda seq: len(seq) % bs != 0, True), (lambda seq: True, False)):
+        stepped = [Sequence(s.token_ids + [0] * grow(s), SamplingParams(), 100, seed=0) for s in seqs]
+        for new, old in zip(stepped, seqs):
+            extra = -(-len(new) // bs) - len(old.block_table)
+            new.block_table = old.block_table + [free.pop() for _ in range(extra)]
+            new.prefix_id, new.prefix_blocks = old.prefix_id, old.prefix_blocks
+        stepped_batch = cascade_batch(stepped, bs, "cpu")
+        # same tables: the reuse path must recompute the mask (given a stale one); another key: a rebuild
+        previous = dataclasses.replace(stepped_batch, hidden=batch.hidden) if same_tables else batch
+        reused = cascade_batch(stepped, bs, "cpu", reuse=previous)
+        assert (reused.slots is previous.slots) == same_tables
+        assert torch.equal(reused.hidden, stepped_batch.hidden) and torch.equal(reused.slots, stepped_batch.slots)
+        lens = torch.tensor([len(s) for s in stepped])
+        tables = torch.tensor([s.block_table + [0] * (max(len(t.block_table) for t in stepped) - len(s.block_table))
+                               for s in stepped])
+        torch.testing.assert_close(cascade_decode(q, k_pool, v_pool, reused),
+                                   paged_attention_by_hand(q, k_pool, v_pool, tables, lens), atol=1e-5, rtol=1e-5)
 
 
 def test_engine_with_triton_decode_equals_reference(model):
