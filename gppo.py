@@ -343,9 +343,10 @@ class Group:
     keep: bool               # False: all rewards equal, no signal (dropped when filter_zero_adv)
 
 
-def sample_groups(run: Run, first: int, count: int) -> list:
+def sample_groups(run: Run, first: int, count: int) -> tuple:
     """Sample and score prompts first..first+count-1 of the stream; this rank takes every world-th of them.
-    Each prompt's seed comes from its stream position, so samples do not depend on the number of ranks."""
+    Each prompt's seed comes from its stream position, so samples do not depend on the number of ranks.
+    Returns (groups, seconds in the engine's generate)."""
     cfg, tokenizer = run.cfg, run.tokenizer
     positions = list(range(first + run.rank, first + count, run.world))
     chosen = prompts_at(run.tasks, first, count, cfg.seed)[run.rank::run.world]
@@ -358,14 +359,16 @@ def sample_groups(run: Run, first: int, count: int) -> list:
         text = tokenizer.decode(out.token_ids, skip_special_tokens=False)
         jobs[prompt, sample] = run.pool.submit(run.score_fn, chosen[prompt], text, out.token_ids)
 
+    start = time.time()
     outs = run.engine.generate([t["prompt_ids"] for t in chosen], params, on_finish=score_when_done) if chosen else []
+    engine_s = time.time() - start
     groups = []
     for p, (position, task, samples) in enumerate(zip(positions, chosen, outs)):
         scored = [jobs[p, j].result() for j in range(len(samples))]
         advantages, keep = group_advantages([[r for r, _ in scored]])
         groups.append(Group(position, task, samples, [r for r, _ in scored], [c for _, c in scored], advantages[0],
                             bool(keep[0]) or not cfg.filter_zero_adv))
-    return groups
+    return groups, engine_s
 
 
 def mini_batches_of(kept: list, cfg, world: int) -> list:
@@ -415,10 +418,11 @@ def rl_step(run: Run, step: int, prompt_cursor: int) -> tuple:
     """One RL step: sample (and refill) groups, re-pack survivors, recompute old logprobs, one optimizer step per
     mini-batch, copy the weights into the engine. Returns (metrics record, the stream position after the step)."""
     cfg, t0 = run.cfg, time.time()
-    sampled, kept, rounds = [], [], 0
+    sampled, kept, rounds, engine_s = [], [], 0, 0.0
     per_round = math.ceil(cfg.oversample * cfg.prompts_per_step)
     while rounds < cfg.max_gen_rounds:
-        new = sample_groups(run, prompt_cursor, per_round)
+        new, seconds = sample_groups(run, prompt_cursor, per_round)
+        engine_s += seconds
         prompt_cursor, rounds = prompt_cursor + per_round, rounds + 1
         sampled += new
         kept += [g for g in new if g.keep]
@@ -434,7 +438,7 @@ def rl_step(run: Run, step: int, prompt_cursor: int) -> tuple:
     t3 = time.time()
     if updates:
         sync_engine(run.policy, run.engine_model)
-    times = dict(time_generate_and_reward=t1 - t0, time_old_logprobs=t2 - t1, time_train=t3 - t2,
+    times = dict(time_generate_and_reward=t1 - t0, time_engine=engine_s, time_old_logprobs=t2 - t1, time_train=t3 - t2,
                  time_sync=time.time() - t3)
 
     # --- metrics over all ranks, over every sampled response (all rounds)
