@@ -6,7 +6,8 @@ One step, in plain words:
   1. prompts_per_step prompts are dealt round-robin to the ranks; each samples group_size responses per prompt
      with rollout.py (seeded by the prompt's position in the run's prompt stream, so any number of ranks samples
      the same responses);
-  2. rewards: math-verify on the text after </think>, or the fraction of a program's tests it passes (reward.py);
+  2. rewards: math-verify on the text after </think>, or the fraction of a program's tests it passes (reward.py),
+     each response scored by a pool of threads as soon as it finishes, while the engine decodes the others;
   3. GRPO advantages per group, A = (R − mean) / (std + 1e-6); a group whose rewards are all equal (all right or
      all wrong) has no signal and is dropped. Optionally (--max_gen_rounds > 1) more prompts are sampled until
      prompts_per_step groups survive, as the authors' scripts do; the paper does not refill;

@@ -27,6 +27,7 @@ Use it:
     engine = LLMEngine(model, max_num_seqs=256, max_model_len=4096)
     out = engine.generate([[1, 2, 3], [4, 5]], SamplingParams(temperature=1.0, max_tokens=64, n=8, seed=0))
     out[0][7].token_ids, out[0][7].logprobs, out[0][7].finish_reason, engine.stats    # prompt 0, sample 7
+    engine.generate(prompts, params, on_finish=lambda prompt, sample, out: ...)      # each sample as it finishes
 Run it on a Hugging Face Qwen3 checkpoint (eval.py's one-prompt mode: the chat template, this engine, the samples):
     python eval.py --model=CKPT_DIR --prompt="What is 17 * 23?" --k=2
 Tests (every attention path against a per-token loop, sampling, preemption): python -m pytest tests/test_rollout.py

@@ -345,3 +345,17 @@ def test_engine_with_triton_decode_equals_reference(model):
     for prompt, samples in zip(prompts, out):
         assert [s.token_ids for s in samples] == [reference_greedy(model, prompt, 4)] * 2
     assert_no_leaks(engine)
+
+
+def test_on_finish_hands_over_each_sample_as_it_finishes(model):
+    """generate(on_finish=) is called once per sample, with the Sample generate returns, as soon as it is done:
+    the 2-token samples before the 6-token ones (gppo.py scores them while the others are decoding)."""
+    prompts = prompts_of([5, 9], seed=3)
+    seen = []
+    out = LLMEngine(model, max_num_seqs=8, max_model_len=32).generate(
+        prompts, [SamplingParams(max_tokens=6, n=2, seed=1), SamplingParams(max_tokens=2, n=3, seed=2)],
+        on_finish=lambda p, j, sample: seen.append((p, j, sample)))
+    assert sorted((p, j) for p, j, _ in seen) == [(0, 0), (0, 1), (1, 0), (1, 1), (1, 2)]
+    assert [p for p, _, _ in seen] == [1, 1, 1, 0, 0]
+    for p, j, sample in seen:
+        assert sample == out[p][j]
