@@ -48,6 +48,7 @@ class BenchConfig:
     longtail_digits: int = 30          # digits of each operand of a long sum
     longtail_tokens: int = 1024        # the response limit of the longtail workload
     threads: int = 2                   # torch threads per side (one process each)
+    trl_timeout_s: int = 3600          # TRL's side is stopped after this long; the steps it finished are kept
     out_dir: str = "out/bench_vs_trl"  # runs, the virtualenv, results.json
     venv: str = ""                     # default: out_dir/venv
     trl_worker: str = ""               # internal: run TRL's side from this spec file
@@ -173,11 +174,18 @@ def run_trl(cfg: BenchConfig, python: str, run_dir: str, model: str, prompts: li
     with open(spec_path, "w") as fh:
         json.dump(spec, fh)
     log = os.path.join(run_dir, "trl.log")
+    if os.path.exists(spec["out"]):
+        os.remove(spec["out"])
     with open(log, "w") as fh:
-        proc = subprocess.run([python, os.path.abspath(__file__), f"--trl_worker={spec_path}"], stdout=fh,
-                              stderr=subprocess.STDOUT, cwd=ROOT)
-    if proc.returncode:
-        sys.exit(f"bench_vs_trl.py: TRL's run failed; its output is in {log}")
+        try:
+            proc = subprocess.run([python, os.path.abspath(__file__), f"--trl_worker={spec_path}"], stdout=fh,
+                                  stderr=subprocess.STDOUT, cwd=ROOT, timeout=cfg.trl_timeout_s)
+            failed = proc.returncode != 0
+        except subprocess.TimeoutExpired:   # the worker writes its results after every RL step: keep those
+            print(f"bench_vs_trl.py: TRL's run passed --trl_timeout_s={cfg.trl_timeout_s}; stopped", flush=True)
+            failed = False
+    if failed or not os.path.exists(spec["out"]):
+        sys.exit(f"bench_vs_trl.py: TRL's run failed or finished no timed step; its output is in {log}")
     with open(spec["out"]) as fh:
         return json.load(fh)
 
@@ -258,23 +266,30 @@ def trl_worker(spec_path: str):
     trainer._get_per_token_logps_and_entropies = timed_logps
     trainer.model.generate = timed_generate
 
+    def save():   # after every RL step, so a run stopped from outside keeps the steps it finished
+        steps = []
+        for k in range(len(clock["end"]) // 8):   # RL step k = optimizer steps 8k .. 8k+7, one generation first
+            total = clock["end"][8 * k + 7] - clock["begin"][8 * k]
+            gen = clock["generate_and_score"][k]
+            steps.append(dict(step=total, generate_and_reward=gen - clock["old_logprobs"][k],
+                              old_logprobs=clock["old_logprobs"][k], updates=total - gen,
+                              engine_generate=clock["generate"][k]))
+        if len(steps) > spec["warmup"]:
+            with open(spec["out"] + ".tmp", "w") as fh:
+                json.dump(dict(steps=steps[spec["warmup"]:], first=first), fh)
+            os.replace(spec["out"] + ".tmp", spec["out"])
+
     class Clock(TrainerCallback):
         def on_step_begin(self, args, state, control, **kwargs):
             clock["begin"].append(time.perf_counter())
 
         def on_step_end(self, args, state, control, **kwargs):
             clock["end"].append(time.perf_counter())
+            if len(clock["end"]) % 8 == 0:
+                save()
 
     trainer.add_callback(Clock())
     trainer.train()
-    steps = []
-    for k in range(spec["rl_steps"]):   # RL step k = optimizer steps 8k .. 8k+7, one generation at its start
-        total = clock["end"][8 * k + 7] - clock["begin"][8 * k]
-        gen = clock["generate_and_score"][k]
-        steps.append(dict(step=total, generate_and_reward=gen - clock["old_logprobs"][k],
-                          old_logprobs=clock["old_logprobs"][k], updates=total - gen, engine_generate=clock["generate"][k]))
-    with open(spec["out"], "w") as fh:
-        json.dump(dict(steps=steps[spec["warmup"]:], first=first), fh)
 
 
 # ----------------------------------------------------------------------------- comparison
