@@ -6,7 +6,8 @@ One step, in plain words:
   1. prompts_per_step prompts are dealt round-robin to the ranks; each samples group_size responses per prompt
      with rollout.py (seeded by the prompt's position in the run's prompt stream, so any number of ranks samples
      the same responses);
-  2. rewards: math-verify on the text after </think>, or the fraction of a program's tests it passes (reward.py);
+  2. rewards: math-verify on the text after </think>, or the fraction of a program's tests it passes (reward.py),
+     each response scored by a pool of threads as soon as it finishes, while the engine decodes the others;
   3. GRPO advantages per group, A = (R − mean) / (std + 1e-6); a group whose rewards are all equal (all right or
      all wrong) has no signal and is dropped. Optionally (--max_gen_rounds > 1) more prompts are sampled until
      prompts_per_step groups survive, as the authors' scripts do; the paper does not refill;
@@ -45,7 +46,7 @@ import torch.distributed as dist
 
 import data
 import reward
-from gppo_loss import MODES, rl_loss_from_hidden
+from gppo_loss import MODES, LossConfig, rl_loss_from_hidden
 from model import from_pretrained
 from rollout import LLMEngine, SamplingParams
 from sft import (GracefulStop, InputError, agree_on_inputs, export_hf, init_distributed, load_checkpoint,
@@ -132,6 +133,12 @@ class GPPOConfig:
         for ok, why in checks:
             if not ok:
                 raise SystemExit(f"error: GPPOConfig: {why}")
+        try:   # the loss's whole definition, built once: the update passes it on as it is
+            self.loss = LossConfig(mode=self.loss_mode, eps_low=self.eps_low, eps_high=self.eps_high,
+                                   dual_clip=self.dual_clip, beta1=self.beta1, beta2=self.beta2,
+                                   high_side_only=self.high_side_only, alpha=self.alpha, temperature=self.temperature)
+        except ValueError as e:
+            raise SystemExit(f"error: GPPOConfig: {e}") from None
 
 
 def load_tasks(cfg, tokenizer):
@@ -273,10 +280,8 @@ def train_mini_batch(run: Run, seqs: list):
         hidden = run.policy(ids, position_ids=pos, document_ids=doc, return_hidden=True)[0, where]
         mask = torch.ones_like(tok["adv"]) if i < len(rows) else torch.zeros_like(tok["adv"])
         loss, m = rl_loss_from_hidden(hidden, run.policy.lm_head.weight, targets, tok["old"], tok["adv"], mask,
-                                      sft_mask=tok["sft"], temperature=cfg.temperature, alpha=cfg.alpha,
-                                      num_tokens=counts["tokens"], num_sft_tokens=max(counts["sft_tokens"], 1.0),
-                                      mode=cfg.loss_mode, eps_low=cfg.eps_low, eps_high=cfg.eps_high, dual_clip=cfg.dual_clip,
-                                      beta1=cfg.beta1, beta2=cfg.beta2, high_side_only=cfg.high_side_only)
+                                      sft_mask=tok["sft"], cfg=cfg.loss, num_tokens=counts["tokens"],
+                                      num_sft_tokens=max(counts["sft_tokens"], 1.0))
         (loss * run.world).backward()   # FSDP averages gradients over ranks; the loss is already a global mean
         w = float(mask.sum())
         for k in names:
@@ -340,25 +345,32 @@ class Group:
     keep: bool               # False: all rewards equal, no signal (dropped when filter_zero_adv)
 
 
-def sample_groups(run: Run, first: int, count: int) -> list:
+def sample_groups(run: Run, first: int, count: int) -> tuple:
     """Sample and score prompts first..first+count-1 of the stream; this rank takes every world-th of them.
-    Each prompt's seed comes from its stream position, so samples do not depend on the number of ranks."""
+    Each prompt's seed comes from its stream position, so samples do not depend on the number of ranks.
+    Returns (groups, seconds in the engine's generate)."""
     cfg, tokenizer = run.cfg, run.tokenizer
     positions = list(range(first + run.rank, first + count, run.world))
     chosen = prompts_at(run.tasks, first, count, cfg.seed)[run.rank::run.world]
     stop_ids = tuple(data.stop_token_ids(tokenizer))
     params = [SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_response_len, n=cfg.group_size,
                              stop_token_ids=stop_ids, seed=cfg.seed * 1_000_003 + p) for p in positions]
-    outs = run.engine.generate([t["prompt_ids"] for t in chosen], params) if chosen else []
-    jobs = [[run.pool.submit(run.score_fn, task, tokenizer.decode(s.token_ids, skip_special_tokens=False), s.token_ids)
-             for s in samples] for task, samples in zip(chosen, outs)]
+    jobs = {}   # (prompt, sample) -> its score, computed by the pool while the engine decodes the other samples
+
+    def score_when_done(prompt: int, sample: int, out):
+        text = tokenizer.decode(out.token_ids, skip_special_tokens=False)
+        jobs[prompt, sample] = run.pool.submit(run.score_fn, chosen[prompt], text, out.token_ids)
+
+    start = time.time()
+    outs = run.engine.generate([t["prompt_ids"] for t in chosen], params, on_finish=score_when_done) if chosen else []
+    engine_s = time.time() - start
     groups = []
-    for position, task, samples, group_jobs in zip(positions, chosen, outs, jobs):
-        scored = [job.result() for job in group_jobs]
+    for p, (position, task, samples) in enumerate(zip(positions, chosen, outs)):
+        scored = [jobs[p, j].result() for j in range(len(samples))]
         advantages, keep = group_advantages([[r for r, _ in scored]])
         groups.append(Group(position, task, samples, [r for r, _ in scored], [c for _, c in scored], advantages[0],
                             bool(keep[0]) or not cfg.filter_zero_adv))
-    return groups
+    return groups, engine_s
 
 
 def mini_batches_of(kept: list, cfg, world: int) -> list:
@@ -408,10 +420,11 @@ def rl_step(run: Run, step: int, prompt_cursor: int) -> tuple:
     """One RL step: sample (and refill) groups, re-pack survivors, recompute old logprobs, one optimizer step per
     mini-batch, copy the weights into the engine. Returns (metrics record, the stream position after the step)."""
     cfg, t0 = run.cfg, time.time()
-    sampled, kept, rounds = [], [], 0
+    sampled, kept, rounds, engine_s = [], [], 0, 0.0
     per_round = math.ceil(cfg.oversample * cfg.prompts_per_step)
     while rounds < cfg.max_gen_rounds:
-        new = sample_groups(run, prompt_cursor, per_round)
+        new, seconds = sample_groups(run, prompt_cursor, per_round)
+        engine_s += seconds
         prompt_cursor, rounds = prompt_cursor + per_round, rounds + 1
         sampled += new
         kept += [g for g in new if g.keep]
@@ -427,7 +440,7 @@ def rl_step(run: Run, step: int, prompt_cursor: int) -> tuple:
     t3 = time.time()
     if updates:
         sync_engine(run.policy, run.engine_model)
-    times = dict(time_generate_and_reward=t1 - t0, time_old_logprobs=t2 - t1, time_train=t3 - t2,
+    times = dict(time_generate_and_reward=t1 - t0, time_engine=engine_s, time_old_logprobs=t2 - t1, time_train=t3 - t2,
                  time_sync=time.time() - t3)
 
     # --- metrics over all ranks, over every sampled response (all rounds)

@@ -35,8 +35,9 @@ imports it. Top to bottom:
      it applies the LM head a chunk of tokens at a time, in the forward and again in the backward.
 
 Use:
+    cfg = LossConfig(mode="gppo", alpha=0.1, temperature=1.0)       # the paper's constants by default
     loss, metrics = rl_loss_from_hidden(hidden, lm_head.weight, targets, old_logprobs, advantages, response_mask,
-                                        sft_mask=sft_mask, temperature=1.0, alpha=0.1, mode="gppo")   # hidden: (N, D)
+                                        sft_mask=sft_mask, cfg=cfg)   # hidden: (N, D)
     loss.backward()
 Run:
     pytest tests/test_gppo_loss.py            # the table by hand; kernels under TRITON_INTERPRET=1 on the CPU
@@ -57,7 +58,8 @@ MODES = ("gppo", "grpo", "cispo")
 
 @dataclass(frozen=True)
 class LossConfig:
-    """The clipping rule and its constants (the paper's values by default, method.md §1-2)."""
+    """The whole definition of the loss: the clipping rule, its constants, the SFT term's weight and the sampling
+    temperature (the paper's values by default). One object travels to every function below."""
     mode: str = "gppo"             # gppo | grpo (PPO with Clip-Higher) | cispo
     eps_low: float = 0.2           # r is clipped to [1 − eps_low, 1 + eps_high]
     eps_high: float = 0.28
@@ -65,6 +67,8 @@ class LossConfig:
     beta1: float = 1.0             # GPPO: scale of the low-side clipped tokens (A < 0, r < 1 − eps_low)
     beta2: float = 1.0             # GPPO: scale of the high-side clipped tokens (A > 0, r > 1 + eps_high)
     high_side_only: bool = False   # GPPO variant: low-side clipped tokens get no gradient
+    alpha: float = 0.1             # weight of the SFT term on fully correct responses (rl_loss_from_*)
+    temperature: float = 1.0       # logπ = log_softmax(logits / T), T the sampling temperature (rl_loss_from_*)
 
     def __post_init__(self):
         if self.mode not in MODES:
@@ -76,13 +80,8 @@ class LossConfig:
             raise ValueError(f"gppo_loss: dual_clip={self.dual_clip} must be > 1 (use float('inf') to disable it)")
         if self.beta1 < 0 or self.beta2 < 0:
             raise ValueError(f"gppo_loss: beta1={self.beta1}, beta2={self.beta2} must be ≥ 0")
-
-
-def _loss_config(settings: dict) -> LossConfig:
-    unknown = set(settings) - set(LossConfig.__dataclass_fields__)
-    if unknown:
-        raise TypeError(f"gppo_loss: unknown loss settings {sorted(unknown)}; known: {sorted(LossConfig.__dataclass_fields__)}")
-    return LossConfig(**settings)
+        if not self.temperature > 0:
+            raise ValueError(f"gppo_loss: temperature={self.temperature} must be > 0")
 
 
 def _same_shape(**tensors):
@@ -114,15 +113,14 @@ def policy_metrics(logprobs, old_logprobs, advantages, response_mask, cfg: LossC
 
 # ----------------------------------------------------------------------------- 1. the readable reference
 
-def policy_loss(logprobs, old_logprobs, advantages, response_mask, *, num_tokens=None, **settings):
-    """Per-token tensors of any one shape, e.g. (N,) or (B, T) -> (loss, metrics). settings: LossConfig's fields.
+def policy_loss(logprobs, old_logprobs, advantages, response_mask, cfg: LossConfig = LossConfig(), *, num_tokens=None):
+    """Per-token tensors of any one shape, e.g. (N,) or (B, T) -> (loss, metrics); cfg: the rule and its constants.
 
     logprobs carries the gradient; old_logprobs (the sampler's, after temperature) and advantages are constants.
     loss = Σ ℓ_t·mask / num_tokens (default: mask.sum()). Autograd on this function gives the table's gradient;
     extreme ratios (r = inf) can make its gradient NaN — the fused paths use the NaN-free closed form instead.
     metrics (0-dim tensors): clip_frac_high, clip_frac_low, dual_clip_frac, ratio_mean, approx_kl.
     """
-    cfg = _loss_config(settings)
     _same_shape(logprobs=logprobs, old_logprobs=old_logprobs, advantages=advantages, response_mask=response_mask)
     logp, A = logprobs.float(), advantages.float()
     ratio = torch.exp(logp - old_logprobs.float())
@@ -198,15 +196,15 @@ class TokenBatch:
 
 
 @torch.no_grad()
-def objective(logprobs, batch: TokenBatch, cfg: LossConfig, alpha: float) -> tuple:
+def objective(logprobs, batch: TokenBatch, cfg: LossConfig) -> tuple:
     """(N,) logπ -> (loss, coef (N,) = ∂loss/∂logπ, policy part, sft part), all detached fp32."""
     token_loss, token_grad = token_loss_and_grad(logprobs, batch.old_logprobs, batch.advantages, cfg)
     response, sft = batch.response_mask, batch.sft_mask
     n_policy, n_sft = _count(response, batch.num_tokens), _count(sft, batch.num_sft_tokens)
     policy = torch.where(response, token_loss, 0.0).sum() / n_policy
     sft_value = -torch.where(sft, logprobs, 0.0).sum() / n_sft
-    coef = torch.where(response, token_grad, 0.0) / n_policy - alpha * sft.float() / n_sft
-    return policy + alpha * sft_value, coef, policy, sft_value
+    coef = torch.where(response, token_grad, 0.0) / n_policy - cfg.alpha * sft.float() / n_sft
+    return policy + cfg.alpha * sft_value, coef, policy, sft_value
 
 
 # ----------------------------------------------------------------------------- 3. logits -> logπ, and back
@@ -317,8 +315,6 @@ def _logit_grad(logits, out, targets, lse, coef, *, temperature, chunk_size, use
 class _Fused:
     """What the autograd Functions need besides tensors."""
     cfg: LossConfig
-    alpha: float
-    temperature: float
     chunk_size: int
     use_triton: bool
 
@@ -329,8 +325,8 @@ class _LossFromLogits(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, logits, batch: TokenBatch, how: _Fused, inplace: bool):
-        logprobs, lse, entropy = _logit_stats(logits, batch.targets, how.temperature, how.chunk_size, how.use_triton)
-        loss, coef, policy, sft = objective(logprobs, batch, how.cfg, how.alpha)
+        logprobs, lse, entropy = _logit_stats(logits, batch.targets, how.cfg.temperature, how.chunk_size, how.use_triton)
+        loss, coef, policy, sft = objective(logprobs, batch, how.cfg)
         ctx.save_for_backward(logits, batch.targets, lse, coef)
         ctx.how, ctx.inplace = how, inplace
         ctx.mark_non_differentiable(logprobs, entropy, policy, sft)
@@ -341,7 +337,7 @@ class _LossFromLogits(torch.autograd.Function):
         logits, targets, lse, coef = ctx.saved_tensors
         how = ctx.how
         out = logits if ctx.inplace else torch.empty_like(logits)
-        _logit_grad(logits, out, targets, lse, coef * grad_loss, temperature=how.temperature,
+        _logit_grad(logits, out, targets, lse, coef * grad_loss, temperature=how.cfg.temperature,
                     chunk_size=how.chunk_size, use_triton=how.use_triton)
         if ctx.inplace:  # any later reader of these logits now fails loudly instead of reading gradients
             torch.autograd.graph.increment_version(logits)
@@ -358,9 +354,9 @@ class _LossFromHidden(torch.autograd.Function):
         for i in range(0, len(hidden), how.chunk_size):
             rows = slice(i, i + how.chunk_size)
             logits = hidden[rows] @ weight.T  # (c, V) in the compute dtype
-            logprobs[rows], lse[rows], entropy[rows] = _logit_stats(logits, batch.targets[rows], how.temperature,
+            logprobs[rows], lse[rows], entropy[rows] = _logit_stats(logits, batch.targets[rows], how.cfg.temperature,
                                                                     how.chunk_size, how.use_triton)
-        loss, coef, policy, sft = objective(logprobs, batch, how.cfg, how.alpha)
+        loss, coef, policy, sft = objective(logprobs, batch, how.cfg)
         ctx.save_for_backward(hidden, weight, batch.targets, lse, coef)
         ctx.how = how
         ctx.mark_non_differentiable(logprobs, entropy, policy, sft)
@@ -375,7 +371,7 @@ class _LossFromHidden(torch.autograd.Function):
         for i in range(0, len(hidden), how.chunk_size):
             rows = slice(i, i + how.chunk_size)
             logits = hidden[rows] @ weight.T
-            _logit_grad(logits, logits, targets[rows], lse[rows], coef[rows], temperature=how.temperature,
+            _logit_grad(logits, logits, targets[rows], lse[rows], coef[rows], temperature=how.cfg.temperature,
                         chunk_size=how.chunk_size, use_triton=how.use_triton)
             grad_hidden[rows] = logits @ weight
             if weight.dtype == torch.float32:
@@ -385,29 +381,37 @@ class _LossFromHidden(torch.autograd.Function):
         return grad_hidden, grad_weight.to(weight.dtype), None, None
 
 
-def _prepare(n_rows: int, vocab: int, device, *, target_ids, old_logprobs, advantages, response_mask, sft_mask,
-             temperature, alpha, chunk_size, num_tokens, num_sft_tokens, backend, settings) -> tuple:
-    """Check the inputs of rl_loss_from_*; return (TokenBatch, _Fused)."""
-    cfg = _loss_config(settings)
+def _token_batch(n_rows: int, vocab: int, target_ids, old_logprobs, advantages, response_mask, sft_mask,
+                 num_tokens, num_sft_tokens) -> TokenBatch:
+    """Check the per-token inputs of rl_loss_from_* and bundle them."""
     sft_mask = torch.zeros_like(response_mask, dtype=torch.bool) if sft_mask is None else sft_mask
     _same_shape(target_ids=target_ids, old_logprobs=old_logprobs, advantages=advantages, response_mask=response_mask,
                 sft_mask=sft_mask)
     if target_ids.shape != (n_rows,):
         raise ValueError(f"gppo_loss: per-token tensors must have shape ({n_rows},), got {tuple(target_ids.shape)}")
-    if not temperature > 0:
-        raise ValueError(f"gppo_loss: temperature={temperature} must be > 0")
-    if backend not in ("auto", "torch", "triton") or (backend == "triton" and triton is None):
-        raise ValueError(f"gppo_loss: backend={backend!r} must be 'auto', 'torch' or 'triton' (triton "
-                         f"{'not ' if triton is None else ''}installed)")
-    use_triton = backend == "triton" or (backend == "auto" and triton is not None and device.type == "cuda")
     response_mask, sft_mask = response_mask.bool(), sft_mask.bool()
     # Inactive rows may hold any id (e.g. -100 padding); active ones must index the vocabulary.
     targets = torch.where(response_mask | sft_mask, target_ids, 0).long().contiguous()
     if n_rows and (targets.min() < 0 or targets.max() >= vocab):
         raise ValueError(f"gppo_loss: target_ids of response/SFT tokens must lie in [0, {vocab}), got "
                          f"[{targets.min().item()}, {targets.max().item()}]")
-    batch = TokenBatch(targets, old_logprobs, advantages, response_mask, sft_mask, num_tokens, num_sft_tokens)
-    return batch, _Fused(cfg, alpha, temperature, chunk_size or (2048 if device.type == "cuda" else 256), use_triton)
+    return TokenBatch(targets, old_logprobs, advantages, response_mask, sft_mask, num_tokens, num_sft_tokens)
+
+
+def _fused(cfg: LossConfig, chunk_size, backend: str, vocab: int, device) -> _Fused:
+    if not isinstance(cfg, LossConfig):
+        raise TypeError(f"gppo_loss: cfg must be a LossConfig, got {type(cfg).__name__}")
+    if backend not in ("auto", "torch", "triton") or (backend == "triton" and triton is None):
+        raise ValueError(f"gppo_loss: backend={backend!r} must be 'auto', 'torch' or 'triton' (triton "
+                         f"{'not ' if triton is None else ''}installed)")
+    use_triton = backend == "triton" or (backend == "auto" and triton is not None and device.type == "cuda")
+    return _Fused(cfg, chunk_size or _default_chunk(vocab, device), use_triton)
+
+
+def _default_chunk(vocab: int, device) -> int:
+    """Rows of logits per chunk: 2048 on CUDA; on CPU ~16 MB of fp32 logits (256 rows at V = 151,936, the whole
+    batch of a toy's 583-token vocabulary: each chunk costs a dozen small ops, so a tiny vocabulary wants few)."""
+    return 2048 if device.type == "cuda" else max(256, 2**22 // vocab)
 
 
 def _with_metrics(outputs, batch: TokenBatch, cfg: LossConfig):
@@ -420,38 +424,36 @@ def _with_metrics(outputs, batch: TokenBatch, cfg: LossConfig):
 
 
 def rl_loss_from_logits(logits, target_ids, old_logprobs, advantages, response_mask, *, sft_mask=None,
-                        temperature=1.0, alpha=0.1, chunk_size=None, num_tokens=None, num_sft_tokens=None,
-                        backend="auto", inplace_backward=True, **settings):
-    """policy_loss + alpha·sft_loss from logits (N, V), bf16 or fp32, with logπ = log_softmax(logits/T).
+                        cfg: LossConfig = LossConfig(), num_tokens=None, num_sft_tokens=None, chunk_size=None,
+                        backend="auto", inplace_backward=True):
+    """policy_loss + cfg.alpha·sft_loss from logits (N, V), bf16 or fp32, with logπ = log_softmax(logits/cfg.temperature).
 
-    Triton kernel on CUDA (backend="auto"), chunked PyTorch elsewhere. With inplace_backward the backward
-    overwrites `logits` with ∂L/∂logits (saves an (N, V) buffer); do not read them afterwards.
-    settings: LossConfig's fields (mode, eps_low, eps_high, dual_clip, beta1, beta2, high_side_only).
-    Returns (loss, metrics): policy metrics, policy_loss, sft_loss, entropy (mean over response tokens) and
-    logprobs (N,) detached — the new policy's, for logging or the next mini-batch.
+    Per-token inputs (N,); num_tokens / num_sft_tokens: the token-mean's denominators when the batch is split over
+    ranks and micro-batches (default: this call's own counts). Triton kernel on CUDA (backend="auto"), chunked
+    PyTorch elsewhere. With inplace_backward the backward overwrites `logits` with ∂L/∂logits (saves an (N, V)
+    buffer); do not read them afterwards. Returns (loss, metrics): policy metrics, policy_loss, sft_loss, entropy
+    (mean over response tokens) and logprobs (N,) detached — the new policy's, for logging or the next mini-batch.
     """
     if logits.dim() != 2:
         raise ValueError(f"gppo_loss: logits must be (N, V), got shape {tuple(logits.shape)}")
     logits = logits if logits.stride(-1) == 1 else logits.contiguous()
-    batch, how = _prepare(*logits.shape, logits.device, target_ids=target_ids, old_logprobs=old_logprobs,
-                          advantages=advantages, response_mask=response_mask, sft_mask=sft_mask, temperature=temperature,
-                          alpha=alpha, chunk_size=chunk_size, num_tokens=num_tokens, num_sft_tokens=num_sft_tokens,
-                          backend=backend, settings=settings)
+    batch = _token_batch(*logits.shape, target_ids, old_logprobs, advantages, response_mask, sft_mask, num_tokens,
+                         num_sft_tokens)
+    how = _fused(cfg, chunk_size, backend, logits.shape[1], logits.device)
     inplace = inplace_backward and not logits.is_leaf  # a leaf's .grad would alias its own data
-    return _with_metrics(_LossFromLogits.apply(logits, batch, how, inplace), batch, how.cfg)
+    return _with_metrics(_LossFromLogits.apply(logits, batch, how, inplace), batch, cfg)
 
 
 def rl_loss_from_hidden(hidden, lm_head_weight, target_ids, old_logprobs, advantages, response_mask, *,
-                        sft_mask=None, temperature=1.0, alpha=0.1, chunk_size=None, num_tokens=None,
-                        num_sft_tokens=None, backend="auto", **settings):
+                        sft_mask=None, cfg: LossConfig = LossConfig(), num_tokens=None, num_sft_tokens=None,
+                        chunk_size=None, backend="auto"):
     """Same as rl_loss_from_logits with logits = hidden (N, D) @ lm_head_weight (V, D).T, computed chunk_size rows
-    at a time (default 2048 on CUDA, 256 on CPU) in the forward and recomputed in the backward: no (N, V) tensor
-    ever exists. Gradients flow to hidden and lm_head_weight."""
+    at a time (default 2048 on CUDA; on CPU 16 MB of fp32 logits, 256 rows at V = 151,936) in the forward and
+    recomputed in the backward: no (N, V) tensor ever exists. Gradients flow to hidden and lm_head_weight."""
     if hidden.dim() != 2 or lm_head_weight.dim() != 2 or hidden.shape[1] != lm_head_weight.shape[1]:
         raise ValueError(f"gppo_loss: need hidden (N, D) and lm_head_weight (V, D), got "
                          f"{tuple(hidden.shape)} and {tuple(lm_head_weight.shape)}")
-    batch, how = _prepare(len(hidden), len(lm_head_weight), hidden.device, target_ids=target_ids,
-                          old_logprobs=old_logprobs, advantages=advantages, response_mask=response_mask, sft_mask=sft_mask,
-                          temperature=temperature, alpha=alpha, chunk_size=chunk_size, num_tokens=num_tokens,
-                          num_sft_tokens=num_sft_tokens, backend=backend, settings=settings)
-    return _with_metrics(_LossFromHidden.apply(hidden, lm_head_weight, batch, how), batch, how.cfg)
+    batch = _token_batch(len(hidden), len(lm_head_weight), target_ids, old_logprobs, advantages, response_mask,
+                         sft_mask, num_tokens, num_sft_tokens)
+    how = _fused(cfg, chunk_size, backend, len(lm_head_weight), hidden.device)
+    return _with_metrics(_LossFromHidden.apply(hidden, lm_head_weight, batch, how), batch, cfg)

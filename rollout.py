@@ -16,7 +16,8 @@ RL spends most of its time generating n responses per prompt. This engine does i
   4. Attention on pages. Prefill: causal attention inside each new sequence. Decode: one query per sequence against
      its blocks, bound by the bytes of K/V read, in three versions that tests/test_rollout.py holds against a
      per-token loop: a readable PyTorch reference (gather, masked SDPA); on CPU, shared-prefix ("cascade")
-     attention, which reads a prompt's keys once for all its samples; on CUDA, a Triton kernel (K/V read in place).
+     attention, which reads a prompt's keys once for all its samples; on CUDA, a Triton kernel (K/V read in place, once per
+     KV head for its whole query group, long contexts split over programs: flash-decoding).
 
 The engine holds the trainer's nn.Module itself (not a copy) and keeps no KV cache across generate() calls, so after
 an in-place weight update the next generate() sees the new weights. Simplifications compared with vLLM: no prefix
@@ -26,10 +27,12 @@ Use it:
     engine = LLMEngine(model, max_num_seqs=256, max_model_len=4096)
     out = engine.generate([[1, 2, 3], [4, 5]], SamplingParams(temperature=1.0, max_tokens=64, n=8, seed=0))
     out[0][7].token_ids, out[0][7].logprobs, out[0][7].finish_reason, engine.stats    # prompt 0, sample 7
+    engine.generate(prompts, params, on_finish=lambda prompt, sample, out: ...)      # each sample as it finishes
 Run it on a Hugging Face Qwen3 checkpoint (eval.py's one-prompt mode: the chat template, this engine, the samples):
     python eval.py --model=CKPT_DIR --prompt="What is 17 * 23?" --k=2
 Tests (every attention path against a per-token loop, sampling, preemption): python -m pytest tests/test_rollout.py
 """
+import dataclasses
 import math
 import time
 from collections import deque
@@ -105,7 +108,8 @@ class EngineStats:
 class Sequence:
     """One sample being generated: prompt + output tokens, its block table and its random stream."""
 
-    def __init__(self, prompt: list, params: SamplingParams, max_len: int, seed: int):
+    def __init__(self, prompt: list, params: SamplingParams, max_len: int, seed: int, index: tuple = (0, 0)):
+        self.index = index                     # (prompt, sample) in the request
         self.token_ids = list(prompt)          # prompt + generated so far
         self.prompt_len = len(prompt)
         self.params = params
@@ -121,6 +125,9 @@ class Sequence:
 
     def __len__(self):
         return len(self.token_ids)
+
+    def result(self) -> "Sample":
+        return Sample(self.token_ids[self.prompt_len:], self.logprobs, self.finish_reason)
 
     def next_uniform(self) -> float:
         """The next uniform of its stream (one per sampled token), drawn 64 at a time: one generator call per 64."""
@@ -213,6 +220,7 @@ class CascadeBatch:
     seq_rows: torch.Tensor       # (B,) int64: the row of sequence i in that layout
     hidden: torch.Tensor         # (B, L_pre + L_own) bool: the padding positions of sequence i's prefix + own part
     slots: torch.Tensor          # (B, L_pre + L_own) int64: the pool slot of each of those positions
+    key: tuple = ()              # the block tables it was made from: equal keys, equal layouts (see cascade_batch)
     _v_rows: torch.Tensor | None = None
 
     def v_rows(self, num_kv_heads: int, group: int, num_slots: int) -> torch.Tensor:
@@ -224,9 +232,17 @@ class CascadeBatch:
         return self._v_rows
 
 
-def cascade_batch(seqs: list, block_size: int, device) -> CascadeBatch:
+def cascade_batch(seqs: list, block_size: int, device, reuse: CascadeBatch | None = None) -> CascadeBatch:
     """Group the running sequences by the prompt prefill they share (prefix_id) and split each block table
-    into its group's prefix (the prompt's full blocks) and its own blocks (the rest: written by it alone)."""
+    into its group's prefix (the prompt's full blocks) and its own blocks (the rest: written by it alone).
+    reuse: the previous step's batch. A block table changes only when a sequence starts a block or copies a shared
+    one (its length or last block id), so while the key is the same only the lengths (the mask) are new: most
+    decode steps skip the Python work of rebuilding the tables."""
+    key = tuple((id(seq), len(seq.block_table), seq.block_table[-1]) for seq in seqs)
+    if reuse is not None and reuse.key == key:
+        own_len = torch.tensor([len(seq) - seq.prefix_blocks * block_size for seq in seqs], device=device)
+        own_hidden = torch.arange(reuse.L_own, device=device) >= own_len[:, None]
+        return dataclasses.replace(reuse, hidden=torch.cat([reuse.hidden[:, :reuse.L_pre], own_hidden], 1))
     groups = {}                                        # prefix_id -> indices of its running sequences
     for i, seq in enumerate(seqs):
         groups.setdefault(seq.prefix_id, []).append(i)
@@ -253,7 +269,7 @@ def cascade_batch(seqs: list, block_size: int, device) -> CascadeBatch:
     prefix_slots = (prefix_blocks.view(P, max_prefix, 1) * block_size + token).view(P, L_pre)[seq_rows // n]
     own_slots = (own_blocks.view(B, max_own, 1) * block_size + token).view(B, L_own)
     return CascadeBatch(prefix_blocks, own_blocks, P, n, L_pre, L_own, tensor(group_rows), seq_rows, hidden,
-                        torch.cat([prefix_slots, own_slots], 1))
+                        torch.cat([prefix_slots, own_slots], 1), key)
 
 
 def cascade_workspace_size(k_pool, batch: CascadeBatch) -> int:
@@ -292,53 +308,105 @@ def cascade_decode(q, k_pool, v_pool, batch: CascadeBatch, workspace=None):
 
 if triton is not None:
     @triton.jit
-    def _paged_decode_kernel(q_ptr, k_ptr, v_ptr, out_ptr, block_tables_ptr, context_lens_ptr, scale,
-                             stride_qb, stride_qh, stride_kb, stride_ks, stride_kh, stride_bt,
-                             GROUP: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_P2: tl.constexpr,
-                             HEAD_DIM: tl.constexpr, HEAD_DIM_P2: tl.constexpr):
-        # One program per (sequence, query head): walk the sequence's blocks through its block table, reading
-        # K/V in place from the pool, with an online softmax (running max m, normaliser l, accumulator acc).
-        seq, head = tl.program_id(0), tl.program_id(1)
-        kv_head = (head // GROUP).to(tl.int64)    # x stride_kh (a whole head of the pool) can pass 2**31
+    def _paged_decode_kernel(q_ptr, k_ptr, v_ptr, m_ptr, l_ptr, acc_ptr, block_tables_ptr, context_lens_ptr, scale,
+                             stride_qb, stride_qh, stride_kb, stride_ks, stride_kh, stride_bt, num_q_heads,
+                             blocks_per_split, num_splits,
+                             GROUP: tl.constexpr, GROUP_P2: tl.constexpr, BLOCK_SIZE: tl.constexpr,
+                             BLOCK_P2: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_P2: tl.constexpr):
+        # One program per (sequence, KV head, split of the context). All GROUP query heads that share the KV head
+        # are processed together, so each K/V block is read once for the whole group (GQA 32:8: once, not 4 times);
+        # the split covers blocks_per_split blocks of the block table (flash-decoding), so a long context runs on
+        # many programs. Online softmax per query head: running max m, normaliser l, accumulator acc; the partial
+        # (m, l, acc) of each split goes to fp32 scratch, and _combine_splits_kernel merges the splits.
+        seq, kv_head, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+        g = tl.arange(0, GROUP_P2)
         d = tl.arange(0, HEAD_DIM_P2)
-        d_ok = d < HEAD_DIM
-        q = tl.load(q_ptr + seq * stride_qb + head * stride_qh + d, mask=d_ok, other=0.0).to(tl.float32) * scale
+        g_ok, d_ok = g < GROUP, d < HEAD_DIM
+        heads = kv_head * GROUP + g                                               # (GROUP_P2,) query heads
+        q = tl.load(q_ptr + seq * stride_qb + heads[:, None] * stride_qh + d[None, :],
+                    mask=g_ok[:, None] & d_ok[None, :], other=0.0).to(tl.float32) * scale   # (GROUP_P2, HEAD_DIM_P2)
         context_len = tl.load(context_lens_ptr + seq)
+        first = split * blocks_per_split * BLOCK_SIZE
+        last = tl.minimum(context_len, first + blocks_per_split * BLOCK_SIZE)
         offs = tl.arange(0, BLOCK_P2)
-        m = tl.full([], float("-inf"), tl.float32)
-        l = tl.full([], 0.0, tl.float32)
-        acc = tl.zeros([HEAD_DIM_P2], tl.float32)
-        for start in range(0, context_len, BLOCK_SIZE):
+        m = tl.full([GROUP_P2], float("-inf"), tl.float32)
+        l = tl.zeros([GROUP_P2], tl.float32)
+        acc = tl.zeros([GROUP_P2, HEAD_DIM_P2], tl.float32)
+        head_offset = kv_head.to(tl.int64) * stride_kh    # a whole head of the pool can pass 2**31 elements
+        for start in range(first, last, BLOCK_SIZE):      # an empty split (first >= context_len) skips the loop
             block = tl.load(block_tables_ptr + seq * stride_bt + start // BLOCK_SIZE).to(tl.int64)
             t_ok = (offs < BLOCK_SIZE) & (start + offs < context_len)
-            kv_offs = block * stride_kb + offs[:, None] * stride_ks + kv_head * stride_kh + d[None, :]
+            kv_offs = head_offset + block * stride_kb + offs[:, None] * stride_ks + d[None, :]
             kv_ok = t_ok[:, None] & d_ok[None, :]
             k = tl.load(k_ptr + kv_offs, mask=kv_ok, other=0.0).to(tl.float32)    # (BLOCK_P2, HEAD_DIM_P2)
             v = tl.load(v_ptr + kv_offs, mask=kv_ok, other=0.0).to(tl.float32)
-            s = tl.where(t_ok, tl.sum(k * q[None, :], axis=1), float("-inf"))   # (BLOCK_P2,) scores
-            m_new = tl.maximum(m, tl.max(s, axis=0))     # finite: every block visited has a visible token
-            p = tl.exp(s - m_new)
+            s = tl.sum(q[:, None, :] * k[None, :, :], axis=2)                     # (GROUP_P2, BLOCK_P2) scores
+            s = tl.where(t_ok[None, :], s, float("-inf"))
+            m_new = tl.maximum(m, tl.max(s, axis=1))      # finite: every block visited has a visible token
+            p = tl.exp(s - m_new[:, None])
             alpha = tl.exp(m - m_new)
-            l = l * alpha + tl.sum(p, axis=0)
-            acc = acc * alpha + tl.sum(p[:, None] * v, axis=0)
+            l = l * alpha + tl.sum(p, axis=1)
+            acc = acc * alpha[:, None] + tl.sum(p[:, :, None] * v[None, :, :], axis=1)
             m = m_new
-        out = acc / l
-        tl.store(out_ptr + seq * stride_qb + head * stride_qh + d, out.to(out_ptr.dtype.element_ty), mask=d_ok)
+        row = (seq * num_q_heads + heads) * num_splits + split                   # scratch (B, Hq, splits[, hd])
+        tl.store(m_ptr + row, m, mask=g_ok)
+        tl.store(l_ptr + row, l, mask=g_ok)
+        tl.store(acc_ptr + row[:, None] * HEAD_DIM + d[None, :], acc, mask=g_ok[:, None] & d_ok[None, :])
+
+    @triton.jit
+    def _combine_splits_kernel(m_ptr, l_ptr, acc_ptr, out_ptr, stride_ob, stride_oh, num_q_heads, num_splits,
+                               SPLITS_P2: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_P2: tl.constexpr):
+        # One program per (sequence, query head): out = sum_s e^(m_s - M) acc_s / sum_s e^(m_s - M) l_s, M = max_s m_s
+        # (an empty split has m = -inf, l = 0, acc = 0, so its weight is 0; split 0 is never empty).
+        seq, head = tl.program_id(0), tl.program_id(1)
+        s = tl.arange(0, SPLITS_P2)
+        d = tl.arange(0, HEAD_DIM_P2)
+        s_ok, d_ok = s < num_splits, d < HEAD_DIM
+        row = (seq * num_q_heads + head) * num_splits + s
+        m = tl.load(m_ptr + row, mask=s_ok, other=float("-inf"))
+        l = tl.load(l_ptr + row, mask=s_ok, other=0.0)
+        acc = tl.load(acc_ptr + row[:, None] * HEAD_DIM + d[None, :], mask=s_ok[:, None] & d_ok[None, :], other=0.0)
+        w = tl.exp(m - tl.max(m, axis=0))                                         # (SPLITS_P2,)
+        out = tl.sum(w[:, None] * acc, axis=0) / tl.sum(w * l, axis=0)
+        tl.store(out_ptr + seq * stride_ob + head * stride_oh + d, out.to(out_ptr.dtype.element_ty), mask=d_ok)
 
 
-def paged_decode_triton(q, k_pool, v_pool, block_tables, context_lens):
-    """Same contract as paged_decode_reference; K/V are read in place from the pool (no gather)."""
+def decode_splits(batch: int, num_kv_heads: int, max_blocks: int, device) -> int:
+    """Splits of each context for the paged-decode kernel: enough programs to fill the GPU (4 per SM) when the batch
+    alone does not, but each split at least 16 blocks long. Depends only on shapes (no device-to-host sync)."""
+    sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 32
+    wanted = -(-4 * sms // (batch * num_kv_heads))
+    return max(1, min(wanted, max_blocks // 16))
+
+
+def paged_decode_triton(q, k_pool, v_pool, block_tables, context_lens, num_splits: int | None = None):
+    """Same contract as paged_decode_reference; K/V are read in place from the pool (no gather), once per KV head.
+    num_splits: parts of each context run by separate programs (flash-decoding); None = decode_splits()."""
     q = q.contiguous()
     B, Hq, hd = q.shape
     Hkv, _, bs, _ = k_pool.shape
     assert k_pool.is_contiguous() and v_pool.stride() == k_pool.stride()
+    max_blocks = block_tables.shape[1]
+    splits = num_splits or decode_splits(B, Hkv, max_blocks, q.device)
+    blocks_per_split = -(-max_blocks // splits)
+    m, l = (torch.empty(B, Hq, splits, dtype=torch.float32, device=q.device) for _ in range(2))
+    acc = torch.empty(B, Hq, splits, hd, dtype=torch.float32, device=q.device)
+    decode_meta, combine_meta = decode_kernel_meta(Hq, Hkv, bs, hd, splits)
+    _paged_decode_kernel[(B, Hkv, splits)](
+        q, k_pool, v_pool, m, l, acc, block_tables, context_lens, 1.0 / math.sqrt(hd),
+        q.stride(0), q.stride(1), k_pool.stride(1), k_pool.stride(2), k_pool.stride(0), block_tables.stride(0), Hq,
+        blocks_per_split, splits, **decode_meta)
     out = torch.empty_like(q)
-    _paged_decode_kernel[(B, Hq)](
-        q, k_pool, v_pool, out, block_tables, context_lens, 1.0 / math.sqrt(hd),
-        q.stride(0), q.stride(1), k_pool.stride(1), k_pool.stride(2), k_pool.stride(0), block_tables.stride(0),
-        GROUP=Hq // Hkv, BLOCK_SIZE=bs, BLOCK_P2=triton.next_power_of_2(bs),
-        HEAD_DIM=hd, HEAD_DIM_P2=triton.next_power_of_2(hd))
+    _combine_splits_kernel[(B, Hq)](m, l, acc, out, out.stride(0), out.stride(1), Hq, splits, **combine_meta)
     return out
+
+
+def decode_kernel_meta(num_q_heads: int, num_kv_heads: int, block_size: int, head_dim: int, splits: int) -> tuple:
+    """The compile-time constants of the two decode kernels (tests/test_aot_compile.py compiles them with these)."""
+    group, head_dim_p2 = num_q_heads // num_kv_heads, triton.next_power_of_2(head_dim)
+    return (dict(GROUP=group, GROUP_P2=triton.next_power_of_2(group), BLOCK_SIZE=block_size,
+                 BLOCK_P2=triton.next_power_of_2(block_size), HEAD_DIM=head_dim, HEAD_DIM_P2=head_dim_p2),
+            dict(SPLITS_P2=triton.next_power_of_2(splits), HEAD_DIM=head_dim, HEAD_DIM_P2=head_dim_p2))
 
 
 @dataclass
@@ -487,7 +555,7 @@ def make_groups(prompt_token_ids, params, max_model_len: int, vocab_size: int, m
                  "the samples of a prompt are decoded together")
         seed = int(torch.randint(2**62, ())) if p.seed is None else p.seed
         max_len = min(len(prompt) + p.max_tokens, max_model_len)
-        groups.append([Sequence(prompt, p, max_len, sample_seed(seed, j)) for j in range(p.n)])
+        groups.append([Sequence(prompt, p, max_len, sample_seed(seed, j), (i, j)) for j in range(p.n)])
     return groups
 
 
@@ -537,10 +605,12 @@ class LLMEngine:
         self.num_prefixes = 0          # prefix ids handed out (a group's samples share one)
 
     @torch.inference_mode()
-    def generate(self, prompt_token_ids: list, params, progress: bool = False) -> list:
+    def generate(self, prompt_token_ids: list, params, progress: bool = False, on_finish=None) -> list:
         """prompt_token_ids: list of prompts (lists of ints); params: one SamplingParams or one per prompt.
-        Returns result[prompt][sample] = Sample(token_ids, logprobs, finish_reason)."""
+        Returns result[prompt][sample] = Sample(token_ids, logprobs, finish_reason). on_finish(prompt, sample, Sample),
+        if given, is called as soon as a sample is finished (e.g. to score it while the others are still decoding)."""
         groups = make_groups(prompt_token_ids, params, self.max_model_len, self.vocab_size, self.max_num_seqs)
+        self.on_finish, self._cascade = on_finish, None   # _cascade: the last decode step's CascadeBatch
         self.stats = EngineStats()
         self.blocks.peak_used = 0
         waiting, running = deque(list(g) for g in groups), []
@@ -563,7 +633,7 @@ class LLMEngine:
                 self.blocks.release(seq)
         assert self.blocks.num_free == self.blocks.num_blocks, "rollout.py: KV blocks leaked"
         self.stats.peak_blocks_used = self.blocks.peak_used
-        return [[Sample(seq.token_ids[seq.prompt_len:], seq.logprobs, seq.finish_reason) for seq in g] for g in groups]
+        return [[seq.result() for seq in g] for g in groups]
 
     def _admit(self, waiting: deque, running: list) -> list:
         """First come, first served: take waiting groups while sequences, tokens and blocks allow.
@@ -641,7 +711,7 @@ class LLMEngine:
                                               for seq in running], dtype=torch.int32, device=self.device)
             step.context_lens = torch.tensor([len(seq) for seq in running], dtype=torch.int32, device=self.device)
         else:
-            step.cascade = cascade_batch(running, self.blocks.block_size, self.device)
+            step.cascade = self._cascade = cascade_batch(running, self.blocks.block_size, self.device, self._cascade)
         logits = self._forward([seq.token_ids[-1] for seq in running], [len(seq) - 1 for seq in running], step,
                                list(range(len(running))))
         self.stats.decode_tokens += len(running)
@@ -657,4 +727,6 @@ class LLMEngine:
             seq.finish_reason = "stop" if stop else "length" if len(seq) >= seq.max_len else None
             if seq.finish_reason:
                 self.blocks.release(seq)                 # free at once, for the waiting requests
+                if self.on_finish is not None:
+                    self.on_finish(*seq.index, seq.result())
 

@@ -489,10 +489,15 @@ def shard_model(model: Qwen3, device: torch.device, param_dtype: torch.dtype | N
     """FSDP2 as torchtitan does it: each decoder layer is a unit, then the root (embeddings, norm, head).
     Parameters are gathered for compute in param_dtype and gradients reduced in fp32; the sharded master
     weights keep their own dtype (fp32). param_dtype None: bf16 on GPU, no cast on CPU (all fp32);
-    torch.bfloat16 on CPU runs the GPU's mixed precision there (the tests do)."""
+    torch.bfloat16 on CPU runs the GPU's mixed precision there (the tests do). One CPU rank without a cast keeps
+    the plain module (DCP checkpoints and the HF export read it the same way)."""
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
     if param_dtype is None and device.type == "cuda":
         param_dtype = torch.bfloat16
+    if param_dtype is None and dist.get_world_size() == 1:
+        # one rank, nothing to cast: FSDP2 would only copy every parameter in and every gradient out of its flat
+        # buffers on each pass (~10% of a toy update); the plain module computes the same numbers
+        return model
     mp = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32) if param_dtype is not None \
         else MixedPrecisionPolicy()
     for layer in model.layers:

@@ -42,7 +42,7 @@ def test_table_row_by_hand(mode, case):
     expected_value = -advantage * min(max(ratio, 0.8), 1.28) * LOGP if mode == "cispo" else PPO_VALUE[case]
     expected_coef = -F[mode] * advantage  # ∂ℓ_t/∂logπ_t
     logp, old, A, mask = one_token(advantage, ratio)
-    loss, _ = gppo.policy_loss(logp, old, A, mask, mode=mode)
+    loss, _ = gppo.policy_loss(logp, old, A, mask, gppo.LossConfig(mode=mode))
     loss.backward()
     assert loss.item() == pytest.approx(expected_value, rel=1e-5)
     assert logp.grad.item() == pytest.approx(expected_coef, rel=1e-5, abs=1e-7)
@@ -61,7 +61,7 @@ def test_table_row_by_hand(mode, case):
 def test_gppo_general_form_and_high_side_only(case, kwargs, value, F):
     advantage, ratio, _ = TABLE[case]
     logp, old, A, mask = one_token(advantage, ratio)
-    loss, _ = gppo.policy_loss(logp, old, A, mask, mode="gppo", **kwargs)
+    loss, _ = gppo.policy_loss(logp, old, A, mask, gppo.LossConfig(mode="gppo", **kwargs))
     loss.backward()
     assert loss.item() == pytest.approx(value, rel=1e-5)
     assert logp.grad.item() == pytest.approx(-F * advantage, rel=1e-5, abs=1e-7)
@@ -81,8 +81,8 @@ def random_tokens(shape, seed=0):
 
 def test_gppo_forward_equals_ppo_clip_higher_exactly():
     logp, old, A, mask = random_tokens((4, 64))
-    gppo_loss, _ = gppo.policy_loss(logp, old, A, mask, mode="gppo")
-    grpo_loss, _ = gppo.policy_loss(logp, old, A, mask, mode="grpo")
+    gppo_loss, _ = gppo.policy_loss(logp, old, A, mask, gppo.LossConfig(mode="gppo"))
+    grpo_loss, _ = gppo.policy_loss(logp, old, A, mask, gppo.LossConfig(mode="grpo"))
     assert torch.equal(gppo_loss, grpo_loss)
 
 
@@ -92,7 +92,7 @@ def test_gppo_forward_equals_ppo_clip_higher_exactly():
 def test_closed_form_matches_autograd_of_reference(kwargs):
     logp, old, A, mask = random_tokens((512,), seed=1)
     leaf = logp.clone().requires_grad_()
-    loss, _ = gppo.policy_loss(leaf, old, A, torch.ones_like(mask), num_tokens=1, **kwargs)
+    loss, _ = gppo.policy_loss(leaf, old, A, torch.ones_like(mask), gppo.LossConfig(**kwargs), num_tokens=1)
     loss.backward()
     value, coef = gppo.token_loss_and_grad(logp, old, A, gppo.LossConfig(**kwargs))
     torch.testing.assert_close(value.sum(), loss.detach())
@@ -105,7 +105,7 @@ def test_metrics_and_token_mean():
     ratio = torch.tensor([r for _, r, _ in rows])
     old = logp - ratio.log()
     A = torch.tensor([a for a, _, _ in rows])
-    loss, metrics = gppo.policy_loss(logp, old, A, torch.ones(6), mode="gppo")
+    loss, metrics = gppo.policy_loss(logp, old, A, torch.ones(6), gppo.LossConfig(mode="gppo"))
     assert loss.item() == pytest.approx(sum(PPO_VALUE.values()) / 6, rel=1e-5)
     assert metrics["clip_frac_high"].item() == pytest.approx(1 / 6)
     assert metrics["clip_frac_low"].item() == pytest.approx(1 / 6)
@@ -130,7 +130,7 @@ def test_global_token_count_and_masked_garbage():
 def naive_rl_loss(logits, targets, old, A, mask, sft_mask, temperature, alpha=0.1, **kwargs):
     """The obvious implementation: fp32 log_softmax over all (N, V), gather, reference losses."""
     logp = torch.log_softmax(logits.float() / temperature, dim=-1).gather(1, targets[:, None])[:, 0]
-    loss, _ = gppo.policy_loss(logp, old, A, mask, **kwargs)
+    loss, _ = gppo.policy_loss(logp, old, A, mask, gppo.LossConfig(**kwargs))
     return loss + alpha * gppo.sft_loss(logp, sft_mask), logp
 
 
@@ -167,7 +167,8 @@ def test_chunked_paths_match_naive(mode, temperature):
     leaf = hidden.clone().requires_grad_()
     logits = leaf @ weight.T
     loss, metrics = gppo.rl_loss_from_logits(logits, targets, old, A, mask, sft_mask=sft_mask,
-                                             temperature=temperature, chunk_size=8, backend="torch", mode=mode)
+                                             cfg=gppo.LossConfig(mode=mode, temperature=temperature), chunk_size=8,
+                                             backend="torch")
     loss.backward()
     torch.testing.assert_close(loss.detach(), loss0)
     torch.testing.assert_close(metrics["logprobs"], logp0)
@@ -176,7 +177,8 @@ def test_chunked_paths_match_naive(mode, temperature):
     # From hidden: logits only ever exist 8 rows at a time.
     h, w = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
     loss, metrics = gppo.rl_loss_from_hidden(h, w, targets, old, A, mask, sft_mask=sft_mask,
-                                             temperature=temperature, chunk_size=8, backend="torch", mode=mode)
+                                             cfg=gppo.LossConfig(mode=mode, temperature=temperature), chunk_size=8,
+                                             backend="torch")
     loss.backward()
     torch.testing.assert_close(loss.detach(), loss0)
     torch.testing.assert_close(h.grad, gh0)
@@ -196,7 +198,7 @@ def test_on_policy_the_three_rules_give_the_same_gradient_bit_for_bit():
     for mode in gppo.MODES:
         h, w = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
         loss, metrics = gppo.rl_loss_from_hidden(h, w, targets, logp, A, mask, sft_mask=sft_mask, chunk_size=8,
-                                                 backend="torch", mode=mode)
+                                                 backend="torch", cfg=gppo.LossConfig(mode=mode))
         loss.backward()
         assert metrics["clip_frac_low"] == metrics["clip_frac_high"] == 0
         grads[mode] = (h.grad, w.grad)
@@ -240,8 +242,8 @@ def test_triton_kernel_matches_reference(dtype, mode, monkeypatch):
     loss0, logp0 = naive_rl_loss(leaf, targets.clamp(min=0), old, A, mask, sft_mask, T, mode=mode)
     loss0.backward()
     fused = logits.clone().requires_grad_().clone()  # a non-leaf buffer the kernel may overwrite
-    loss, metrics = gppo.rl_loss_from_logits(fused, targets, old, A, mask, sft_mask=sft_mask, temperature=T,
-                                             backend="triton", mode=mode)
+    loss, metrics = gppo.rl_loss_from_logits(fused, targets, old, A, mask, sft_mask=sft_mask,
+                                             cfg=gppo.LossConfig(mode=mode, temperature=T), backend="triton")
     loss.backward()
     grad = fused.detach().float()
     assert torch.isfinite(loss) and torch.isfinite(grad).all()
@@ -263,8 +265,9 @@ def test_triton_from_hidden_matches_torch_path(monkeypatch):
     results = []
     for backend in ("torch", "triton"):
         h, w = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
-        loss, metrics = gppo.rl_loss_from_hidden(h, w, targets, old, A, mask, sft_mask=sft_mask, temperature=1.3,
-                                                 chunk_size=4, backend=backend, beta1=0.5)
+        loss, metrics = gppo.rl_loss_from_hidden(h, w, targets, old, A, mask, sft_mask=sft_mask,
+                                                 cfg=gppo.LossConfig(temperature=1.3, beta1=0.5), chunk_size=4,
+                                                 backend=backend)
         loss.backward()
         results.append((loss.detach(), metrics["entropy"], h.grad, w.grad))
     for torch_value, triton_value in zip(*results):
@@ -283,11 +286,11 @@ def test_closed_form_survives_overflowing_ratios():
 def test_bad_inputs_fail_loudly(monkeypatch):
     logp, old, A, mask = random_tokens((8,))
     with pytest.raises(ValueError, match="mode"):
-        gppo.policy_loss(logp, old, A, mask, mode="ppo")
+        gppo.policy_loss(logp, old, A, mask, gppo.LossConfig(mode="ppo"))
     with pytest.raises(ValueError, match="one shape"):
         gppo.policy_loss(logp, old[:4], A, mask)
     with pytest.raises(ValueError, match="dual_clip"):
-        gppo.policy_loss(logp, old, A, mask, dual_clip=0.5)
+        gppo.policy_loss(logp, old, A, mask, gppo.LossConfig(dual_clip=0.5))
     logits = torch.randn(8, 5)
     targets = torch.full((8,), 7)
     with pytest.raises(ValueError, match=r"target_ids .* \[0, 5\)"):

@@ -1,6 +1,7 @@
 """Tests of rollout.py against independent references: a no-cache greedy decode (full forward at every step),
 teacher-forced logprobs of model.py with a separately written top-k/top-p filter, and a per-token loop over
 block tables for the paged attention kernels. A tiny random fp32 Qwen3 keeps everything fast on a CPU."""
+import dataclasses
 import math
 
 import pytest
@@ -267,9 +268,11 @@ def paged_attention_by_hand(q, k_pool, v_pool, block_tables, context_lens):
     return out
 
 
-@pytest.mark.parametrize("block_size,head_dim,group", [(16, 16, 2), (4, 12, 1), (8, 32, 4)])
+@pytest.mark.parametrize("block_size,head_dim,group", [(16, 16, 2), (4, 12, 1), (8, 32, 4), (4, 16, 3)])
 def test_paged_decode_kernel_equals_reference(block_size, head_dim, group):
-    """The Triton kernel (under TRITON_INTERPRET=1 on CPU) and the PyTorch reference vs a per-token loop."""
+    """The Triton kernel (under TRITON_INTERPRET=1 on CPU) and the PyTorch reference vs a per-token loop. The kernel
+    runs a KV head's whole query group per program (a group of 3 pads to 4 lanes), and splits each context into 1,
+    2 or 3 parts (flash-decoding): with 3 blocks per table, the 1-token and 1-block contexts leave splits empty."""
     g = torch.Generator().manual_seed(block_size)
     num_blocks, Hkv, B = 12, 2, 4
     k_pool = torch.randn(Hkv, num_blocks, block_size, head_dim, generator=g)
@@ -281,8 +284,9 @@ def test_paged_decode_kernel_equals_reference(block_size, head_dim, group):
     expected = paged_attention_by_hand(q, k_pool, v_pool, block_tables, context_lens)
     torch.testing.assert_close(paged_decode_reference(q, k_pool, v_pool, block_tables, context_lens), expected,
                                atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(paged_decode_triton(q, k_pool, v_pool, block_tables, context_lens), expected,
-                               atol=1e-5, rtol=1e-5)
+    for splits in (1, 2, 3):
+        torch.testing.assert_close(paged_decode_triton(q, k_pool, v_pool, block_tables, context_lens, splits),
+                                   expected, atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.parametrize("prompt_lens", [(9, 3, 14), (2, 3, 1)])   # second: no group has a full prompt block
@@ -313,6 +317,25 @@ def test_cascade_decode_equals_per_token_loop(prompt_lens):
     torch.testing.assert_close(cascade_decode(q, k_pool, v_pool, batch), expected, atol=1e-5, rtol=1e-5)
     workspace = torch.full((cascade_workspace_size(k_pool, batch) + 5,), float("nan"))   # stale garbage is overwritten
     torch.testing.assert_close(cascade_decode(q, k_pool, v_pool, batch, workspace), expected, atol=1e-5, rtol=1e-5)
+    # the next step: every sequence one token longer. Those whose last block has room keep their tables and the
+    # batch is reused (only the mask moves); one that starts a block changes the key and the batch is rebuilt
+    for grow, same_tables in ((lambda seq: len(seq) % bs != 0, True), (lambda seq: True, False)):
+        stepped = [Sequence(s.token_ids + [0] * grow(s), SamplingParams(), 100, seed=0) for s in seqs]
+        for new, old in zip(stepped, seqs):
+            extra = -(-len(new) // bs) - len(old.block_table)
+            new.block_table = old.block_table + [free.pop() for _ in range(extra)]
+            new.prefix_id, new.prefix_blocks = old.prefix_id, old.prefix_blocks
+        stepped_batch = cascade_batch(stepped, bs, "cpu")
+        # same tables: the reuse path must recompute the mask (given a stale one); another key: a rebuild
+        previous = dataclasses.replace(stepped_batch, hidden=batch.hidden) if same_tables else batch
+        reused = cascade_batch(stepped, bs, "cpu", reuse=previous)
+        assert (reused.slots is previous.slots) == same_tables
+        assert torch.equal(reused.hidden, stepped_batch.hidden) and torch.equal(reused.slots, stepped_batch.slots)
+        lens = torch.tensor([len(s) for s in stepped])
+        tables = torch.tensor([s.block_table + [0] * (max(len(t.block_table) for t in stepped) - len(s.block_table))
+                               for s in stepped])
+        torch.testing.assert_close(cascade_decode(q, k_pool, v_pool, reused),
+                                   paged_attention_by_hand(q, k_pool, v_pool, tables, lens), atol=1e-5, rtol=1e-5)
 
 
 def test_engine_with_triton_decode_equals_reference(model):
@@ -322,3 +345,17 @@ def test_engine_with_triton_decode_equals_reference(model):
     for prompt, samples in zip(prompts, out):
         assert [s.token_ids for s in samples] == [reference_greedy(model, prompt, 4)] * 2
     assert_no_leaks(engine)
+
+
+def test_on_finish_hands_over_each_sample_as_it_finishes(model):
+    """generate(on_finish=) is called once per sample, with the Sample generate returns, as soon as it is done:
+    the 2-token samples before the 6-token ones (gppo.py scores them while the others are decoding)."""
+    prompts = prompts_of([5, 9], seed=3)
+    seen = []
+    out = LLMEngine(model, max_num_seqs=8, max_model_len=32).generate(
+        prompts, [SamplingParams(max_tokens=6, n=2, seed=1), SamplingParams(max_tokens=2, n=3, seed=2)],
+        on_finish=lambda p, j, sample: seen.append((p, j, sample)))
+    assert sorted((p, j) for p, j, _ in seen) == [(0, 0), (0, 1), (1, 0), (1, 1), (1, 2)]
+    assert [p for p, _, _ in seen] == [1, 1, 1, 0, 0]
+    for p, j, sample in seen:
+        assert sample == out[p][j]

@@ -1,0 +1,28 @@
+"""benchmarks/bench_vs_trl.py's own logic, without TRL (it is not a dependency; the script installs it in a virtualenv
+of its own): the long-tail workload puts exactly the asked number of long sums among every 32 prompts of gppo.py's
+prompt stream, and the prompt stream it hands TRL is the one gppo.py trains on (its seeded permutation)."""
+import os
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path[:0] = [ROOT, os.path.join(ROOT, "benchmarks")]
+
+import bench_vs_trl  # noqa: E402
+import data  # noqa: E402
+import gppo  # noqa: E402
+from sft import parse_config  # noqa: E402
+
+
+def test_longtail_stream_has_the_long_prompts_where_asked(tmp_path):
+    model = tmp_path / "model"
+    data.save_tokenizer(data.build_toy_tokenizer(), str(model))
+    cfg = bench_vs_trl.BenchConfig(warmup=1, longtail_steps=2, longtail_prompts=3, longtail_digits=12)
+    options = bench_vs_trl.workload_options(cfg, "longtail", str(tmp_path))
+    prompts = bench_vs_trl.prompt_stream(str(model), options, 3 * 32)
+    long = [len(p["answer"]) >= 12 for p in prompts]            # two 12-digit operands: a 12- or 13-digit sum
+    assert long == [j % 32 < 3 for j in range(3 * 32)]
+    # the same stream as gppo.py's own: its tasks, permuted by prompts_at
+    gcfg = parse_config(gppo.GPPOConfig, [f"--init_from={model}", *options])
+    tasks = gppo.load_tasks(gcfg, data.load_tokenizer(str(model)))
+    assert [p["prompt_ids"] for p in prompts] == [t["prompt_ids"] for t in gppo.prompts_at(tasks, 0, 96, gcfg.seed)]
+    assert "What is" in prompts[0]["text"] and prompts[0]["text"].count("<|im_start|>") == 2   # the chat template
