@@ -82,6 +82,8 @@ The file, top to bottom:
    answer (a share of the traces of 3-4 digit problems slip once and end wrong: the paper's "mixed" data),
    and small programming problems with 16+ stdin or functional tests and a ```python answer. A byte-level
    BPE tokenizer with Qwen3's pre-tokenizer and special tokens is trained on them in a second.
+5. The command line: parse_config, the one `--key=value` parser of every entry point and benchmark (it lives here,
+   in the file every other one imports and that imports none of them), and `python data.py toy|stats`.
 
 """
 import array
@@ -91,6 +93,7 @@ import bisect
 import contextlib
 import datetime
 import decimal
+import inspect
 import io
 import json
 import math
@@ -99,9 +102,10 @@ import pickle
 import random
 import re
 import sys
+import tokenize
 import zlib
 from dataclasses import dataclass, fields, replace
-from typing import NamedTuple
+from typing import ClassVar, NamedTuple
 
 import numpy as np
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
@@ -112,6 +116,11 @@ class DataError(ValueError):
     """Bad input data; the message names file:line and field."""
 
 
+# What reading a user's files raises for bad input: shown as one line naming the file; anything else is a bug and
+# keeps its traceback.
+INPUT_ERRORS = (DataError, FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError)
+
+
 def special_token_ids(tok: Tokenizer) -> dict:
     """Ids of the chat-control tokens: im_start, im_end, endoftext (also the pad), think, end_think."""
     names = dict(im_start="<|im_start|>", im_end="<|im_end|>", endoftext="<|endoftext|>", think="<think>",
@@ -119,7 +128,7 @@ def special_token_ids(tok: Tokenizer) -> dict:
     ids = {k: tok.token_to_id(v) for k, v in names.items()}
     missing = [names[k] for k, v in ids.items() if v is None]
     if missing:
-        raise ValueError(f"tokenizer lacks the Qwen3 chat tokens {missing}; use a Qwen3 tokenizer or build_toy_tokenizer()")
+        raise DataError(f"tokenizer lacks the Qwen3 chat tokens {missing}; use a Qwen3 tokenizer or build_toy_tokenizer()")
     return ids
 
 
@@ -128,7 +137,10 @@ def load_tokenizer(path: str) -> Tokenizer:
     file = os.path.join(path, "tokenizer.json") if os.path.isdir(path) else path
     if not os.path.isfile(file):
         raise FileNotFoundError(f"no tokenizer at {path!r}: expected a directory with tokenizer.json, or the file")
-    tok = Tokenizer.from_file(file)
+    try:
+        tok = Tokenizer.from_file(file)
+    except Exception as e:  # noqa: BLE001 (tokenizers raises a bare Exception for a file it cannot parse)
+        raise DataError(f"{file}: not a tokenizer.json the tokenizers library reads ({e})") from None
     special_token_ids(tok)  # fail now, not mid-training, if a chat token is missing
     return tok
 
@@ -1384,7 +1396,7 @@ def plan_packing(lengths, row_tokens: int) -> list:
     too_long = [i for i, n in enumerate(lengths) if n > row_tokens or n <= 0]
     if too_long:
         i = too_long[0]
-        raise ValueError(f"{len(too_long)} documents do not fit a row (e.g. #{i}: {lengths[i]} tokens, row_tokens="
+        raise DataError(f"{len(too_long)} documents do not fit a row (e.g. #{i}: {lengths[i]} tokens, row_tokens="
                          f"{row_tokens}); cut or drop them first (encode_sft_dataset's max_len <= row_tokens)")
     rows, free = [], []  # free: sorted (space left, row index)
     for i in sorted(range(len(lengths)), key=lambda i: (-lengths[i], i)):
@@ -1483,7 +1495,7 @@ class PackedLoader:
     def load_state_dict(self, state: dict) -> None:
         for key in ("seed", "rows_per_step", "num_rows"):
             if state[key] != getattr(self, key):
-                raise ValueError(f"cannot resume: the checkpoint's data loader had {key}={state[key]}, now "
+                raise DataError(f"cannot resume: the checkpoint's data loader had {key}={state[key]}, now "
                                  f"{getattr(self, key)}; resume with the same data, seed and batch settings")
         self.epoch, self.step = int(state["epoch"]), int(state["step"])
 
@@ -1760,26 +1772,28 @@ def save_tokenizer(tok: Tokenizer, out_dir: str, model_max_length: int = 131072)
 
 @dataclass
 class ToyConfig:
-    """`python data.py toy`: sizes of the toy datasets written by write_toy_datasets."""
-    out: str = "out/toy"
-    seed: int = 0
-    n_sft_math: int = 12000
-    n_sft_code: int = 2000
+    """`python data.py toy`: the toy tokenizer and data sets as files (write_toy_datasets), in the formats the
+    loaders read."""
+    out: str = "out/toy"         # the directory written: tokenizer/, sft.jsonl, math_*.jsonl, code_*.jsonl
+    seed: int = 0                # which problems
+    n_sft_math: int = 12000      # addition conversations in sft.jsonl
+    n_sft_code: int = 2000       # programming conversations in sft.jsonl
     wrong_fraction: float = 0.6  # as sft.py's toy data; 0 = only-correct traces (the paper's ablation)
-    n_math_train: int = 2000
-    n_math_test: int = 500
-    n_code_train: int = 150
-    n_code_test: int = 50
-    vocab_size: int = 640
+    n_math_train: int = 2000     # math_train.jsonl problems
+    n_math_test: int = 500       # math_test.jsonl problems
+    n_code_train: int = 150      # code_train.jsonl problems (LiveCodeBench rows)
+    n_code_test: int = 50        # code_test.jsonl problems
+    vocab_size: int = 640        # the toy BPE tokenizer's vocabulary
 
 
 @dataclass
 class StatsConfig:
     """`python data.py stats FILE`: what a data file (.jsonl, .json or .parquet) holds, read as a stream."""
-    file: str = ""
+    positional: ClassVar[str] = "file"   # `stats FILE` is `stats --file=FILE`
+    file: str = ""        # the data file
     kind: str = ""        # sft | responses | math | code; empty = guessed from the first row
     tokenizer: str = ""   # a tokenizer dir/file: token lengths and packing too
-    row_tokens: int = 2048
+    row_tokens: int = 2048  # with a tokenizer: the packed row length whose fill is reported
     skip_bad_rows: bool = False  # skip rows that cannot be graded, counted in the report, instead of stopping
 
 
@@ -1814,26 +1828,101 @@ def write_toy_datasets(out_dir: str, **sizes) -> dict:
     return paths
 
 
-def _parse(cls, argv):
-    """--key=value arguments into a config dataclass; a bare argument fills the first field."""
-    kinds, values = {f.name: f.type for f in fields(cls)}, {}
+def parse_config(config, argv=None, usage: str = ""):
+    """The command line of every entry point here: `--key=value` options into a config dataclass.
+
+    config: a dataclass, or {command: dataclass} for a script with commands (`python data.py stats FILE`); the
+    key "" is the dataclass used when the first argument is no command (`python gppo.py --steps=5` beside
+    `python gppo.py filter_code ...`). A value is converted to its field's type; a bool takes true/false/1/0, and
+    a bare `--flag` means true. A dataclass with a class variable `positional = "name"` takes one bare argument as
+    that field (`stats FILE`). Unknown keys, bad values and stray words raise SystemExit with a one-line message;
+    -h / --help prints a usage line (`usage` replaces the one of a run without a command word), the dataclass's
+    docstring if it has one, and every option with its default and the comment beside it; exit status 0.
+    Returns the config (its __post_init__ checks combinations); with commands, its class says which one ran."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    script = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0].endswith(".py") else "SCRIPT"
+    commands = config if isinstance(config, dict) else {"": config}
+    command = argv[0] if argv and argv[0] in commands else ""
+    argv = argv[1:] if command else argv
+    if command not in commands:                  # a script whose every run names a command (data.py)
+        if argv[:1] in (["-h"], ["--help"]):
+            print(usage or f"usage: python {script} {'|'.join(commands)} [--key=value ...]   "
+                           f"(python {script} COMMAND --help: its options)")
+            print("\n".join(f"  {name:8s} {(cls.__doc__ or '').strip().splitlines()[0]}" for name, cls in commands.items()))
+            raise SystemExit(0)
+        raise SystemExit(f"error: python {script} needs a command first: {' | '.join(commands)} (--help for more)")
+    cls = commands[command]
+    positional = getattr(cls, "positional", None)
+    types = {f.name: f.type for f in fields(cls)}
+    values = {}
     for arg in argv:
+        if arg in ("-h", "--help"):
+            others = "|".join(c for c in commands if c)
+            words = ["usage: python", script, command or (f"[{others}]" if others else ""),
+                     positional.upper() if positional else "", "[--key=value ...]"]
+            print(usage if usage and not command else " ".join(w for w in words if w))
+            if cls.__doc__ and not cls.__doc__.startswith(cls.__name__ + "("):   # written by hand, not dataclass's
+                print(inspect.cleandoc(cls.__doc__))
+            print("\n".join(option_help(cls)))
+            raise SystemExit(0)
         if not arg.startswith("--"):
-            key, raw = fields(cls)[0].name, arg
-        elif "=" in arg:
-            key, raw = arg[2:].split("=", 1)
+            if positional is None or positional in values:
+                raise SystemExit(f"error: argument {arg!r} is not of the form --key=value")
+            key, raw = positional, arg
         else:
-            raise SystemExit(f"error: {arg!r} is not of the form --key=value")
-        if key not in kinds:
-            raise SystemExit(f"error: unknown option --{key}; options: {', '.join(kinds)}")
-        kind = {"int": int, "float": float, "str": str, "bool": bool}.get(kinds[key], kinds[key])
-        if kind is bool and raw.lower() not in ("true", "false", "1", "0"):
-            raise SystemExit(f"error: --{key}={raw!r} is not true or false")
+            key, _, raw = arg[2:].partition("=")
+            if key in types and "=" not in arg:
+                if _field_type(types[key]) is not bool:
+                    raise SystemExit(f"error: --{key} needs a value: --{key}=VALUE")
+                raw = "true"                     # a bare --flag
+        if key not in types:
+            close = [k for k in types if k.split("_")[0] == key.split("_")[0]]
+            raise SystemExit(f"error: unknown option --{key} for {cls.__name__}"
+                             + (f" (did you mean {', '.join('--' + k for k in close)}?)" if close else ""))
+        typ = _field_type(types[key])
+        if typ is bool:
+            if raw.lower() not in ("true", "false", "1", "0"):
+                raise SystemExit(f"error: --{key}={raw!r} is not true or false")
+            values[key] = raw.lower() in ("true", "1")
+            continue
         try:
-            values[key] = raw.lower() in ("true", "1") if kind is bool else kind(raw)
+            values[key] = typ(raw)
         except ValueError:
-            raise SystemExit(f"error: --{key}={raw!r} is not a valid {kind.__name__}") from None
+            raise SystemExit(f"error: --{key}={raw!r}: not a valid {typ.__name__}") from None
     return cls(**values)
+
+
+def _field_type(annotation):
+    """int, float, str or bool from a field's annotation (a class, or its name when annotations are strings)."""
+    typ = {"int": int, "float": float, "str": str, "bool": bool}.get(annotation, annotation)
+    if typ not in (int, float, str, bool):
+        raise TypeError(f"parse_config: option fields must be int, float, str or bool, not {annotation!r}")
+    return typ
+
+
+def option_help(cls) -> list:
+    """--help text of a config dataclass: every field with its default and the comment written beside it;
+    a full-line comment above fields is a section heading. Read from the class's source, so the comments in
+    the code are the documentation and cannot drift from it."""
+    source = inspect.getsource(cls)
+    comments = {tok.start[0]: tok.string.lstrip("#").strip() for tok in
+                tokenize.generate_tokens(io.StringIO(source).readline) if tok.type == tokenize.COMMENT}
+    defaults = {f.name: f.default for f in fields(cls)}
+    lines, last = [], None
+    for number, line in enumerate(source.splitlines(), 1):
+        field = re.match(r"\s+(\w+)\s*:", line)
+        if field and field.group(1) in defaults:
+            last = f"  --{field.group(1)}={defaults[field.group(1)]!r}"
+            lines.append(last.ljust(34) + "  " + comments.get(number, "") if number in comments else last)
+        elif number in comments and line.strip().startswith("#"):
+            indent = len(line) - len(line.lstrip())
+            # a comment continued under the one beside a field: indented past the fields, or written `#   more`
+            if last is not None and (indent > 8 or line.lstrip().startswith("#  ")):
+                lines[-1] += " " + comments[number]
+            else:                                     # a heading for the fields below it
+                lines.append(comments[number])
+                last = None
+    return lines
 
 
 def _guess_kind(rec: dict) -> str:
@@ -1908,17 +1997,14 @@ def _stats(cfg: StatsConfig) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) < 2 or sys.argv[1] not in ("toy", "stats"):
-        print("usage:" + __doc__.split("Run:")[1].split("The file, top to bottom:")[0].rstrip())
-        raise SystemExit(0 if sys.argv[1:] in (["-h"], ["--help"]) else 2)
+    cfg = parse_config({"toy": ToyConfig, "stats": StatsConfig})
     try:
-        if sys.argv[1] == "toy":
-            cfg = _parse(ToyConfig, sys.argv[2:])
+        if isinstance(cfg, ToyConfig):
             paths = write_toy_datasets(cfg.out, **{f.name: getattr(cfg, f.name) for f in fields(cfg) if f.name != "out"})
             for name, path in paths.items():
                 print(f"{name:12s} {path}")
         else:
-            _stats(_parse(StatsConfig, sys.argv[2:]))
-    except (DataError, OSError, ValueError) as e:  # bad input: one line, as the trainers print it
+            _stats(cfg)
+    except INPUT_ERRORS as e:  # bad input: one line, as the trainers print it; anything else keeps its traceback
         print(f"error: {e}", file=sys.stderr)
         raise SystemExit(2) from None

@@ -57,7 +57,7 @@ import data
 import reward
 from model import from_pretrained
 from rollout import LLMEngine, SamplingParams, sample_seed
-from sft import InputError, agree_on_inputs, init_distributed, parse_config, print0, read_input, run_entry_point, set_threads
+from sft import InputError, agree_on_inputs, init_distributed, print0, read_input, run_entry_point, set_threads
 
 
 def pass_ks(cfg) -> list:
@@ -439,4 +439,5 @@ def main(cfg: EvalConfig):
 
 
 if __name__ == "__main__":
-    run_entry_point(main, parse_config(EvalConfig))
+    run_entry_point(main, data.parse_config(EvalConfig, usage="usage: python eval.py [--key=value ...]   "
+                                                              "(torchrun --nproc_per_node=N eval.py ... for N processes)"))

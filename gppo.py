@@ -35,7 +35,6 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # read when torch loads Ope
 
 import json
 import math
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -50,8 +49,7 @@ from gppo_loss import MODES, LossConfig, rl_loss_from_hidden
 from model import from_pretrained
 from rollout import LLMEngine, SamplingParams
 from sft import (GracefulStop, InputError, agree_on_inputs, export_hf, init_distributed, load_checkpoint,
-                 open_metrics, parse_config, print0, read_input, run_entry_point, save_checkpoint, set_threads,
-                 shard_model)
+                 open_metrics, print0, read_input, run_entry_point, save_checkpoint, set_threads, shard_model)
 
 
 @dataclass
@@ -621,6 +619,8 @@ def main(cfg: GPPOConfig, reward_fn=None):
 
 @dataclass
 class CodeFilterConfig:
+    """Keeps the code prompts whose tests can be trusted (check_code_prompts) and copies their rows to --out:
+    python gppo.py filter_code --code_data=IN.jsonl --out=OUT.jsonl"""
     code_data: str = ""                # the code prompts (.jsonl, .json or .parquet; the formats data.py reads)
     out: str = ""                      # where the rows that pass every check are written, in the input's format
     skip_bad_rows: bool = False        # skip rows whose tests cannot be run (counted) instead of stopping
@@ -651,8 +651,7 @@ def filter_code_main(cfg: CodeFilterConfig):
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["filter_code"]:
-        run_entry_point(filter_code_main, parse_config(CodeFilterConfig, sys.argv[2:], usage=(
-            "usage: python gppo.py filter_code --code_data=IN.jsonl --out=OUT.jsonl [--key=value ...]\n"
-            "Keeps the code prompts whose tests can be trusted (check_code_prompts); copies their rows to OUT.")))
-    run_entry_point(main, parse_config(GPPOConfig))
+    cfg = data.parse_config({"": GPPOConfig, "filter_code": CodeFilterConfig}, usage=(
+        "usage: python gppo.py [--key=value ...]   (torchrun --nproc_per_node=N gppo.py ... for N processes; "
+        "python gppo.py filter_code --help: the offline code-prompt filter)"))
+    run_entry_point(filter_code_main if isinstance(cfg, CodeFilterConfig) else main, cfg)

@@ -25,12 +25,13 @@ Three seams for the rest of the project:
 
 Checkpoints are Hugging Face directories (config.json + model.safetensors, or shards + index);
 `from_pretrained` builds the model on the `meta` device and reads one tensor at a time into its final
-dtype and device, so an 8B model is never allocated twice (nor kept memory-mapped). Run `python model.py CHECKPOINT_DIR` to load one and print a summary.
+dtype and device, so an 8B model is never allocated twice (nor kept memory-mapped).
+Run `python model.py CHECKPOINT_DIR` to load one and print a summary (with data.py beside it: its
+command-line parser).
 """
 import json
 import math
 import os
-import sys
 from dataclasses import dataclass, fields
 
 import torch
@@ -40,6 +41,11 @@ from torch.utils.checkpoint import checkpoint
 
 
 # ----------------------------------------------------------------------------- config
+
+class CheckpointError(ValueError):
+    """A directory that is not a loadable Qwen3 checkpoint (bad config.json, safetensors, tensor names or shapes);
+    the message names the file. A missing file is a FileNotFoundError."""
+
 
 @dataclass
 class Qwen3Config:
@@ -76,12 +82,12 @@ class Qwen3Config:
     def from_hf_dict(cls, cfg: dict, source: str = "config.json") -> "Qwen3Config":
         archs = cfg.get("architectures") or []
         if cfg.get("model_type") != "qwen3" and "Qwen3ForCausalLM" not in archs:
-            raise ValueError(f"{source}: model_type={cfg.get('model_type')!r}, architectures={archs}: "
+            raise CheckpointError(f"{source}: model_type={cfg.get('model_type')!r}, architectures={archs}: "
                              "this file implements Qwen3 (dense) only; Qwen3-MoE, Qwen2 and others are not supported")
         for field, qwen3_value in (("attention_bias", False), ("hidden_act", "silu"), ("use_sliding_window", False)):
             if cfg.get(field, qwen3_value) != qwen3_value:
-                raise ValueError(f"{source}: {field}={cfg[field]!r} is not supported (Qwen3 uses {qwen3_value!r})")
-        # Newer transformers nest RoPE settings under `rope_parameters`; older ones use rope_theta + rope_scaling.
+                raise CheckpointError(f"{source}: {field}={cfg[field]!r} is not supported (Qwen3 uses {qwen3_value!r})")
+        # RoPE settings: top-level rope_theta / rope_scaling, or one rope_parameters dict holding both.
         rope_params = dict(cfg.get("rope_parameters") or {})
         rope_theta = cfg.get("rope_theta", rope_params.get("rope_theta", 1_000_000.0))
         rope_scaling = cfg.get("rope_scaling")
@@ -94,7 +100,7 @@ class Qwen3Config:
         missing = [k for k in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
                                "num_attention_heads", "num_key_value_heads") if k not in cfg]
         if missing:
-            raise ValueError(f"{source}: missing required field(s) {missing}")
+            raise CheckpointError(f"{source}: missing required field(s) {missing}")
         if cfg.get("head_dim") is None:
             kwargs["head_dim"] = cfg["hidden_size"] // cfg["num_attention_heads"]
         kwargs["torch_dtype"] = str(cfg.get("torch_dtype", cfg.get("dtype", "bfloat16"))).replace("torch.", "")
@@ -103,7 +109,7 @@ class Qwen3Config:
         try:
             return cls(rope_theta=float(rope_theta), rope_scaling=rope_scaling, **kwargs)
         except ValueError as e:
-            raise ValueError(f"{source}: {e}") from None
+            raise CheckpointError(f"{source}: {e}") from None
 
     @classmethod
     def from_json(cls, path: str) -> "Qwen3Config":
@@ -113,7 +119,7 @@ class Qwen3Config:
         except FileNotFoundError:
             raise FileNotFoundError(f"{path}: no config.json here; is this a Hugging Face checkpoint directory?") from None
         except json.JSONDecodeError as e:
-            raise ValueError(f"{path}:{e.lineno}: invalid JSON ({e.msg})") from None
+            raise CheckpointError(f"{path}:{e.lineno}: invalid JSON ({e.msg})") from None
         return cls.from_hf_dict(cfg, source=path)
 
     def to_hf_dict(self) -> dict:
@@ -153,11 +159,9 @@ def rope_inv_freq(cfg: Qwen3Config) -> tuple[torch.Tensor, float]:
     if cfg.rope_scaling is None:
         return inv_freq, 1.0
     # YaRN (Peng et al. 2023): divide the low frequencies by `factor`, keep the high ones, blend linearly
-    # in between; scale attention logits by attention_factor^2 via cos/sin. As in transformers >= 4.56
-    # (checked against 5.24 by tests/fixtures/check_hf_load.py) and vLLM, `factor` is used as given and
-    # original_max_position_embeddings defaults to max_position_embeddings. (transformers ~4.51-4.55
-    # replaced `factor` by max_position_embeddings / original_max_position_embeddings; our YaRN fixture
-    # has factor equal to that ratio, so it reads the same under both.)
+    # in between; scale attention logits by attention_factor^2 via cos/sin. Accepted: rope_scaling (or
+    # rope_parameters) {rope_type: yarn, factor, original_max_position_embeddings (default:
+    # max_position_embeddings), attention_factor | mscale + mscale_all_dim, beta_fast, beta_slow, truncate}.
     rs = cfg.rope_scaling
     factor = float(rs["factor"])
     original_max = rs.get("original_max_position_embeddings") or cfg.max_position_embeddings
@@ -361,7 +365,7 @@ def _checkpoint_files(path: str) -> list[str]:
         with open(index) as fh:
             weight_map = json.load(fh).get("weight_map")
         if not isinstance(weight_map, dict):
-            raise ValueError(f"{index}: field 'weight_map' missing or not an object")
+            raise CheckpointError(f"{index}: field 'weight_map' missing or not an object")
         files = [os.path.join(path, f) for f in sorted(set(weight_map.values()))]
         absent = [f for f in files if not os.path.exists(f)]
         if absent:
@@ -387,11 +391,11 @@ def read_safetensors_header(file: str) -> dict:
     with open(file, "rb") as fh:
         n = int.from_bytes(fh.read(8), "little")
         if not 0 < n <= size - 8:
-            raise ValueError(f"{file}: not a safetensors file (header length {n}, file size {size})")
+            raise CheckpointError(f"{file}: not a safetensors file (header length {n}, file size {size})")
         try:
             header = json.loads(fh.read(n))
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise ValueError(f"{file}: safetensors header is not valid JSON ({e})") from None
+            raise CheckpointError(f"{file}: safetensors header is not valid JSON ({e})") from None
     entries = {}
     for name, info in header.items():
         if name == "__metadata__":
@@ -399,11 +403,11 @@ def read_safetensors_header(file: str) -> dict:
         try:
             dtype, shape, (begin, end) = SAFETENSORS_DTYPES[info["dtype"]], info["shape"], info["data_offsets"]
         except (KeyError, TypeError, ValueError):
-            raise ValueError(f"{file}: tensor {name!r}: header entry {info} is not a supported safetensors entry "
+            raise CheckpointError(f"{file}: tensor {name!r}: header entry {info} is not a supported safetensors entry "
                              f"(dtypes {sorted(SAFETENSORS_DTYPES)})") from None
         nbytes = math.prod(shape) * dtype.itemsize
         if end - begin != nbytes or begin < 0 or 8 + n + end > size:
-            raise ValueError(f"{file}: tensor {name!r}: data_offsets {[begin, end]} do not hold {nbytes} bytes "
+            raise CheckpointError(f"{file}: tensor {name!r}: data_offsets {[begin, end]} do not hold {nbytes} bytes "
                              f"of a {shape} {info['dtype']} tensor inside the file ({size} bytes)")
         entries[name] = (dtype, tuple(shape), 8 + n + begin, nbytes)
     return entries
@@ -415,7 +419,7 @@ def read_tensor(fh, dtype: torch.dtype, shape: tuple, offset: int, nbytes: int) 
     buf = bytearray(nbytes)
     fh.seek(offset)
     if fh.readinto(buf) != nbytes:
-        raise ValueError(f"{fh.name}: file ends inside a tensor (offset {offset}, {nbytes} bytes)")
+        raise CheckpointError(f"{fh.name}: file ends inside a tensor (offset {offset}, {nbytes} bytes)")
     return torch.frombuffer(buf, dtype=dtype).view(shape) if nbytes else torch.empty(shape, dtype=dtype)
 
 
@@ -447,16 +451,16 @@ def from_pretrained(path: str, dtype: torch.dtype | None = None, device=None) ->
                 if key == "lm_head.weight" and cfg.tie_word_embeddings:
                     continue   # tied: lm_head is embed_tokens
                 if key not in expected:
-                    raise KeyError(f"{file}: unexpected tensor {key!r} (not a parameter of Qwen3 with this config.json)")
+                    raise CheckpointError(f"{file}: unexpected tensor {key!r} (not a parameter of Qwen3 with this config.json)")
                 if shape != tuple(expected[key].shape):
-                    raise ValueError(f"{file}: tensor {key!r} has shape {shape}, "
+                    raise CheckpointError(f"{file}: tensor {key!r} has shape {shape}, "
                                      f"config.json implies {tuple(expected[key].shape)}")
                 t = read_tensor(fh, stored_dtype, shape, offset, nbytes)
                 loaded[key] = t.to(device=device, dtype=dtype if dtype is not None else stored_dtype)   # no copy if nothing changes
                 del t   # the stored-dtype buffer goes before the next tensor is read
     missing = sorted(set(expected) - set(loaded))
     if missing:
-        raise KeyError(f"{path}: missing tensor(s) {missing[:5]}{' ...' if len(missing) > 5 else ''}")
+        raise CheckpointError(f"{path}: missing tensor(s) {missing[:5]}{' ...' if len(missing) > 5 else ''}")
     model.load_state_dict({ours[k]: v for k, v in loaded.items()}, strict=False, assign=True)
     model.tie_weights()   # assign=True replaced the tied Parameter object; tie again
     return model
@@ -506,11 +510,21 @@ def save_pretrained(model: Qwen3, path: str, state_dict: dict | None = None,
             json.dump({"metadata": {"total_size": sum(nbytes.values())}, "weight_map": weight_map}, fh, indent=2)
 
 
-if __name__ == "__main__":
-    if len(sys.argv) != 2 or sys.argv[1].startswith("-"):
-        print("usage: python model.py CHECKPOINT_DIR   (loads it and prints a summary)")
-        sys.exit(0 if len(sys.argv) == 2 else 2)
-    m = from_pretrained(sys.argv[1])
+if __name__ == "__main__":   # the one command-line parser is data.py's: this demo needs it beside this file
+    from typing import ClassVar
+
+    from data import parse_config
+
+    @dataclass
+    class SummaryConfig:
+        """Loads a Hugging Face Qwen3 directory and prints its config, size and the logits of 4 tokens."""
+        positional: ClassVar[str] = "checkpoint_dir"   # `python model.py DIR` is `--checkpoint_dir=DIR`
+        checkpoint_dir: str = ""   # a Hugging Face Qwen3 directory (config.json + safetensors)
+
+    cfg = parse_config(SummaryConfig)
+    if not cfg.checkpoint_dir:
+        raise SystemExit("error: usage: python model.py CHECKPOINT_DIR   (loads it and prints a summary)")
+    m = from_pretrained(cfg.checkpoint_dir)
     n = sum(p.numel() for p in m.parameters())
     print(f"{m.config}\n{n / 1e6:.2f}M parameters, dtype {next(m.parameters()).dtype}")
     ids = torch.tensor([[1, 2, 3, 4]])

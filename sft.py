@@ -32,17 +32,12 @@ import os
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # read when torch loads OpenMP: see sft.set_threads
 
-import dataclasses
-import inspect
-import io
 import json
 import math
-import re
 import shutil
 import signal
 import sys
 import time
-import tokenize
 from dataclasses import dataclass
 
 import torch
@@ -50,7 +45,8 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 import data
-from model import Qwen3, Qwen3Config, from_pretrained, save_pretrained
+from data import parse_config
+from model import CheckpointError, Qwen3, Qwen3Config, from_pretrained, save_pretrained
 
 
 @dataclass
@@ -60,7 +56,7 @@ class SFTConfig:
     skip_bad_rows: bool = False      # skip rows that cannot be learned from (malformed reasoning markers), counted
     tokenizer: str = ""              # dir or tokenizer.json; empty with toy data = the toy tokenizer
     max_len: int = 512               # longer conversations follow `overlong`
-    overlong: str = "truncate"       # truncate | drop (either way the count is reported)
+    overlong: str = "truncate"       # truncate | drop (either way the count is reported) | error
     toy_math_examples: int = 12000   # toy addition conversations (with toy data)
     toy_code_examples: int = 2000    # toy programming conversations (with toy data)
     toy_wrong_fraction: float = 0.6  # share of hard (3+ digit) toy math traces that slip once and end wrong
@@ -97,6 +93,14 @@ class SFTConfig:
     resume: bool = True              # continue from out_dir/checkpoint if it exists
     device: str = "auto"             # auto | cpu | cuda
     threads: int = 0                 # CPU threads per rank; 0 = usable cores / ranks on this machine
+
+    def __post_init__(self):
+        checks = [(self.overlong in ("truncate", "drop", "error"), "overlong must be truncate, drop or error"),
+                  (self.n_head % self.n_kv_head == 0, "n_head must be a multiple of n_kv_head (GQA)"),
+                  (self.micro_rows >= 1 and self.rows_per_step >= 1, "micro_rows and rows_per_step must be >= 1")]
+        for ok, why in checks:
+            if not ok:
+                raise SystemExit(f"error: SFTConfig: {why}")
 
 
 # ----------------------------------------------------------------------------- building blocks
@@ -283,61 +287,6 @@ def main(cfg: SFTConfig):
 # the --key=value parser and --help, process groups and threads, one-line errors, the graceful stop, FSDP2
 # wrapping, DCP checkpoints, the Hugging Face export and the metrics file.
 
-def option_help(cls) -> list:
-    """--help text of a config dataclass: every field with its default and the comment written beside it;
-    a full-line comment above fields is a section heading. Read from the class's source, so the comments in
-    the code are the documentation and cannot drift from it."""
-    source = inspect.getsource(cls)
-    comments = {tok.start[0]: tok.string.lstrip("#").strip() for tok in
-                tokenize.generate_tokens(io.StringIO(source).readline) if tok.type == tokenize.COMMENT}
-    defaults = {f.name: f.default for f in dataclasses.fields(cls)}
-    lines, last = [], None
-    for number, line in enumerate(source.splitlines(), 1):
-        field = re.match(r"\s+(\w+)\s*:", line)
-        if field and field.group(1) in defaults:
-            last = f"  --{field.group(1)}={defaults[field.group(1)]!r}"
-            lines.append(last.ljust(34) + "  " + comments.get(number, "") if number in comments else last)
-        elif number in comments and line.strip().startswith("#"):
-            indent = len(line) - len(line.lstrip())
-            # a comment continued under the one beside a field: indented past the fields, or written `#   more`
-            if last is not None and (indent > 8 or line.lstrip().startswith("#  ")):
-                lines[-1] += " " + comments[number]
-            else:                                     # a heading for the fields below it
-                lines.append(comments[number])
-                last = None
-    return lines
-
-
-def parse_config(cls, argv=None, usage: str = ""):
-    """Build a config dataclass from `--key=value` arguments; unknown keys and bad values fail loudly."""
-    argv = sys.argv[1:] if argv is None else argv
-    types = {f.name: f.type for f in dataclasses.fields(cls)}
-    values = {}
-    for arg in argv:
-        if arg in ("-h", "--help"):
-            script = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0].endswith(".py") else cls.__name__
-            print(usage or f"usage: python {script} [--key=value ...]   (torchrun --nproc_per_node=N {script} ... for N processes)")
-            print("\n".join(option_help(cls)))
-            sys.exit(0)
-        if not arg.startswith("--") or "=" not in arg:
-            raise SystemExit(f"error: argument {arg!r} is not of the form --key=value")
-        key, raw = arg[2:].split("=", 1)
-        if key not in types:
-            close = [k for k in types if k.split("_")[0] == key.split("_")[0]]
-            raise SystemExit(f"error: unknown option --{key} for {cls.__name__}" + (f" (did you mean {close}?)" if close else ""))
-        typ = types[key] if isinstance(types[key], type) else eval(types[key], {})  # annotations may be strings
-        try:
-            if typ is bool:
-                if raw.lower() not in ("true", "false", "1", "0"):
-                    raise ValueError("expected true or false")
-                values[key] = raw.lower() in ("true", "1")
-            else:
-                values[key] = typ(raw)
-        except ValueError as e:
-            raise SystemExit(f"error: --{key}={raw!r}: not a valid {typ.__name__} ({e})") from None
-    return cls(**values)
-
-
 def print0(*args, **kwargs):
     """print on rank 0 only (and in a single process)."""
     if not dist.is_initialized() or dist.get_rank() == 0:
@@ -388,12 +337,14 @@ class InputError(Exception):
     """Bad input from the user (an option, a data file, a checkpoint): shown as one line, exit status 2."""
 
 
-# What reading a user's files can raise; anything else is a bug and keeps its traceback.
-_INPUT_ERRORS = (data.DataError, OSError, ValueError, KeyError, UnicodeDecodeError)
+# The errors the project declares for bad input: data that cannot be read (data.DataError), a path that is not there
+# (FileNotFoundError and kin), a directory that is not a Qwen3 checkpoint (model.CheckpointError). Anything else
+# (a ValueError or KeyError inside model building, say) is a bug and keeps its traceback.
+_INPUT_ERRORS = (*data.INPUT_ERRORS, CheckpointError)
 
 
 def read_input(option: str, load, *args, **kwargs):
-    """load(*args, **kwargs), with an error in what the user gave turned into one InputError naming the option."""
+    """load(*args, **kwargs), with a declared input error turned into one InputError naming the option."""
     try:
         return load(*args, **kwargs)
     except _INPUT_ERRORS as e:
@@ -569,4 +520,5 @@ def open_metrics(path: str, step: int):
 
 
 if __name__ == "__main__":
-    run_entry_point(main, parse_config(SFTConfig))
+    run_entry_point(main, parse_config(SFTConfig, usage="usage: python sft.py [--key=value ...]   "
+                                                        "(torchrun --nproc_per_node=N sft.py ... for N processes)"))

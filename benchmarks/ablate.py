@@ -53,7 +53,8 @@ from dataclasses import asdict, dataclass
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-from sft import SFTConfig, parse_config  # noqa: E402
+from data import parse_config  # noqa: E402
+from sft import SFTConfig  # noqa: E402
 
 from gppo import GPPOConfig  # noqa: E402
 

@@ -25,6 +25,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+from data import parse_config  # noqa: E402
 
 
 @dataclass
@@ -34,20 +36,9 @@ class Config:
     row_group: int = 10000               # rows per parquet row group
     dir: str = ""                        # where the files go; empty = a temporary directory, removed at the end
 
-
-def parse_args(argv) -> Config:
-    cfg, kinds = Config(), {f: type(v) for f, v in vars(Config()).items()}
-    for arg in argv:
-        key, _, value = arg.lstrip("-").partition("=")
-        if key in ("h", "help"):
-            print(__doc__)
-            raise SystemExit(0)
-        if key not in kinds:
-            raise SystemExit(f"error: unknown option --{key}; options: {', '.join(kinds)}")
-        setattr(cfg, key, kinds[key](value))
-    if cfg.layout not in ("sft", "math"):
-        raise SystemExit("error: --layout must be sft or math")
-    return cfg
+    def __post_init__(self):
+        if self.layout not in ("sft", "math"):
+            raise SystemExit("error: --layout must be sft or math")
 
 
 def rows_of(layout: str, start: int, n: int) -> pa.Table:
@@ -120,4 +111,4 @@ def main(cfg: Config) -> None:
 
 
 if __name__ == "__main__":
-    main(parse_args(sys.argv[1:]))
+    main(parse_config(Config))

@@ -21,7 +21,7 @@ backward) at the device's measured copy bandwidth.
 Measured on the 2-core CPU machine (N=2048, V=151,936, D=128, chunk_size=256): naive 12.05 bytes/logit
 (3.49 GiB), logits 5.54 (4 of them the fp32 logits buffer itself), hidden 1.54 (0.45 GiB).
 
-Run: python benchmarks/bench_gppo_loss.py [--N=2048 --V=151936 --D=128 --chunk_size=256 --skip_gpu=1]
+Run: python benchmarks/bench_gppo_loss.py [--N=2048 --V=151936 --D=128 --chunk_size=256 --skip_gpu]
 """
 import json
 import os
@@ -34,6 +34,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import torch  # noqa: E402
 
 import gppo_loss as gppo  # noqa: E402
+from data import parse_config  # noqa: E402
 
 
 @dataclass
@@ -42,21 +43,8 @@ class Config:
     V: int = 151936          # vocabulary (Qwen3)
     D: int = 128             # hidden size (CPU section); small so the lm_head is negligible
     chunk_size: int = 256    # rows per chunk of the chunked paths
-    skip_gpu: int = 0
+    skip_gpu: bool = False   # CPU section only
     case: str = ""           # internal: the CPU path one subprocess measures
-
-
-def parse_args(argv):
-    config, types = Config(), {f.name: f.type for f in fields(Config)}
-    for arg in argv:
-        key, _, value = arg.removeprefix("--").partition("=")
-        if key not in types or not value:
-            sys.exit(f"bench_gppo_loss.py: unknown or empty argument {arg!r}; known: --{' --'.join(types)}")
-        try:
-            setattr(config, key, types[key](value))
-        except ValueError:
-            sys.exit(f"bench_gppo_loss.py: --{key} must be {types[key].__name__}, got {value!r}")
-    return config
 
 
 def make_batch(N, V, D, device="cpu", seed=0):
@@ -185,7 +173,7 @@ def gpu_section(V):
 
 
 if __name__ == "__main__":
-    config = parse_args(sys.argv[1:])
+    config = parse_config(Config)
     torch.set_grad_enabled(True)
     if config.case:
         measure_cpu_case(config)

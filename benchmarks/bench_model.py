@@ -15,6 +15,7 @@ import os
 import statistics
 import sys
 import time
+from dataclasses import dataclass
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -22,19 +23,24 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 import model as ours  # noqa: E402
+from data import parse_config  # noqa: E402
 
-ARGS = dict(hidden=256, layers=4, heads=8, kv_heads=4, head_dim=64, intermediate=768, vocab=4096,
-            B=4, T=256, steps=10, warmup=2, threads=2, seed=0)
-
-
-def parse_args(argv):
-    args = dict(ARGS)
-    for a in argv:
-        key, _, value = a.lstrip("-").partition("=")
-        if key not in args:
-            sys.exit(f"unknown option --{key}; known: {', '.join(args)}")
-        args[key] = type(args[key])(value)
-    return args
+@dataclass
+class BenchConfig:
+    """One training step (forward + backward) of model.py's Qwen3 vs transformers' eager and SDPA models."""
+    hidden: int = 256
+    layers: int = 4
+    heads: int = 8
+    kv_heads: int = 4
+    head_dim: int = 64
+    intermediate: int = 768
+    vocab: int = 4096
+    B: int = 4               # rows per step
+    T: int = 256             # tokens per row
+    steps: int = 10          # timed steps (the median is reported)
+    warmup: int = 2          # untimed steps first
+    threads: int = 2         # torch threads
+    seed: int = 0
 
 
 def step_time(model, input_ids, targets, **kwargs) -> float:
@@ -49,11 +55,11 @@ def step_time(model, input_ids, targets, **kwargs) -> float:
 def main(a):
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    torch.set_num_threads(a["threads"])
-    torch.manual_seed(a["seed"])
-    hf_cfg = Qwen3Config(vocab_size=a["vocab"], hidden_size=a["hidden"], intermediate_size=a["intermediate"],
-                         num_hidden_layers=a["layers"], num_attention_heads=a["heads"],
-                         num_key_value_heads=a["kv_heads"], head_dim=a["head_dim"], max_position_embeddings=4096,
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(a.seed)
+    hf_cfg = Qwen3Config(vocab_size=a.vocab, hidden_size=a.hidden, intermediate_size=a.intermediate,
+                         num_hidden_layers=a.layers, num_attention_heads=a.heads,
+                         num_key_value_heads=a.kv_heads, head_dim=a.head_dim, max_position_embeddings=4096,
                          tie_word_embeddings=False)
     contenders = {}
     for impl in ("eager", "sdpa"):
@@ -72,7 +78,7 @@ def main(a):
     mine.load_state_dict({n: hf_state[ours.hf_name(n)] for n, _ in mine.named_parameters()})
     contenders = {"ours": mine, **contenders}
 
-    B, T, V = a["B"], a["T"], a["vocab"]
+    B, T, V = a.B, a.T, a.vocab
     input_ids = torch.randint(0, V, (B, T))
     targets = torch.randint(0, V, (B, T))
     with torch.no_grad():   # same weights, same function: the logits must agree before timing means anything
@@ -89,10 +95,10 @@ def main(a):
     runs = {**{name: (m, {}) for name, m in contenders.items()},
             "ours packed (4 docs/row)": (mine, dict(position_ids=position_ids, document_ids=document_ids))}
     times = {name: [] for name in runs}
-    for i in range(a["warmup"] + a["steps"]):
+    for i in range(a.warmup + a.steps):
         for name, (m, kwargs) in runs.items():
             t = step_time(m, input_ids, targets, **kwargs)
-            if i >= a["warmup"]:
+            if i >= a.warmup:
                 times[name].append(t)
     base = statistics.median(times["ours"])
     for name, ts in times.items():
@@ -102,4 +108,4 @@ def main(a):
 
 
 if __name__ == "__main__":
-    main(parse_args(sys.argv[1:]))
+    main(parse_config(BenchConfig))

@@ -17,12 +17,13 @@ Run:  python benchmarks/bench_rollout.py                 (defaults: 16 prompts x
 import os
 import sys
 import time
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from data import parse_config  # noqa: E402
 from model import Qwen3, Qwen3Config, hf_name  # noqa: E402
 from rollout import LLMEngine, SamplingParams  # noqa: E402
 
@@ -44,7 +45,7 @@ class BenchConfig:
     block_size: int = 16
     threads: int = 1          # torch threads; 1 is steadiest on a shared 2-core machine (0 = torch default)
     repeat: int = 3           # timed runs of each implementation, interleaved; the table shows the fastest
-    skip_hf: int = 0
+    skip_hf: bool = False     # leave transformers' generate out (it is not a project dependency)
 
 
 class ContiguousKVCache:
@@ -102,13 +103,7 @@ def hf_generate(hf_model, prompts, samples, new_tokens):
                              min_new_tokens=new_tokens, pad_token_id=0, eos_token_id=None)
 
 
-def main(argv):
-    b = BenchConfig()
-    for arg in argv:
-        key, _, value = arg.removeprefix("--").partition("=")
-        if not hasattr(b, key):
-            sys.exit(f"unknown option --{key}; known: {', '.join(f.name for f in fields(b))}")
-        setattr(b, key, type(getattr(b, key))(value))
+def main(b: BenchConfig):
     if b.threads:
         torch.set_num_threads(b.threads)
     cfg = Qwen3Config(vocab_size=b.vocab_size, hidden_size=b.hidden_size, intermediate_size=b.intermediate_size,
@@ -190,4 +185,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    main(parse_config(BenchConfig))

@@ -28,11 +28,12 @@ import statistics
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")   # as gppo.py sets it, on both sides
+from data import parse_config  # noqa: E402
 
 TRL_PINS = ("trl==1.16.0", "transformers==5.23.0")
 
@@ -53,24 +54,10 @@ class BenchConfig:
     venv: str = ""                     # default: out_dir/venv
     trl_worker: str = ""               # internal: run TRL's side from this spec file
 
-
-def parse_args(argv) -> BenchConfig:
-    cfg, types = BenchConfig(), {f.name: f.type for f in fields(BenchConfig)}
-    for arg in argv:
-        if arg in ("-h", "--help"):
-            print(__doc__ + "\nOptions (--key=value):\n" + "\n".join(f"  --{k}={getattr(cfg, k)!r}" for k in types))
-            sys.exit(0)
-        key, sep, value = arg.removeprefix("--").partition("=")
-        if not arg.startswith("--") or not sep or key not in types:
-            sys.exit(f"bench_vs_trl.py: unknown or malformed option {arg!r}; known: --{' --'.join(types)}")
-        try:
-            setattr(cfg, key, int(value) if types[key] in (int, "int") else value)
-        except ValueError:
-            sys.exit(f"bench_vs_trl.py: --{key}={value!r}: expected an int")
-    bad = set(cfg.workloads.split(",")) - {"toy", "longtail"}
-    if bad:
-        sys.exit(f"bench_vs_trl.py: --workloads: unknown {sorted(bad)}; known: toy,longtail")
-    return cfg
+    def __post_init__(self):
+        bad = set(self.workloads.split(",")) - {"toy", "longtail"}
+        if bad:
+            raise SystemExit(f"error: --workloads: unknown {sorted(bad)}; known: toy,longtail")
 
 
 # ----------------------------------------------------------------------------- the workloads
@@ -118,7 +105,6 @@ def prompt_stream(model: str, options: list, count: int) -> list:
     """The first `count` prompts gppo.py will train on with these options: {text, prompt_ids, answer}."""
     import data
     import gppo
-    from sft import parse_config
     gcfg = parse_config(gppo.GPPOConfig, [f"--init_from={model}", *options])
     tokenizer = data.load_tokenizer(model)
     tasks = gppo.load_tasks(gcfg, tokenizer)
@@ -365,7 +351,7 @@ def main(cfg: BenchConfig):
 
 
 if __name__ == "__main__":
-    config = parse_args(sys.argv[1:])
+    config = parse_config(BenchConfig)
     if config.trl_worker:
         trl_worker(config.trl_worker)
     else:

@@ -52,6 +52,7 @@ sys.path.insert(0, ROOT)
 
 import torch  # noqa: E402
 
+from data import parse_config  # noqa: E402
 from model import Qwen3Config  # noqa: E402
 
 GB = 1e9
@@ -88,33 +89,11 @@ class RehearsalConfig:
     plan: bool = False               # print the memory plan for Qwen3-8B on 8 x 80 GB (and 2 nodes), run nothing
     stage: str = ""                  # internal: run this one stage in this process
 
-
-def parse_args(argv) -> RehearsalConfig:
-    cfg, types = RehearsalConfig(), {f.name: f.type for f in fields(RehearsalConfig)}
-    for arg in argv:
-        if arg in ("-h", "--help"):
-            print(__doc__ + "\nOptions (--key=value):\n" + "\n".join(f"  --{k}={getattr(cfg, k)!r}" for k in types))
-            sys.exit(0)
-        key, sep, value = arg.removeprefix("--").partition("=")
-        if not sep and types.get(key) in (bool, "bool"):
-            sep, value = "=", "true"                              # a bare --plan means --plan=true
-        if not arg.startswith("--") or not sep or key not in types:
-            sys.exit(f"rehearsal.py: unknown or malformed option {arg!r}; known: --{' --'.join(types)}")
-        kind = {"str": str, "int": int, "float": float, "bool": bool}.get(types[key], types[key])
-        if kind is bool:
-            if value.lower() not in ("true", "false", "1", "0"):
-                sys.exit(f"rehearsal.py: --{key}={value!r}: expected true or false")
-            setattr(cfg, key, value.lower() in ("true", "1"))
-            continue
-        try:
-            setattr(cfg, key, kind(value))
-        except ValueError:
-            sys.exit(f"rehearsal.py: --{key}={value!r}: expected {kind.__name__}")
-    unknown = [s for s in cfg.stages.split(",") if s not in STAGES]
-    if unknown:
-        sys.exit(f"rehearsal.py: --stages: unknown stage(s) {unknown}; known: {','.join(STAGES)}")
-    cfg.tokenizer = cfg.tokenizer or os.environ.get("QWEN3_TOKENIZER_DIR", "")
-    return cfg
+    def __post_init__(self):
+        unknown = [s for s in self.stages.split(",") if s not in STAGES]
+        if unknown:
+            raise SystemExit(f"error: --stages: unknown stage(s) {unknown}; known: {','.join(STAGES)}")
+        self.tokenizer = self.tokenizer or os.environ.get("QWEN3_TOKENIZER_DIR", "")
 
 
 def qwen3_0_6b() -> Qwen3Config:
@@ -333,7 +312,7 @@ def stage_sft(cfg, paths):
     import sft
     out = os.path.join(cfg.out_dir, "sft")
     base = os.path.join(cfg.out_dir, "base")
-    sft.main(sft.parse_config(sft.SFTConfig, [
+    sft.main(parse_config(sft.SFTConfig, [
         f"--data={paths['sft']}", f"--tokenizer={base}", f"--init_from={base}", f"--out_dir={out}",
         f"--max_len={cfg.sft_row_tokens}", f"--row_tokens={cfg.sft_row_tokens}", "--rows_per_step=1", "--micro_rows=1",
         "--epochs=1", f"--max_steps={cfg.sft_steps}", "--lr=8e-5", "--min_lr=4e-5", "--warmup_steps=1",
@@ -367,7 +346,7 @@ def stage_gppo(cfg, paths):
 
     gppo.sync_engine = checked_sync
     max_prompt = 256
-    gppo.main(gppo.parse_config(gppo.GPPOConfig, [
+    gppo.main(parse_config(gppo.GPPOConfig, [
         f"--init_from={os.path.join(cfg.out_dir, 'sft', 'hf')}", f"--math_data={paths['math']}", f"--out_dir={out}",
         f"--prompts_per_step={cfg.prompts}", f"--group_size={cfg.samples}", "--mini_batch_prompts=1",
         f"--max_prompt_len={max_prompt}", f"--max_response_len={cfg.new_tokens}", f"--train_row_tokens={cfg.train_row_tokens}",
@@ -386,7 +365,7 @@ def stage_gppo(cfg, paths):
 def stage_eval(cfg, paths):
     import eval as evaluation
     out = os.path.join(cfg.out_dir, "eval")
-    evaluation.main(evaluation.parse_config(evaluation.EvalConfig, [
+    evaluation.main(parse_config(evaluation.EvalConfig, [
         f"--model={os.path.join(cfg.out_dir, 'gppo', 'hf')}", f"--math_data={paths['aime']}", f"--k={cfg.eval_k}",
         f"--max_tokens={cfg.eval_max_tokens}", f"--out_dir={out}", "--device=cpu", "--reward_workers=2"]))
     with open(os.path.join(out, "results.json")) as fh:
@@ -543,4 +522,4 @@ def print_plan(gpu_bytes: float = 80 * GB, cuda_context: float = 1 * GB):
 
 
 if __name__ == "__main__":
-    main(parse_args(sys.argv[1:]))
+    main(parse_config(RehearsalConfig))

@@ -22,9 +22,9 @@ import torch
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 import data  # noqa: E402
+from data import parse_config  # noqa: E402
 from model import from_pretrained  # noqa: E402
 from rollout import LLMEngine, SamplingParams  # noqa: E402
-from sft import parse_config  # noqa: E402
 
 
 @dataclass

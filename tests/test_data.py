@@ -768,7 +768,7 @@ def test_command_line(tmp_path):
     out = run("stats", os.path.join(FIXTURES, "apps_taco.jsonl"))
     assert out.returncode == 0 and "5 code records" in out.stdout and "'dropped_few_tests': 1" in out.stdout, out.stdout
     with pytest.raises(SystemExit, match="unknown option --bogus"):
-        data._parse(data.ToyConfig, ["--bogus=1"])
+        data.parse_config(data.ToyConfig, ["--bogus=1"])
     with pytest.raises(SystemExit, match="not a valid int"):
-        data._parse(data.ToyConfig, ["--seed=abc"])
-    assert data._parse(data.ToyConfig, ["--wrong_fraction=0", "--out=x"]) == data.ToyConfig(out="x", wrong_fraction=0.0)
+        data.parse_config(data.ToyConfig, ["--seed=abc"])
+    assert data.parse_config(data.ToyConfig, ["--wrong_fraction=0", "--out=x"]) == data.ToyConfig(out="x", wrong_fraction=0.0)

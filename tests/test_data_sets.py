@@ -435,17 +435,17 @@ def test_eval_reads_the_authors_benchmark_files_in_any_format(tmp_path):
 
 def test_stats_reads_every_format_and_gives_one_line_for_bad_input(tmp_path, capsys):
     parquet = write_twins(tmp_path, "numinamath_15.jsonl")["parquet"]
-    data._stats(data._parse(data.StatsConfig, [parquet, "--skip_bad_rows=true"]))
+    data._stats(data.parse_config(data.StatsConfig, [parquet, "--skip_bad_rows=true"]))
     out = capsys.readouterr().out
     assert "2 math records" in out
     assert """'skipped': {"placeholder answer 'proof'": 1, "placeholder answer 'notfound'": 1""" in out
-    data._stats(data._parse(data.StatsConfig, [fixture("openr1_math.jsonl")]))
+    data._stats(data.parse_config(data.StatsConfig, [fixture("openr1_math.jsonl")]))
     out = capsys.readouterr().out
     assert "2 responses records" in out and "1 correct, 3 wrong" in out, out
     with pytest.raises(data.UngradableRow, match="numinamath_15.parquet:2: field 'answer' is 'proof'"):
-        data._stats(data._parse(data.StatsConfig, [parquet]))
+        data._stats(data.parse_config(data.StatsConfig, [parquet]))
     with pytest.raises(SystemExit, match="is not true or false"):
-        data._parse(data.StatsConfig, [parquet, "--skip_bad_rows=yes"])
+        data.parse_config(data.StatsConfig, [parquet, "--skip_bad_rows=yes"])
     (tmp_path / "broken.parquet").write_bytes(b"PAR1 not really")
     for bad in (str(tmp_path / "broken.parquet"), parquet):  # as a user runs it: one line, exit status 2
         out = subprocess.run([sys.executable, os.path.join(ROOT, "data.py"), "stats", bad], capture_output=True,

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-from model import Qwen3, Qwen3Config, from_pretrained, hf_name, save_pretrained
+from model import CheckpointError, Qwen3, Qwen3Config, from_pretrained, hf_name, save_pretrained
 
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")
 NAMES = ["qwen3-tiny-gqa", "qwen3-tiny-tied", "qwen3-tiny-yarn"]
@@ -253,7 +253,7 @@ def test_error_missing_tensor(tmp_path):
     dst, sd = _copy_fixture(tmp_path)
     del sd["model.layers.1.self_attn.k_norm.weight"]
     save_file(sd, str(dst / "model.safetensors"))
-    with pytest.raises(KeyError, match=r"missing tensor.*model\.layers\.1\.self_attn\.k_norm\.weight"):
+    with pytest.raises(CheckpointError, match=r"missing tensor.*model\.layers\.1\.self_attn\.k_norm\.weight"):
         from_pretrained(str(dst))
 
 
@@ -261,7 +261,7 @@ def test_error_untied_checkpoint_without_lm_head(tmp_path):
     dst, sd = _copy_fixture(tmp_path)
     del sd["lm_head.weight"]
     save_file(sd, str(dst / "model.safetensors"))
-    with pytest.raises(KeyError, match="lm_head.weight"):
+    with pytest.raises(CheckpointError, match="lm_head.weight"):
         from_pretrained(str(dst))
 
 
@@ -269,7 +269,7 @@ def test_error_unexpected_tensor(tmp_path):
     dst, sd = _copy_fixture(tmp_path)
     sd["model.layers.0.self_attn.q_proj.bias"] = torch.zeros(128)
     save_file(sd, str(dst / "model.safetensors"))
-    with pytest.raises(KeyError, match=r"model\.safetensors.*unexpected tensor.*q_proj\.bias"):
+    with pytest.raises(CheckpointError, match=r"model\.safetensors.*unexpected tensor.*q_proj\.bias"):
         from_pretrained(str(dst))
 
 

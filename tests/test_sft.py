@@ -12,6 +12,7 @@ import torch.distributed as dist
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+import data  # noqa: E402
 import sft  # noqa: E402
 from model import Qwen3, Qwen3Config, from_pretrained  # noqa: E402
 
@@ -109,14 +110,14 @@ def test_hf_export_reloads_with_same_logits(tmp_path):
 
 
 def test_config_parser_fails_loudly():
-    cfg = sft.parse_config(sft.SFTConfig, ["--lr=0.5", "--activation_checkpointing=true", "--data=x.jsonl"])
+    cfg = data.parse_config(sft.SFTConfig, ["--lr=0.5", "--activation_checkpointing=true", "--data=x.jsonl"])
     assert cfg.lr == 0.5 and cfg.activation_checkpointing is True and cfg.data == "x.jsonl"
     with pytest.raises(SystemExit, match="unknown option --learning_rate"):
-        sft.parse_config(sft.SFTConfig, ["--learning_rate=1"])
+        data.parse_config(sft.SFTConfig, ["--learning_rate=1"])
     with pytest.raises(SystemExit, match="not a valid int"):
-        sft.parse_config(sft.SFTConfig, ["--epochs=two"])
+        data.parse_config(sft.SFTConfig, ["--epochs=two"])
     with pytest.raises(SystemExit, match="true or false"):
-        sft.parse_config(sft.SFTConfig, ["--resume=maybe"])
+        data.parse_config(sft.SFTConfig, ["--resume=maybe"])
 
 
 def test_lr_schedule():
