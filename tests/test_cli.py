@@ -32,7 +32,8 @@ ENTRY_POINTS = [("sft.py", "--lr="), ("gppo.py", "--loss_mode="), ("gppo.py filt
 OWN_PARSER = {"benchmarks/bench_reward.py", "benchmarks/check_humaneval.py"}
 BENCHMARKS = [pytest.param(f"benchmarks/{f}", "usage", marks=[pytest.mark.skip(reason="reward.py's own parser")]
                            if f"benchmarks/{f}" in OWN_PARSER else [])
-              for f in sorted(os.listdir(os.path.join(ROOT, "benchmarks"))) if f.endswith(".py")]
+              for f in sorted(os.listdir(os.path.join(ROOT, "benchmarks"))) if f.endswith(".py")
+              and 'if __name__ == "__main__":' in open(os.path.join(ROOT, "benchmarks", f)).read()]   # the scripts
 
 
 def help_text(command: str, monkeypatch, capsys) -> str:

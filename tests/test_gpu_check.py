@@ -1,6 +1,6 @@
-"""benchmarks/gpu_check.py --dry_run: the GPU check's code, on tiny shapes on the CPU (Triton under its interpreter,
-gloo for nccl), so the one command a lent GPU will run has run before. No timing is asserted: the numbers of a dry
-run mean nothing; its errors against the references and its bookkeeping do."""
+"""benchmarks/gpu_check.py --dry_run: the GPU timings' code, on tiny shapes on the CPU (Triton under its interpreter,
+gloo for nccl), so the one command a GPU session runs has run before. No timing is asserted: the numbers of a dry
+run mean nothing; its bookkeeping does. The correctness of what it times is tests/test_gpu.py."""
 import json
 import os
 import subprocess
@@ -21,16 +21,16 @@ def test_dry_run_runs_every_section_and_records_its_results(tmp_path):
     rows = {(r["section"], r["name"]): r for s in report["sections"].values() for r in s["rows"]}
     bad = {k: r for k, r in rows.items() if r["status"] not in ("ok", "skipped")}
     assert not bad, bad
-    for dtype in ("bf16", "fp32"):                    # every loss path against the reference, within its bound
+    for dtype in ("bf16", "fp32"):                    # every loss path timed, against the reference and the floor
         for backend in ("torch", "triton"):
             r = rows[("loss", f"rl_loss_from_logits {dtype} backend={backend}")]
-            assert r["value_rel_err"] <= 1e-5 and r["grad_err_rel_max"] <= r["grad_bound"], r
+            assert r["ms"] > 0 and r["x_floor"] > 0 and r["speedup_vs_ref"] > 0, r
     assert any(k[0] == "loss" and k[1].startswith("rl_loss_from_hidden bf16 backend=triton") for k in rows)
     decode = rows[("decode", "paged_decode_triton (one step, one layer)")]
-    assert decode["err_rel_max"] <= decode["err_bound"]
-    assert rows[("engine", "greedy parity: engine vs model.py full forward (bf16)")]["identical"] == "2/2"
+    assert decode["ms"] > 0 and decode["splits"] >= 1
+    assert rows[("engine", "engine, 2 prompts x 2 samples x 4 tokens")]["tokens"] == 2 * 2 * 4
     gppo_step = next(r for k, r in rows.items() if k[1].startswith("GPPO step"))
-    assert gppo_step["engine_synced"] is True and gppo_step["train_s"] > 0
+    assert gppo_step["train_s"] > 0 and gppo_step["budget_GB"] > 0
     assert next(r for k, r in rows.items() if k[1].startswith("SFT step"))["step_s"] > 0
     assert not list(tmp_path.glob(".gpu_check.*"))    # the per-section result files are cleaned up
     table = proc.stdout[proc.stdout.index("section result"):]

@@ -1,0 +1,201 @@
+"""Correctness of every CUDA path, on the workloads benchmarks/gpu_check.py times (benchmarks/gpu_workloads.py).
+
+On a CUDA machine, with compiled kernels and the full shapes (Qwen3's 151,936-token vocabulary, 32,768 loss tokens,
+64 decode sequences of up to 16K tokens, Qwen3-0.6B's shape):
+    TRITON_INTERPRET=0 python -m pytest -q tests/test_gpu.py
+Anywhere else, and under the Triton interpreter (tests/conftest.py turns it on for the CPU tests), the same checks
+run on gpu_check.py's tiny dry-run shapes on the CPU, the kernels interpreted; the peak-memory checks need CUDA's
+allocator statistics and are skipped there, with that reason.
+Tolerances: bf16 rounds to 8 significant bits, u = 2^-8; see each test.
+"""
+import math
+import os
+import sys
+
+import pytest
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+
+import gpu_workloads as workloads  # noqa: E402
+import gppo_loss  # noqa: E402
+
+INTERPRETED = os.environ.get("TRITON_INTERPRET", "").lower() in ("1", "true", "on", "yes")
+ON_GPU = torch.cuda.is_available() and not INTERPRETED
+DRY = not ON_GPU                                     # gpu_check.py's tiny shapes
+DEVICE = torch.device("cuda" if ON_GPU else "cpu")
+U_BF16 = 2.0 ** -8
+
+pytestmark = pytest.mark.skipif(gppo_loss.triton is None, reason="triton is not installed")
+needs_cuda = pytest.mark.skipif(not ON_GPU, reason="peak memory needs a CUDA device and compiled kernels: "
+                                                   "TRITON_INTERPRET=0 python -m pytest tests/test_gpu.py")
+
+
+def full(p):
+    """A parameter's full value, whether FSDP2 sharded it (a DTensor) or not."""
+    return p.full_tensor() if hasattr(p, "full_tensor") else p
+
+
+def max_abs_diff(a, b, rows_per_block: int) -> float:
+    """max |a - b| over two (N, V) tensors, a block of rows at a time (no (N, V) fp32 temporaries)."""
+    return max(float((a[r:r + rows_per_block].float() - b[r:r + rows_per_block].float()).abs().max())
+               for r in range(0, len(a), rows_per_block))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
+def test_fused_loss_matches_the_readable_reference(dtype):
+    """rl_loss_from_logits, chunked PyTorch and Triton, against policy_loss + 0.1 sft_loss through autograd.
+    Value: fp32 sums over V in another order, relative 1e-5. Gradient, relative to its largest entry: the bf16 path
+    stores it in bf16 (one rounding, u) from fp32 terms (another, u): 2u; fp32 logits: fp32 sums, 1e-5."""
+    gen = torch.Generator(device=DEVICE).manual_seed(0)
+    work = workloads.loss_workload(DRY, DEVICE, gen)
+    logits = workloads.random_logits(work, dtype, gen)
+    ref_value, ref_grad = workloads.reference_loss(logits, work)
+    grad_scale, grad_bound = float(ref_grad.abs().max()), 2 * U_BF16 if dtype == torch.bfloat16 else 1e-5
+    for backend in ("torch", "triton"):
+        loss, grad = workloads.fused_loss(logits, work, backend)
+        value_err = abs(float(loss.detach()) - ref_value) / max(1.0, abs(ref_value))
+        grad_err = max_abs_diff(grad, ref_grad, work.block) / grad_scale
+        assert value_err <= 1e-5 and grad_err <= grad_bound, (backend, value_err, grad_err)
+        del loss, grad
+
+
+def test_loss_from_hidden_triton_matches_torch():
+    """rl_loss_from_hidden at the training path's shapes (bf16 hidden and head) runs on both backends with finite
+    gradients; both see the same bf16 logits chunks and differ only in fp32 summation order: loss within 1e-5."""
+    gen = torch.Generator(device=DEVICE).manual_seed(0)
+    work = workloads.loss_workload(DRY, DEVICE, gen)
+    hidden = (torch.randn(work.N, work.D, generator=gen, device=DEVICE) / work.D ** 0.5).to(torch.bfloat16)
+    weight = (torch.randn(work.V, work.D, generator=gen, device=DEVICE) * 0.02).to(torch.bfloat16)
+    results = {}
+    for backend in ("torch", "triton"):
+        h, w = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
+        loss, _ = gppo_loss.rl_loss_from_hidden(h, w, **work.kwargs(), backend=backend)
+        loss.backward()
+        assert math.isfinite(float(loss)) and bool(h.grad.isfinite().all()) and bool(w.grad.isfinite().all())
+        results[backend] = float(loss.detach())
+    assert abs(results["triton"] - results["torch"]) <= 1e-5 * max(1.0, abs(results["torch"]))
+
+
+@pytest.mark.parametrize("case", workloads.DECODE_CASES[DRY], ids=lambda case: case[0].strip() or "all")
+def test_paged_decode_kernel_matches_the_reference(case):
+    """The Triton paged-decode kernel (in place, split contexts) against gather + SDPA on scattered block tables.
+    Both outputs are rounded to bf16 once; their fp32 values differ only by summation order: 2u of the largest."""
+    from rollout import paged_decode_reference, paged_decode_triton
+    _, b, splits = case
+    w = workloads.decode_workload(DRY, DEVICE)
+    tables, lens = w.block_tables[:b], w.context_lens[:b]
+    expected = paged_decode_reference(w.q[:b], w.k_pool, w.v_pool, tables, lens).float()
+    out = paged_decode_triton(w.q[:b], w.k_pool, w.v_pool, tables, lens, splits).float()
+    assert float((out - expected).abs().max()) <= 2 * U_BF16 * float(expected.abs().max())
+
+
+@pytest.fixture(scope="module")
+def engine_model():
+    config = workloads.model_config(DRY)
+    return config, workloads.random_qwen3(config, torch.bfloat16, DEVICE).eval()
+
+
+def test_engine_generates_the_whole_workload(engine_model):
+    """No stop tokens: every sample of every prompt is exactly T tokens long, whatever the pool's preemptions."""
+    from rollout import LLMEngine, SamplingParams
+    config, model = engine_model
+    prompts, n, T, longest = workloads.engine_workload(config, DRY)
+    engine = LLMEngine(model, max_num_seqs=len(prompts) * n, max_model_len=longest + T, use_triton=True)
+    outs = engine.generate(prompts, SamplingParams(temperature=1.0, max_tokens=T, n=n, seed=0))
+    assert sum(len(s.token_ids) for o in outs for s in o) == len(prompts) * n * T
+
+
+def greedy_agrees(ours, theirs) -> bool:
+    """Each pair agrees on its first min(4, length) tokens: bf16 near-ties may flip a token after that."""
+    first = [next((i for i, (a, b) in enumerate(zip(x, y)) if a != b), len(x)) for x, y in zip(ours, theirs)]
+    return all(f >= min(4, len(x)) for f, x in zip(first, ours))
+
+
+@torch.no_grad()
+def full_forward_greedy(model, prompt, steps):
+    ids = list(prompt)
+    for _ in range(steps):
+        ids.append(int(model(torch.tensor([ids], device=DEVICE))[0, -1].argmax()))
+    return ids[len(prompt):]
+
+
+def test_engine_greedy_equals_full_forward_decoding(engine_model):
+    """The engine (paged KV cache, Triton decode) against model.py recomputing the whole sequence every step, bf16."""
+    from rollout import LLMEngine, SamplingParams
+    config, model = engine_model
+    prompts, _, _, longest = workloads.engine_workload(config, DRY)
+    steps = 4 if DRY else 32
+    engine = LLMEngine(model, max_num_seqs=8, max_model_len=longest + steps, use_triton=True)
+    ours = [o[0].token_ids for o in engine.generate(prompts[:4], SamplingParams(temperature=0.0, max_tokens=steps))]
+    assert greedy_agrees(ours, [full_forward_greedy(model, p, steps) for p in prompts[:4]])
+
+
+def test_engine_greedy_equals_transformers(engine_model):
+    pytest.importorskip("transformers", reason="transformers is not installed (it is not a project dependency)")
+    from rollout import LLMEngine, SamplingParams
+    config, model = engine_model
+    prompts, _, _, longest = workloads.engine_workload(config, DRY)
+    steps = 4 if DRY else 32
+    engine = LLMEngine(model, max_num_seqs=8, max_model_len=longest + steps, use_triton=True)
+    ours = [o[0].token_ids for o in engine.generate(prompts[:4], SamplingParams(temperature=0.0, max_tokens=steps))]
+    hf = workloads.transformers_twin(model, config, DEVICE)
+    theirs = [hf.generate(**workloads.left_padded([p], DEVICE), do_sample=False, max_new_tokens=steps,
+                          min_new_tokens=steps, pad_token_id=0, eos_token_id=None)[0, len(p):].tolist()
+              for p in prompts[:4]]
+    assert greedy_agrees(ours, theirs)
+
+
+# ----------------------------------------------------------------------------- FSDP2 steps, as sft.py and gppo.py run them
+
+def test_sft_step_trains():
+    workloads.process_group(DRY)
+    step, policy, _ = workloads.sft_step_setup(DRY, DEVICE, workloads.model_config(DRY))
+    before = [full(p).clone() for p in policy.parameters()]
+    losses = [step(), step()]
+    assert all(math.isfinite(x) for x in losses)
+    assert any(not torch.equal(b, full(p)) for b, p in zip(before, policy.parameters()))
+
+
+def test_gppo_step_trains_and_syncs_the_engine():
+    """One GPPO step: the engine's KV pool takes the configured share of the free memory; after sync_engine the
+    engine's bf16 weights are exactly the policy's, rounded to bf16; the loss is finite."""
+    workloads.process_group(DRY)
+    step, run, free = workloads.gppo_step_setup(DRY, DEVICE, workloads.model_config(DRY))
+    assert run.engine.cache.nbytes <= run.cfg.kv_cache_fraction * free
+    for _ in range(2):                                          # the second step starts from AdamW's states
+        seqs, metrics, times = step()
+    assert math.isfinite(metrics["loss"]) and times["train_s"] > 0
+    assert all(torch.equal(q, full(p).to(q.dtype))
+               for p, q in zip(run.policy.parameters(), run.engine_model.parameters()))
+
+
+@needs_cuda
+def test_sft_step_peak_memory_within_the_budget_on_paper():
+    """Peak allocated bytes of an SFT step <= 1.25 x benchmarks/rehearsal.py's budget (its largest phase)."""
+    from rehearsal import peak_phase, sft_phases
+    workloads.process_group(DRY)
+    config = workloads.model_config(DRY)
+    step, _, T = workloads.sft_step_setup(DRY, DEVICE, config)
+    step()                                                      # AdamW's states appear in the first step
+    peak, _ = workloads.step_peak_and_time(step, DEVICE)
+    _, budget, _ = peak_phase(sft_phases(config, world=1, row_tokens=T, loss_chunk=4096, gpu=True))
+    assert peak <= 1.25 * budget, (peak, budget)
+
+
+@needs_cuda
+def test_gppo_step_peak_memory_within_the_budget_on_paper():
+    import gppo
+    from rehearsal import gppo_phases, peak_phase
+    workloads.process_group(DRY)
+    config = workloads.model_config(DRY)
+    step, run, _ = workloads.gppo_step_setup(DRY, DEVICE, config)
+    step()
+    result = {}
+    peak, _ = workloads.step_peak_and_time(lambda: result.update(out=step()), DEVICE)
+    rows = gppo.pack_micro_batches(result["out"][0], run.cfg.train_row_tokens)
+    longest = max(sum(len(s["ids"]) for s in r) for r in rows)
+    _, budget, _ = peak_phase(gppo_phases(config, world=1, row_tokens=longest, kv_bytes=run.engine.cache.nbytes,
+                                          gpu=True, loss_chunk=2048))
+    assert peak <= 1.25 * budget, (peak, budget)
