@@ -84,7 +84,7 @@ class GPPOConfig:
     weight_decay: float = 0.1          # AdamW (paper: 0.1)
     grad_clip: float = 1.0             # max global grad norm
     activation_checkpointing: bool = False  # recompute each layer in the backward (long responses)
-    # the loss (method.md §2)
+    # the loss (gppo_loss.py: the formula and its per-case table; paper §3, App. A.2 for beta1, beta2)
     loss_mode: str = "gppo"            # gppo | grpo | cispo
     eps_low: float = 0.2               # r is clipped to [1 - eps_low, 1 + eps_high]
     eps_high: float = 0.28             # Clip-Higher (DAPO)

@@ -6,7 +6,7 @@ in the global batch (all ranks, all micro-batches),
     L = (1 / N_assistant_tokens) * sum_t  -log p_theta(x_t | x_<t)
 
 Conversations are packed into fixed-size rows (positions restart per document and attention never
-crosses a document boundary, see data.py), so no compute is spent on padding. The paper (method.md §1):
+crosses a document boundary, see data.py), so no compute is spent on padding. The paper (§2, §4.1):
 LR 8e-5 with cosine decay to 4e-5, 4 epochs, 32K context, loss on assistant tokens only, and on hard
 prompts keep incorrect teacher responses too ("mixed" data).
 

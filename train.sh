@@ -56,7 +56,7 @@ fi
 
 T0=$SECONDS
 if [ -n "${BASE_MODEL:-}" ]; then
-  # --- the real pipeline (method.md §1): Qwen3 base -> SFT (32K) -> math RL (and code RL) -> eval
+  # --- the real pipeline (paper §2-3): Qwen3 base -> SFT (32K) -> math RL (and code RL) -> eval
   : "${SFT_DATA:?set SFT_DATA to the SFT JSONL (messages or conversations)}"
   : "${MATH_DATA:?set MATH_DATA to the math RL JSONL (problem + answer)}"
   stage sft "${LAUNCH[@]}" sft.py --init_from="$BASE_MODEL" --tokenizer="$BASE_MODEL" --data="$SFT_DATA" \

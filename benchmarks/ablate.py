@@ -22,7 +22,7 @@ Arms, with the paper's claim (a claim that does not hold at toy scale is a resul
           easy (1-2 digit) and hard (3-4 digit) held-out sums      [Table 2: mixed as good or better on hard]
 Arms share runs (GPPO α=0.1 with the filter is in loss, alpha and filter). The base SFT model is the sft arm's
 mixed seed-0 run, or --sft_from. Each rollout batch gets prompts_per_step/mini_batch_prompts > 1 updates: with
-one, r ≡ 1 and GPPO, GRPO and CISPO give the same gradient (method.md §8).
+one, r ≡ 1 and GPPO, GRPO and CISPO give the same gradient (gppo_loss.py's per-case table at r = 1).
 
 Run (every run is a subprocess with OMP_NUM_THREADS=1; its output goes to out_dir/runs/NAME/log.txt):
   bash train.sh ablate                              # all arms, 3 seeds: 84 min on 2 cores (below)

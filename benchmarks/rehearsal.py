@@ -3,7 +3,7 @@
 The toy pipeline (`bash train.sh`) trains a 0.86M-parameter model with a 583-token vocabulary; real runs load
 Qwen3 checkpoints with a 151,936-token vocabulary, 28-36 layers and long rows. This script runs the real code
 paths (model.py's checkpoint I/O, sft.main, gppo.main, eval.main, with their --key=value configs) at Qwen3-0.6B's
-exact shape (method.md §6: hidden 1024, intermediate 3072, 28 layers, 16 heads, 8 KV heads, head_dim 128,
+exact shape (its config.json: hidden 1024, intermediate 3072, 28 layers, 16 heads, 8 KV heads, head_dim 128,
 vocabulary 151,936, tied embeddings, RoPE theta 1e6) with random weights and the real Qwen3 tokenizer
 (QWEN3_TOKENIZER_DIR), and holds each stage's peak memory against a budget computed on paper:
 

@@ -140,7 +140,7 @@ def test_packing_and_logit_positions():
     assert tok["adv"].tolist() == [1.0, 1.0, -1.0, -1.0]
 
 
-# ----------------------------------------------------------------------------- method fidelity (issue 15)
+# ----------------------------------------------------------------------------- method fidelity
 
 def toy_prompt_ids(n, first, count, seed=1234):
     """The ids of stream positions first..first+count-1, as gppo.main's toy prompts (--toy_problems=n) order them."""

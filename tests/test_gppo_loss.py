@@ -14,7 +14,7 @@ import torch
 import gppo_loss as gppo
 
 EPS_LOW, EPS_HIGH, C = 0.2, 0.28, 10.0
-# One token per row of method.md §2's table: (advantage, ratio, F for gppo, grpo, cispo).
+# One token per row of the per-case table (gppo_loss.py's docstring): (advantage, ratio, F for gppo, grpo, cispo).
 TABLE = {
     "A>0 inside":        (2.0, 1.1, dict(gppo=1.1, grpo=1.1, cispo=1.1)),
     "A>0 above":         (2.0, 1.5, dict(gppo=1.28, grpo=0.0, cispo=1.28)),
