@@ -139,28 +139,111 @@ class GPPOConfig:
             raise SystemExit(f"error: GPPOConfig: {e}") from None
 
 
-def load_tasks(cfg, tokenizer):
-    """RL prompts as dicts {id, kind: math|code, prompt, answer|tests, prompt_ids}."""
-    tasks = []
-    if cfg.math_data:
-        problems = read_input("--math_data", data.load_math_jsonl, cfg.math_data, skip_bad_rows=cfg.skip_bad_rows)
-        print0(f"math data: {problems.report}")
-        tasks += [dict(p, kind="math") for p in problems]
-    if cfg.code_data:
-        problems = read_input("--code_data", data.load_code_jsonl, cfg.code_data, min_tests=cfg.min_tests,
-                              pass_rate_field=cfg.pass_rate_field, skip_bad_rows=cfg.skip_bad_rows)
-        print0(f"code data: {problems.report}")
-        tasks += [dict(p, kind="code") for p in problems]
-    if not (cfg.math_data or cfg.code_data):
-        tasks = [dict(p, kind="math") for p in data.toy_math_problems(cfg.toy_problems, seed=cfg.seed, split="train",
-                                                                     min_digits=cfg.toy_min_digits, max_digits=cfg.toy_max_digits)]
-    if cfg.toy_code_prompts:
-        tasks += [dict(p, kind="code") for p in data.toy_code_problems(cfg.toy_code_prompts, seed=cfg.seed, split="train")]
-    if not tasks:
-        raise InputError("no RL prompts: give --math_data / --code_data, or --toy_problems / --toy_code_prompts > 0")
-    tasks, report = data.encode_prompts(tokenizer, tasks, cfg.max_prompt_len, overlong="truncate")
-    print0(f"prompts: {report}")
-    return tasks
+@dataclass
+class Run:
+    """What the parts of an RL step share; built once by main. No logic here: it only saves passing a dozen
+    arguments to every function."""
+    cfg: GPPOConfig
+    policy: torch.nn.Module          # FSDP2-sharded, fp32 master weights
+    optimizer: torch.optim.Optimizer
+    engine: LLMEngine                # generates with its own full copy of the weights, engine_model
+    engine_model: torch.nn.Module
+    tokenizer: object
+    tasks: list                      # the RL prompts
+    score_fn: object                 # (task, text, token_ids) -> (reward, fully correct)
+    pool: ThreadPoolExecutor         # scoring threads
+    rank: int
+    world: int
+    device: torch.device
+
+
+# ----------------------------------------------------------------------------- one RL step: the docstring's 1-7
+
+def rl_step(run: Run, step: int, prompt_cursor: int) -> tuple:
+    """One RL step, the docstring's 1-7: sample and score groups (more rounds while allowed and too few survive),
+    re-pack the survivors into mini-batches, recompute the old logprobs, one optimizer step per mini-batch, copy the
+    weights into the engine. Returns (metrics record, the stream position after the step)."""
+    cfg, t0 = run.cfg, time.time()
+    sampled, kept, rounds, engine_s = [], [], 0, 0.0
+    per_round = math.ceil(cfg.oversample * cfg.prompts_per_step)
+    while rounds < cfg.max_gen_rounds:                                          # 1-3. sample, score, advantages
+        new, seconds = sample_groups(run, prompt_cursor, per_round)
+        engine_s += seconds
+        prompt_cursor, rounds = prompt_cursor + per_round, rounds + 1
+        sampled += new
+        kept += [g for g in new if g.keep]
+        if global_sums(dict(kept=len(kept)), run.device)["kept"] >= cfg.prompts_per_step:
+            break
+    seqs_by_mb = [training_sequences(groups, cfg) for groups in mini_batches_of(kept, cfg, run.world)]   # 4.
+    t1 = time.time()
+    gap = dict(gap_sum=0.0, gap_tokens=0, gap_max=0.0)
+    if cfg.old_logprobs == "recompute":                                         # 5. old logprobs
+        gap = recompute_old_logprobs(run, [s for seqs in seqs_by_mb for s in seqs])
+    t2 = time.time()
+    updates = [u for u in (train_mini_batch(run, seqs) for seqs in seqs_by_mb) if u]   # 6. one step per mini-batch
+    t3 = time.time()
+    if updates:                                                                 # 7. the engine's weights
+        sync_engine(run.policy, run.engine_model)
+    rec, total = step_metrics(run, sampled, kept, seqs_by_mb, gap, updates)
+    rec = dict(step=step + 1, gen_rounds=rounds, **rec, rollout_tok_s=total["tokens"] / max(t1 - t0, 1e-9),
+               train_tok_s=total["train_tokens"] / max(t3 - t1, 1e-9), time_generate_and_reward=t1 - t0,
+               time_engine=engine_s, time_old_logprobs=t2 - t1, time_train=t3 - t2, time_sync=time.time() - t3)
+    return rec, prompt_cursor
+
+
+# ----------------------------------------------------------------------------- 1-3. sample, score, advantages
+
+def sample_groups(run: Run, first: int, count: int) -> tuple:
+    """Sample and score prompts first..first+count-1 of the stream; this rank takes every world-th of them.
+    Each prompt's seed comes from its stream position, so samples do not depend on the number of ranks.
+    Returns (groups, seconds in the engine's generate)."""
+    cfg, tokenizer = run.cfg, run.tokenizer
+    positions = list(range(first + run.rank, first + count, run.world))
+    chosen = prompts_at(run.tasks, first, count, cfg.seed)[run.rank::run.world]
+    stop_ids = tuple(data.stop_token_ids(tokenizer))
+    params = [SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_response_len, n=cfg.group_size,
+                             stop_token_ids=stop_ids, seed=cfg.seed * 1_000_003 + p) for p in positions]
+    jobs = {}   # (prompt, sample) -> its score, computed by the pool while the engine decodes the other samples
+
+    def score_when_done(prompt: int, sample: int, out):
+        text = tokenizer.decode(out.token_ids, skip_special_tokens=False)
+        jobs[prompt, sample] = run.pool.submit(run.score_fn, chosen[prompt], text, out.token_ids)
+
+    start = time.time()
+    outs = run.engine.generate([t["prompt_ids"] for t in chosen], params, on_finish=score_when_done) if chosen else []
+    engine_s = time.time() - start
+    groups = []
+    for p, (position, task, samples) in enumerate(zip(positions, chosen, outs)):
+        scored = [jobs[p, j].result() for j in range(len(samples))]
+        advantages, keep = group_advantages([[r for r, _ in scored]])
+        groups.append(Group(position, task, samples, [r for r, _ in scored], [c for _, c in scored], advantages[0],
+                            bool(keep[0]) or not cfg.filter_zero_adv))
+    return groups, engine_s
+
+
+@dataclass
+class Group:
+    """One prompt's group_size responses, scored, on the rank that sampled them."""
+    position: int            # the prompt's position in the run's prompt stream (orders groups across ranks)
+    task: dict
+    samples: list            # rollout.Sample per response
+    rewards: list            # float per response
+    correct: list            # bool per response (fully correct: the SFT term's positives)
+    advantages: torch.Tensor  # (group_size,)
+    keep: bool               # False: all rewards equal, no signal (dropped when filter_zero_adv)
+
+
+def prompts_at(tasks, first: int, count: int, seed: int) -> list:
+    """Prompts first..first+count-1 of the run's prompt stream: a fresh permutation of all prompts per epoch.
+    A function of (seed, position) only, so a resumed run and any number of ranks see the same prompts."""
+    perms = {}
+    out = []
+    for i in range(first, first + count):
+        epoch, j = divmod(i, len(tasks))
+        if epoch not in perms:
+            perms[epoch] = np.random.default_rng([seed, epoch]).permutation(len(tasks))
+        out.append(tasks[perms[epoch][j]])
+    return out
 
 
 def score(task, text, cfg):
@@ -182,6 +265,53 @@ def group_advantages(rewards):
     adv = (r - r.mean(1, keepdim=True)) / (r.std(1, keepdim=True) + 1e-6)   # std unbiased, as verl's GRPO
     keep = (r.max(1).values - r.min(1).values) > 1e-9
     return adv.float(), keep
+
+
+# ----------------------------------------------------------------------------- 4. the survivors, re-packed
+
+def mini_batches_of(kept: list, cfg, world: int) -> list:
+    """Re-pack the surviving groups of all ranks into mini-batches of mini_batch_prompts groups (the last may be
+    partial), in stream order, at most prompts_per_step groups in all. Returns, per mini-batch, this rank's groups.
+    Only the groups' stream positions travel between ranks; the responses stay where they were sampled."""
+    positions = [None] * world
+    dist.all_gather_object(positions, [g.position for g in kept])
+    used = sorted(p for ps in positions for p in ps)[:cfg.prompts_per_step]
+    mine = {g.position: g for g in kept}
+    M = cfg.mini_batch_prompts
+    return [[mine[p] for p in used[i:i + M] if p in mine] for i in range(0, len(used), M)]
+
+
+def training_sequences(groups: list, cfg) -> list:
+    """Every kept response as one training sequence: prompt + response, and per response token its advantage,
+    old logprob (the engine's until recomputed) and SFT flag (fully correct response)."""
+    seqs = []
+    for g in groups:
+        for sample, advantage, correct in zip(g.samples, g.advantages.tolist(), g.correct):
+            if not sample.token_ids or (cfg.mask_truncated and sample.finish_reason == "length"):
+                continue
+            prompt, n = g.task["prompt_ids"], len(sample.token_ids)
+            seqs.append(dict(ids=prompt + sample.token_ids, prompt_len=len(prompt), adv=[advantage] * n,
+                             engine=sample.logprobs, old=sample.logprobs, sft=[float(correct)] * n))
+    return seqs
+
+
+# ----------------------------------------------------------------------------- 5. old logprobs, recomputed by the trainer
+
+def recompute_old_logprobs(run: Run, seqs: list) -> dict:
+    """Old logprobs from the trainer's forward, before any update of the step; returns the sum, count and max of
+    |trainer − engine| over the tokens, a check of the engine (it should sample exactly what the trainer scores)."""
+    rows = pack_micro_batches(seqs, run.cfg.train_row_tokens)
+    # FSDP's forward is a collective: a rank with fewer rows (its groups were filtered out) runs dummy forwards,
+    # else the ranks wait on each other forever
+    for i in range(int(global_max(len(rows), run.device))):
+        if i < len(rows):
+            recompute_logprobs(run.policy, rows[i], run.cfg.temperature, run.device)
+        else:
+            with torch.no_grad():
+                run.policy(torch.zeros((1, 2), dtype=torch.long, device=run.device))
+    gaps = [np.abs(np.asarray(s["old"]) - np.asarray(s["engine"])) for s in seqs]
+    return dict(gap_sum=sum(float(g.sum()) for g in gaps), gap_tokens=sum(len(g) for g in gaps),
+                gap_max=max((float(g.max()) for g in gaps if len(g)), default=0.0))
 
 
 def pack_micro_batches(seqs, row_tokens):
@@ -226,36 +356,7 @@ def recompute_logprobs(policy, row, temperature, device):
         s["old"], k = lp[k:k + m], k + m
 
 
-def global_sums(values: dict, device) -> dict:
-    """{name: number} summed over all ranks (one all-reduce, float64)."""
-    t = torch.tensor(list(values.values()), dtype=torch.float64, device=device)
-    dist.all_reduce(t)
-    return dict(zip(values, t.tolist()))
-
-
-def global_max(x, device):
-    t = torch.tensor([x], dtype=torch.float64, device=device)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return t.item()
-
-
-@dataclass
-class Run:
-    """What the parts of an RL step share; built once by main. No logic here: it only saves passing a dozen
-    arguments to every function."""
-    cfg: GPPOConfig
-    policy: torch.nn.Module          # FSDP2-sharded, fp32 master weights
-    optimizer: torch.optim.Optimizer
-    engine: LLMEngine                # generates with its own full copy of the weights, engine_model
-    engine_model: torch.nn.Module
-    tokenizer: object
-    tasks: list                      # the RL prompts
-    score_fn: object                 # (task, text, token_ids) -> (reward, fully correct)
-    pool: ThreadPoolExecutor         # scoring threads
-    rank: int
-    world: int
-    device: torch.device
-
+# ----------------------------------------------------------------------------- 6. one optimizer step per mini-batch
 
 def train_mini_batch(run: Run, seqs: list):
     """One optimizer step on this rank's sequences of a mini-batch; token-mean over all ranks' tokens.
@@ -296,6 +397,8 @@ def train_mini_batch(run: Run, seqs: list):
     return dict(loss=sums["loss"], grad_norm=grad_norm, **{k: sums[k] / max(sums["weight"], 1.0) for k in names})
 
 
+# ----------------------------------------------------------------------------- 7. the engine's copy of the weights
+
 @torch.no_grad()
 def sync_engine(policy, engine_model):
     """Copy the trained weights into the engine's model, one full parameter at a time (all ranks gather)."""
@@ -304,144 +407,13 @@ def sync_engine(policy, engine_model):
         q.copy_(p.full_tensor() if hasattr(p, "full_tensor") else p)
 
 
-def evaluate(run: Run, problems: list) -> float:
-    """Held-out greedy accuracy (math), problems sharded across ranks."""
-    mine = problems[run.rank::run.world]
-    params = SamplingParams(temperature=0.0, max_tokens=run.cfg.max_response_len,
-                            stop_token_ids=tuple(data.stop_token_ids(run.tokenizer)))
-    outs = run.engine.generate([p["prompt_ids"] for p in mine], params) if mine else []
-    correct = sum(score(p, run.tokenizer.decode(o[0].token_ids, skip_special_tokens=False), run.cfg)[1]
-                  for p, o in zip(mine, outs))
-    total = global_sums(dict(correct=correct, problems=len(mine)), run.device)
-    return total["correct"] / max(total["problems"], 1)
+# ----------------------------------------------------------------------------- metrics, over all ranks
 
-
-# ----------------------------------------------------------------------------- one RL step
-
-def prompts_at(tasks, first: int, count: int, seed: int) -> list:
-    """Prompts first..first+count-1 of the run's prompt stream: a fresh permutation of all prompts per epoch.
-    A function of (seed, position) only, so a resumed run and any number of ranks see the same prompts."""
-    perms = {}
-    out = []
-    for i in range(first, first + count):
-        epoch, j = divmod(i, len(tasks))
-        if epoch not in perms:
-            perms[epoch] = np.random.default_rng([seed, epoch]).permutation(len(tasks))
-        out.append(tasks[perms[epoch][j]])
-    return out
-
-
-@dataclass
-class Group:
-    """One prompt's group_size responses, scored, on the rank that sampled them."""
-    position: int            # the prompt's position in the run's prompt stream (orders groups across ranks)
-    task: dict
-    samples: list            # rollout.Sample per response
-    rewards: list            # float per response
-    correct: list            # bool per response (fully correct: the SFT term's positives)
-    advantages: torch.Tensor  # (group_size,)
-    keep: bool               # False: all rewards equal, no signal (dropped when filter_zero_adv)
-
-
-def sample_groups(run: Run, first: int, count: int) -> tuple:
-    """Sample and score prompts first..first+count-1 of the stream; this rank takes every world-th of them.
-    Each prompt's seed comes from its stream position, so samples do not depend on the number of ranks.
-    Returns (groups, seconds in the engine's generate)."""
-    cfg, tokenizer = run.cfg, run.tokenizer
-    positions = list(range(first + run.rank, first + count, run.world))
-    chosen = prompts_at(run.tasks, first, count, cfg.seed)[run.rank::run.world]
-    stop_ids = tuple(data.stop_token_ids(tokenizer))
-    params = [SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_response_len, n=cfg.group_size,
-                             stop_token_ids=stop_ids, seed=cfg.seed * 1_000_003 + p) for p in positions]
-    jobs = {}   # (prompt, sample) -> its score, computed by the pool while the engine decodes the other samples
-
-    def score_when_done(prompt: int, sample: int, out):
-        text = tokenizer.decode(out.token_ids, skip_special_tokens=False)
-        jobs[prompt, sample] = run.pool.submit(run.score_fn, chosen[prompt], text, out.token_ids)
-
-    start = time.time()
-    outs = run.engine.generate([t["prompt_ids"] for t in chosen], params, on_finish=score_when_done) if chosen else []
-    engine_s = time.time() - start
-    groups = []
-    for p, (position, task, samples) in enumerate(zip(positions, chosen, outs)):
-        scored = [jobs[p, j].result() for j in range(len(samples))]
-        advantages, keep = group_advantages([[r for r, _ in scored]])
-        groups.append(Group(position, task, samples, [r for r, _ in scored], [c for _, c in scored], advantages[0],
-                            bool(keep[0]) or not cfg.filter_zero_adv))
-    return groups, engine_s
-
-
-def mini_batches_of(kept: list, cfg, world: int) -> list:
-    """Re-pack the surviving groups of all ranks into mini-batches of mini_batch_prompts groups (the last may be
-    partial), in stream order, at most prompts_per_step groups in all. Returns, per mini-batch, this rank's groups.
-    Only the groups' stream positions travel between ranks; the responses stay where they were sampled."""
-    positions = [None] * world
-    dist.all_gather_object(positions, [g.position for g in kept])
-    used = sorted(p for ps in positions for p in ps)[:cfg.prompts_per_step]
-    mine = {g.position: g for g in kept}
-    M = cfg.mini_batch_prompts
-    return [[mine[p] for p in used[i:i + M] if p in mine] for i in range(0, len(used), M)]
-
-
-def training_sequences(groups: list, cfg) -> list:
-    """Every kept response as one training sequence: prompt + response, and per response token its advantage,
-    old logprob (the engine's until recomputed) and SFT flag (fully correct response)."""
-    seqs = []
-    for g in groups:
-        for sample, advantage, correct in zip(g.samples, g.advantages.tolist(), g.correct):
-            if not sample.token_ids or (cfg.mask_truncated and sample.finish_reason == "length"):
-                continue
-            prompt, n = g.task["prompt_ids"], len(sample.token_ids)
-            seqs.append(dict(ids=prompt + sample.token_ids, prompt_len=len(prompt), adv=[advantage] * n,
-                             engine=sample.logprobs, old=sample.logprobs, sft=[float(correct)] * n))
-    return seqs
-
-
-def recompute_old_logprobs(run: Run, seqs: list) -> dict:
-    """Old logprobs from the trainer's forward, before any update of the step; returns the sum, count and max of
-    |trainer − engine| over the tokens, a check of the engine (it should sample exactly what the trainer scores)."""
-    rows = pack_micro_batches(seqs, run.cfg.train_row_tokens)
-    # FSDP's forward is a collective: a rank with fewer rows (its groups were filtered out) runs dummy forwards,
-    # else the ranks wait on each other forever
-    for i in range(int(global_max(len(rows), run.device))):
-        if i < len(rows):
-            recompute_logprobs(run.policy, rows[i], run.cfg.temperature, run.device)
-        else:
-            with torch.no_grad():
-                run.policy(torch.zeros((1, 2), dtype=torch.long, device=run.device))
-    gaps = [np.abs(np.asarray(s["old"]) - np.asarray(s["engine"])) for s in seqs]
-    return dict(gap_sum=sum(float(g.sum()) for g in gaps), gap_tokens=sum(len(g) for g in gaps),
-                gap_max=max((float(g.max()) for g in gaps if len(g)), default=0.0))
-
-
-def rl_step(run: Run, step: int, prompt_cursor: int) -> tuple:
-    """One RL step: sample (and refill) groups, re-pack survivors, recompute old logprobs, one optimizer step per
-    mini-batch, copy the weights into the engine. Returns (metrics record, the stream position after the step)."""
-    cfg, t0 = run.cfg, time.time()
-    sampled, kept, rounds, engine_s = [], [], 0, 0.0
-    per_round = math.ceil(cfg.oversample * cfg.prompts_per_step)
-    while rounds < cfg.max_gen_rounds:
-        new, seconds = sample_groups(run, prompt_cursor, per_round)
-        engine_s += seconds
-        prompt_cursor, rounds = prompt_cursor + per_round, rounds + 1
-        sampled += new
-        kept += [g for g in new if g.keep]
-        if global_sums(dict(kept=len(kept)), run.device)["kept"] >= cfg.prompts_per_step:
-            break
-    seqs_by_mb = [training_sequences(groups, cfg) for groups in mini_batches_of(kept, cfg, run.world)]
-    t1 = time.time()
-    gap = dict(gap_sum=0.0, gap_tokens=0, gap_max=0.0)
-    if cfg.old_logprobs == "recompute":
-        gap = recompute_old_logprobs(run, [s for seqs in seqs_by_mb for s in seqs])
-    t2 = time.time()
-    updates = [u for u in (train_mini_batch(run, seqs) for seqs in seqs_by_mb) if u]
-    t3 = time.time()
-    if updates:
-        sync_engine(run.policy, run.engine_model)
-    times = dict(time_generate_and_reward=t1 - t0, time_engine=engine_s, time_old_logprobs=t2 - t1, time_train=t3 - t2,
-                 time_sync=time.time() - t3)
-
-    # --- metrics over all ranks, over every sampled response (all rounds)
+def step_metrics(run: Run, sampled: list, kept: list, seqs_by_mb: list, gap: dict, updates: list) -> tuple:
+    """The step's record over all ranks: rewards and lengths of every sampled response (all rounds), the groups kept,
+    the engine-trainer logprob gap, the updates' mean loss, gradient norm, entropy, clip fractions and KL.
+    Returns (record, the summed totals)."""
+    cfg = run.cfg
     samples = [s for g in sampled for s in g.samples]
     lengths = [len(s.token_ids) for s in samples]
     total = global_sums(dict(
@@ -450,19 +422,30 @@ def rl_step(run: Run, step: int, prompt_cursor: int) -> tuple:
         kept=len(kept), sampled=len(sampled), gap_sum=gap["gap_sum"], gap_tokens=gap["gap_tokens"],
         train_tokens=sum(len(s["ids"]) for seqs in seqs_by_mb for s in seqs)), run.device)
     n = max(total["responses"], 1)
-    rec = dict(step=step + 1, reward=total["reward"] / n, accuracy=total["correct"] / n,
-               prompts_sampled=int(total["sampled"]), gen_rounds=rounds,
+    rec = dict(reward=total["reward"] / n, accuracy=total["correct"] / n, prompts_sampled=int(total["sampled"]),
                groups_kept=total["kept"] / max(total["sampled"], 1), groups_dropped=int(total["sampled"] - total["kept"]),
                groups_trained=min(int(total["kept"]), cfg.prompts_per_step),
                response_len_mean=total["tokens"] / n, response_len_max=int(global_max(max(lengths, default=0), run.device)),
                truncated=int(total["truncated"]), logprob_diff_mean=total["gap_sum"] / max(total["gap_tokens"], 1),
                logprob_diff_max=global_max(gap["gap_max"], run.device), updates=len(updates),
-               lr=run.optimizer.param_groups[0]["lr"], rollout_tok_s=total["tokens"] / max(t1 - t0, 1e-9),
-               train_tok_s=total["train_tokens"] / max(t3 - t1, 1e-9), **times)
+               lr=run.optimizer.param_groups[0]["lr"])
     for k in ("loss", "grad_norm", "entropy", "clip_frac_high", "clip_frac_low", "dual_clip_frac", "ratio_mean", "approx_kl"):
         if updates:
             rec[k] = sum(u[k] for u in updates) / len(updates)
-    return rec, prompt_cursor
+    return rec, total
+
+
+def global_sums(values: dict, device) -> dict:
+    """{name: number} summed over all ranks (one all-reduce, float64)."""
+    t = torch.tensor(list(values.values()), dtype=torch.float64, device=device)
+    dist.all_reduce(t)
+    return dict(zip(values, t.tolist()))
+
+
+def global_max(x, device):
+    t = torch.tensor([x], dtype=torch.float64, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return t.item()
 
 
 def print_step(rec, cfg, eta_s):
@@ -478,87 +461,19 @@ def print_step(rec, cfg, eta_s):
            f"({rec['rollout_tok_s']:.0f} tok/s) eta {eta_s / 60:.1f}min")
 
 
-# ----------------------------------------------------------------------------- code prompts whose tests work
-
-def check_code_prompts(problems, min_pass_rate: float, check_references: bool, *, timeout_s: float = 6.0,
-                       workers: int = 0, rank: int = 0, world: int = 1, max_references: int = 3):
-    """Keep the code prompts whose tests can be trusted. The paper keeps a prompt only if a strong model passes all
-    its tests in >= 50% of 16 samples: the point is to drop prompts with *broken tests*, not hard ones (sampling
-    the policy being trained instead would drop exactly the prompts RL can learn from). With what a user has:
-      - problem["pass_rate"], a stronger model's precomputed rate (data.load_code_jsonl's pass_rate_field), must be
-        >= min_pass_rate;
-      - with check_references, a reference solution (problem["solutions"], as APPS/TACO ship them) must pass all
-        the prompt's tests: the first of up to max_references that does keeps it; if all fail, the tests are broken.
-    A prompt with neither is kept. Reference runs are sharded over ranks, `workers` prompts at a time (0 = usable
-    cores), each prompt's tests in turn, timeout_s per test. Returns (kept problems, counts)."""
-    counts = dict(code_prompts=len(problems), dropped_pass_rate=0, dropped_references_fail=0, references_checked=0,
-                  kept=0)
-    trusted = [p for p in problems if p.get("pass_rate", 1.0) >= min_pass_rate]
-    counts["dropped_pass_rate"] = len(problems) - len(trusted)
-    if check_references:
-        checked = [p for p in trusted if p.get("solutions")]
-        mine = checked[rank::world]
-        t0, broken = time.time(), []
-        sandbox = reward.SandboxConfig(timeout_s=timeout_s, workers=1)
-        with ThreadPoolExecutor(workers or len(os.sched_getaffinity(0))) as pool:
-            verdicts = pool.map(lambda p: any(reward.all_passed(reward.run_tests(s, p["tests"], sandbox))
-                                              for s in p["solutions"][:max_references]), mine)
-            for i, (problem, ok) in enumerate(zip(mine, verdicts), 1):
-                if not ok:
-                    broken.append(problem["id"])
-                if i % 50 == 0 or i == len(mine):
-                    print0(f"checking reference solutions: {i}/{len(mine)} prompts (rank 0) in {time.time() - t0:.0f}s, "
-                           f"{len(broken)} with broken tests so far")
-        if dist.is_initialized() and world > 1:
-            gathered = [None] * world
-            dist.all_gather_object(gathered, broken)
-            broken = [b for part in gathered for b in part]
-        broken = set(broken)
-        counts.update(references_checked=len(checked), dropped_references_fail=len(broken))
-        trusted = [p for p in trusted if p["id"] not in broken]
-    counts["kept"] = len(trusted)
-    return trusted, counts
+def evaluate(run: Run, problems: list) -> float:
+    """Held-out greedy accuracy (math), problems sharded across ranks."""
+    mine = problems[run.rank::run.world]
+    params = SamplingParams(temperature=0.0, max_tokens=run.cfg.max_response_len,
+                            stop_token_ids=tuple(data.stop_token_ids(run.tokenizer)))
+    outs = run.engine.generate([p["prompt_ids"] for p in mine], params) if mine else []
+    correct = sum(score(p, run.tokenizer.decode(o[0].token_ids, skip_special_tokens=False), run.cfg)[1]
+                  for p, o in zip(mine, outs))
+    total = global_sums(dict(correct=correct, problems=len(mine)), run.device)
+    return total["correct"] / max(total["problems"], 1)
 
 
 # ----------------------------------------------------------------------------- main
-
-def build_run(cfg: GPPOConfig, reward_fn, rank: int, world: int, device) -> tuple:
-    """Read the inputs (all ranks agree on any error), build the sharded policy, its optimizer, the engine and
-    the scoring pool. Returns (Run, held-out problems)."""
-    def load():
-        if not os.path.isfile(os.path.join(cfg.init_from, "config.json")):
-            raise InputError(f"--init_from={cfg.init_from}: no SFT checkpoint there (no config.json): run `python sft.py` "
-                             "first (or `bash train.sh`), or pass --init_from=DIR (a Hugging Face Qwen3 directory)")
-        tokenizer = read_input(f"--init_from={cfg.init_from} (its tokenizer)", data.load_tokenizer, cfg.init_from)
-        tasks = load_tasks(cfg, tokenizer)
-        eval_problems = read_input("--eval_data", data.load_math_jsonl, cfg.eval_data) if cfg.eval_data else \
-            data.toy_math_problems(cfg.eval_problems, seed=cfg.eval_seed, split="test", min_digits=cfg.toy_min_digits,
-                                   max_digits=cfg.toy_max_digits)
-        eval_problems = [dict(p, kind="math") for p in data.encode_prompts(
-            tokenizer, eval_problems[:cfg.eval_problems], cfg.max_prompt_len, "truncate")[0]]
-        # the trained policy (fp32 master weights, FSDP2) and the engine's own full copy (bf16 on GPU)
-        policy = read_input(f"--init_from={cfg.init_from}", from_pretrained, cfg.init_from, dtype=torch.float32, device=device)
-        engine_model = from_pretrained(cfg.init_from, dtype=torch.bfloat16 if device.type == "cuda" else torch.float32,
-                                       device=device)
-        return tokenizer, tasks, eval_problems, policy, engine_model
-    tokenizer, tasks, eval_problems, policy, engine_model = agree_on_inputs(load)
-    policy.activation_checkpointing = cfg.activation_checkpointing
-    shard_model(policy, device)
-    optimizer = torch.optim.AdamW(policy.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.999))
-    kv_bytes = int(cfg.kv_cache_fraction * torch.cuda.mem_get_info(device)[0]) if device.type == "cuda" else None
-    engine = LLMEngine(engine_model, max_num_seqs=256, max_model_len=cfg.max_prompt_len + cfg.max_response_len,
-                       kv_cache_memory=kv_bytes)
-    if any(t["kind"] == "code" for t in tasks) and (cfg.pass_rate_field or cfg.check_references):
-        code, counts = check_code_prompts([t for t in tasks if t["kind"] == "code"], cfg.min_pass_rate,
-                                          cfg.check_references, rank=rank, world=world)
-        tasks = [t for t in tasks if t["kind"] != "code"] + code
-        print0(f"code prompts: {counts}")
-    print0(f"reward: {cfg.reward_workers} scoring threads")
-    score_fn = reward_fn or (lambda task, text, ids: score(task, text, cfg))
-    run = Run(cfg, policy, optimizer, engine, engine_model, tokenizer, tasks, score_fn,
-              ThreadPoolExecutor(cfg.reward_workers), rank, world, device)
-    return run, eval_problems
-
 
 def main(cfg: GPPOConfig, reward_fn=None):
     """reward_fn(task, text, token_ids) -> (reward, fully_correct) replaces `score` (tests use a simple task)."""
@@ -613,6 +528,108 @@ def main(cfg: GPPOConfig, reward_fn=None):
         if metrics_file:
             metrics_file.close()
     print0(f"done: {step} steps; Hugging Face export in {cfg.out_dir}/hf")
+
+
+def build_run(cfg: GPPOConfig, reward_fn, rank: int, world: int, device) -> tuple:
+    """Read the inputs (all ranks agree on any error), build the sharded policy, its optimizer, the engine and
+    the scoring pool. Returns (Run, held-out problems)."""
+    def load():
+        if not os.path.isfile(os.path.join(cfg.init_from, "config.json")):
+            raise InputError(f"--init_from={cfg.init_from}: no SFT checkpoint there (no config.json): run `python sft.py` "
+                             "first (or `bash train.sh`), or pass --init_from=DIR (a Hugging Face Qwen3 directory)")
+        tokenizer = read_input(f"--init_from={cfg.init_from} (its tokenizer)", data.load_tokenizer, cfg.init_from)
+        tasks = load_tasks(cfg, tokenizer)
+        eval_problems = read_input("--eval_data", data.load_math_jsonl, cfg.eval_data) if cfg.eval_data else \
+            data.toy_math_problems(cfg.eval_problems, seed=cfg.eval_seed, split="test", min_digits=cfg.toy_min_digits,
+                                   max_digits=cfg.toy_max_digits)
+        eval_problems = [dict(p, kind="math") for p in data.encode_prompts(
+            tokenizer, eval_problems[:cfg.eval_problems], cfg.max_prompt_len, "truncate")[0]]
+        # the trained policy (fp32 master weights, FSDP2) and the engine's own full copy (bf16 on GPU)
+        policy = read_input(f"--init_from={cfg.init_from}", from_pretrained, cfg.init_from, dtype=torch.float32, device=device)
+        engine_model = from_pretrained(cfg.init_from, dtype=torch.bfloat16 if device.type == "cuda" else torch.float32,
+                                       device=device)
+        return tokenizer, tasks, eval_problems, policy, engine_model
+    tokenizer, tasks, eval_problems, policy, engine_model = agree_on_inputs(load)
+    policy.activation_checkpointing = cfg.activation_checkpointing
+    shard_model(policy, device)
+    optimizer = torch.optim.AdamW(policy.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.999))
+    kv_bytes = int(cfg.kv_cache_fraction * torch.cuda.mem_get_info(device)[0]) if device.type == "cuda" else None
+    engine = LLMEngine(engine_model, max_num_seqs=256, max_model_len=cfg.max_prompt_len + cfg.max_response_len,
+                       kv_cache_memory=kv_bytes)
+    if any(t["kind"] == "code" for t in tasks) and (cfg.pass_rate_field or cfg.check_references):
+        code, counts = check_code_prompts([t for t in tasks if t["kind"] == "code"], cfg.min_pass_rate,
+                                          cfg.check_references, rank=rank, world=world)
+        tasks = [t for t in tasks if t["kind"] != "code"] + code
+        print0(f"code prompts: {counts}")
+    print0(f"reward: {cfg.reward_workers} scoring threads")
+    score_fn = reward_fn or (lambda task, text, ids: score(task, text, cfg))
+    run = Run(cfg, policy, optimizer, engine, engine_model, tokenizer, tasks, score_fn,
+              ThreadPoolExecutor(cfg.reward_workers), rank, world, device)
+    return run, eval_problems
+
+
+def load_tasks(cfg, tokenizer):
+    """RL prompts as dicts {id, kind: math|code, prompt, answer|tests, prompt_ids}."""
+    tasks = []
+    if cfg.math_data:
+        problems = read_input("--math_data", data.load_math_jsonl, cfg.math_data, skip_bad_rows=cfg.skip_bad_rows)
+        print0(f"math data: {problems.report}")
+        tasks += [dict(p, kind="math") for p in problems]
+    if cfg.code_data:
+        problems = read_input("--code_data", data.load_code_jsonl, cfg.code_data, min_tests=cfg.min_tests,
+                              pass_rate_field=cfg.pass_rate_field, skip_bad_rows=cfg.skip_bad_rows)
+        print0(f"code data: {problems.report}")
+        tasks += [dict(p, kind="code") for p in problems]
+    if not (cfg.math_data or cfg.code_data):
+        tasks = [dict(p, kind="math") for p in data.toy_math_problems(cfg.toy_problems, seed=cfg.seed, split="train",
+                                                                     min_digits=cfg.toy_min_digits, max_digits=cfg.toy_max_digits)]
+    if cfg.toy_code_prompts:
+        tasks += [dict(p, kind="code") for p in data.toy_code_problems(cfg.toy_code_prompts, seed=cfg.seed, split="train")]
+    if not tasks:
+        raise InputError("no RL prompts: give --math_data / --code_data, or --toy_problems / --toy_code_prompts > 0")
+    tasks, report = data.encode_prompts(tokenizer, tasks, cfg.max_prompt_len, overlong="truncate")
+    print0(f"prompts: {report}")
+    return tasks
+
+
+def check_code_prompts(problems, min_pass_rate: float, check_references: bool, *, timeout_s: float = 6.0,
+                       workers: int = 0, rank: int = 0, world: int = 1, max_references: int = 3):
+    """Keep the code prompts whose tests can be trusted. The paper keeps a prompt only if a strong model passes all
+    its tests in >= 50% of 16 samples: the point is to drop prompts with *broken tests*, not hard ones (sampling
+    the policy being trained instead would drop exactly the prompts RL can learn from). With what a user has:
+      - problem["pass_rate"], a stronger model's precomputed rate (data.load_code_jsonl's pass_rate_field), must be
+        >= min_pass_rate;
+      - with check_references, a reference solution (problem["solutions"], as APPS/TACO ship them) must pass all
+        the prompt's tests: the first of up to max_references that does keeps it; if all fail, the tests are broken.
+    A prompt with neither is kept. Reference runs are sharded over ranks, `workers` prompts at a time (0 = usable
+    cores), each prompt's tests in turn, timeout_s per test. Returns (kept problems, counts)."""
+    counts = dict(code_prompts=len(problems), dropped_pass_rate=0, dropped_references_fail=0, references_checked=0,
+                  kept=0)
+    trusted = [p for p in problems if p.get("pass_rate", 1.0) >= min_pass_rate]
+    counts["dropped_pass_rate"] = len(problems) - len(trusted)
+    if check_references:
+        checked = [p for p in trusted if p.get("solutions")]
+        mine = checked[rank::world]
+        t0, broken = time.time(), []
+        sandbox = reward.SandboxConfig(timeout_s=timeout_s, workers=1)
+        with ThreadPoolExecutor(workers or len(os.sched_getaffinity(0))) as pool:
+            verdicts = pool.map(lambda p: any(reward.all_passed(reward.run_tests(s, p["tests"], sandbox))
+                                              for s in p["solutions"][:max_references]), mine)
+            for i, (problem, ok) in enumerate(zip(mine, verdicts), 1):
+                if not ok:
+                    broken.append(problem["id"])
+                if i % 50 == 0 or i == len(mine):
+                    print0(f"checking reference solutions: {i}/{len(mine)} prompts (rank 0) in {time.time() - t0:.0f}s, "
+                           f"{len(broken)} with broken tests so far")
+        if dist.is_initialized() and world > 1:
+            gathered = [None] * world
+            dist.all_gather_object(gathered, broken)
+            broken = [b for part in gathered for b in part]
+        broken = set(broken)
+        counts.update(references_checked=len(checked), dropped_references_fail=len(broken))
+        trusted = [p for p in trusted if p["id"] not in broken]
+    counts["kept"] = len(trusted)
+    return trusted, counts
 
 
 # ----------------------------------------------------------------------------- the offline code-prompt filter

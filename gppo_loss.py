@@ -26,13 +26,15 @@ logπ_t in the forward and g_t in the backward, and never holds an fp32 copy of 
 
 Why a file of its own: the loss is the piece a verl or TRL user wants to copy. It needs torch only (and triton for
 the CUDA kernel, optional); `python -c "import gppo_loss"` works in an empty directory. gppo.py (the RL loop)
-imports it. Top to bottom:
+imports it. Top to bottom, the reference first, then the fused path in the order a call runs through it:
   1. policy_loss, sft_loss: the readable PyTorch reference (autograd through the formula above).
-  2. token_loss_and_grad: the same loss in closed form, ℓ_t and g_t per token (the table), NaN-free for any r.
-  3. logits -> (logπ, log-sum-exp, entropy) and the backward g_t·(onehot − softmax)/T: chunked PyTorch, and
+  2. rl_loss_from_logits, rl_loss_from_hidden: what a training loop calls, and their autograd Functions. The second
+     never builds (N, V) logits: it applies the LM head a chunk of tokens at a time, in the forward and again in
+     the backward.
+  3. objective, token_loss_and_grad: the same loss in closed form, ℓ_t and g_t per token (the table), NaN-free
+     for any r.
+  4. logits -> (logπ, log-sum-exp, entropy) and the backward g_t·(onehot − softmax)/T: chunked PyTorch, and
      Triton kernels (online log-sum-exp over vocabulary blocks) used on CUDA.
-  4. rl_loss_from_logits, rl_loss_from_hidden: what a training loop calls. The second never builds (N, V) logits:
-     it applies the LM head a chunk of tokens at a time, in the forward and again in the backward.
 
 Use:
     cfg = LossConfig(mode="gppo", alpha=0.1, temperature=1.0)       # the paper's constants by default
@@ -84,33 +86,6 @@ class LossConfig:
             raise ValueError(f"gppo_loss: temperature={self.temperature} must be > 0")
 
 
-def _same_shape(**tensors):
-    shapes = {name: tuple(t.shape) for name, t in tensors.items() if t is not None}
-    if len(set(shapes.values())) > 1:
-        raise ValueError(f"gppo_loss: per-token tensors must have one shape, got {shapes}")
-
-
-def _count(mask, given):
-    """Token-mean denominator: the caller's global count (all ranks, all micro-batches) or the local one."""
-    return given if given is not None else mask.sum().clamp(min=1)
-
-
-@torch.no_grad()
-def policy_metrics(logprobs, old_logprobs, advantages, response_mask, cfg: LossConfig) -> dict:
-    """Fractions of response tokens clipped high / low / dual-clipped, mean ratio, and
-    approx_kl = mean of k3 = (r−1) − log r, an unbiased estimate of KL(π_old ‖ π_θ) from samples of π_old."""
-    mask = response_mask.bool()
-    n = mask.sum().clamp(min=1)
-    log_ratio = logprobs.float() - old_logprobs.float()
-    r, A = log_ratio.exp(), advantages.float()
-    mean = lambda x: torch.where(mask, x.float(), 0.0).sum() / n  # noqa: E731
-    return {"clip_frac_high": mean((A > 0) & (r > 1 + cfg.eps_high)),
-            "clip_frac_low": mean((A < 0) & (r < 1 - cfg.eps_low)),
-            "dual_clip_frac": mean((A < 0) & (r > cfg.dual_clip)),
-            "ratio_mean": mean(r),
-            "approx_kl": mean((r - 1) - log_ratio)}
-
-
 # ----------------------------------------------------------------------------- 1. the readable reference
 
 def policy_loss(logprobs, old_logprobs, advantages, response_mask, cfg: LossConfig = LossConfig(), *, num_tokens=None):
@@ -152,7 +127,206 @@ def sft_loss(logprobs, sft_mask, num_tokens=None):
     return -torch.where(mask, logprobs.float(), 0.0).sum() / _count(mask, num_tokens)
 
 
-# ----------------------------------------------------------------------------- 2. the closed form
+@torch.no_grad()
+def policy_metrics(logprobs, old_logprobs, advantages, response_mask, cfg: LossConfig) -> dict:
+    """Fractions of response tokens clipped high / low / dual-clipped, mean ratio, and
+    approx_kl = mean of k3 = (r−1) − log r, an unbiased estimate of KL(π_old ‖ π_θ) from samples of π_old."""
+    mask = response_mask.bool()
+    n = mask.sum().clamp(min=1)
+    log_ratio = logprobs.float() - old_logprobs.float()
+    r, A = log_ratio.exp(), advantages.float()
+    mean = lambda x: torch.where(mask, x.float(), 0.0).sum() / n  # noqa: E731
+    return {"clip_frac_high": mean((A > 0) & (r > 1 + cfg.eps_high)),
+            "clip_frac_low": mean((A < 0) & (r < 1 - cfg.eps_low)),
+            "dual_clip_frac": mean((A < 0) & (r > cfg.dual_clip)),
+            "ratio_mean": mean(r),
+            "approx_kl": mean((r - 1) - log_ratio)}
+
+
+def _same_shape(**tensors):
+    shapes = {name: tuple(t.shape) for name, t in tensors.items() if t is not None}
+    if len(set(shapes.values())) > 1:
+        raise ValueError(f"gppo_loss: per-token tensors must have one shape, got {shapes}")
+
+
+def _count(mask, given):
+    """Token-mean denominator: the caller's global count (all ranks, all micro-batches) or the local one."""
+    return given if given is not None else mask.sum().clamp(min=1)
+
+
+# ----------------------------------------------------------------------------- 2. the loss a training loop calls
+
+def rl_loss_from_logits(logits, target_ids, old_logprobs, advantages, response_mask, *, sft_mask=None,
+                        cfg: LossConfig = LossConfig(), num_tokens=None, num_sft_tokens=None, chunk_size=None,
+                        backend="auto", inplace_backward=True):
+    """policy_loss + cfg.alpha·sft_loss from logits (N, V), bf16 or fp32, with logπ = log_softmax(logits/cfg.temperature).
+
+    Per-token inputs (N,); num_tokens / num_sft_tokens: the token-mean's denominators when the batch is split over
+    ranks and micro-batches (default: this call's own counts). Triton kernel on CUDA (backend="auto"), chunked
+    PyTorch elsewhere. With inplace_backward the backward overwrites `logits` with ∂L/∂logits (saves an (N, V)
+    buffer); do not read them afterwards. Returns (loss, metrics): policy metrics, policy_loss, sft_loss, entropy
+    (mean over response tokens) and logprobs (N,) detached — the new policy's, for logging or the next mini-batch.
+    """
+    if logits.dim() != 2:
+        raise ValueError(f"gppo_loss: logits must be (N, V), got shape {tuple(logits.shape)}")
+    logits = logits if logits.stride(-1) == 1 else logits.contiguous()
+    batch = TokenBatch(target_ids, old_logprobs, advantages, response_mask, sft_mask, num_tokens,
+                       num_sft_tokens).checked(*logits.shape)
+    how = _Fused.choose(cfg, chunk_size, backend, logits.shape[1], logits.device)
+    inplace = inplace_backward and not logits.is_leaf  # a leaf's .grad would alias its own data
+    return _with_metrics(_LossFromLogits.apply(logits, batch, how, inplace), batch, cfg)
+
+
+def rl_loss_from_hidden(hidden, lm_head_weight, target_ids, old_logprobs, advantages, response_mask, *,
+                        sft_mask=None, cfg: LossConfig = LossConfig(), num_tokens=None, num_sft_tokens=None,
+                        chunk_size=None, backend="auto"):
+    """Same as rl_loss_from_logits with logits = hidden (N, D) @ lm_head_weight (V, D).T, computed chunk_size rows
+    at a time (default 2048 on CUDA; on CPU 16 MB of fp32 logits, 256 rows at V = 151,936) in the forward and
+    recomputed in the backward: no (N, V) tensor ever exists. Gradients flow to hidden and lm_head_weight."""
+    if hidden.dim() != 2 or lm_head_weight.dim() != 2 or hidden.shape[1] != lm_head_weight.shape[1]:
+        raise ValueError(f"gppo_loss: need hidden (N, D) and lm_head_weight (V, D), got "
+                         f"{tuple(hidden.shape)} and {tuple(lm_head_weight.shape)}")
+    batch = TokenBatch(target_ids, old_logprobs, advantages, response_mask, sft_mask, num_tokens,
+                       num_sft_tokens).checked(len(hidden), len(lm_head_weight))
+    how = _Fused.choose(cfg, chunk_size, backend, len(lm_head_weight), hidden.device)
+    return _with_metrics(_LossFromHidden.apply(hidden, lm_head_weight, batch, how), batch, cfg)
+
+
+@dataclass
+class TokenBatch:
+    """The per-token inputs of the fused loss, (N,) each; the counts are the token-mean's denominators (the caller's
+    global ones when the batch is split over ranks and micro-batches). checked() validates and normalises them."""
+    targets: torch.Tensor          # int64 ids of the sampled tokens (0 where neither mask is set)
+    old_logprobs: torch.Tensor
+    advantages: torch.Tensor
+    response_mask: torch.Tensor    # bool: tokens of the policy loss
+    sft_mask: torch.Tensor | None  # bool: tokens of fully correct responses (the SFT term); None = none
+    num_tokens: object             # float, or None = response_mask.sum()
+    num_sft_tokens: object
+
+    def checked(self, n_rows: int, vocab: int) -> "TokenBatch":
+        """The same inputs with (n_rows,) shapes checked, bool masks, and targets that index the vocabulary."""
+        sft_mask = torch.zeros_like(self.response_mask, dtype=torch.bool) if self.sft_mask is None else self.sft_mask
+        _same_shape(target_ids=self.targets, old_logprobs=self.old_logprobs, advantages=self.advantages,
+                    response_mask=self.response_mask, sft_mask=sft_mask)
+        if self.targets.shape != (n_rows,):
+            raise ValueError(f"gppo_loss: per-token tensors must have shape ({n_rows},), got {tuple(self.targets.shape)}")
+        response_mask, sft_mask = self.response_mask.bool(), sft_mask.bool()
+        # Inactive rows may hold any id (e.g. -100 padding); active ones must index the vocabulary.
+        targets = torch.where(response_mask | sft_mask, self.targets, 0).long().contiguous()
+        if n_rows and (targets.min() < 0 or targets.max() >= vocab):
+            raise ValueError(f"gppo_loss: target_ids of response/SFT tokens must lie in [0, {vocab}), got "
+                             f"[{targets.min().item()}, {targets.max().item()}]")
+        return TokenBatch(targets, self.old_logprobs, self.advantages, response_mask, sft_mask, self.num_tokens,
+                          self.num_sft_tokens)
+
+
+@dataclass(frozen=True)
+class _Fused:
+    """What the autograd Functions need besides tensors: the loss's definition and how to compute it."""
+    cfg: LossConfig
+    chunk_size: int                # rows of logits per chunk
+    use_triton: bool
+
+    @staticmethod
+    def choose(cfg: LossConfig, chunk_size, backend: str, vocab: int, device) -> "_Fused":
+        """Triton on CUDA (backend="auto"), chunked PyTorch elsewhere; chunk_size None = _default_chunk."""
+        if not isinstance(cfg, LossConfig):
+            raise TypeError(f"gppo_loss: cfg must be a LossConfig, got {type(cfg).__name__}")
+        if backend not in ("auto", "torch", "triton") or (backend == "triton" and triton is None):
+            raise ValueError(f"gppo_loss: backend={backend!r} must be 'auto', 'torch' or 'triton' (triton "
+                             f"{'not ' if triton is None else ''}installed)")
+        use_triton = backend == "triton" or (backend == "auto" and triton is not None and device.type == "cuda")
+        return _Fused(cfg, chunk_size or _default_chunk(vocab, device), use_triton)
+
+
+def _default_chunk(vocab: int, device) -> int:
+    """Rows of logits per chunk: 2048 on CUDA; on CPU ~16 MB of fp32 logits (256 rows at V = 151,936, the whole
+    batch of a toy's 583-token vocabulary: each chunk costs a dozen small ops, so a tiny vocabulary wants few)."""
+    return 2048 if device.type == "cuda" else max(256, 2**22 // vocab)
+
+
+class _LossFromLogits(torch.autograd.Function):
+    """logits (N, V) -> (loss, logπ (N,), entropy (N,), policy part, sft part). The backward writes ∂L/∂logits into
+    the logits buffer itself when inplace (no second (N, V) buffer); the logits are garbage after backward."""
+
+    @staticmethod
+    def forward(ctx, logits, batch: TokenBatch, how: _Fused, inplace: bool):
+        logprobs, lse, entropy = _logit_stats(logits, batch.targets, how)
+        loss, coef, policy, sft = objective(logprobs, batch, how.cfg)
+        ctx.save_for_backward(logits, batch.targets, lse, coef)
+        ctx.how, ctx.inplace = how, inplace
+        ctx.mark_non_differentiable(logprobs, entropy, policy, sft)
+        return loss, logprobs, entropy, policy, sft
+
+    @staticmethod
+    def backward(ctx, grad_loss, *unused):
+        logits, targets, lse, coef = ctx.saved_tensors
+        how = ctx.how
+        out = logits if ctx.inplace else torch.empty_like(logits)
+        _logit_grad(logits, out, targets, lse, coef * grad_loss, how)
+        if ctx.inplace:  # any later reader of these logits now fails loudly instead of reading gradients
+            torch.autograd.graph.increment_version(logits)
+        return out, None, None, None
+
+
+class _LossFromHidden(torch.autograd.Function):
+    """hidden (N, D), lm_head weight (V, D) -> (loss, logπ, entropy, policy part, sft part); the logits exist one
+    chunk of rows at a time, in the forward and again (recomputed) in the backward."""
+
+    @staticmethod
+    def forward(ctx, hidden, weight, batch: TokenBatch, how: _Fused):
+        logprobs, lse, entropy = (torch.empty(len(hidden), device=hidden.device) for _ in range(3))
+        for i in range(0, len(hidden), how.chunk_size):
+            rows = slice(i, i + how.chunk_size)
+            logits = hidden[rows] @ weight.T  # (c, V) in the compute dtype
+            logprobs[rows], lse[rows], entropy[rows] = _logit_stats(logits, batch.targets[rows], how)
+        loss, coef, policy, sft = objective(logprobs, batch, how.cfg)
+        ctx.save_for_backward(hidden, weight, batch.targets, lse, coef)
+        ctx.how = how
+        ctx.mark_non_differentiable(logprobs, entropy, policy, sft)
+        return loss, logprobs, entropy, policy, sft
+
+    @staticmethod
+    def backward(ctx, grad_loss, *unused):
+        hidden, weight, targets, lse, coef = ctx.saved_tensors
+        how, coef = ctx.how, coef * grad_loss
+        grad_hidden = torch.empty_like(hidden)
+        grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)  # fp32 accumulator
+        for i in range(0, len(hidden), how.chunk_size):
+            rows = slice(i, i + how.chunk_size)
+            logits = hidden[rows] @ weight.T
+            _logit_grad(logits, logits, targets[rows], lse[rows], coef[rows], how)
+            grad_hidden[rows] = logits @ weight
+            if weight.dtype == torch.float32:
+                grad_weight.addmm_(logits.T, hidden[rows])
+            else:
+                grad_weight += logits.T @ hidden[rows]
+        return grad_hidden, grad_weight.to(weight.dtype), None, None
+
+
+def _with_metrics(outputs, batch: TokenBatch, cfg: LossConfig):
+    loss, logprobs, entropy, policy, sft = outputs
+    mask = batch.response_mask
+    metrics = policy_metrics(logprobs, batch.old_logprobs, batch.advantages, mask, cfg)
+    metrics.update(policy_loss=policy, sft_loss=sft, logprobs=logprobs,
+                   entropy=torch.where(mask, entropy, 0.0).sum() / mask.sum().clamp(min=1))
+    return loss, metrics
+
+
+# ----------------------------------------------------------------------------- 3. the same loss in closed form
+
+@torch.no_grad()
+def objective(logprobs, batch: TokenBatch, cfg: LossConfig) -> tuple:
+    """(N,) logπ -> (loss, coef (N,) = ∂loss/∂logπ, policy part, sft part), all detached fp32."""
+    token_loss, token_grad = token_loss_and_grad(logprobs, batch.old_logprobs, batch.advantages, cfg)
+    response, sft = batch.response_mask, batch.sft_mask
+    n_policy, n_sft = _count(response, batch.num_tokens), _count(sft, batch.num_sft_tokens)
+    policy = torch.where(response, token_loss, 0.0).sum() / n_policy
+    sft_value = -torch.where(sft, logprobs, 0.0).sum() / n_sft
+    coef = torch.where(response, token_grad, 0.0) / n_policy - cfg.alpha * sft.float() / n_sft
+    return policy + cfg.alpha * sft_value, coef, policy, sft_value
+
 
 @torch.no_grad()
 def token_loss_and_grad(logprobs, old_logprobs, advantages, cfg: LossConfig = LossConfig()):
@@ -182,40 +356,43 @@ def token_loss_and_grad(logprobs, old_logprobs, advantages, cfg: LossConfig = Lo
     return torch.where(A == 0, 0.0, token_loss), torch.where(A == 0, 0.0, -A * F)
 
 
-@dataclass
-class TokenBatch:
-    """The per-token inputs of the fused loss, (N,) each, checked once; the counts are the token-mean's
-    denominators (the caller's global ones when the batch is split over ranks and micro-batches)."""
-    targets: torch.Tensor          # int64 ids of the sampled tokens (0 where neither mask is set)
-    old_logprobs: torch.Tensor
-    advantages: torch.Tensor
-    response_mask: torch.Tensor    # bool: tokens of the policy loss
-    sft_mask: torch.Tensor         # bool: tokens of fully correct responses (the SFT term)
-    num_tokens: object             # float, or None = response_mask.sum()
-    num_sft_tokens: object
-
-
-@torch.no_grad()
-def objective(logprobs, batch: TokenBatch, cfg: LossConfig) -> tuple:
-    """(N,) logπ -> (loss, coef (N,) = ∂loss/∂logπ, policy part, sft part), all detached fp32."""
-    token_loss, token_grad = token_loss_and_grad(logprobs, batch.old_logprobs, batch.advantages, cfg)
-    response, sft = batch.response_mask, batch.sft_mask
-    n_policy, n_sft = _count(response, batch.num_tokens), _count(sft, batch.num_sft_tokens)
-    policy = torch.where(response, token_loss, 0.0).sum() / n_policy
-    sft_value = -torch.where(sft, logprobs, 0.0).sum() / n_sft
-    coef = torch.where(response, token_grad, 0.0) / n_policy - cfg.alpha * sft.float() / n_sft
-    return policy + cfg.alpha * sft_value, coef, policy, sft_value
-
-
-# ----------------------------------------------------------------------------- 3. logits -> logπ, and back
+# ----------------------------------------------------------------------------- 4. logits -> logπ, and back
 # Forward: per token, the log-sum-exp of z/T (online, one block of the vocabulary at a time), logπ of its target
 # and the entropy (logged). Backward: g_t·(onehot − softmax(z/T))/T written over the logits. Two backends.
 
 _TRITON_BLOCK_V = 4096  # vocabulary columns per step; tests shrink it to exercise the ragged tail
 
 
-def _stats_torch(logits, targets, temperature, chunk_size):
-    """(n, V) logits -> logπ of targets, log-sum-exp, entropy: (n,) fp32 each, chunk_size rows at a time."""
+def _logit_stats(logits, targets, how: _Fused):
+    """(n, V) logits -> logπ of targets, log-sum-exp, entropy: (n,) fp32 each."""
+    if not how.use_triton:
+        return _stats_torch(logits, targets, how)
+    (N, V), (grid, meta) = logits.shape, _launch(*logits.shape, logits.device)
+    logprobs, lse, entropy = (torch.empty(N, device=logits.device) for _ in range(3))
+    _stats_kernel[grid](logits, logits.stride(0), targets, logprobs, lse, entropy, N, V, 1 / how.cfg.temperature,
+                        **meta)
+    return logprobs, lse, entropy
+
+
+def _logit_grad(logits, out, targets, lse, coef, how: _Fused):
+    """out (may be logits itself) <- coef·(onehot − softmax(logits/T))/T, row by row."""
+    if not how.use_triton:
+        return _grad_torch(logits, out, targets, lse, coef, how)
+    (N, V), (grid, meta) = logits.shape, _launch(*logits.shape, logits.device)
+    _grad_kernel[grid](logits, logits.stride(0), out, out.stride(0), targets, lse, coef.contiguous(), N, V,
+                       1 / how.cfg.temperature, **meta)
+
+
+def _launch(N, V, device):
+    """A fixed grid (8 programs per SM) whatever N, and the vocabulary block size."""
+    programs = 8 * torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 4
+    block = min(_TRITON_BLOCK_V, triton.next_power_of_2(V))
+    return (max(1, min(N, programs)),), dict(BLOCK=block, num_warps=8 if block >= 2048 else 4)
+
+
+def _stats_torch(logits, targets, how: _Fused):
+    """_logit_stats in PyTorch, how.chunk_size rows at a time (the fp32 temporaries are that many rows wide)."""
+    temperature, chunk_size = how.cfg.temperature, how.chunk_size
     logprobs, lse, entropy = (torch.empty(len(logits), device=logits.device) for _ in range(3))
     for i in range(0, len(logits), chunk_size):
         z = logits[i:i + chunk_size].float() / temperature  # (c, V) fp32: temporaries are c rows wide
@@ -226,8 +403,9 @@ def _stats_torch(logits, targets, temperature, chunk_size):
     return logprobs, lse, entropy
 
 
-def _grad_torch(logits, out, targets, lse, coef, *, temperature, chunk_size):
-    """out (may be logits itself) <- coef·(onehot − softmax(logits/T))/T, chunk_size rows at a time."""
+def _grad_torch(logits, out, targets, lse, coef, how: _Fused):
+    """_logit_grad in PyTorch, how.chunk_size rows at a time."""
+    temperature, chunk_size = how.cfg.temperature, how.chunk_size
     for i in range(0, len(logits), chunk_size):
         c = coef[i:i + chunk_size, None] / temperature
         g = (logits[i:i + chunk_size].float() / temperature).sub_(lse[i:i + chunk_size, None]).exp_().mul_(-c)
@@ -282,178 +460,3 @@ if triton is not None:
                 z = tl.load(row_ptr + cols, mask=cols < V, other=0.0).to(tl.float32) * inv_temp
                 g = tl.where(cols == target, c, 0.0) - c * tl.exp(z - lse)
                 tl.store(out_row_ptr + cols, g.to(out_ptr.dtype.element_ty), mask=cols < V)
-
-
-def _launch(N, V, device):
-    """A fixed grid (8 programs per SM) whatever N, and the vocabulary block size."""
-    programs = 8 * torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 4
-    block = min(_TRITON_BLOCK_V, triton.next_power_of_2(V))
-    return (max(1, min(N, programs)),), dict(BLOCK=block, num_warps=8 if block >= 2048 else 4)
-
-
-def _logit_stats(logits, targets, temperature, chunk_size, use_triton):
-    if not use_triton:
-        return _stats_torch(logits, targets, temperature, chunk_size)
-    (N, V), (grid, meta) = logits.shape, _launch(*logits.shape, logits.device)
-    logprobs, lse, entropy = (torch.empty(N, device=logits.device) for _ in range(3))
-    _stats_kernel[grid](logits, logits.stride(0), targets, logprobs, lse, entropy, N, V, 1 / temperature, **meta)
-    return logprobs, lse, entropy
-
-
-def _logit_grad(logits, out, targets, lse, coef, *, temperature, chunk_size, use_triton):
-    if not use_triton:
-        return _grad_torch(logits, out, targets, lse, coef, temperature=temperature, chunk_size=chunk_size)
-    (N, V), (grid, meta) = logits.shape, _launch(*logits.shape, logits.device)
-    _grad_kernel[grid](logits, logits.stride(0), out, out.stride(0), targets, lse, coef.contiguous(), N, V,
-                       1 / temperature, **meta)
-
-
-
-# ----------------------------------------------------------------------------- 4. the loss a training loop calls
-
-@dataclass(frozen=True)
-class _Fused:
-    """What the autograd Functions need besides tensors."""
-    cfg: LossConfig
-    chunk_size: int
-    use_triton: bool
-
-
-class _LossFromLogits(torch.autograd.Function):
-    """logits (N, V) -> (loss, logπ (N,), entropy (N,), policy part, sft part). The backward writes ∂L/∂logits into
-    the logits buffer itself when inplace (no second (N, V) buffer); the logits are garbage after backward."""
-
-    @staticmethod
-    def forward(ctx, logits, batch: TokenBatch, how: _Fused, inplace: bool):
-        logprobs, lse, entropy = _logit_stats(logits, batch.targets, how.cfg.temperature, how.chunk_size, how.use_triton)
-        loss, coef, policy, sft = objective(logprobs, batch, how.cfg)
-        ctx.save_for_backward(logits, batch.targets, lse, coef)
-        ctx.how, ctx.inplace = how, inplace
-        ctx.mark_non_differentiable(logprobs, entropy, policy, sft)
-        return loss, logprobs, entropy, policy, sft
-
-    @staticmethod
-    def backward(ctx, grad_loss, *unused):
-        logits, targets, lse, coef = ctx.saved_tensors
-        how = ctx.how
-        out = logits if ctx.inplace else torch.empty_like(logits)
-        _logit_grad(logits, out, targets, lse, coef * grad_loss, temperature=how.cfg.temperature,
-                    chunk_size=how.chunk_size, use_triton=how.use_triton)
-        if ctx.inplace:  # any later reader of these logits now fails loudly instead of reading gradients
-            torch.autograd.graph.increment_version(logits)
-        return out, None, None, None
-
-
-class _LossFromHidden(torch.autograd.Function):
-    """hidden (N, D), lm_head weight (V, D) -> (loss, logπ, entropy, policy part, sft part); the logits exist one
-    chunk of rows at a time, in the forward and again (recomputed) in the backward."""
-
-    @staticmethod
-    def forward(ctx, hidden, weight, batch: TokenBatch, how: _Fused):
-        logprobs, lse, entropy = (torch.empty(len(hidden), device=hidden.device) for _ in range(3))
-        for i in range(0, len(hidden), how.chunk_size):
-            rows = slice(i, i + how.chunk_size)
-            logits = hidden[rows] @ weight.T  # (c, V) in the compute dtype
-            logprobs[rows], lse[rows], entropy[rows] = _logit_stats(logits, batch.targets[rows], how.cfg.temperature,
-                                                                    how.chunk_size, how.use_triton)
-        loss, coef, policy, sft = objective(logprobs, batch, how.cfg)
-        ctx.save_for_backward(hidden, weight, batch.targets, lse, coef)
-        ctx.how = how
-        ctx.mark_non_differentiable(logprobs, entropy, policy, sft)
-        return loss, logprobs, entropy, policy, sft
-
-    @staticmethod
-    def backward(ctx, grad_loss, *unused):
-        hidden, weight, targets, lse, coef = ctx.saved_tensors
-        how, coef = ctx.how, coef * grad_loss
-        grad_hidden = torch.empty_like(hidden)
-        grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)  # fp32 accumulator
-        for i in range(0, len(hidden), how.chunk_size):
-            rows = slice(i, i + how.chunk_size)
-            logits = hidden[rows] @ weight.T
-            _logit_grad(logits, logits, targets[rows], lse[rows], coef[rows], temperature=how.cfg.temperature,
-                        chunk_size=how.chunk_size, use_triton=how.use_triton)
-            grad_hidden[rows] = logits @ weight
-            if weight.dtype == torch.float32:
-                grad_weight.addmm_(logits.T, hidden[rows])
-            else:
-                grad_weight += logits.T @ hidden[rows]
-        return grad_hidden, grad_weight.to(weight.dtype), None, None
-
-
-def _token_batch(n_rows: int, vocab: int, target_ids, old_logprobs, advantages, response_mask, sft_mask,
-                 num_tokens, num_sft_tokens) -> TokenBatch:
-    """Check the per-token inputs of rl_loss_from_* and bundle them."""
-    sft_mask = torch.zeros_like(response_mask, dtype=torch.bool) if sft_mask is None else sft_mask
-    _same_shape(target_ids=target_ids, old_logprobs=old_logprobs, advantages=advantages, response_mask=response_mask,
-                sft_mask=sft_mask)
-    if target_ids.shape != (n_rows,):
-        raise ValueError(f"gppo_loss: per-token tensors must have shape ({n_rows},), got {tuple(target_ids.shape)}")
-    response_mask, sft_mask = response_mask.bool(), sft_mask.bool()
-    # Inactive rows may hold any id (e.g. -100 padding); active ones must index the vocabulary.
-    targets = torch.where(response_mask | sft_mask, target_ids, 0).long().contiguous()
-    if n_rows and (targets.min() < 0 or targets.max() >= vocab):
-        raise ValueError(f"gppo_loss: target_ids of response/SFT tokens must lie in [0, {vocab}), got "
-                         f"[{targets.min().item()}, {targets.max().item()}]")
-    return TokenBatch(targets, old_logprobs, advantages, response_mask, sft_mask, num_tokens, num_sft_tokens)
-
-
-def _fused(cfg: LossConfig, chunk_size, backend: str, vocab: int, device) -> _Fused:
-    if not isinstance(cfg, LossConfig):
-        raise TypeError(f"gppo_loss: cfg must be a LossConfig, got {type(cfg).__name__}")
-    if backend not in ("auto", "torch", "triton") or (backend == "triton" and triton is None):
-        raise ValueError(f"gppo_loss: backend={backend!r} must be 'auto', 'torch' or 'triton' (triton "
-                         f"{'not ' if triton is None else ''}installed)")
-    use_triton = backend == "triton" or (backend == "auto" and triton is not None and device.type == "cuda")
-    return _Fused(cfg, chunk_size or _default_chunk(vocab, device), use_triton)
-
-
-def _default_chunk(vocab: int, device) -> int:
-    """Rows of logits per chunk: 2048 on CUDA; on CPU ~16 MB of fp32 logits (256 rows at V = 151,936, the whole
-    batch of a toy's 583-token vocabulary: each chunk costs a dozen small ops, so a tiny vocabulary wants few)."""
-    return 2048 if device.type == "cuda" else max(256, 2**22 // vocab)
-
-
-def _with_metrics(outputs, batch: TokenBatch, cfg: LossConfig):
-    loss, logprobs, entropy, policy, sft = outputs
-    mask = batch.response_mask
-    metrics = policy_metrics(logprobs, batch.old_logprobs, batch.advantages, mask, cfg)
-    metrics.update(policy_loss=policy, sft_loss=sft, logprobs=logprobs,
-                   entropy=torch.where(mask, entropy, 0.0).sum() / mask.sum().clamp(min=1))
-    return loss, metrics
-
-
-def rl_loss_from_logits(logits, target_ids, old_logprobs, advantages, response_mask, *, sft_mask=None,
-                        cfg: LossConfig = LossConfig(), num_tokens=None, num_sft_tokens=None, chunk_size=None,
-                        backend="auto", inplace_backward=True):
-    """policy_loss + cfg.alpha·sft_loss from logits (N, V), bf16 or fp32, with logπ = log_softmax(logits/cfg.temperature).
-
-    Per-token inputs (N,); num_tokens / num_sft_tokens: the token-mean's denominators when the batch is split over
-    ranks and micro-batches (default: this call's own counts). Triton kernel on CUDA (backend="auto"), chunked
-    PyTorch elsewhere. With inplace_backward the backward overwrites `logits` with ∂L/∂logits (saves an (N, V)
-    buffer); do not read them afterwards. Returns (loss, metrics): policy metrics, policy_loss, sft_loss, entropy
-    (mean over response tokens) and logprobs (N,) detached — the new policy's, for logging or the next mini-batch.
-    """
-    if logits.dim() != 2:
-        raise ValueError(f"gppo_loss: logits must be (N, V), got shape {tuple(logits.shape)}")
-    logits = logits if logits.stride(-1) == 1 else logits.contiguous()
-    batch = _token_batch(*logits.shape, target_ids, old_logprobs, advantages, response_mask, sft_mask, num_tokens,
-                         num_sft_tokens)
-    how = _fused(cfg, chunk_size, backend, logits.shape[1], logits.device)
-    inplace = inplace_backward and not logits.is_leaf  # a leaf's .grad would alias its own data
-    return _with_metrics(_LossFromLogits.apply(logits, batch, how, inplace), batch, cfg)
-
-
-def rl_loss_from_hidden(hidden, lm_head_weight, target_ids, old_logprobs, advantages, response_mask, *,
-                        sft_mask=None, cfg: LossConfig = LossConfig(), num_tokens=None, num_sft_tokens=None,
-                        chunk_size=None, backend="auto"):
-    """Same as rl_loss_from_logits with logits = hidden (N, D) @ lm_head_weight (V, D).T, computed chunk_size rows
-    at a time (default 2048 on CUDA; on CPU 16 MB of fp32 logits, 256 rows at V = 151,936) in the forward and
-    recomputed in the backward: no (N, V) tensor ever exists. Gradients flow to hidden and lm_head_weight."""
-    if hidden.dim() != 2 or lm_head_weight.dim() != 2 or hidden.shape[1] != lm_head_weight.shape[1]:
-        raise ValueError(f"gppo_loss: need hidden (N, D) and lm_head_weight (V, D), got "
-                         f"{tuple(hidden.shape)} and {tuple(lm_head_weight.shape)}")
-    batch = _token_batch(len(hidden), len(lm_head_weight), target_ids, old_logprobs, advantages, response_mask,
-                         sft_mask, num_tokens, num_sft_tokens)
-    how = _fused(cfg, chunk_size, backend, len(lm_head_weight), hidden.device)
-    return _with_metrics(_LossFromHidden.apply(hidden, lm_head_weight, batch, how), batch, cfg)

@@ -1,23 +1,24 @@
 """A paged-KV-cache generation engine for RL rollouts and evaluation (in the spirit of nano-vllm).
 
-RL spends most of its time generating n responses per prompt. This engine does it in four ideas:
-  1. Paged KV cache. Per layer, one pool of `num_blocks` blocks of `block_size` tokens, k_pool[layer]:
-     (Hkv, num_blocks, block_size, hd), allocated once. A sequence owns a block table (a list of block ids); its
-     token t lives in slot  block_table[t // block_size] * block_size + t % block_size.  Blocks are reference-counted:
-     the n samples of a prompt share its blocks (prefilled once); a shared last block is copied on its first write.
-  2. Continuous batching. Each step is a prefill (admit waiting prompts, compute all their tokens at once) or a
+RL spends most of its time generating n responses per prompt. This engine does it in four ideas, which the file
+follows in this order after the config (the engine first, then what it calls):
+  1. Continuous batching. Each step is a prefill (admit waiting prompts, compute all their tokens at once) or a
      decode (one new token for every running sequence), its tokens flattened into one row with per-token position
      ids: no padding. Finished sequences free their blocks at once; when the pool is full, the youngest running
      sequence is preempted (its blocks freed, it is later recomputed from its prompt and its tokens so far).
-  3. Sampling. Each sample draws from its own random stream, seeded by the request's seed and the sample's index,
-     so its tokens depend on nothing else (not on the batch, nor on preemption). Its logprobs are those of the
-     distribution actually sampled from (temperature 0: the argmax, with log_softmax(logits)[argmax]):
-         p = softmax( keep_top_k_top_p(logits / T) ),     logprob = log p[token]
-  4. Attention on pages. Prefill: causal attention inside each new sequence. Decode: one query per sequence against
+  2. Paged KV cache. Per layer, one pool of `num_blocks` blocks of `block_size` tokens, k_pool[layer]:
+     (Hkv, num_blocks, block_size, hd), allocated once. A sequence owns a block table (a list of block ids); its
+     token t lives in slot  block_table[t // block_size] * block_size + t % block_size.  Blocks are reference-counted:
+     the n samples of a prompt share its blocks (prefilled once); a shared last block is copied on its first write.
+  3. Attention on pages. Prefill: causal attention inside each new sequence. Decode: one query per sequence against
      its blocks, bound by the bytes of K/V read, in three versions that tests/test_rollout.py holds against a
      per-token loop: a readable PyTorch reference (gather, masked SDPA); on CPU, shared-prefix ("cascade")
      attention, which reads a prompt's keys once for all its samples; on CUDA, a Triton kernel (K/V read in place, once per
      KV head for its whole query group, long contexts split over programs: flash-decoding).
+  4. Sampling. Each sample draws from its own random stream, seeded by the request's seed and the sample's index,
+     so its tokens depend on nothing else (not on the batch, nor on preemption). Its logprobs are those of the
+     distribution actually sampled from (temperature 0: the argmax, with log_softmax(logits)[argmax]):
+         p = softmax( keep_top_k_top_p(logits / T) ),     logprob = log p[token]
 
 The engine holds the trainer's nn.Module itself (not a copy) and keeps no KV cache across generate() calls, so after
 an in-place weight update the next generate() sees the new weights. Simplifications compared with vLLM: no prefix
@@ -49,6 +50,7 @@ except ImportError:
 
 
 # ----------------------------------------------------------------------------- config
+
 
 def _is_int(x) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)   # True is an int to Python, not a count or a token id
@@ -103,472 +105,7 @@ class EngineStats:
     steps: int = 0
 
 
-# ----------------------------------------------------------------------------- building blocks
-
-class Sequence:
-    """One sample being generated: prompt + output tokens, its block table and its random stream."""
-
-    def __init__(self, prompt: list, params: SamplingParams, max_len: int, seed: int, index: tuple = (0, 0)):
-        self.index = index                     # (prompt, sample) in the request
-        self.token_ids = list(prompt)          # prompt + generated so far
-        self.prompt_len = len(prompt)
-        self.params = params
-        self.max_len = max_len                 # stop with "length" at this many tokens
-        self.generator = torch.Generator().manual_seed(seed)   # CPU: the stream does not depend on the device
-        self.uniforms: list[float] = []        # the next uniforms of its stream, last = next; drawn 64 at a time
-        self.logprobs: list[float] = []
-        self.block_table: list[int] = []       # block ids holding the KV of token_ids[:-1] (+ the last after a step)
-        self.prefix_id = -1                    # samples with the same prefix_id share block_table[:prefix_blocks]:
-        self.prefix_blocks = 0                 # the full blocks of the prompt prefilled for them (never written again)
-        self.finish_reason: str | None = None
-        self.preempted = False                 # its next prefill is a recomputation
-
-    def __len__(self):
-        return len(self.token_ids)
-
-    def result(self) -> "Sample":
-        return Sample(self.token_ids[self.prompt_len:], self.logprobs, self.finish_reason)
-
-    def next_uniform(self) -> float:
-        """The next uniform of its stream (one per sampled token), drawn 64 at a time: one generator call per 64."""
-        if not self.uniforms:
-            self.uniforms = torch.rand(64, generator=self.generator, dtype=torch.float64).tolist()[::-1]
-        return self.uniforms.pop()
-
-
-class BlockManager:
-    """Free list and reference counts of the pool's blocks. Pure bookkeeping; the tensors live in PagedKVCache."""
-
-    def __init__(self, num_blocks: int, block_size: int):
-        self.num_blocks, self.block_size = num_blocks, block_size
-        self.ref_counts = [0] * num_blocks
-        self.free_ids = deque(range(num_blocks))
-        self.peak_used = 0
-
-    @property
-    def num_free(self) -> int:
-        return len(self.free_ids)
-
-    def blocks_for(self, num_tokens: int) -> int:
-        return -(-num_tokens // self.block_size)
-
-    def allocate(self) -> int:
-        block = self.free_ids.popleft()
-        self.ref_counts[block] = 1
-        self.peak_used = max(self.peak_used, self.num_blocks - self.num_free)
-        return block
-
-    def share(self, block_table: list) -> list:
-        for block in block_table:
-            self.ref_counts[block] += 1
-        return list(block_table)
-
-    def release(self, seq: Sequence) -> None:
-        for block in seq.block_table:
-            self.ref_counts[block] -= 1
-            if self.ref_counts[block] == 0:
-                self.free_ids.append(block)
-        seq.block_table = []
-
-    def slot(self, seq: Sequence, pos: int) -> int:
-        return seq.block_table[pos // self.block_size] * self.block_size + pos % self.block_size
-
-    def blocks_to_append(self, seq: Sequence) -> int:
-        """Blocks needed to write the KV of seq's last token: 1 if it starts a block or its block is shared, else 0."""
-        starts_block = (len(seq) - 1) // self.block_size == len(seq.block_table)
-        return int(starts_block or self.ref_counts[seq.block_table[-1]] > 1)
-
-    def append(self, seq: Sequence) -> tuple[int, tuple | None]:
-        """Make the last token's slot writable. Returns (slot, (src, dst) block copy or None)."""
-        pos, copy = len(seq) - 1, None
-        if pos // self.block_size == len(seq.block_table):
-            seq.block_table.append(self.allocate())
-        elif self.ref_counts[seq.block_table[-1]] > 1:
-            src, dst = seq.block_table[-1], self.allocate()
-            self.ref_counts[src] -= 1                       # the other owners keep src as it is
-            seq.block_table[-1], copy = dst, (src, dst)
-        return self.slot(seq, pos), copy
-
-
-def paged_decode_reference(q, k_pool, v_pool, block_tables, context_lens):
-    """One query per sequence against its pages in plain PyTorch, the oracle of the faster paths: gather each
-    sequence's blocks into a padded copy, then masked SDPA. q (B, Hq, hd); k_pool/v_pool (Hkv, num_blocks, bs, hd);
-    block_tables (B, max_blocks) padded with any valid id; context_lens (B,) -> (B, Hq, hd)."""
-    B, Hq, hd = q.shape
-    Hkv, _, bs, _ = k_pool.shape
-    L = block_tables.shape[1] * bs
-    blocks = block_tables.flatten().long()
-    k, v = (pool.index_select(1, blocks).view(Hkv, B, L, hd).transpose(0, 1).to(q.dtype)   # (B, Hkv, L, hd)
-            for pool in (k_pool, v_pool))
-    visible = torch.arange(L, device=q.device) < context_lens[:, None]                  # (B, L)
-    # GQA: the Hq/Hkv query heads of one KV head attend as that head's Hq/Hkv queries (heads h -> h // group)
-    out = F.scaled_dot_product_attention(q.view(B, Hkv, Hq // Hkv, hd), k, v, attn_mask=visible[:, None, None, :])
-    return out.reshape(B, Hq, hd)
-
-
-@dataclass
-class CascadeBatch:
-    """A decode step's B sequences split at their group's shared prompt blocks, made once per step for every layer:
-    P groups of at most n sequences; prefixes padded to L_pre tokens, own blocks to L_own (multiples of the block)."""
-    prefix_blocks: torch.Tensor  # (P*L_pre/bs,) int64: the groups' prefix block tables, padded and flattened
-    own_blocks: torch.Tensor     # (B*L_own/bs,) int64: the sequences' own block tables, padded and flattened
-    P: int
-    n: int
-    L_pre: int
-    L_own: int
-    group_rows: torch.Tensor     # (P*n,) int64: the sequence in row r of the grouped layout (B: a padding row)
-    seq_rows: torch.Tensor       # (B,) int64: the row of sequence i in that layout
-    hidden: torch.Tensor         # (B, L_pre + L_own) bool: the padding positions of sequence i's prefix + own part
-    slots: torch.Tensor          # (B, L_pre + L_own) int64: the pool slot of each of those positions
-    key: tuple = ()              # the block tables it was made from: equal keys, equal layouts (see cascade_batch)
-    _v_rows: torch.Tensor | None = None
-
-    def v_rows(self, num_kv_heads: int, group: int, num_slots: int) -> torch.Tensor:
-        """(Hkv*B*G, L) rows of a (Hkv*num_slots, hd) view of a V pool: query (h, i, g) reads V[h, slots[i]]."""
-        if self._v_rows is None:
-            heads = torch.arange(num_kv_heads, device=self.slots.device)[:, None, None, None] * num_slots
-            rows = heads + self.slots[None, :, None, :]                                  # (Hkv, B, 1, L)
-            self._v_rows = rows.expand(-1, -1, group, -1).reshape(-1, self.slots.shape[1])
-        return self._v_rows
-
-
-def cascade_batch(seqs: list, block_size: int, device, reuse: CascadeBatch | None = None) -> CascadeBatch:
-    """Group the running sequences by the prompt prefill they share (prefix_id) and split each block table
-    into its group's prefix (the prompt's full blocks) and its own blocks (the rest: written by it alone).
-    reuse: the previous step's batch. A block table changes only when a sequence starts a block or copies a shared
-    one (its length or last block id), so while the key is the same only the lengths (the mask) are new: most
-    decode steps skip the Python work of rebuilding the tables."""
-    key = tuple((id(seq), len(seq.block_table), seq.block_table[-1]) for seq in seqs)
-    if reuse is not None and reuse.key == key:
-        own_len = torch.tensor([len(seq) - seq.prefix_blocks * block_size for seq in seqs], device=device)
-        own_hidden = torch.arange(reuse.L_own, device=device) >= own_len[:, None]
-        return dataclasses.replace(reuse, hidden=torch.cat([reuse.hidden[:, :reuse.L_pre], own_hidden], 1))
-    groups = {}                                        # prefix_id -> indices of its running sequences
-    for i, seq in enumerate(seqs):
-        groups.setdefault(seq.prefix_id, []).append(i)
-    B, P, n = len(seqs), len(groups), max(map(len, groups.values()))
-    max_prefix = max(seq.prefix_blocks for seq in seqs)
-    max_own = max(len(seq.block_table) - seq.prefix_blocks for seq in seqs)
-    prefix_tables, group_rows, seq_rows = [], [], [0] * B
-    for p, members in enumerate(groups.values()):
-        lead = seqs[members[0]]
-        prefix_tables += lead.block_table[:lead.prefix_blocks] + [0] * (max_prefix - lead.prefix_blocks)
-        group_rows += members + [B] * (n - len(members))
-        for j, i in enumerate(members):
-            seq_rows[i] = p * n + j
-    own_tables = [b for seq in seqs for b in seq.block_table[seq.prefix_blocks:] +
-                  [0] * (max_own - len(seq.block_table) + seq.prefix_blocks)]
-    prefix_len = [seq.prefix_blocks * block_size for seq in seqs]
-    own_len = [len(seq) - m for seq, m in zip(seqs, prefix_len)]   # >= 1: the new token is never in the prefix
-    tensor = lambda x: torch.tensor(x, dtype=torch.int64, device=device)   # noqa: E731
-    prefix_blocks, own_blocks, seq_rows = tensor(prefix_tables), tensor(own_tables), tensor(seq_rows)
-    L_pre, L_own = max_prefix * block_size, max_own * block_size
-    hidden = torch.cat([torch.arange(L_pre, device=device) >= tensor(prefix_len)[:, None],
-                        torch.arange(L_own, device=device) >= tensor(own_len)[:, None]], 1)
-    token = torch.arange(block_size, device=device)
-    prefix_slots = (prefix_blocks.view(P, max_prefix, 1) * block_size + token).view(P, L_pre)[seq_rows // n]
-    own_slots = (own_blocks.view(B, max_own, 1) * block_size + token).view(B, L_own)
-    return CascadeBatch(prefix_blocks, own_blocks, P, n, L_pre, L_own, tensor(group_rows), seq_rows, hidden,
-                        torch.cat([prefix_slots, own_slots], 1), key)
-
-
-def cascade_workspace_size(k_pool, batch: CascadeBatch) -> int:
-    Hkv, _, bs, hd = k_pool.shape
-    return Hkv * (len(batch.prefix_blocks) + len(batch.own_blocks)) * bs * hd
-
-
-def cascade_decode(q, k_pool, v_pool, batch: CascadeBatch, workspace=None):
-    """Same result as paged_decode_reference, the n samples of a group meeting its prompt keys in one matmul:
-        scores_i = [ q_i K_prompt(g)^T | q_i K_own(i)^T ],   out_i = sum_l softmax(scores_i)_l V[slot_l]
-    Keys are gathered into contiguous buffers (per group for the prompt, per sequence for the rest); values are
-    not (the sum over V rows is an embedding_bag on the pool). workspace: optional 1-d buffer of at least
-    cascade_workspace_size() elements for the keys; PagedKVCache reuses one, as allocating a context-sized tensor
-    per layer and step costs on CPU as much as the attention (page faults, cold caches). q, out: (B, Hq, hd)."""
-    B, Hq, hd = q.shape
-    Hkv, num_blocks, bs, _ = k_pool.shape
-    G, P, n, L_pre, L_own = Hq // Hkv, batch.P, batch.n, batch.L_pre, batch.L_own
-    if workspace is None:
-        workspace = k_pool.new_empty(cascade_workspace_size(k_pool, batch))
-    n_pre, n_own = (Hkv * len(blocks) * bs * hd for blocks in (batch.prefix_blocks, batch.own_blocks))
-    k_pre = torch.index_select(k_pool, 1, batch.prefix_blocks, out=workspace[:n_pre].view(Hkv, -1, bs, hd))
-    k_own = torch.index_select(k_pool, 1, batch.own_blocks, out=workspace[n_pre:n_pre + n_own].view(Hkv, -1, bs, hd))
-    k_pre, k_own = k_pre.view(Hkv * P, L_pre, hd), k_own.view(Hkv * B, L_own, hd)
-    q_heads = (q.view(B, Hkv, G, hd).transpose(0, 1) * hd ** -0.5).to(k_pool.dtype)  # (Hkv, B, G, hd)
-    # the n samples of a group side by side: (Hkv*P, n*G, hd) queries against the group's (L_pre, hd) keys
-    q_groups = F.pad(q_heads, (0, 0, 0, 0, 0, 1))[:, batch.group_rows].reshape(Hkv * P, n * G, hd)
-    scores_pre = torch.bmm(q_groups, k_pre.transpose(1, 2))                           # (Hkv*P, n*G, L_pre)
-    scores_own = torch.bmm(q_heads.reshape(Hkv * B, G, hd), k_own.transpose(1, 2))    # (Hkv*B, G, L_own)
-    scores = torch.cat([scores_pre.view(Hkv, P * n, G, L_pre)[:, batch.seq_rows], scores_own.view(Hkv, B, G, L_own)],
-                       -1)                                                            # (Hkv, B, G, L_pre + L_own)
-    probs = scores.float().masked_fill_(batch.hidden[None, :, None, :], float("-inf")).softmax(-1)   # fp32 softmax
-    out = F.embedding_bag(batch.v_rows(Hkv, G, num_blocks * bs), v_pool.view(-1, hd), mode="sum",
-                          per_sample_weights=probs.view(-1, L_pre + L_own).to(v_pool.dtype))   # (Hkv*B*G, hd)
-    return out.view(Hkv, B, G, hd).transpose(0, 1).reshape(B, Hq, hd).to(q.dtype)
-
-
-if triton is not None:
-    @triton.jit
-    def _paged_decode_kernel(q_ptr, k_ptr, v_ptr, m_ptr, l_ptr, acc_ptr, block_tables_ptr, context_lens_ptr, scale,
-                             stride_qb, stride_qh, stride_kb, stride_ks, stride_kh, stride_bt, num_q_heads,
-                             blocks_per_split, num_splits,
-                             GROUP: tl.constexpr, GROUP_P2: tl.constexpr, BLOCK_SIZE: tl.constexpr,
-                             BLOCK_P2: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_P2: tl.constexpr):
-        # One program per (sequence, KV head, split of the context). All GROUP query heads that share the KV head
-        # are processed together, so each K/V block is read once for the whole group (GQA 32:8: once, not 4 times);
-        # the split covers blocks_per_split blocks of the block table (flash-decoding), so a long context runs on
-        # many programs. Online softmax per query head: running max m, normaliser l, accumulator acc; the partial
-        # (m, l, acc) of each split goes to fp32 scratch, and _combine_splits_kernel merges the splits.
-        seq, kv_head, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-        g = tl.arange(0, GROUP_P2)
-        d = tl.arange(0, HEAD_DIM_P2)
-        g_ok, d_ok = g < GROUP, d < HEAD_DIM
-        heads = kv_head * GROUP + g                                               # (GROUP_P2,) query heads
-        q = tl.load(q_ptr + seq * stride_qb + heads[:, None] * stride_qh + d[None, :],
-                    mask=g_ok[:, None] & d_ok[None, :], other=0.0).to(tl.float32) * scale   # (GROUP_P2, HEAD_DIM_P2)
-        context_len = tl.load(context_lens_ptr + seq)
-        first = split * blocks_per_split * BLOCK_SIZE
-        last = tl.minimum(context_len, first + blocks_per_split * BLOCK_SIZE)
-        offs = tl.arange(0, BLOCK_P2)
-        m = tl.full([GROUP_P2], float("-inf"), tl.float32)
-        l = tl.zeros([GROUP_P2], tl.float32)
-        acc = tl.zeros([GROUP_P2, HEAD_DIM_P2], tl.float32)
-        head_offset = kv_head.to(tl.int64) * stride_kh    # a whole head of the pool can pass 2**31 elements
-        for start in range(first, last, BLOCK_SIZE):      # an empty split (first >= context_len) skips the loop
-            block = tl.load(block_tables_ptr + seq * stride_bt + start // BLOCK_SIZE).to(tl.int64)
-            t_ok = (offs < BLOCK_SIZE) & (start + offs < context_len)
-            kv_offs = head_offset + block * stride_kb + offs[:, None] * stride_ks + d[None, :]
-            kv_ok = t_ok[:, None] & d_ok[None, :]
-            k = tl.load(k_ptr + kv_offs, mask=kv_ok, other=0.0).to(tl.float32)    # (BLOCK_P2, HEAD_DIM_P2)
-            v = tl.load(v_ptr + kv_offs, mask=kv_ok, other=0.0).to(tl.float32)
-            s = tl.sum(q[:, None, :] * k[None, :, :], axis=2)                     # (GROUP_P2, BLOCK_P2) scores
-            s = tl.where(t_ok[None, :], s, float("-inf"))
-            m_new = tl.maximum(m, tl.max(s, axis=1))      # finite: every block visited has a visible token
-            p = tl.exp(s - m_new[:, None])
-            alpha = tl.exp(m - m_new)
-            l = l * alpha + tl.sum(p, axis=1)
-            acc = acc * alpha[:, None] + tl.sum(p[:, :, None] * v[None, :, :], axis=1)
-            m = m_new
-        row = (seq * num_q_heads + heads) * num_splits + split                   # scratch (B, Hq, splits[, hd])
-        tl.store(m_ptr + row, m, mask=g_ok)
-        tl.store(l_ptr + row, l, mask=g_ok)
-        tl.store(acc_ptr + row[:, None] * HEAD_DIM + d[None, :], acc, mask=g_ok[:, None] & d_ok[None, :])
-
-    @triton.jit
-    def _combine_splits_kernel(m_ptr, l_ptr, acc_ptr, out_ptr, stride_ob, stride_oh, num_q_heads, num_splits,
-                               SPLITS_P2: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_P2: tl.constexpr):
-        # One program per (sequence, query head): out = sum_s e^(m_s - M) acc_s / sum_s e^(m_s - M) l_s, M = max_s m_s
-        # (an empty split has m = -inf, l = 0, acc = 0, so its weight is 0; split 0 is never empty).
-        seq, head = tl.program_id(0), tl.program_id(1)
-        s = tl.arange(0, SPLITS_P2)
-        d = tl.arange(0, HEAD_DIM_P2)
-        s_ok, d_ok = s < num_splits, d < HEAD_DIM
-        row = (seq * num_q_heads + head) * num_splits + s
-        m = tl.load(m_ptr + row, mask=s_ok, other=float("-inf"))
-        l = tl.load(l_ptr + row, mask=s_ok, other=0.0)
-        acc = tl.load(acc_ptr + row[:, None] * HEAD_DIM + d[None, :], mask=s_ok[:, None] & d_ok[None, :], other=0.0)
-        w = tl.exp(m - tl.max(m, axis=0))                                         # (SPLITS_P2,)
-        out = tl.sum(w[:, None] * acc, axis=0) / tl.sum(w * l, axis=0)
-        tl.store(out_ptr + seq * stride_ob + head * stride_oh + d, out.to(out_ptr.dtype.element_ty), mask=d_ok)
-
-
-def decode_splits(batch: int, num_kv_heads: int, max_blocks: int, device) -> int:
-    """Splits of each context for the paged-decode kernel: enough programs to fill the GPU (4 per SM) when the batch
-    alone does not, but each split at least 16 blocks long. Depends only on shapes (no device-to-host sync)."""
-    sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 32
-    wanted = -(-4 * sms // (batch * num_kv_heads))
-    return max(1, min(wanted, max_blocks // 16))
-
-
-def paged_decode_triton(q, k_pool, v_pool, block_tables, context_lens, num_splits: int | None = None):
-    """Same contract as paged_decode_reference; K/V are read in place from the pool (no gather), once per KV head.
-    num_splits: parts of each context run by separate programs (flash-decoding); None = decode_splits()."""
-    q = q.contiguous()
-    B, Hq, hd = q.shape
-    Hkv, _, bs, _ = k_pool.shape
-    assert k_pool.is_contiguous() and v_pool.stride() == k_pool.stride()
-    max_blocks = block_tables.shape[1]
-    splits = num_splits or decode_splits(B, Hkv, max_blocks, q.device)
-    blocks_per_split = -(-max_blocks // splits)
-    m, l = (torch.empty(B, Hq, splits, dtype=torch.float32, device=q.device) for _ in range(2))
-    acc = torch.empty(B, Hq, splits, hd, dtype=torch.float32, device=q.device)
-    decode_meta, combine_meta = decode_kernel_meta(Hq, Hkv, bs, hd, splits)
-    _paged_decode_kernel[(B, Hkv, splits)](
-        q, k_pool, v_pool, m, l, acc, block_tables, context_lens, 1.0 / math.sqrt(hd),
-        q.stride(0), q.stride(1), k_pool.stride(1), k_pool.stride(2), k_pool.stride(0), block_tables.stride(0), Hq,
-        blocks_per_split, splits, **decode_meta)
-    out = torch.empty_like(q)
-    _combine_splits_kernel[(B, Hq)](m, l, acc, out, out.stride(0), out.stride(1), Hq, splits, **combine_meta)
-    return out
-
-
-def decode_kernel_meta(num_q_heads: int, num_kv_heads: int, block_size: int, head_dim: int, splits: int) -> tuple:
-    """The compile-time constants of the two decode kernels (tests/test_aot_compile.py compiles them with these)."""
-    group, head_dim_p2 = num_q_heads // num_kv_heads, triton.next_power_of_2(head_dim)
-    return (dict(GROUP=group, GROUP_P2=triton.next_power_of_2(group), BLOCK_SIZE=block_size,
-                 BLOCK_P2=triton.next_power_of_2(block_size), HEAD_DIM=head_dim, HEAD_DIM_P2=head_dim_p2),
-            dict(SPLITS_P2=triton.next_power_of_2(splits), HEAD_DIM=head_dim, HEAD_DIM_P2=head_dim_p2))
-
-
-@dataclass
-class StepBatch:
-    """What attend() needs to know about the tokens of one step (all flattened into one row of N tokens)."""
-    is_prefill: bool
-    slot_mapping: torch.Tensor                   # (N,) pool slot of each token's K/V
-    cu_seqlens: list | None = None               # prefill: sequence i is tokens cu_seqlens[i]:cu_seqlens[i+1]
-    block_tables: torch.Tensor | None = None     # decode, Triton: (B, max_blocks) int32, padded with 0
-    context_lens: torch.Tensor | None = None     # decode, Triton: (B,) int32, tokens to attend to (the new one too)
-    cascade: CascadeBatch | None = None          # decode, CPU
-
-
-class PagedKVCache:
-    """The block pools of every layer (cfg: the model's config); model.py calls attend() in every attention layer."""
-
-    def __init__(self, cfg, num_blocks: int, block_size: int, *, dtype, device, use_triton: bool):
-        # head-major: gathering blocks of one head yields (Hkv, B, L, hd), ready for a batched matmul, no transpose
-        shape = (cfg.num_hidden_layers, cfg.num_key_value_heads, num_blocks, block_size, cfg.head_dim)
-        # zeros, not empty: padded slots are read (and masked) by the PyTorch paths; NaN * 0 would be NaN
-        self.k_pool = torch.zeros(shape, dtype=dtype, device=device)
-        self.v_pool = torch.zeros(shape, dtype=dtype, device=device)
-        self.use_triton = use_triton
-        self.workspace = self.k_pool.new_empty(0)   # cascade_decode's gather buffer, grown on demand
-        self.step: StepBatch | None = None
-
-    @property
-    def nbytes(self) -> int:
-        return 2 * self.k_pool.numel() * self.k_pool.element_size()
-
-    def copy_blocks(self, copies: list) -> None:   # copy-on-write, all layers at once
-        if copies:
-            src, dst = (torch.tensor(c, device=self.k_pool.device) for c in zip(*copies))
-            self.k_pool[:, :, dst] = self.k_pool[:, :, src]
-            self.v_pool[:, :, dst] = self.v_pool[:, :, src]
-
-    def attend(self, layer_idx, q, k, v):   # q (1, N, Hq, hd), k/v (1, N, Hkv, hd) -> (1, N, Hq, hd)
-        step = self.step
-        q, k, v = q[0], k[0], v[0]
-        k_pool, v_pool = self.k_pool[layer_idx], self.v_pool[layer_idx]       # (Hkv, num_blocks, bs, hd)
-        Hkv, _, _, hd = k_pool.shape
-        k_pool.view(Hkv, -1, hd).index_copy_(1, step.slot_mapping, k.transpose(0, 1).to(k_pool.dtype))
-        v_pool.view(Hkv, -1, hd).index_copy_(1, step.slot_mapping, v.transpose(0, 1).to(v_pool.dtype))
-        if step.is_prefill:   # no cached prefix: causal attention inside each new sequence
-            outs = []
-            for s, e in zip(step.cu_seqlens[:-1], step.cu_seqlens[1:]):
-                qi, ki, vi = (t[s:e].transpose(0, 1).unsqueeze(0) for t in (q, k, v))   # (1, H, Ti, hd)
-                y = F.scaled_dot_product_attention(qi, ki, vi, is_causal=True, enable_gqa=q.shape[1] != k.shape[1])
-                outs.append(y[0].transpose(0, 1))
-            return torch.cat(outs).unsqueeze(0)
-        if self.use_triton:
-            return paged_decode_triton(q, k_pool, v_pool, step.block_tables, step.context_lens).unsqueeze(0)
-        if len(self.workspace) < cascade_workspace_size(k_pool, step.cascade):
-            self.workspace = k_pool.new_empty(cascade_workspace_size(k_pool, step.cascade) * 5 // 4)
-        return cascade_decode(q, k_pool, v_pool, step.cascade, self.workspace).unsqueeze(0)
-
-
-def keep_top_k_top_p(logits, top_k, top_p):
-    """logits (B, V); top_k (B,) in 1..V; top_p (B,) in (0, 1] -> logits with the dropped tokens at -inf.
-    Top-k first, then the nucleus of what is left: a token is kept iff the mass ranked above it is < top_p."""
-    sorted_logits, order = logits.sort(dim=-1, descending=True)
-    ranks = torch.arange(logits.shape[-1], device=logits.device)
-    sorted_logits = sorted_logits.masked_fill(ranks >= top_k[:, None], float("-inf"))
-    probs = sorted_logits.softmax(dim=-1)
-    mass_above = probs.cumsum(dim=-1) - probs
-    sorted_logits = sorted_logits.masked_fill((mass_above >= top_p[:, None]) & (top_p[:, None] < 1), float("-inf"))
-    return torch.full_like(logits, float("-inf")).scatter(-1, order, sorted_logits)
-
-
-def inverse_cdf(probs, u, chunk: int = 64):
-    """probs (B, V) >= 0, not all 0 per row; u (B,) in [0, 1] -> (B,) the token where the running mass first exceeds
-    u * total, never a zero-probability one (even when u * total rounds up to the total). Two levels (the chunk of
-    `chunk` tokens, then the token in it), so the sequential cumsums cover V/chunk + chunk entries per row, not V."""
-    B, V = probs.shape
-    chunks = F.pad(probs, (0, -V % chunk)).view(B, -1, chunk)                        # (B, V/chunk, chunk)
-
-    def search(cdf, target):   # first index with cdf > target, target kept below the last (positive) entry
-        target = torch.minimum(target, cdf[:, -1:].nextafter(torch.zeros_like(cdf[:, -1:])))
-        return torch.searchsorted(cdf, target.clamp(min=0), right=True)            # (B, 1)
-
-    chunk_cdf = chunks.sum(-1).cumsum(-1)                                           # (B, V/chunk)
-    target = u[:, None] * chunk_cdf[:, -1:]
-    c = search(chunk_cdf, target)
-    inner_cdf = chunks.gather(1, c[:, :, None].expand(-1, -1, chunk))[:, 0].cumsum(-1)   # (B, chunk)
-    mass_before = chunk_cdf.gather(1, c) - inner_cdf[:, -1:]
-    return (c * chunk + search(inner_cdf, target - mass_before))[:, 0]
-
-
-def sample(logits, params: list, uniforms: list):
-    """logits (B, V) fp32 -> tokens (B,), logprobs (B,): row i drawn from softmax(keep_top_k_top_p(logits_i / T_i))
-    by inverse CDF at uniforms[i] (from row i's own stream, so a row's draw depends only on its seed)."""
-    (B, V), dev = logits.shape, logits.device
-    greedy = [p.temperature == 0 for p in params]
-    temperature = [1.0 if g else p.temperature for g, p in zip(greedy, params)]
-    top_k = [V if g or p.top_k == 0 else min(p.top_k, V) for g, p in zip(greedy, params)]
-    top_p = [1.0 if g else p.top_p for g, p in zip(greedy, params)]
-    if any(t != 1.0 for t in temperature):
-        logits = logits / torch.tensor(temperature, device=dev)[:, None]
-    if min(top_k) < V or min(top_p) < 1:
-        logits = keep_top_k_top_p(logits, torch.tensor(top_k, device=dev), torch.tensor(top_p, device=dev))
-    logprobs = torch.log_softmax(logits, dim=-1)                                 # (B, V)
-    tokens = inverse_cdf(logprobs.exp(), torch.tensor(uniforms, dtype=logprobs.dtype, device=dev))
-    if any(greedy):
-        tokens = torch.where(torch.tensor(greedy, device=dev), logits.argmax(dim=-1), tokens)
-    return tokens, logprobs.gather(1, tokens[:, None])[:, 0]
-
-
-def kv_block_bytes(cfg, dtype: torch.dtype, block_size: int) -> int:
-    """Bytes of one KV block: K and V of block_size tokens in every layer, 2 x L x block_size x Hkv x hd x itemsize."""
-    return 2 * cfg.num_hidden_layers * block_size * cfg.num_key_value_heads * cfg.head_dim * dtype.itemsize
-
-
-def kv_cache_blocks(cfg, dtype: torch.dtype, memory_bytes: int, block_size: int, max_num_seqs: int, max_model_len: int):
-    """The pool size in blocks that fits in memory_bytes (e.g. a fraction of the free GPU memory once the weights are
-    in place; bf16 blocks take half the bytes), capped at what max_num_seqs sequences of max_model_len tokens use."""
-    return min(int(memory_bytes) // kv_block_bytes(cfg, dtype, block_size), max_num_seqs * -(-max_model_len // block_size))
-
-
-# ----------------------------------------------------------------------------- the engine
-
-def sample_seed(request_seed: int, sample_index: int) -> int:
-    """Sample j's seed: a function of the request's seed and j alone (not of the batch, the rank or preemption)."""
-    return (request_seed * 1_000_003 + sample_index) % 2**63
-
-
-def make_groups(prompt_token_ids, params, max_model_len: int, vocab_size: int, max_num_seqs: int) -> list:
-    """Validate the requests and make, per prompt, its group of n sequences (they will share the prompt)."""
-    _require(isinstance(prompt_token_ids, (list, tuple)),
-             "generate(prompt_token_ids=...): expected a list of prompts, each a list of token ids")
-    params = [params] * len(prompt_token_ids) if isinstance(params, SamplingParams) else params
-    _require(len(params) == len(prompt_token_ids), f"generate: {len(params)} SamplingParams for "
-             f"{len(prompt_token_ids)} prompts; pass one SamplingParams, or one per prompt")
-    groups = []
-    for i, (prompt, p) in enumerate(zip(prompt_token_ids, params)):
-        where = f"generate: prompt_token_ids[{i}]"
-        _require(isinstance(p, SamplingParams), f"generate: params[{i}] is {type(p).__name__}, expected SamplingParams")
-        prompt = prompt.tolist() if isinstance(prompt, torch.Tensor) else prompt
-        _require(not isinstance(prompt, (str, bytes)) and all(_is_int(t) for t in prompt),
-                 f"{where}: expected a list of int token ids (tokenize text first)")
-        _require(len(prompt) > 0, f"{where} is empty: a prompt needs at least one token")
-        _require(len(prompt) < max_model_len, f"{where} has {len(prompt)} tokens; max_model_len={max_model_len} "
-                 "leaves no room for a response (truncate the prompt or raise max_model_len)")
-        bad = [t for t in prompt if not 0 <= t < vocab_size]
-        _require(not bad, f"{where}: token ids {bad[:3]} outside the model's vocabulary [0, {vocab_size})")
-        _require(p.n <= max_num_seqs, f"generate: params[{i}].n={p.n} > max_num_seqs={max_num_seqs}; "
-                 "the samples of a prompt are decoded together")
-        seed = int(torch.randint(2**62, ())) if p.seed is None else p.seed
-        max_len = min(len(prompt) + p.max_tokens, max_model_len)
-        groups.append([Sequence(prompt, p, max_len, sample_seed(seed, j), (i, j)) for j in range(p.n)])
-    return groups
-
-
-def print_progress(engine, all_seqs, running, waiting, elapsed):
-    done = sum(seq.finish_reason is not None for seq in all_seqs)
-    generated = sum(len(seq) - seq.prompt_len for seq in all_seqs)
-    left = sum(seq.max_len - len(seq) for seq in all_seqs if seq.finish_reason is None)
-    rate, blocks = generated / max(elapsed, 1e-9), engine.blocks
-    print(f"rollout: {done}/{len(all_seqs)} samples done | {generated} tokens, {rate:.0f} tok/s | running "
-          f"{len(running)}, waiting {sum(len(g) for g in waiting)} | KV blocks {blocks.num_blocks - blocks.num_free}/"
-          f"{blocks.num_blocks} | preemptions {engine.stats.preemptions} | ETA <= {left / max(rate, 1e-9):.0f}s",
-          flush=True)
-
+# ----------------------------------------------------------------------------- 1. the engine: continuous batching
 
 class LLMEngine:
     """Holds the model (shared with the trainer, not copied; generation runs on its device), the block pool and the
@@ -649,7 +186,7 @@ class LLMEngine:
             num_seqs, num_tokens, free = num_seqs + len(group), num_tokens + len(group[0]), free - need
         return admitted
 
-    def _forward(self, input_ids: list, positions: list, step: StepBatch, rows: list):
+    def _forward(self, input_ids: list, positions: list, step: "StepBatch", rows: list):
         """Run the model on one flattened row of tokens; return the logits (len(rows), V) fp32 at `rows`."""
         self.cache.step = step
         try:
@@ -730,3 +267,497 @@ class LLMEngine:
                 if self.on_finish is not None:
                     self.on_finish(*seq.index, seq.result())
 
+
+def make_groups(prompt_token_ids, params, max_model_len: int, vocab_size: int, max_num_seqs: int) -> list:
+    """Validate the requests and make, per prompt, its group of n sequences (they will share the prompt)."""
+    _require(isinstance(prompt_token_ids, (list, tuple)),
+             "generate(prompt_token_ids=...): expected a list of prompts, each a list of token ids")
+    params = [params] * len(prompt_token_ids) if isinstance(params, SamplingParams) else params
+    _require(len(params) == len(prompt_token_ids), f"generate: {len(params)} SamplingParams for "
+             f"{len(prompt_token_ids)} prompts; pass one SamplingParams, or one per prompt")
+    groups = []
+    for i, (prompt, p) in enumerate(zip(prompt_token_ids, params)):
+        where = f"generate: prompt_token_ids[{i}]"
+        _require(isinstance(p, SamplingParams), f"generate: params[{i}] is {type(p).__name__}, expected SamplingParams")
+        prompt = prompt.tolist() if isinstance(prompt, torch.Tensor) else prompt
+        _require(not isinstance(prompt, (str, bytes)) and all(_is_int(t) for t in prompt),
+                 f"{where}: expected a list of int token ids (tokenize text first)")
+        _require(len(prompt) > 0, f"{where} is empty: a prompt needs at least one token")
+        _require(len(prompt) < max_model_len, f"{where} has {len(prompt)} tokens; max_model_len={max_model_len} "
+                 "leaves no room for a response (truncate the prompt or raise max_model_len)")
+        bad = [t for t in prompt if not 0 <= t < vocab_size]
+        _require(not bad, f"{where}: token ids {bad[:3]} outside the model's vocabulary [0, {vocab_size})")
+        _require(p.n <= max_num_seqs, f"generate: params[{i}].n={p.n} > max_num_seqs={max_num_seqs}; "
+                 "the samples of a prompt are decoded together")
+        seed = int(torch.randint(2**62, ())) if p.seed is None else p.seed
+        max_len = min(len(prompt) + p.max_tokens, max_model_len)
+        groups.append([Sequence(prompt, p, max_len, sample_seed(seed, j), (i, j)) for j in range(p.n)])
+    return groups
+
+
+def sample_seed(request_seed: int, sample_index: int) -> int:
+    """Sample j's seed: a function of the request's seed and j alone (not of the batch, the rank or preemption)."""
+    return (request_seed * 1_000_003 + sample_index) % 2**63
+
+
+def print_progress(engine, all_seqs, running, waiting, elapsed):
+    done = sum(seq.finish_reason is not None for seq in all_seqs)
+    generated = sum(len(seq) - seq.prompt_len for seq in all_seqs)
+    left = sum(seq.max_len - len(seq) for seq in all_seqs if seq.finish_reason is None)
+    rate, blocks = generated / max(elapsed, 1e-9), engine.blocks
+    print(f"rollout: {done}/{len(all_seqs)} samples done | {generated} tokens, {rate:.0f} tok/s | running "
+          f"{len(running)}, waiting {sum(len(g) for g in waiting)} | KV blocks {blocks.num_blocks - blocks.num_free}/"
+          f"{blocks.num_blocks} | preemptions {engine.stats.preemptions} | ETA <= {left / max(rate, 1e-9):.0f}s",
+          flush=True)
+
+
+def kv_block_bytes(cfg, dtype: torch.dtype, block_size: int) -> int:
+    """Bytes of one KV block: K and V of block_size tokens in every layer, 2 x L x block_size x Hkv x hd x itemsize."""
+    return 2 * cfg.num_hidden_layers * block_size * cfg.num_key_value_heads * cfg.head_dim * dtype.itemsize
+
+
+def kv_cache_blocks(cfg, dtype: torch.dtype, memory_bytes: int, block_size: int, max_num_seqs: int, max_model_len: int):
+    """The pool size in blocks that fits in memory_bytes (e.g. a fraction of the free GPU memory once the weights are
+    in place; bf16 blocks take half the bytes), capped at what max_num_seqs sequences of max_model_len tokens use."""
+    return min(int(memory_bytes) // kv_block_bytes(cfg, dtype, block_size), max_num_seqs * -(-max_model_len // block_size))
+
+
+# ----------------------------------------------------------------------------- 2. the paged KV cache's bookkeeping
+
+class Sequence:
+    """One sample being generated: prompt + output tokens, its block table and its random stream."""
+
+    def __init__(self, prompt: list, params: SamplingParams, max_len: int, seed: int, index: tuple = (0, 0)):
+        self.index = index                     # (prompt, sample) in the request
+        self.token_ids = list(prompt)          # prompt + generated so far
+        self.prompt_len = len(prompt)
+        self.params = params
+        self.max_len = max_len                 # stop with "length" at this many tokens
+        self.generator = torch.Generator().manual_seed(seed)   # CPU: the stream does not depend on the device
+        self.uniforms: list[float] = []        # the next uniforms of its stream, last = next; drawn 64 at a time
+        self.logprobs: list[float] = []
+        self.block_table: list[int] = []       # block ids holding the KV of token_ids[:-1] (+ the last after a step)
+        self.prefix_id = -1                    # samples with the same prefix_id share block_table[:prefix_blocks]:
+        self.prefix_blocks = 0                 # the full blocks of the prompt prefilled for them (never written again)
+        self.finish_reason: str | None = None
+        self.preempted = False                 # its next prefill is a recomputation
+
+    def __len__(self):
+        return len(self.token_ids)
+
+    def result(self) -> "Sample":
+        return Sample(self.token_ids[self.prompt_len:], self.logprobs, self.finish_reason)
+
+    def next_uniform(self) -> float:
+        """The next uniform of its stream (one per sampled token), drawn 64 at a time: one generator call per 64."""
+        if not self.uniforms:
+            self.uniforms = torch.rand(64, generator=self.generator, dtype=torch.float64).tolist()[::-1]
+        return self.uniforms.pop()
+
+
+class BlockManager:
+    """Free list and reference counts of the pool's blocks. Pure bookkeeping; the tensors live in PagedKVCache."""
+
+    def __init__(self, num_blocks: int, block_size: int):
+        self.num_blocks, self.block_size = num_blocks, block_size
+        self.ref_counts = [0] * num_blocks
+        self.free_ids = deque(range(num_blocks))
+        self.peak_used = 0
+
+    @property
+    def num_free(self) -> int:
+        return len(self.free_ids)
+
+    def blocks_for(self, num_tokens: int) -> int:
+        return -(-num_tokens // self.block_size)
+
+    def allocate(self) -> int:
+        block = self.free_ids.popleft()
+        self.ref_counts[block] = 1
+        self.peak_used = max(self.peak_used, self.num_blocks - self.num_free)
+        return block
+
+    def share(self, block_table: list) -> list:
+        for block in block_table:
+            self.ref_counts[block] += 1
+        return list(block_table)
+
+    def release(self, seq: "Sequence") -> None:
+        for block in seq.block_table:
+            self.ref_counts[block] -= 1
+            if self.ref_counts[block] == 0:
+                self.free_ids.append(block)
+        seq.block_table = []
+
+    def slot(self, seq: "Sequence", pos: int) -> int:
+        return seq.block_table[pos // self.block_size] * self.block_size + pos % self.block_size
+
+    def blocks_to_append(self, seq: "Sequence") -> int:
+        """Blocks needed to write the KV of seq's last token: 1 if it starts a block or its block is shared, else 0."""
+        starts_block = (len(seq) - 1) // self.block_size == len(seq.block_table)
+        return int(starts_block or self.ref_counts[seq.block_table[-1]] > 1)
+
+    def append(self, seq: "Sequence") -> tuple[int, tuple | None]:
+        """Make the last token's slot writable. Returns (slot, (src, dst) block copy or None)."""
+        pos, copy = len(seq) - 1, None
+        if pos // self.block_size == len(seq.block_table):
+            seq.block_table.append(self.allocate())
+        elif self.ref_counts[seq.block_table[-1]] > 1:
+            src, dst = seq.block_table[-1], self.allocate()
+            self.ref_counts[src] -= 1                       # the other owners keep src as it is
+            seq.block_table[-1], copy = dst, (src, dst)
+        return self.slot(seq, pos), copy
+
+
+# ----------------------------------------------------------------------------- 3. attention on pages
+
+@dataclass
+class StepBatch:
+    """What attend() needs to know about the tokens of one step (all flattened into one row of N tokens)."""
+    is_prefill: bool
+    slot_mapping: torch.Tensor                   # (N,) pool slot of each token's K/V
+    cu_seqlens: list | None = None               # prefill: sequence i is tokens cu_seqlens[i]:cu_seqlens[i+1]
+    block_tables: torch.Tensor | None = None     # decode, Triton: (B, max_blocks) int32, padded with 0
+    context_lens: torch.Tensor | None = None     # decode, Triton: (B,) int32, tokens to attend to (the new one too)
+    cascade: "CascadeBatch | None" = None          # decode, CPU
+
+
+class PagedKVCache:
+    """The block pools of every layer (cfg: the model's config); model.py calls attend() in every attention layer."""
+
+    def __init__(self, cfg, num_blocks: int, block_size: int, *, dtype, device, use_triton: bool):
+        # head-major: gathering blocks of one head yields (Hkv, B, L, hd), ready for a batched matmul, no transpose
+        shape = (cfg.num_hidden_layers, cfg.num_key_value_heads, num_blocks, block_size, cfg.head_dim)
+        # zeros, not empty: padded slots are read (and masked) by the PyTorch paths; NaN * 0 would be NaN
+        self.k_pool = torch.zeros(shape, dtype=dtype, device=device)
+        self.v_pool = torch.zeros(shape, dtype=dtype, device=device)
+        self.use_triton = use_triton
+        self.workspace = self.k_pool.new_empty(0)   # cascade_decode's gather buffer, grown on demand
+        self.step: StepBatch | None = None
+
+    @property
+    def nbytes(self) -> int:
+        return 2 * self.k_pool.numel() * self.k_pool.element_size()
+
+    def copy_blocks(self, copies: list) -> None:   # copy-on-write, all layers at once
+        if copies:
+            src, dst = (torch.tensor(c, device=self.k_pool.device) for c in zip(*copies))
+            self.k_pool[:, :, dst] = self.k_pool[:, :, src]
+            self.v_pool[:, :, dst] = self.v_pool[:, :, src]
+
+    def attend(self, layer_idx, q, k, v):   # q (1, N, Hq, hd), k/v (1, N, Hkv, hd) -> (1, N, Hq, hd)
+        step = self.step
+        q, k, v = q[0], k[0], v[0]
+        k_pool, v_pool = self.k_pool[layer_idx], self.v_pool[layer_idx]       # (Hkv, num_blocks, bs, hd)
+        Hkv, _, _, hd = k_pool.shape
+        k_pool.view(Hkv, -1, hd).index_copy_(1, step.slot_mapping, k.transpose(0, 1).to(k_pool.dtype))
+        v_pool.view(Hkv, -1, hd).index_copy_(1, step.slot_mapping, v.transpose(0, 1).to(v_pool.dtype))
+        if step.is_prefill:   # no cached prefix: causal attention inside each new sequence
+            outs = []
+            for s, e in zip(step.cu_seqlens[:-1], step.cu_seqlens[1:]):
+                qi, ki, vi = (t[s:e].transpose(0, 1).unsqueeze(0) for t in (q, k, v))   # (1, H, Ti, hd)
+                y = F.scaled_dot_product_attention(qi, ki, vi, is_causal=True, enable_gqa=q.shape[1] != k.shape[1])
+                outs.append(y[0].transpose(0, 1))
+            return torch.cat(outs).unsqueeze(0)
+        if self.use_triton:
+            return paged_decode_triton(q, k_pool, v_pool, step.block_tables, step.context_lens).unsqueeze(0)
+        if len(self.workspace) < cascade_workspace_size(k_pool, step.cascade):
+            self.workspace = k_pool.new_empty(cascade_workspace_size(k_pool, step.cascade) * 5 // 4)
+        return cascade_decode(q, k_pool, v_pool, step.cascade, self.workspace).unsqueeze(0)
+
+
+def paged_decode_reference(q, k_pool, v_pool, block_tables, context_lens):
+    """One query per sequence against its pages in plain PyTorch, the oracle of the faster paths: gather each
+    sequence's blocks into a padded copy, then masked SDPA. q (B, Hq, hd); k_pool/v_pool (Hkv, num_blocks, bs, hd);
+    block_tables (B, max_blocks) padded with any valid id; context_lens (B,) -> (B, Hq, hd)."""
+    B, Hq, hd = q.shape
+    Hkv, _, bs, _ = k_pool.shape
+    L = block_tables.shape[1] * bs
+    blocks = block_tables.flatten().long()
+    k, v = (pool.index_select(1, blocks).view(Hkv, B, L, hd).transpose(0, 1).to(q.dtype)   # (B, Hkv, L, hd)
+            for pool in (k_pool, v_pool))
+    visible = torch.arange(L, device=q.device) < context_lens[:, None]                  # (B, L)
+    # GQA: the Hq/Hkv query heads of one KV head attend as that head's Hq/Hkv queries (heads h -> h // group)
+    out = F.scaled_dot_product_attention(q.view(B, Hkv, Hq // Hkv, hd), k, v, attn_mask=visible[:, None, None, :])
+    return out.reshape(B, Hq, hd)
+
+
+@dataclass
+class CascadeBatch:
+    """A decode step's B sequences split at their group's shared prompt blocks, made once per step for every layer:
+    P groups of at most n sequences; prefixes padded to L_pre tokens, own blocks to L_own (multiples of the block)."""
+    prefix_blocks: torch.Tensor  # (P*L_pre/bs,) int64: the groups' prefix block tables, padded and flattened
+    own_blocks: torch.Tensor     # (B*L_own/bs,) int64: the sequences' own block tables, padded and flattened
+    P: int
+    n: int
+    L_pre: int
+    L_own: int
+    group_rows: torch.Tensor     # (P*n,) int64: the sequence in row r of the grouped layout (B: a padding row)
+    seq_rows: torch.Tensor       # (B,) int64: the row of sequence i in that layout
+    hidden: torch.Tensor         # (B, L_pre + L_own) bool: the padding positions of sequence i's prefix + own part
+    slots: torch.Tensor          # (B, L_pre + L_own) int64: the pool slot of each of those positions
+    key: tuple = ()              # the block tables it was made from: equal keys, equal layouts (see cascade_batch)
+    _v_rows: torch.Tensor | None = None
+
+    def v_rows(self, num_kv_heads: int, group: int, num_slots: int) -> torch.Tensor:
+        """(Hkv*B*G, L) rows of a (Hkv*num_slots, hd) view of a V pool: query (h, i, g) reads V[h, slots[i]]."""
+        if self._v_rows is None:
+            heads = torch.arange(num_kv_heads, device=self.slots.device)[:, None, None, None] * num_slots
+            rows = heads + self.slots[None, :, None, :]                                  # (Hkv, B, 1, L)
+            self._v_rows = rows.expand(-1, -1, group, -1).reshape(-1, self.slots.shape[1])
+        return self._v_rows
+
+
+def cascade_batch(seqs: list, block_size: int, device, reuse: CascadeBatch | None = None) -> CascadeBatch:
+    """Group the running sequences by the prompt prefill they share (prefix_id) and split each block table
+    into its group's prefix (the prompt's full blocks) and its own blocks (the rest: written by it alone).
+    reuse: the previous step's batch. A block table changes only when a sequence starts a block or copies a shared
+    one (its length or last block id), so while the key is the same only the lengths (the mask) are new: most
+    decode steps skip the Python work of rebuilding the tables."""
+    key = tuple((id(seq), len(seq.block_table), seq.block_table[-1]) for seq in seqs)
+    prefix_len = [seq.prefix_blocks * block_size for seq in seqs]     # tokens sequence i reads from its prefix
+    own_len = [len(seq) - m for seq, m in zip(seqs, prefix_len)]      # and from its own blocks: >= 1 (the new token)
+    if reuse is not None and reuse.key == key:                        # the same tables: only own_len grew
+        own_hidden = _past(own_len, reuse.L_own, device)
+        return dataclasses.replace(reuse, hidden=torch.cat([reuse.hidden[:, :reuse.L_pre], own_hidden], 1))
+    # 1. the grouped layout: P groups, each a row of n places (its sequences, then padding)
+    by_prefix = {}
+    for i, seq in enumerate(seqs):
+        by_prefix.setdefault(seq.prefix_id, []).append(i)
+    groups = list(by_prefix.values())                                 # P lists of sequence indices
+    B, P, n = len(seqs), len(groups), max(map(len, groups))
+    group_rows = [i for members in groups for i in members + [B] * (n - len(members))]   # (P*n,): B = a padding place
+    seq_rows = [0] * B                                                # (B,): the place of sequence i, p*n + j
+    for p, members in enumerate(groups):
+        for j, i in enumerate(members):
+            seq_rows[i] = p * n + j
+    # 2. the block tables, padded with block 0 (its positions are hidden): each group's prefix, each sequence's own
+    prefix_tables = [seqs[members[0]].block_table[:seqs[members[0]].prefix_blocks] for members in groups]
+    own_tables = [seq.block_table[seq.prefix_blocks:] for seq in seqs]
+    max_prefix, max_own = max(map(len, prefix_tables)), max(map(len, own_tables))
+    tensor = lambda x: torch.tensor(x, dtype=torch.int64, device=device)   # noqa: E731
+    prefix_blocks = tensor(_padded(prefix_tables, max_prefix))        # (P*max_prefix,)
+    own_blocks = tensor(_padded(own_tables, max_own))                 # (B*max_own,)
+    seq_rows = tensor(seq_rows)
+    # 3. per sequence, its L_pre prefix and L_own own positions: which are padding, and the pool slot of each
+    L_pre, L_own = max_prefix * block_size, max_own * block_size
+    hidden = torch.cat([_past(prefix_len, L_pre, device), _past(own_len, L_own, device)], 1)   # (B, L_pre + L_own)
+    prefix_slots = _slots(prefix_blocks.view(P, max_prefix), block_size)[seq_rows // n]   # (B, L_pre): its group's
+    own_slots = _slots(own_blocks.view(B, max_own), block_size)                            # (B, L_own)
+    return CascadeBatch(prefix_blocks, own_blocks, P, n, L_pre, L_own, tensor(group_rows), seq_rows, hidden,
+                        torch.cat([prefix_slots, own_slots], 1), key)
+
+
+def _padded(tables: list, width: int) -> list:
+    """Block tables, each padded with block 0 to `width` blocks, flattened: (len(tables) * width,)."""
+    return [block for table in tables for block in table + [0] * (width - len(table))]
+
+
+def _past(lengths: list, width: int, device) -> torch.Tensor:
+    """(len(lengths), width) bool: position t of row i lies past its lengths[i] tokens (padding, hidden)."""
+    return torch.arange(width, device=device) >= torch.tensor(lengths, dtype=torch.int64, device=device)[:, None]
+
+
+def _slots(blocks: torch.Tensor, block_size: int) -> torch.Tensor:
+    """(R, W) block ids -> (R, W * block_size) pool slots, block b's token t at slot b * block_size + t."""
+    R, W = blocks.shape
+    return (blocks.view(R, W, 1) * block_size + torch.arange(block_size, device=blocks.device)).view(R, W * block_size)
+
+
+def cascade_workspace_size(k_pool, batch: CascadeBatch) -> int:
+    Hkv, _, bs, hd = k_pool.shape
+    return Hkv * (len(batch.prefix_blocks) + len(batch.own_blocks)) * bs * hd
+
+
+def cascade_decode(q, k_pool, v_pool, batch: CascadeBatch, workspace=None):
+    """Same result as paged_decode_reference, the n samples of a group meeting its prompt keys in one matmul:
+        scores_i = [ q_i K_prompt(g)^T | q_i K_own(i)^T ],   out_i = sum_l softmax(scores_i)_l V[slot_l]
+    Keys are gathered into contiguous buffers (per group for the prompt, per sequence for the rest); values are
+    not (the sum over V rows is an embedding_bag on the pool). workspace: optional 1-d buffer of at least
+    cascade_workspace_size() elements for the keys; PagedKVCache reuses one, as allocating a context-sized tensor
+    per layer and step costs on CPU as much as the attention (page faults, cold caches). q, out: (B, Hq, hd)."""
+    B, Hq, hd = q.shape
+    Hkv, num_blocks, bs, _ = k_pool.shape
+    G, P, n, L = Hq // Hkv, batch.P, batch.n, batch.L_pre + batch.L_own     # G: query heads per KV head
+    k_pre, k_own = _gather_keys(k_pool, batch, workspace)             # (Hkv*P, L_pre, hd), (Hkv*B, L_own, hd)
+    q_heads = (q.view(B, Hkv, G, hd).transpose(0, 1) * hd ** -0.5).to(k_pool.dtype)   # (Hkv, B, G, hd), scaled
+    # 1. against the prompt: the n samples of a group side by side, one (n*G, hd) x (hd, L_pre) matmul per group
+    q_grouped = F.pad(q_heads, (0, 0, 0, 0, 0, 1))[:, batch.group_rows]               # (Hkv, P*n, G, hd); pad: 0
+    scores_pre = torch.bmm(q_grouped.reshape(Hkv * P, n * G, hd), k_pre.transpose(1, 2))   # (Hkv*P, n*G, L_pre)
+    scores_pre = scores_pre.view(Hkv, P * n, G, batch.L_pre)[:, batch.seq_rows]        # (Hkv, B, G, L_pre)
+    # 2. against its own keys, one sequence at a time
+    scores_own = torch.bmm(q_heads.reshape(Hkv * B, G, hd), k_own.transpose(1, 2))    # (Hkv*B, G, L_own)
+    scores = torch.cat([scores_pre, scores_own.view(Hkv, B, G, batch.L_own)], -1)     # (Hkv, B, G, L)
+    # 3. softmax over a sequence's L positions in fp32, padding hidden
+    probs = scores.float().masked_fill_(batch.hidden[None, :, None, :], float("-inf")).softmax(-1)
+    # 4. the probability-weighted sum of V rows, read from the pool by slot: row (h, i, g) sums V[h, slots[i]]
+    out = F.embedding_bag(batch.v_rows(Hkv, G, num_blocks * bs), v_pool.view(-1, hd), mode="sum",
+                          per_sample_weights=probs.view(-1, L).to(v_pool.dtype))      # (Hkv*B*G, hd)
+    return out.view(Hkv, B, G, hd).transpose(0, 1).reshape(B, Hq, hd).to(q.dtype)
+
+
+def _gather_keys(k_pool, batch: CascadeBatch, workspace=None) -> tuple:
+    """The step's keys copied into contiguous buffers (the workspace): each group's prompt blocks
+    (Hkv*P, L_pre, hd) and each sequence's own blocks (Hkv*B, L_own, hd)."""
+    Hkv, _, bs, hd = k_pool.shape
+    if workspace is None:
+        workspace = k_pool.new_empty(cascade_workspace_size(k_pool, batch))
+    n_pre, n_own = (Hkv * len(blocks) * bs * hd for blocks in (batch.prefix_blocks, batch.own_blocks))
+    k_pre = torch.index_select(k_pool, 1, batch.prefix_blocks, out=workspace[:n_pre].view(Hkv, -1, bs, hd))
+    k_own = torch.index_select(k_pool, 1, batch.own_blocks, out=workspace[n_pre:n_pre + n_own].view(Hkv, -1, bs, hd))
+    return k_pre.view(Hkv * batch.P, batch.L_pre, hd), k_own.view(Hkv * len(batch.seq_rows), batch.L_own, hd)
+
+
+def paged_decode_triton(q, k_pool, v_pool, block_tables, context_lens, num_splits: int | None = None):
+    """Same contract as paged_decode_reference; K/V are read in place from the pool (no gather), once per KV head.
+    num_splits: parts of each context run by separate programs (flash-decoding); None = decode_splits()."""
+    q = q.contiguous()
+    B, Hq, hd = q.shape
+    Hkv, _, bs, _ = k_pool.shape
+    assert k_pool.is_contiguous() and v_pool.stride() == k_pool.stride()
+    max_blocks = block_tables.shape[1]
+    splits = num_splits or decode_splits(B, Hkv, max_blocks, q.device)
+    blocks_per_split = -(-max_blocks // splits)
+    m, l = (torch.empty(B, Hq, splits, dtype=torch.float32, device=q.device) for _ in range(2))
+    acc = torch.empty(B, Hq, splits, hd, dtype=torch.float32, device=q.device)
+    decode_meta, combine_meta = decode_kernel_meta(Hq, Hkv, bs, hd, splits)
+    _paged_decode_kernel[(B, Hkv, splits)](
+        q, k_pool, v_pool, m, l, acc, block_tables, context_lens, 1.0 / math.sqrt(hd),
+        q.stride(0), q.stride(1), k_pool.stride(1), k_pool.stride(2), k_pool.stride(0), block_tables.stride(0), Hq,
+        blocks_per_split, splits, **decode_meta)
+    out = torch.empty_like(q)
+    _combine_splits_kernel[(B, Hq)](m, l, acc, out, out.stride(0), out.stride(1), Hq, splits, **combine_meta)
+    return out
+
+
+def decode_splits(batch: int, num_kv_heads: int, max_blocks: int, device) -> int:
+    """Splits of each context for the paged-decode kernel: enough programs to fill the GPU (4 per SM) when the batch
+    alone does not, but each split at least 16 blocks long. Depends only on shapes (no device-to-host sync)."""
+    sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 32
+    wanted = -(-4 * sms // (batch * num_kv_heads))
+    return max(1, min(wanted, max_blocks // 16))
+
+
+def decode_kernel_meta(num_q_heads: int, num_kv_heads: int, block_size: int, head_dim: int, splits: int) -> tuple:
+    """The compile-time constants of the two decode kernels (tests/test_aot_compile.py compiles them with these)."""
+    group, head_dim_p2 = num_q_heads // num_kv_heads, triton.next_power_of_2(head_dim)
+    return (dict(GROUP=group, GROUP_P2=triton.next_power_of_2(group), BLOCK_SIZE=block_size,
+                 BLOCK_P2=triton.next_power_of_2(block_size), HEAD_DIM=head_dim, HEAD_DIM_P2=head_dim_p2),
+            dict(SPLITS_P2=triton.next_power_of_2(splits), HEAD_DIM=head_dim, HEAD_DIM_P2=head_dim_p2))
+
+
+if triton is not None:
+    @triton.jit
+    def _paged_decode_kernel(q_ptr, k_ptr, v_ptr, m_ptr, l_ptr, acc_ptr, block_tables_ptr, context_lens_ptr, scale,
+                             stride_qb, stride_qh, stride_kb, stride_ks, stride_kh, stride_bt, num_q_heads,
+                             blocks_per_split, num_splits,
+                             GROUP: tl.constexpr, GROUP_P2: tl.constexpr, BLOCK_SIZE: tl.constexpr,
+                             BLOCK_P2: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_P2: tl.constexpr):
+        # One program per (sequence, KV head, split of the context). All GROUP query heads that share the KV head
+        # are processed together, so each K/V block is read once for the whole group (GQA 32:8: once, not 4 times);
+        # the split covers blocks_per_split blocks of the block table (flash-decoding), so a long context runs on
+        # many programs. Online softmax per query head: running max m, normaliser l, accumulator acc; the partial
+        # (m, l, acc) of each split goes to fp32 scratch, and _combine_splits_kernel merges the splits.
+        seq, kv_head, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+        g = tl.arange(0, GROUP_P2)
+        d = tl.arange(0, HEAD_DIM_P2)
+        g_ok, d_ok = g < GROUP, d < HEAD_DIM
+        heads = kv_head * GROUP + g                                               # (GROUP_P2,) query heads
+        q = tl.load(q_ptr + seq * stride_qb + heads[:, None] * stride_qh + d[None, :],
+                    mask=g_ok[:, None] & d_ok[None, :], other=0.0).to(tl.float32) * scale   # (GROUP_P2, HEAD_DIM_P2)
+        context_len = tl.load(context_lens_ptr + seq)
+        first = split * blocks_per_split * BLOCK_SIZE
+        last = tl.minimum(context_len, first + blocks_per_split * BLOCK_SIZE)
+        offs = tl.arange(0, BLOCK_P2)
+        m = tl.full([GROUP_P2], float("-inf"), tl.float32)
+        l = tl.zeros([GROUP_P2], tl.float32)
+        acc = tl.zeros([GROUP_P2, HEAD_DIM_P2], tl.float32)
+        head_offset = kv_head.to(tl.int64) * stride_kh    # a whole head of the pool can pass 2**31 elements
+        for start in range(first, last, BLOCK_SIZE):      # an empty split (first >= context_len) skips the loop
+            block = tl.load(block_tables_ptr + seq * stride_bt + start // BLOCK_SIZE).to(tl.int64)
+            t_ok = (offs < BLOCK_SIZE) & (start + offs < context_len)
+            kv_offs = head_offset + block * stride_kb + offs[:, None] * stride_ks + d[None, :]
+            kv_ok = t_ok[:, None] & d_ok[None, :]
+            k = tl.load(k_ptr + kv_offs, mask=kv_ok, other=0.0).to(tl.float32)    # (BLOCK_P2, HEAD_DIM_P2)
+            v = tl.load(v_ptr + kv_offs, mask=kv_ok, other=0.0).to(tl.float32)
+            s = tl.sum(q[:, None, :] * k[None, :, :], axis=2)                     # (GROUP_P2, BLOCK_P2) scores
+            s = tl.where(t_ok[None, :], s, float("-inf"))
+            m_new = tl.maximum(m, tl.max(s, axis=1))      # finite: every block visited has a visible token
+            p = tl.exp(s - m_new[:, None])
+            alpha = tl.exp(m - m_new)
+            l = l * alpha + tl.sum(p, axis=1)
+            acc = acc * alpha[:, None] + tl.sum(p[:, :, None] * v[None, :, :], axis=1)
+            m = m_new
+        row = (seq * num_q_heads + heads) * num_splits + split                   # scratch (B, Hq, splits[, hd])
+        tl.store(m_ptr + row, m, mask=g_ok)
+        tl.store(l_ptr + row, l, mask=g_ok)
+        tl.store(acc_ptr + row[:, None] * HEAD_DIM + d[None, :], acc, mask=g_ok[:, None] & d_ok[None, :])
+
+    @triton.jit
+    def _combine_splits_kernel(m_ptr, l_ptr, acc_ptr, out_ptr, stride_ob, stride_oh, num_q_heads, num_splits,
+                               SPLITS_P2: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_P2: tl.constexpr):
+        # One program per (sequence, query head): out = sum_s e^(m_s - M) acc_s / sum_s e^(m_s - M) l_s, M = max_s m_s
+        # (an empty split has m = -inf, l = 0, acc = 0, so its weight is 0; split 0 is never empty).
+        seq, head = tl.program_id(0), tl.program_id(1)
+        s = tl.arange(0, SPLITS_P2)
+        d = tl.arange(0, HEAD_DIM_P2)
+        s_ok, d_ok = s < num_splits, d < HEAD_DIM
+        row = (seq * num_q_heads + head) * num_splits + s
+        m = tl.load(m_ptr + row, mask=s_ok, other=float("-inf"))
+        l = tl.load(l_ptr + row, mask=s_ok, other=0.0)
+        acc = tl.load(acc_ptr + row[:, None] * HEAD_DIM + d[None, :], mask=s_ok[:, None] & d_ok[None, :], other=0.0)
+        w = tl.exp(m - tl.max(m, axis=0))                                         # (SPLITS_P2,)
+        out = tl.sum(w[:, None] * acc, axis=0) / tl.sum(w * l, axis=0)
+        tl.store(out_ptr + seq * stride_ob + head * stride_oh + d, out.to(out_ptr.dtype.element_ty), mask=d_ok)
+
+
+# ----------------------------------------------------------------------------- 4. sampling
+
+def sample(logits, params: list, uniforms: list):
+    """logits (B, V) fp32 -> tokens (B,), logprobs (B,): row i drawn from softmax(keep_top_k_top_p(logits_i / T_i))
+    by inverse CDF at uniforms[i] (from row i's own stream, so a row's draw depends only on its seed)."""
+    (B, V), dev = logits.shape, logits.device
+    greedy = [p.temperature == 0 for p in params]
+    temperature = [1.0 if g else p.temperature for g, p in zip(greedy, params)]
+    top_k = [V if g or p.top_k == 0 else min(p.top_k, V) for g, p in zip(greedy, params)]
+    top_p = [1.0 if g else p.top_p for g, p in zip(greedy, params)]
+    if any(t != 1.0 for t in temperature):
+        logits = logits / torch.tensor(temperature, device=dev)[:, None]
+    if min(top_k) < V or min(top_p) < 1:
+        logits = keep_top_k_top_p(logits, torch.tensor(top_k, device=dev), torch.tensor(top_p, device=dev))
+    logprobs = torch.log_softmax(logits, dim=-1)                                 # (B, V)
+    tokens = inverse_cdf(logprobs.exp(), torch.tensor(uniforms, dtype=logprobs.dtype, device=dev))
+    if any(greedy):
+        tokens = torch.where(torch.tensor(greedy, device=dev), logits.argmax(dim=-1), tokens)
+    return tokens, logprobs.gather(1, tokens[:, None])[:, 0]
+
+
+def keep_top_k_top_p(logits, top_k, top_p):
+    """logits (B, V); top_k (B,) in 1..V; top_p (B,) in (0, 1] -> logits with the dropped tokens at -inf.
+    Top-k first, then the nucleus of what is left: a token is kept iff the mass ranked above it is < top_p."""
+    sorted_logits, order = logits.sort(dim=-1, descending=True)
+    ranks = torch.arange(logits.shape[-1], device=logits.device)
+    sorted_logits = sorted_logits.masked_fill(ranks >= top_k[:, None], float("-inf"))
+    probs = sorted_logits.softmax(dim=-1)
+    mass_above = probs.cumsum(dim=-1) - probs
+    sorted_logits = sorted_logits.masked_fill((mass_above >= top_p[:, None]) & (top_p[:, None] < 1), float("-inf"))
+    return torch.full_like(logits, float("-inf")).scatter(-1, order, sorted_logits)
+
+
+def inverse_cdf(probs, u, chunk: int = 64):
+    """probs (B, V) >= 0, not all 0 per row; u (B,) in [0, 1] -> (B,) the token where the running mass first exceeds
+    u * total, never a zero-probability one (even when u * total rounds up to the total). Two levels (the chunk of
+    `chunk` tokens, then the token in it), so the sequential cumsums cover V/chunk + chunk entries per row, not V."""
+    B, V = probs.shape
+    chunks = F.pad(probs, (0, -V % chunk)).view(B, -1, chunk)                        # (B, V/chunk, chunk)
+
+    def search(cdf, target):   # first index with cdf > target, target kept below the last (positive) entry
+        target = torch.minimum(target, cdf[:, -1:].nextafter(torch.zeros_like(cdf[:, -1:])))
+        return torch.searchsorted(cdf, target.clamp(min=0), right=True)            # (B, 1)
+
+    chunk_cdf = chunks.sum(-1).cumsum(-1)                                           # (B, V/chunk)
+    target = u[:, None] * chunk_cdf[:, -1:]
+    c = search(chunk_cdf, target)
+    inner_cdf = chunks.gather(1, c[:, :, None].expand(-1, -1, chunk))[:, 0].cumsum(-1)   # (B, chunk)
+    mass_before = chunk_cdf.gather(1, c) - inner_cdf[:, -1:]
+    return (c * chunk + search(inner_cdf, target - mass_before))[:, 0]
