@@ -26,12 +26,12 @@ Three seams for the rest of the project:
 Checkpoints are Hugging Face directories (config.json + model.safetensors, or shards + index);
 `from_pretrained` builds the model on the `meta` device and reads one tensor at a time into its final
 dtype and device, so an 8B model is never allocated twice (nor kept memory-mapped).
-Run `python model.py CHECKPOINT_DIR` to load one and print a summary (with data.py beside it: its
-command-line parser).
+Run `python model.py CHECKPOINT_DIR` to load one and print a summary.
 """
 import json
 import math
 import os
+import sys
 from dataclasses import dataclass, fields
 
 import torch
@@ -510,21 +510,11 @@ def save_pretrained(model: Qwen3, path: str, state_dict: dict | None = None,
             json.dump({"metadata": {"total_size": sum(nbytes.values())}, "weight_map": weight_map}, fh, indent=2)
 
 
-if __name__ == "__main__":   # the one command-line parser is data.py's: this demo needs it beside this file
-    from typing import ClassVar
-
-    from data import parse_config
-
-    @dataclass
-    class SummaryConfig:
-        """Loads a Hugging Face Qwen3 directory and prints its config, size and the logits of 4 tokens."""
-        positional: ClassVar[str] = "checkpoint_dir"   # `python model.py DIR` is `--checkpoint_dir=DIR`
-        checkpoint_dir: str = ""   # a Hugging Face Qwen3 directory (config.json + safetensors)
-
-    cfg = parse_config(SummaryConfig)
-    if not cfg.checkpoint_dir:
-        raise SystemExit("error: usage: python model.py CHECKPOINT_DIR   (loads it and prints a summary)")
-    m = from_pretrained(cfg.checkpoint_dir)
+if __name__ == "__main__":   # one positional argument: this file imports no other file of the project
+    if len(sys.argv) != 2 or sys.argv[1].startswith("-"):
+        print("usage: python model.py CHECKPOINT_DIR   (loads it and prints a summary)")
+        sys.exit(0 if len(sys.argv) == 2 else 2)
+    m = from_pretrained(sys.argv[1])
     n = sum(p.numel() for p in m.parameters())
     print(f"{m.config}\n{n / 1e6:.2f}M parameters, dtype {next(m.parameters()).dtype}")
     ids = torch.tensor([[1, 2, 3, 4]])

@@ -25,8 +25,10 @@ Run:
       --lr=8e-5 --min_lr=4e-5 --epochs=4 --activation_checkpointing=true --out_dir=out/sft
   (several nodes: torchrun --nnodes=2 --node_rank=R --master_addr=HOST --nproc_per_node=8 sft.py ...)
 SIGTERM or Ctrl-C stops at a step boundary with a checkpoint; the same command resumes from it.
-The file reads: config, the SFT building blocks and main(); then, after main, the trainer plumbing that gppo.py
-and eval.py share (config parser, errors, graceful stop, FSDP2, DCP checkpoints, Hugging Face export).
+The file reads: config, main(), the SFT pieces main() calls in that order; then the trainer plumbing that gppo.py
+and eval.py share (entry point, process group, one-line input errors, FSDP2, DCP checkpoints, graceful stop,
+Hugging Face export). It lives here, in the first trainer, because sft.py imports only data.py and model.py,
+which every trainer and eval.py import anyway; the command-line parser they share is data.py's.
 """
 import os
 
@@ -103,118 +105,7 @@ class SFTConfig:
                 raise SystemExit(f"error: SFTConfig: {why}")
 
 
-# ----------------------------------------------------------------------------- building blocks
-
-def lr_at(step: int, total_steps: int, lr: float, min_lr: float, warmup: int) -> float:
-    """Linear warmup, then cosine decay from lr to min_lr at the last step."""
-    if step < warmup:
-        return lr * (step + 1) / warmup
-    progress = min(1.0, (step - warmup) / max(1, total_steps - warmup))
-    return min_lr + 0.5 * (lr - min_lr) * (1 + math.cos(math.pi * progress))
-
-
-def chunked_nll_sum(hidden, lm_head_weight, targets, mask, chunk: int):
-    """sum over masked tokens of -log softmax(hidden @ W^T)[target], one chunk of tokens at a time.
-    hidden (N, D), targets/mask (N,). Each chunk is recomputed in the backward (checkpoint), so only one
-    (chunk, V) block of logits is alive at a time."""
-    from torch.utils.checkpoint import checkpoint
-
-    def piece(h, t, m):
-        logits = (h @ lm_head_weight.T).float()                            # (chunk, V)
-        return (F.cross_entropy(logits, t, reduction="none") * m).sum()
-
-    # start from a zero that is connected to the graph: a step whose rows are all padding must still run a
-    # backward on every rank (FSDP's collectives), and every parameter must get a (zero) gradient
-    total = (hidden.sum() + lm_head_weight.sum()).float() * 0.0
-    for s in range(0, hidden.shape[0], chunk):
-        sl = slice(s, s + chunk)
-        if mask[sl].any():
-            total = total + checkpoint(piece, hidden[sl], targets[sl], mask[sl].float(), use_reentrant=False)
-    return total
-
-
-def build_model(cfg, vocab_size: int, device: torch.device) -> Qwen3:
-    """The trainable model in fp32 master weights: a Hugging Face checkpoint, or a tiny one from scratch."""
-    if cfg.init_from:
-        model = from_pretrained(cfg.init_from, dtype=torch.float32, device=device)
-    else:
-        mcfg = Qwen3Config(vocab_size=vocab_size, hidden_size=cfg.hidden, intermediate_size=cfg.intermediate,
-                           num_hidden_layers=cfg.n_layer, num_attention_heads=cfg.n_head,
-                           num_key_value_heads=cfg.n_kv_head, head_dim=cfg.head_dim, max_position_embeddings=4096,
-                           tie_word_embeddings=True, torch_dtype="float32", bos_token_id=None, eos_token_id=None)
-        model = Qwen3(mcfg).to(device).init_weights(seed=cfg.seed)
-    model.activation_checkpointing = cfg.activation_checkpointing
-    return model
-
-
-def target_mask(loss_mask, document_ids):
-    """(..., T) -> (..., T-1): which next-token targets the loss counts. Token t predicts t+1 only if t+1 is an
-    assistant token and both are in the same document."""
-    return loss_mask[..., 1:] & (document_ids[..., 1:] == document_ids[..., :-1])
-
-
-def sft_loss_sum(model, batch, chunk: int):
-    """batch: tensors (B, T). Sum of the NLL over assistant tokens (label = next token)."""
-    hidden = model(batch["input_ids"], position_ids=batch["position_ids"], document_ids=batch["document_ids"],
-                   return_hidden=True)                                     # (B, T, D)
-    targets, mask = batch["input_ids"][:, 1:], target_mask(batch["loss_mask"], batch["document_ids"])
-    D = hidden.shape[-1]
-    return chunked_nll_sum(hidden[:, :-1].reshape(-1, D), model.lm_head.weight, targets.reshape(-1),
-                           mask.reshape(-1), chunk)
-
-
-def load_sft_data(cfg: SFTConfig, rank: int, world: int):
-    """The tokenizer (and the directory its files are in) and this rank's packed-row loader, from --data and
-    --tokenizer or from the built-in toy tasks. Raises InputError for anything wrong in what the user gave."""
-    if cfg.data:
-        if not cfg.tokenizer:
-            raise InputError("--data needs --tokenizer (a dir or tokenizer.json, e.g. the base model's dir)")
-        tokenizer = read_input(f"--tokenizer={cfg.tokenizer}", data.load_tokenizer, cfg.tokenizer)
-        tokenizer_dir = cfg.tokenizer if os.path.isdir(cfg.tokenizer) else os.path.dirname(cfg.tokenizer)
-        conversations = read_input("--data", data.load_sft_jsonl, cfg.data, skip_bad_rows=cfg.skip_bad_rows)
-        print0(f"data file: {conversations.report}")
-    else:
-        tokenizer = data.build_toy_tokenizer()      # deterministic: every rank builds the same one
-        tokenizer_dir = os.path.join(cfg.out_dir, "tokenizer")
-        if rank == 0:
-            data.save_tokenizer(tokenizer, tokenizer_dir)
-        conversations = data.toy_sft_conversations(cfg.toy_math_examples, cfg.toy_code_examples,
-                                                   seed=cfg.seed, wrong_fraction=cfg.toy_wrong_fraction)
-    examples, report = read_input("--data", data.encode_sft_dataset, tokenizer, conversations, cfg.max_len, cfg.overlong)
-    print0(f"data: {report}")
-    if not examples:
-        raise InputError(f"--data={cfg.data or '(toy)'}: no conversation left to train on ({report})")
-    loader = data.PackedLoader(examples, row_tokens=cfg.row_tokens, rows_per_step=cfg.rows_per_step, rank=rank,
-                               world_size=world, seed=cfg.seed, pad_id=data.special_token_ids(tokenizer)["endoftext"])
-    return tokenizer, tokenizer_dir, loader
-
-
-def train_step(model, optimizer, rows, cfg: SFTConfig, device, world: int) -> tuple:
-    """One optimizer step on this rank's packed rows; the loss is a token-mean over all ranks' assistant tokens.
-    Returns (loss, grad_norm)."""
-    # global normaliser: assistant tokens of this step on all ranks (counted as the loss counts them)
-    local_tokens = sum(int(target_mask(r["loss_mask"], r["document_ids"]).sum()) for r in rows)
-    n_tokens = torch.tensor([local_tokens], dtype=torch.float64, device=device)
-    dist.all_reduce(n_tokens)
-    n_tokens = max(1.0, n_tokens.item())
-    loss_sum = torch.zeros((), device=device)
-    for i in range(0, len(rows), cfg.micro_rows):
-        batch = {k: torch.stack([r[k] for r in rows[i:i + cfg.micro_rows]]).to(device) for k in rows[0]}
-        micro = sft_loss_sum(model, batch, cfg.loss_chunk)
-        # FSDP averages gradients over ranks; multiply by world so the result is a global token-mean
-        (micro * world / n_tokens).backward()
-        loss_sum += micro.detach()
-    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-    grad_norm = float(grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm)
-    dist.all_reduce(loss_sum)
-    loss = loss_sum.item() / n_tokens
-    if not math.isfinite(loss) or not math.isfinite(grad_norm):
-        raise SystemExit(f"error: loss={loss} grad_norm={grad_norm}: stopping without updating; the last good "
-                         f"checkpoint is in {cfg.out_dir}/checkpoint (try a lower --lr)")
-    optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
-    return loss, grad_norm
-
+# ----------------------------------------------------------------------------- the SFT story: main, then what it calls
 
 def main(cfg: SFTConfig):
     rank, world, device = init_distributed(cfg.device)
@@ -282,15 +173,148 @@ def main(cfg: SFTConfig):
     print0(f"done: {step} steps in {(time.time() - t_start) / 60:.1f} min; Hugging Face export in {cfg.out_dir}/hf")
 
 
+def load_sft_data(cfg: SFTConfig, rank: int, world: int):
+    """The tokenizer (and the directory its files are in) and this rank's packed-row loader, from --data and
+    --tokenizer or from the built-in toy tasks. Raises InputError for anything wrong in what the user gave."""
+    if cfg.data:
+        if not cfg.tokenizer:
+            raise InputError("--data needs --tokenizer (a dir or tokenizer.json, e.g. the base model's dir)")
+        tokenizer = read_input(f"--tokenizer={cfg.tokenizer}", data.load_tokenizer, cfg.tokenizer)
+        tokenizer_dir = cfg.tokenizer if os.path.isdir(cfg.tokenizer) else os.path.dirname(cfg.tokenizer)
+        conversations = read_input("--data", data.load_sft_jsonl, cfg.data, skip_bad_rows=cfg.skip_bad_rows)
+        print0(f"data file: {conversations.report}")
+    else:
+        tokenizer = data.build_toy_tokenizer()      # deterministic: every rank builds the same one
+        tokenizer_dir = os.path.join(cfg.out_dir, "tokenizer")
+        if rank == 0:
+            data.save_tokenizer(tokenizer, tokenizer_dir)
+        conversations = data.toy_sft_conversations(cfg.toy_math_examples, cfg.toy_code_examples,
+                                                   seed=cfg.seed, wrong_fraction=cfg.toy_wrong_fraction)
+    examples, report = read_input("--data", data.encode_sft_dataset, tokenizer, conversations, cfg.max_len, cfg.overlong)
+    print0(f"data: {report}")
+    if not examples:
+        raise InputError(f"--data={cfg.data or '(toy)'}: no conversation left to train on ({report})")
+    loader = data.PackedLoader(examples, row_tokens=cfg.row_tokens, rows_per_step=cfg.rows_per_step, rank=rank,
+                               world_size=world, seed=cfg.seed, pad_id=data.special_token_ids(tokenizer)["endoftext"])
+    return tokenizer, tokenizer_dir, loader
+
+
+def build_model(cfg, vocab_size: int, device: torch.device) -> Qwen3:
+    """The trainable model in fp32 master weights: a Hugging Face checkpoint, or a tiny one from scratch."""
+    if cfg.init_from:
+        model = from_pretrained(cfg.init_from, dtype=torch.float32, device=device)
+    else:
+        mcfg = Qwen3Config(vocab_size=vocab_size, hidden_size=cfg.hidden, intermediate_size=cfg.intermediate,
+                           num_hidden_layers=cfg.n_layer, num_attention_heads=cfg.n_head,
+                           num_key_value_heads=cfg.n_kv_head, head_dim=cfg.head_dim, max_position_embeddings=4096,
+                           tie_word_embeddings=True, torch_dtype="float32", bos_token_id=None, eos_token_id=None)
+        model = Qwen3(mcfg).to(device).init_weights(seed=cfg.seed)
+    model.activation_checkpointing = cfg.activation_checkpointing
+    return model
+
+
+def lr_at(step: int, total_steps: int, lr: float, min_lr: float, warmup: int) -> float:
+    """Linear warmup, then cosine decay from lr to min_lr at the last step."""
+    if step < warmup:
+        return lr * (step + 1) / warmup
+    progress = min(1.0, (step - warmup) / max(1, total_steps - warmup))
+    return min_lr + 0.5 * (lr - min_lr) * (1 + math.cos(math.pi * progress))
+
+
+def train_step(model, optimizer, rows, cfg: SFTConfig, device, world: int) -> tuple:
+    """One optimizer step on this rank's packed rows; the loss is a token-mean over all ranks' assistant tokens.
+    Returns (loss, grad_norm)."""
+    # global normaliser: assistant tokens of this step on all ranks (counted as the loss counts them)
+    local_tokens = sum(int(target_mask(r["loss_mask"], r["document_ids"]).sum()) for r in rows)
+    n_tokens = torch.tensor([local_tokens], dtype=torch.float64, device=device)
+    dist.all_reduce(n_tokens)
+    n_tokens = max(1.0, n_tokens.item())
+    loss_sum = torch.zeros((), device=device)
+    for i in range(0, len(rows), cfg.micro_rows):
+        batch = {k: torch.stack([r[k] for r in rows[i:i + cfg.micro_rows]]).to(device) for k in rows[0]}
+        micro = sft_loss_sum(model, batch, cfg.loss_chunk)
+        # FSDP averages gradients over ranks; multiply by world so the result is a global token-mean
+        (micro * world / n_tokens).backward()
+        loss_sum += micro.detach()
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+    grad_norm = float(grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm)
+    dist.all_reduce(loss_sum)
+    loss = loss_sum.item() / n_tokens
+    if not math.isfinite(loss) or not math.isfinite(grad_norm):
+        raise SystemExit(f"error: loss={loss} grad_norm={grad_norm}: stopping without updating; the last good "
+                         f"checkpoint is in {cfg.out_dir}/checkpoint (try a lower --lr)")
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return loss, grad_norm
+
+
+def sft_loss_sum(model, batch, chunk: int):
+    """batch: tensors (B, T). Sum of the NLL over assistant tokens (label = next token)."""
+    hidden = model(batch["input_ids"], position_ids=batch["position_ids"], document_ids=batch["document_ids"],
+                   return_hidden=True)                                     # (B, T, D)
+    targets, mask = batch["input_ids"][:, 1:], target_mask(batch["loss_mask"], batch["document_ids"])
+    D = hidden.shape[-1]
+    return chunked_nll_sum(hidden[:, :-1].reshape(-1, D), model.lm_head.weight, targets.reshape(-1),
+                           mask.reshape(-1), chunk)
+
+
+def target_mask(loss_mask, document_ids):
+    """(..., T) -> (..., T-1): which next-token targets the loss counts. Token t predicts t+1 only if t+1 is an
+    assistant token and both are in the same document."""
+    return loss_mask[..., 1:] & (document_ids[..., 1:] == document_ids[..., :-1])
+
+
+def chunked_nll_sum(hidden, lm_head_weight, targets, mask, chunk: int):
+    """sum over masked tokens of -log softmax(hidden @ W^T)[target], one chunk of tokens at a time.
+    hidden (N, D), targets/mask (N,). Each chunk is recomputed in the backward (checkpoint), so only one
+    (chunk, V) block of logits is alive at a time."""
+    from torch.utils.checkpoint import checkpoint
+
+    def piece(h, t, m):
+        logits = (h @ lm_head_weight.T).float()                            # (chunk, V)
+        return (F.cross_entropy(logits, t, reduction="none") * m).sum()
+
+    # start from a zero that is connected to the graph: a step whose rows are all padding must still run a
+    # backward on every rank (FSDP's collectives), and every parameter must get a (zero) gradient
+    total = (hidden.sum() + lm_head_weight.sum()).float() * 0.0
+    for s in range(0, hidden.shape[0], chunk):
+        sl = slice(s, s + chunk)
+        if mask[sl].any():
+            total = total + checkpoint(piece, hidden[sl], targets[sl], mask[sl].float(), use_reentrant=False)
+    return total
+
+
 # ----------------------------------------------------------------------------- trainer plumbing, shared with gppo.py and eval.py
 # Read the SFT story above first; what follows is what any trainer here needs and gppo.py / eval.py import:
-# the --key=value parser and --help, process groups and threads, one-line errors, the graceful stop, FSDP2
-# wrapping, DCP checkpoints, the Hugging Face export and the metrics file.
+# the wrapper of every entry point, process groups and threads, one-line input errors, FSDP2 wrapping, DCP
+# checkpoints and the metrics file, the graceful stop, and the Hugging Face export.
 
-def print0(*args, **kwargs):
-    """print on rank 0 only (and in a single process)."""
-    if not dist.is_initialized() or dist.get_rank() == 0:
-        print(*args, **kwargs, flush=True)
+def run_entry_point(main, cfg, **kwargs):
+    """What every `python X.py` runs: main(cfg), with bad input as one line from rank 0 (exit status 2) and
+    Ctrl-C outside the training loop as one line (exit status 130), never a traceback per rank."""
+    status = 0
+    try:
+        main(cfg, **kwargs)
+    except InputError as e:   # every rank raised it (agree_on_inputs): rank 0 says it once, then all leave together
+        print0(f"error: {e}", file=sys.stderr)
+        status = 2
+        if dist.is_initialized() and dist.get_world_size() > 1:
+            dist.barrier()    # no rank exits before rank 0 has printed (torchrun stops the others when one exits)
+    except KeyboardInterrupt:
+        ckpt_dir = os.path.join(getattr(cfg, "out_dir", ""), "checkpoint")
+        where = "" if not hasattr(cfg, "resume") else (
+            f": the last checkpoint, {ckpt_dir}, is intact; run the same command again to resume from it"
+            if os.path.exists(ckpt_dir) else ": no checkpoint had been written yet")
+        print0(f"interrupted (Ctrl-C){where}", file=sys.stderr)
+        status = 130
+    except SystemExit as e:   # a check that failed with a message (e.g. an impossible batch size), or a stop
+        if isinstance(e.code, str):
+            print0(e.code, file=sys.stderr)
+        status = e.code if isinstance(e.code, int) else 2
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    sys.exit(status)
 
 
 def init_distributed(device: str = "auto"):
@@ -331,7 +355,11 @@ def set_threads(threads: int, device: torch.device) -> int:
     return n
 
 
-# ----------------------------------------------------------------------------- errors, stopping, resuming
+def print0(*args, **kwargs):
+    """print on rank 0 only (and in a single process)."""
+    if not dist.is_initialized() or dist.get_rank() == 0:
+        print(*args, **kwargs, flush=True)
+
 
 class InputError(Exception):
     """Bad input from the user (an option, a data file, a checkpoint): shown as one line, exit status 2."""
@@ -364,6 +392,75 @@ def agree_on_inputs(load):
     if first:
         raise InputError(first)
     return result
+
+
+def shard_model(model: Qwen3, device: torch.device, param_dtype: torch.dtype | None = None):
+    """FSDP2 as torchtitan does it: each decoder layer is a unit, then the root (embeddings, norm, head).
+    Parameters are gathered for compute in param_dtype and gradients reduced in fp32; the sharded master
+    weights keep their own dtype (fp32). param_dtype None: bf16 on GPU, no cast on CPU (all fp32);
+    torch.bfloat16 on CPU runs the GPU's mixed precision there (the tests do). One CPU rank without a cast keeps
+    the plain module (DCP checkpoints and the HF export read it the same way)."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    if param_dtype is None and device.type == "cuda":
+        param_dtype = torch.bfloat16
+    if param_dtype is None and dist.get_world_size() == 1:
+        # one rank, nothing to cast: FSDP2 would only copy every parameter in and every gradient out of its flat
+        # buffers on each pass (~10% of a toy update); the plain module computes the same numbers
+        return model
+    mp = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32) if param_dtype is not None \
+        else MixedPrecisionPolicy()
+    for layer in model.layers:
+        fully_shard(layer, mp_policy=mp)
+    fully_shard(model, mp_policy=mp)
+    return model
+
+
+def save_checkpoint(path: str, model, optimizer, trainer_state: dict):
+    """Sharded DCP checkpoint written to a temp dir and renamed, so a kill never leaves half a checkpoint."""
+    import torch.distributed.checkpoint as dcp
+    tmp = path + ".tmp"
+    if dist.get_rank() == 0 and os.path.exists(tmp):
+        shutil.rmtree(tmp)
+    dist.barrier()
+    dcp.save(checkpoint_state(model, optimizer), checkpoint_id=tmp)
+    if dist.get_rank() == 0:
+        with open(os.path.join(tmp, "trainer_state.json"), "w") as fh:
+            json.dump(trainer_state, fh)
+        if os.path.exists(path):
+            shutil.rmtree(path)
+        os.rename(tmp, path)
+    dist.barrier()
+
+
+def load_checkpoint(path: str, model, optimizer) -> dict:
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import set_state_dict
+    state = checkpoint_state(model, optimizer)
+    dcp.load(state, checkpoint_id=path)
+    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+    with open(os.path.join(path, "trainer_state.json")) as fh:
+        return json.load(fh)
+
+
+def checkpoint_state(model, optimizer):
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+    model_sd, optim_sd = get_state_dict(model, optimizer)
+    return {"model": model_sd, "optim": optim_sd}
+
+
+def open_metrics(path: str, step: int):
+    """Rank 0's metrics JSONL, positioned at `step`: records of later steps (logged by a run that died
+    before its next checkpoint) are dropped, so a resumed run does not log a step twice."""
+    if dist.get_rank() != 0:
+        return None
+    kept = []
+    if os.path.exists(path):
+        with open(path) as fh:
+            kept = [line for line in fh if line.strip() and json.loads(line).get("step", 0) <= step]
+    fh = open(path, "w")
+    fh.writelines(kept)
+    fh.flush()
+    return fh
 
 
 class GracefulStop:
@@ -408,88 +505,6 @@ class GracefulStop:
             signal.signal(s, handler)
 
 
-def run_entry_point(main, cfg, **kwargs):
-    """What every `python X.py` runs: main(cfg), with bad input as one line from rank 0 (exit status 2) and
-    Ctrl-C outside the training loop as one line (exit status 130), never a traceback per rank."""
-    status = 0
-    try:
-        main(cfg, **kwargs)
-    except InputError as e:   # every rank raised it (agree_on_inputs): rank 0 says it once, then all leave together
-        print0(f"error: {e}", file=sys.stderr)
-        status = 2
-        if dist.is_initialized() and dist.get_world_size() > 1:
-            dist.barrier()    # no rank exits before rank 0 has printed (torchrun stops the others when one exits)
-    except KeyboardInterrupt:
-        ckpt_dir = os.path.join(getattr(cfg, "out_dir", ""), "checkpoint")
-        where = "" if not hasattr(cfg, "resume") else (
-            f": the last checkpoint, {ckpt_dir}, is intact; run the same command again to resume from it"
-            if os.path.exists(ckpt_dir) else ": no checkpoint had been written yet")
-        print0(f"interrupted (Ctrl-C){where}", file=sys.stderr)
-        status = 130
-    except SystemExit as e:   # a check that failed with a message (e.g. an impossible batch size), or a stop
-        if isinstance(e.code, str):
-            print0(e.code, file=sys.stderr)
-        status = e.code if isinstance(e.code, int) else 2
-    finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
-    sys.exit(status)
-
-
-def shard_model(model: Qwen3, device: torch.device, param_dtype: torch.dtype | None = None):
-    """FSDP2 as torchtitan does it: each decoder layer is a unit, then the root (embeddings, norm, head).
-    Parameters are gathered for compute in param_dtype and gradients reduced in fp32; the sharded master
-    weights keep their own dtype (fp32). param_dtype None: bf16 on GPU, no cast on CPU (all fp32);
-    torch.bfloat16 on CPU runs the GPU's mixed precision there (the tests do). One CPU rank without a cast keeps
-    the plain module (DCP checkpoints and the HF export read it the same way)."""
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-    if param_dtype is None and device.type == "cuda":
-        param_dtype = torch.bfloat16
-    if param_dtype is None and dist.get_world_size() == 1:
-        # one rank, nothing to cast: FSDP2 would only copy every parameter in and every gradient out of its flat
-        # buffers on each pass (~10% of a toy update); the plain module computes the same numbers
-        return model
-    mp = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32) if param_dtype is not None \
-        else MixedPrecisionPolicy()
-    for layer in model.layers:
-        fully_shard(layer, mp_policy=mp)
-    fully_shard(model, mp_policy=mp)
-    return model
-
-
-def checkpoint_state(model, optimizer):
-    from torch.distributed.checkpoint.state_dict import get_state_dict
-    model_sd, optim_sd = get_state_dict(model, optimizer)
-    return {"model": model_sd, "optim": optim_sd}
-
-
-def save_checkpoint(path: str, model, optimizer, trainer_state: dict):
-    """Sharded DCP checkpoint written to a temp dir and renamed, so a kill never leaves half a checkpoint."""
-    import torch.distributed.checkpoint as dcp
-    tmp = path + ".tmp"
-    if dist.get_rank() == 0 and os.path.exists(tmp):
-        shutil.rmtree(tmp)
-    dist.barrier()
-    dcp.save(checkpoint_state(model, optimizer), checkpoint_id=tmp)
-    if dist.get_rank() == 0:
-        with open(os.path.join(tmp, "trainer_state.json"), "w") as fh:
-            json.dump(trainer_state, fh)
-        if os.path.exists(path):
-            shutil.rmtree(path)
-        os.rename(tmp, path)
-    dist.barrier()
-
-
-def load_checkpoint(path: str, model, optimizer) -> dict:
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import set_state_dict
-    state = checkpoint_state(model, optimizer)
-    dcp.load(state, checkpoint_id=path)
-    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
-    with open(os.path.join(path, "trainer_state.json")) as fh:
-        return json.load(fh)
-
-
 def export_hf(model, out_dir: str, tokenizer_dir: str | None = None):
     """Gather the full weights on rank 0 and write a Hugging Face directory (+ tokenizer files)."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
@@ -502,21 +517,6 @@ def export_hf(model, out_dir: str, tokenizer_dir: str | None = None):
                 if os.path.exists(src):
                     shutil.copy(src, os.path.join(out_dir, name))
     dist.barrier()
-
-
-def open_metrics(path: str, step: int):
-    """Rank 0's metrics JSONL, positioned at `step`: records of later steps (logged by a run that died
-    before its next checkpoint) are dropped, so a resumed run does not log a step twice."""
-    if dist.get_rank() != 0:
-        return None
-    kept = []
-    if os.path.exists(path):
-        with open(path) as fh:
-            kept = [line for line in fh if line.strip() and json.loads(line).get("step", 0) <= step]
-    fh = open(path, "w")
-    fh.writelines(kept)
-    fh.flush()
-    return fh
 
 
 if __name__ == "__main__":
