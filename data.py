@@ -1846,50 +1846,40 @@ def parse_config(config, argv=None, usage: str = ""):
     argv = argv[1:] if command else argv
     if command not in commands:                  # a script whose every run names a command (data.py)
         if argv[:1] in (["-h"], ["--help"]):
-            print(usage or f"usage: python {script} {'|'.join(commands)} [--key=value ...]   "
-                           f"(python {script} COMMAND --help: its options)")
-            print("\n".join(f"  {name:8s} {(cls.__doc__ or '').strip().splitlines()[0]}" for name, cls in commands.items()))
-            raise SystemExit(0)
+            _print_help(script, commands, None, usage)
         raise SystemExit(f"error: python {script} needs a command first: {' | '.join(commands)} (--help for more)")
     cls = commands[command]
-    positional = getattr(cls, "positional", None)
-    types = {f.name: f.type for f in fields(cls)}
-    values = {}
+    positional, types, values = getattr(cls, "positional", None), {f.name: f.type for f in fields(cls)}, {}
     for arg in argv:
         if arg in ("-h", "--help"):
-            others = "|".join(c for c in commands if c)
-            words = ["usage: python", script, command or (f"[{others}]" if others else ""),
-                     positional.upper() if positional else "", "[--key=value ...]"]
-            print(usage if usage and not command else " ".join(w for w in words if w))
-            if cls.__doc__ and not cls.__doc__.startswith(cls.__name__ + "("):   # written by hand, not dataclass's
-                print(inspect.cleandoc(cls.__doc__))
-            print("\n".join(option_help(cls)))
-            raise SystemExit(0)
+            _print_help(script, commands, command, usage)
         if not arg.startswith("--"):
             if positional is None or positional in values:
                 raise SystemExit(f"error: argument {arg!r} is not of the form --key=value")
             key, raw = positional, arg
         else:
             key, _, raw = arg[2:].partition("=")
-            if key in types and "=" not in arg:
+            if key in types and "=" not in arg:  # a bare --flag: true
                 if _field_type(types[key]) is not bool:
                     raise SystemExit(f"error: --{key} needs a value: --{key}=VALUE")
-                raw = "true"                     # a bare --flag
+                raw = "true"
         if key not in types:
             close = [k for k in types if k.split("_")[0] == key.split("_")[0]]
             raise SystemExit(f"error: unknown option --{key} for {cls.__name__}"
                              + (f" (did you mean {', '.join('--' + k for k in close)}?)" if close else ""))
-        typ = _field_type(types[key])
-        if typ is bool:
-            if raw.lower() not in ("true", "false", "1", "0"):
-                raise SystemExit(f"error: --{key}={raw!r} is not true or false")
-            values[key] = raw.lower() in ("true", "1")
-            continue
-        try:
-            values[key] = typ(raw)
-        except ValueError:
-            raise SystemExit(f"error: --{key}={raw!r}: not a valid {typ.__name__}") from None
+        values[key] = _option_value(key, raw, _field_type(types[key]))
     return cls(**values)
+
+
+def _option_value(key: str, raw: str, typ):
+    if typ is bool:
+        if raw.lower() not in ("true", "false", "1", "0"):
+            raise SystemExit(f"error: --{key}={raw!r} is not true or false")
+        return raw.lower() in ("true", "1")
+    try:
+        return typ(raw)
+    except ValueError:
+        raise SystemExit(f"error: --{key}={raw!r}: not a valid {typ.__name__}") from None
 
 
 def _field_type(annotation):
@@ -1898,6 +1888,25 @@ def _field_type(annotation):
     if typ not in (int, float, str, bool):
         raise TypeError(f"parse_config: option fields must be int, float, str or bool, not {annotation!r}")
     return typ
+
+
+def _print_help(script: str, commands: dict, command, usage: str):
+    """--help, then exit 0: with no command chosen (command None) the list of commands; else the usage line, the
+    dataclass's own docstring if it has one, and its options."""
+    if command is None:
+        print(usage or f"usage: python {script} {'|'.join(commands)} [--key=value ...]   "
+                       f"(python {script} COMMAND --help: its options)")
+        print("\n".join(f"  {name:8s} {(cls.__doc__ or '').strip().splitlines()[0]}" for name, cls in commands.items()))
+        raise SystemExit(0)
+    cls, others = commands[command], "|".join(c for c in commands if c)
+    positional = getattr(cls, "positional", None)
+    words = ["usage: python", script, command or (f"[{others}]" if others else ""),
+             positional.upper() if positional else "", "[--key=value ...]"]
+    print(usage if usage and not command else " ".join(w for w in words if w))
+    if cls.__doc__ and not cls.__doc__.startswith(cls.__name__ + "("):   # written by hand, not dataclass's own
+        print(inspect.cleandoc(cls.__doc__))
+    print("\n".join(option_help(cls)))
+    raise SystemExit(0)
 
 
 def option_help(cls) -> list:
