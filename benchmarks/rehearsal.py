@@ -277,19 +277,10 @@ def write_data(cfg: RehearsalConfig) -> dict:
 # ----------------------------------------------------------------------------- the stages (each in its own process)
 
 def stage_checkpoint(cfg, paths):
-    from model import Qwen3, from_pretrained, save_pretrained
+    from gpu_workloads import random_qwen3
+    from model import from_pretrained, save_pretrained
     c, ckpt = qwen3_0_6b(), os.path.join(cfg.out_dir, "base")
-    with torch.device("meta"):
-        model = Qwen3(c).to(torch.bfloat16)
-    model.to_empty(device="cpu")                   # bf16 storage straight away: no fp32 copy is ever made
-    model.tie_weights()
-    gen = torch.Generator().manual_seed(cfg.seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith("norm.weight"):
-                p.fill_(1.0)
-            else:
-                p.normal_(0.0, 0.02, generator=gen)
+    model = random_qwen3(c, torch.bfloat16, torch.device("cpu"), seed=cfg.seed)   # bf16 storage: no fp32 copy made
     save_pretrained(model, ckpt, max_shard_bytes=2**30)                   # 1.19 GB: two shards
     for name in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copy(os.path.join(cfg.tokenizer, name), os.path.join(ckpt, name))
