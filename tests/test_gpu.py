@@ -73,7 +73,7 @@ def test_loss_from_hidden_triton_matches_torch():
         h, w = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
         loss, _ = gppo_loss.rl_loss_from_hidden(h, w, **work.kwargs(), backend=backend)
         loss.backward()
-        assert math.isfinite(float(loss)) and bool(h.grad.isfinite().all()) and bool(w.grad.isfinite().all())
+        assert math.isfinite(float(loss.detach())) and bool(h.grad.isfinite().all()) and bool(w.grad.isfinite().all())
         results[backend] = float(loss.detach())
     assert abs(results["triton"] - results["torch"]) <= 1e-5 * max(1.0, abs(results["torch"]))
 
