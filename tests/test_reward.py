@@ -12,6 +12,7 @@ No-leftover checks look only at this process's descendants (it is a child subrea
 the suite passes beside anything else that runs sandboxes, including a second copy of itself.
 """
 import ctypes
+import dataclasses
 import decimal
 import json
 import os
@@ -388,7 +389,7 @@ ADVERSARIAL = {  # name: (program, tests, reward an honest program with the same
     "infinite loop": ("while True:\n    pass", ADD, 0.0),
     "sleep": ("import time\ntime.sleep(100)\nprint(3)", ADD[:1], 0.0),
     "fork bomb": ("import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass", ADD, 0.0),
-    "memory bomb": ("chunks = []\nwhile True:\n    chunks.append(bytearray(64 << 20))", ADD[:1], 0.0),
+    "memory bomb": ("chunks = []\nwhile True:\n    chunks.append(b'x' * (64 << 20))  # written, so resident", ADD[:1], 0.0),
     "1 GB of output": ("import sys\nchunk = 'x' * (1 << 20) + '\\n'\nfor _ in range(1024):\n    sys.stdout.write(chunk)",
                        ADD[:1], 0.0),
     "huge file": ("with open('big', 'wb') as f:\n    for _ in range(1024):\n        f.write(b'x' * (1 << 20))\nprint(3)",
@@ -407,24 +408,33 @@ ADVERSARIAL = {  # name: (program, tests, reward an honest program with the same
 }
 
 
+# 1.5 s of CPU time; the wall-clock backstop is what a sleeping program meets, or a busy one on a loaded machine
+ADVERSARIAL_CONFIG = SandboxConfig(timeout_s=1.5, wall_timeout_s=4, workers=2, memory_mb=256, output_mb=1.0)
+
+
 @pytest.mark.parametrize("name", list(ADVERSARIAL))
 def test_adversarial(namespaced, name):
     program, tests, honest_reward = ADVERSARIAL[name]
-    config = SandboxConfig(timeout_s=1.5, workers=2, memory_mb=256, output_mb=1.0)
+    config = ADVERSARIAL_CONFIG
     start = time.monotonic()
     value, results = code_reward_details(respond(program), tests, config=config)
     elapsed = time.monotonic() - start
     assert value == honest_reward, results
-    assert elapsed < config.timeout_s + SLACK_S, (elapsed, results)
+    assert elapsed < config.wall_timeout_s + SLACK_S, (elapsed, results)
     assert_no_leftovers(ESCAPE_SLEEP)
     assert not [path for path in ESCAPE_PATHS if os.path.exists(path)]
 
 
 def test_adversarial_reasons_say_what_happened(namespaced):
     program, tests, _ = ADVERSARIAL["memory bomb"]
-    assert "MemoryError" in run_tests(program, tests, FAST)[0].reason
+    reason = run_tests(program, tests, FAST)[0].reason
+    assert reason.startswith("memory limit") or "MemoryError" in reason, reason  # the limit, or the RLIMIT_AS backstop
+    program, tests, _ = ADVERSARIAL["infinite loop"]
+    assert run_tests(program, tests, ADVERSARIAL_CONFIG)[0].reason in (
+        "timeout: more than 1.5s of CPU time", "timeout: more than 4s of wall-clock time")  # the second: a busy machine
     program, tests, _ = ADVERSARIAL["sleep"]
-    assert run_tests(program, tests, SandboxConfig(timeout_s=1.5))[0].reason == "timeout after 1.5s"
+    assert run_tests(program, tests, SandboxConfig(timeout_s=1.5, wall_timeout_s=2))[0].reason == \
+        "timeout: more than 2s of wall-clock time"
     program, tests, _ = ADVERSARIAL["1 GB of output"]
     assert "output limit" in run_tests(program, tests, SandboxConfig(timeout_s=1.5, output_mb=1))[0].reason
     program, tests, _ = ADVERSARIAL["__eq__ always True"]
@@ -578,7 +588,7 @@ def test_watchdog_kills_the_candidate_when_the_trainer_dies(namespaced):
     marker = "60.0" + str(uuid.uuid4().int % 10**6)  # the candidate becomes `sleep <marker>`
     code = (f"import sys\nsys.path.insert(0, {REPO!r})\nimport reward\n"
             f"reward.run_tests('import os\\nos.execv(\"/bin/sleep\", [\"sleep\", \"{marker}\"])', "
-            "[{'input': '', 'output': ''}], reward.SandboxConfig(timeout_s=1))")
+            "[{'input': '', 'output': ''}], reward.SandboxConfig(timeout_s=1, wall_timeout_s=1))")
     trainer = subprocess.Popen([sys.executable, "-c", code])
     deadline = time.monotonic() + 20
     while not leftovers(f"sleep\0{marker}", harness=False) and time.monotonic() < deadline:
@@ -587,7 +597,7 @@ def test_watchdog_kills_the_candidate_when_the_trainer_dies(namespaced):
     trainer.wait()
     assert leftovers(f"sleep\0{marker}", harness=False), "the candidate never started"
     start = time.monotonic()
-    assert_no_leftovers(marker, within_s=1 + 2 + SLACK_S)  # the watchdog's limit is ceil(timeout_s) + 2
+    assert_no_leftovers(marker, within_s=1 + 2 + SLACK_S)  # the watchdog's limit is ceil(wall_timeout_s) + 2
     assert time.monotonic() - start > 1.0  # it was the watchdog, not something faster
 
 
@@ -610,10 +620,10 @@ def test_environment_is_scrubbed(monkeypatch):
 def test_plain_mode_still_blocks_what_it_can(name):
     program, tests, honest_reward = ADVERSARIAL[name]
     start = time.monotonic()
-    value, results = code_reward_details(respond(program), tests, config=SandboxConfig(
-        timeout_s=1.5, workers=2, memory_mb=256, output_mb=1.0, namespaces="off"))
+    config = dataclasses.replace(ADVERSARIAL_CONFIG, namespaces="off")
+    value, results = code_reward_details(respond(program), tests, config=config)
     assert value == honest_reward, results
-    assert time.monotonic() - start < 1.5 + SLACK_S
+    assert time.monotonic() - start < config.wall_timeout_s + SLACK_S
     assert_no_leftovers()
 
 
@@ -626,15 +636,17 @@ def test_plain_mode_runs_honest_code_and_reports_its_limits():
 def test_sandbox_report(namespaced):
     enforced = " ".join(namespaced["enforced"])
     assert "no network" in enforced and "IPC namespace" in enforced and "session keyring" in enforced
-    if namespaced["cgroup"]:  # the best this sandbox has: nothing left to say
-        assert namespaced["mode"].endswith("+ cgroup") and "memory.max" in enforced
-    else:  # the only gap of the namespaces mode here: no cgroup, so memory is polled
-        assert "summed every 20 ms" in enforced and "no cgroup" in namespaced["not_enforced"][0]
+    assert "CPU time for all the test's processes together" in enforced and "oom_score_adj 1000" in enforced
+    if namespaced["cgroup"]:  # the best this sandbox has: the kernel bounds the test's memory and CPU
+        assert namespaced["mode"].endswith("+ cgroup") and ("memory.max" in enforced or "memory.limit_in_bytes"
+                                                            in enforced)
+    polled = reward.sandbox_info(dataclasses.replace(FAST, cgroup="off"))
+    assert "read every 20 ms" in " ".join(polled["enforced"]) and "no cgroup" in polled["not_enforced"][0]
     if os.geteuid() == 0:
         assert namespaced["uid"] == FAST.uid != 0
         assert namespaced["mode"].startswith("namespaces") and "a user namespace per test" in enforced
-        if namespaced["mode"] == "namespaces":
-            assert len(namespaced["not_enforced"]) == (0 if namespaced["cgroup"] else 1)
+        if namespaced["mode"].startswith(reward.NAMESPACES + " +"):  # cgroups with a cpu controller: no gap left
+            assert namespaced["not_enforced"] == [] or "no cpu controller" in namespaced["not_enforced"][0]
 
 
 def test_help_says_what_input_holds_and_what_each_option_does():
