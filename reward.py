@@ -629,11 +629,11 @@ class _Plan:
         lines = [f"sandbox-hide {escape(path[:-1])} tmpfs ro,size=4k,nosuid,nodev,noexec" if path.endswith("/")
                  else f"/dev/null {escape(path)} none bind,ro,nosuid,nodev,noexec"  # nodev: cannot even be opened
                  for path in self.covered()]
-        uid = 0 if self.uid is None else self.uid
+        uid = 0 if self.uid is None else self.uid  # sources named sandbox-*: `mount -a` skips a mounted source
         lines += [f"sandbox-work /tmp tmpfs size={cfg.file_size_mb}m,nr_inodes={_TMPFS_INODES},mode=700,uid={uid},"
                   f"gid={uid},nosuid,nodev",
                   f"sandbox-shm /dev/shm tmpfs size={cfg.memory_mb}m,nr_inodes={_TMPFS_INODES},mode=1777,nosuid,nodev",
-                  f"devpts /dev/pts devpts newinstance,ptmxmode=0666,mode=0620,max={_PTYS},nosuid,noexec",
+                  f"sandbox-pts /dev/pts devpts newinstance,ptmxmode=0666,mode=0620,max={_PTYS},nosuid,noexec",
                   "/dev/pts/ptmx /dev/ptmx none bind"]
         return "".join(line + " 0 0\n" for line in lines).encode()
 
