@@ -16,9 +16,11 @@ import dataclasses
 import decimal
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -402,6 +404,8 @@ ADVERSARIAL = {  # name: (program, tests, reward an honest program with the same
         "        except OSError:\n            pass\n"
         f"        os.execv('/bin/sleep', ['sleep', '{ESCAPE_SLEEP}'])\n    os._exit(0)\n"
         "sys.exit(0)", ADD[:1], 0.0),
+    "creates a user namespace": ("import subprocess\nmade = subprocess.run(['unshare', '--user', 'true']).returncode == 0\n"
+                                 "print('created' if made else 'refused')", [{"input": "", "output": "created"}], 0.0),
     "writes outside its directory": (
         f"for path in {ESCAPE_PATHS + [f'../{TAG}']!r}:\n    try:\n        open(path, 'w').write('escaped')\n"
         "    except OSError:\n        pass\nprint('ok')", [{"input": "", "output": "ok"}], 1.0),
@@ -682,26 +686,39 @@ def test_interpreter_the_sandbox_user_cannot_run_is_refused():
 
 
 def test_non_root_trainer_uses_a_user_namespace():
-    """The trainer itself running as an unprivileged user (here: nobody, with the system python)."""
+    """The trainer itself running as an unprivileged user (here: nobody, with the system python). It runs a copy of
+    reward.py from a world-readable directory this test makes and removes: the checkout itself may be private
+    (a clone under /root, or in a mode-0700 temporary directory)."""
     if os.geteuid() != 0:
         pytest.skip("the suite already runs as non-root: every other test covers this path")
-    python = "/usr/bin/python3"
-    readable = os.stat(os.path.join(REPO, "reward.py")).st_mode & 0o004 and all(
-        os.stat(p).st_mode & 0o005 == 0o005 for p in [REPO, os.path.dirname(REPO)])
-    assert os.path.exists(python) and readable, "this check needs /usr/bin/python3 and a world-readable checkout"
-    userns = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "unshare", "--user",
-                             "--map-root-user", "--net", "true"], capture_output=True).returncode == 0
-    code = ("import json, sys\nsys.path.insert(0, sys.argv[1])\nimport reward\n"
-            "config = reward.SandboxConfig(timeout_s=3)\n"
-            "env = reward.run_tests('import os\\nprint(os.environ.get(\"REWARD_TEST_SECRET\", \"none\"))', "
-            "[{'input': '', 'output': 'none'}], config)\n"
-            "add = reward.run_tests('print(sum(map(int, input().split())))', [{'input': '1 2', 'output': '3'}], config)\n"
-            "print(json.dumps({'mode': reward.sandbox_info(config)['mode'], 'passed': [env[0].passed, add[0].passed]}))")
-    env = {"PATH": "/usr/bin:/bin", "REWARD_TEST_SECRET": "secret"}
-    proc = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", python, "-c", code, REPO],
-                          capture_output=True, text=True, timeout=60, cwd="/", env=env)
+    python, setpriv = "/usr/bin/python3", shutil.which("setpriv")
+    missing = [what for what, found in [(python, os.path.exists(python)), ("setpriv (util-linux)", setpriv)]
+               if not found]
+    if missing:
+        pytest.skip("running a trainer as nobody needs " + " and ".join(missing))
+    home = tempfile.mkdtemp(prefix="reward-nobody-trainer-", dir="/tmp")  # /tmp: every user may pass through it
+    try:
+        os.chmod(home, 0o755)
+        shutil.copy(os.path.join(REPO, "reward.py"), home)
+        os.chmod(os.path.join(home, "reward.py"), 0o644)
+        nobody = [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups"]
+        userns = subprocess.run(nobody + ["unshare", "--user", "--map-root-user", "--net", "true"],
+                                capture_output=True).returncode == 0
+        code = ("import json, sys\nsys.path.insert(0, sys.argv[1])\nimport reward\n"
+                "config = reward.SandboxConfig(timeout_s=3)\n"
+                "env = reward.run_tests('import os\\nprint(os.environ.get(\"REWARD_TEST_SECRET\", \"none\"))', "
+                "[{'input': '', 'output': 'none'}], config)\n"
+                "add = reward.run_tests('print(sum(map(int, input().split())))', [{'input': '1 2', 'output': '3'}], "
+                "config)\n"
+                "print(json.dumps({'mode': reward.sandbox_info(config)['mode'], 'passed': [env[0].passed, "
+                "add[0].passed]}))")
+        env = {"PATH": "/usr/bin:/bin", "REWARD_TEST_SECRET": "secret"}
+        proc = subprocess.run(nobody + [python, "-c", code, home], capture_output=True, text=True, timeout=60,
+                              cwd="/", env=env)
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     assert report["passed"] == [True, True]
-    assert report["mode"] == ("namespaces (user namespace)" if userns else "plain")
+    assert report["mode"] == (reward.NAMESPACES_UNPRIVILEGED if userns else reward.PLAIN)
     assert_no_leftovers()
