@@ -14,6 +14,7 @@ How to run:
     python reward.py                                  # self-check: what the sandbox enforces here + examples
     python reward.py --input=scored.jsonl             # score a file; `--help` shows its line formats
     python reward.py --input=x.jsonl --scale=authors --timeout_s=2 --workers=4 --namespaces=off
+    python reward.py --python=/opt/reward-python/bin/python   # candidates run in a virtualenv (e.g. with numpy)
     python -m pytest tests/test_reward.py             # correctness + adversarial suite
     python benchmarks/bench_reward.py                 # tests/s with 2 workers, sandbox overhead per test
 
@@ -34,9 +35,13 @@ Choices, in plain words:
    in a persistent worker process, killed after a wall-clock deadline: math_reward works from any thread and
    cannot hang. The worker parses the text, never runs it.
 2. Each code test runs in a sandbox of its own; sandbox_info() says what holds on this machine, the README has the
-   table of modes. Outputs are compared here, in the trainer, in time linear in their size, by LiveCodeBench's
-   rule; a functional test's return value comes back as JSON and is compared as data, so an object whose __eq__
-   is always True gains nothing.
+   table of modes. An RL loop scores many responses at once, so a test's limits must not depend on its neighbours:
+   at most SandboxConfig.cores tests of the whole process run at once (a process-wide budget, whatever thread
+   asks), a test is timed in CPU time of all its processes together (a wall-clock limit, twice as long and more,
+   only backs it up), and where cgroups can be made each test gets its own: memory for all its processes together,
+   a pids limit, an equal CPU share. Outputs are compared here, in the trainer, by LiveCodeBench's rule, with time
+   and memory bounded by the expected output; a functional test's return value comes back as JSON and is
+   compared as data, so an object whose __eq__ is always True gains nothing.
 3. The reward never raises because of the candidate: a crash, timeout, wrong output or format failure is a lower
    reward (per-test reasons in code_reward_details). It raises for what is not the candidate's fault: malformed
    tests (validate_tests names test and field), an empty or unparseable gold answer, no sandbox on this machine.
@@ -770,8 +775,9 @@ class _Cgroups:
                 f"shared, tmpfs and kernel memory, copy-on-write pages once), pids.max {cfg.processes}; removed, with "
                 "nothing left in it, before the result is returned"]
         if self.has("cpu"):
-            said.append(f"CPU: each running test has an equal share, and all of them together at most {_cores(cfg)} "
-                        "cores (a parent cgroup's quota), so no test's processes can starve another test or the trainer")
+            said.append(f"CPU: each running test's cgroup has an equal share, whatever sessions its processes start; "
+                        f"all of them together weigh as {_cores(cfg)} processes against the rest of the machine and use "
+                        f"at most {_cores(cfg)} cores (a parent cgroup's shares and quota)")
         return said
 
     def gaps(self) -> list[str]:
@@ -1287,10 +1293,12 @@ _PLANS = _PlanCache()
 class Config:
     input: str = ""              # JSONL file to score (line formats above); "" -> self-check of this machine
     scale: str = "default"       # reward scale: default (0..1, format failure 0) or authors (+-1 with penalties)
-    timeout_s: float = 6.0       # wall clock per code test
-    workers: int = 0             # code tests run at once; 0 -> number of CPUs
+    timeout_s: float = 6.0       # CPU time per code test (a wall-clock limit of 2 * timeout_s + 5 backs it)
+    workers: int = 0             # tests of one program run at once; 0 -> cores
+    cores: int = 0               # code tests run at once in this process, on as many cores; 0 -> number of CPUs
     namespaces: str = "auto"     # auto | on | off: isolate each code test in namespaces (see SandboxConfig)
     cgroup: str = "auto"         # auto | off | a cgroup v2 directory for one cgroup per code test
+    python: str = ""             # interpreter for candidate programs, e.g. a virtualenv with numpy; "" -> found
     math_timeout_s: float = 5.0  # math-verify's time per answer
 
 
@@ -1350,7 +1358,8 @@ def _self_check(sandbox: SandboxConfig, scale: RewardScale, math_timeout_s: floa
 
 
 def main(cfg: Config):
-    sandbox = SandboxConfig(timeout_s=cfg.timeout_s, workers=cfg.workers, namespaces=cfg.namespaces, cgroup=cfg.cgroup)
+    sandbox = SandboxConfig(timeout_s=cfg.timeout_s, workers=cfg.workers, cores=cfg.cores, namespaces=cfg.namespaces,
+                            cgroup=cfg.cgroup, python=cfg.python)
     scale = AUTHORS_SCALE if cfg.scale == "authors" else DEFAULT_SCALE
     if not cfg.input:
         return _self_check(sandbox, scale, cfg.math_timeout_s)

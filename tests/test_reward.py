@@ -658,7 +658,8 @@ def test_help_says_what_input_holds_and_what_each_option_does():
                           timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert all(word in proc.stdout for word in ('"response"', '"answer"', '"tests"', '"fn_name"'))
-    for option in ("input", "scale", "timeout_s", "workers", "namespaces", "cgroup", "math_timeout_s"):
+    for option in ("input", "scale", "timeout_s", "workers", "cores", "namespaces", "cgroup", "python",
+                   "math_timeout_s"):
         line = next(line for line in proc.stdout.splitlines() if line.strip().startswith(f"--{option}="))
         assert len(line.split(maxsplit=1)) == 2, f"--{option} has no description: {line!r}"
 
