@@ -50,6 +50,7 @@ import atexit
 import contextlib
 import dataclasses
 import decimal
+import itertools
 import json
 import math
 import os
@@ -482,6 +483,15 @@ def _forbid_file_locks(audit_arch, flock, fcntl):
 
 def _prepare():
     settings = json.loads(sys.argv[1])
+    if settings["cgroup"]:  # wait until the namespace's init has moved us into the test's cgroups
+        import time
+        name, count = settings["cgroup"]
+        deadline = time.monotonic() + 10
+        while open("/proc/self/cgroup").read().count("/" + name + "\n") < count:
+            if time.monotonic() > deadline:
+                sys.exit("sandbox: not moved into the test's cgroups")
+            time.sleep(0.001)
+    os.dup2(settings["input_fd"], 0)
     chunks, offset = [], 0
     while True:
         chunk = os.pread(settings["program_fd"], 1 << 20, offset)
@@ -558,17 +568,22 @@ _CANDIDATE_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8",
 _PAGE = os.sysconf("SC_PAGESIZE")
 _TICKS = os.sysconf("SC_CLK_TCK")
 
-# Run as (namespace-)root in the new namespaces, before privileges are dropped: join the test's cgroups (the
-# directories before `--`) before anything else starts; volunteer for the OOM killer; one `mount -a` reads an
-# fstab ($1, an inherited descriptor) that covers entries of / and gives the test its own /tmp, /dev/shm and
-# devpts; cap the System V shared memory of the new IPC namespace at $2 pages; if $3 is 1 (the namespaces belong
-# to a user namespace of the test's own), forbid nested user namespaces. sh stays the pid namespace's init: when
-# the candidate exits, sh exits and the kernel kills everything left in the namespace.
-_NS_SCRIPT = ('set -e; fstab=$1 shmall=$2 nested=$3; shift 3; '
-              'while [ "$1" != -- ]; do echo $$ > "$1/cgroup.procs"; shift; done; shift; '
+# Run as (namespace-)root in the new namespaces, before privileges are dropped: volunteer for the OOM killer; one
+# `mount -a` reads an fstab ($1, an inherited descriptor) that covers entries of / and gives the test its own /tmp,
+# /dev/shm and devpts; cap the System V shared memory of the new IPC namespace at $2 pages; if $3 is 1 (the
+# namespaces belong to a user namespace of the test's own), forbid nested user namespaces. Then start the candidate
+# and move it into the test's cgroups ($5) while its interpreter starts (joining a cgroup waits for an RCU grace
+# period, ~8 ms; the harness runs nothing of the candidate's before it is in them); a watchdog kills it after $4
+# seconds even if the trainer died. sh stays the pid namespace's init: when the candidate exits, sh exits and the
+# kernel kills everything left in the namespace.
+_NS_SCRIPT = ('set -e; fstab=$1 shmall=$2 nested=$3 seconds=$4 cgroups=$5; shift 5; '
               'echo 1000 > /proc/self/oom_score_adj; mount -a -T "$fstab"; '
               '{ echo "$shmall" > /proc/sys/kernel/shmall; } 2>/dev/null || :; '
-              '[ "$nested" = 0 ] || echo 0 > /proc/sys/user/max_user_namespaces; cd /tmp; set +e; "$@"')
+              '[ "$nested" = 0 ] || echo 0 > /proc/sys/user/max_user_namespaces; cd /tmp; '
+              '"$@" & candidate=$!; '
+              'for cgroup in $cgroups; do echo $candidate > "$cgroup/cgroup.procs"; done; '
+              '{ sleep "$seconds"; kill -KILL $candidate; } & '
+              'set +e; wait $candidate')
 # In the test's own user namespace, with the capabilities it holds there for a moment: the limit on user
 # namespaces is per user namespace and applies to all below it, so 0 here forbids the candidate to create one
 # (as root in one, it could mount a tmpfs or get an IPC namespace of its own, outside every limit).
@@ -599,25 +614,22 @@ class _Plan:
     python: str
     uid: int | None          # uid the candidate runs as after we drop root, None if we are not root
     launcher: tuple = ()     # unshare ... sh -c _NS_SCRIPT sandbox   (namespaces only)
-    watchdog: str = ""       # coreutils `timeout`, run as root inside the namespaces (namespaces only)
     drop: tuple = ()         # setpriv ... [unshare --user ...]: become the candidate
     own_user_namespace: bool = False   # each test has a user namespace of its own
     cgroups: "_Cgroups | None" = None  # where each test gets cgroups of its own
     no_cgroup: str = ""      # why there are none
 
-    def argv(self, cfg: SandboxConfig, program_fd: int, fstab_fd: int, cgroup_dirs: list[str],
-             fn_name: str) -> list[str]:
+    def argv(self, cfg: SandboxConfig, fds: dict, cgroup: "_TestCgroup | None", fn_name: str) -> list[str]:
+        """fds: the inherited descriptors "program", "input" and "fstab"."""
         before_drop = []
         if self.launcher:
             nested = "1" if self.own_user_namespace and self.uid is None else "0"  # made by the trainer's user
-            before_drop = [f"/proc/self/fd/{fstab_fd}", str((cfg.memory_mb << 20) // 4 // _PAGE), nested,
-                           *cgroup_dirs, "--"]
-        if self.watchdog:  # kills the candidate even if the trainer died; --foreground: no new process group
-            before_drop += [self.watchdog, "--foreground", "-s", "KILL", str(math.ceil(_wall_timeout(cfg)) + 2)]
-        cgroups = self.cgroups
-        settings = {"program_fd": program_fd, "fn_name": fn_name, "keyctl": _KEYCTL.get(os.uname().machine),
-                    "seccomp": _SECCOMP.get(os.uname().machine),
-                    "limits": _limits(cfg, per_test_pids=bool(cgroups), memory_cgroup=bool(cgroups))}
+            before_drop = [f"/proc/self/fd/{fds['fstab']}", str((cfg.memory_mb << 20) // 4 // _PAGE), nested,
+                           str(math.ceil(_wall_timeout(cfg)) + 2), " ".join(cgroup.paths if cgroup else [])]
+        settings = {"program_fd": fds["program"], "input_fd": fds["input"], "fn_name": fn_name,
+                    "cgroup": [cgroup.name, len(cgroup.paths)] if cgroup else None,
+                    "keyctl": _KEYCTL.get(os.uname().machine), "seccomp": _SECCOMP.get(os.uname().machine),
+                    "limits": _limits(cfg, per_test_pids=bool(cgroup), memory_cgroup=bool(cgroup))}
         return [*self.launcher, *before_drop, *self.drop, self.python, "-I", "-c", _HARNESS, json.dumps(settings)]
 
     def covered(self) -> list[str]:
@@ -675,7 +687,7 @@ def _make_plan(mode: str, python: str, uid: int, cgroups: "_Cgroups | None", no_
                            ) if setpriv else ()
     launcher = (unshare, *(() if root else ("--user", "--map-root-user")), "--ipc", "--net", "--pid", "--fork",
                 "--kill-child", "--mount-proc", "--mount", "/bin/sh", "-c", _NS_SCRIPT, "sandbox")
-    return _Plan(mode, python, uid, launcher, _which("timeout") or "", drop, own_user_namespace, cgroups, no_cgroup)
+    return _Plan(mode, python, uid, launcher, drop, own_user_namespace, cgroups, no_cgroup)
 
 
 def _guarantees(plan: _Plan, cfg: SandboxConfig) -> tuple[list[str], list[str]]:
@@ -731,7 +743,7 @@ def _guarantees(plan: _Plan, cfg: SandboxConfig) -> tuple[list[str], list[str]]:
                     "its pid namespace), and RLIMIT_NPROC also counts the trainer's own processes")
         if not plan.drop:
             gaps.append("no setpriv: the candidate keeps its namespace capabilities and could unmount the covers")
-    if plan.watchdog:
+    if plan.launcher:
         enforced.append("a watchdog inside the namespaces kills the candidate even if the trainer dies")
     if plan.cgroups:
         enforced += plan.cgroups.guarantees(cfg)
@@ -895,6 +907,7 @@ class _ProcessCgroups:
 
 
 _PROCESS_CGROUPS = _ProcessCgroups()
+_TEST_NUMBERS = itertools.count()
 
 
 class _TestCgroup:
@@ -902,9 +915,11 @@ class _TestCgroup:
 
     def __init__(self, cgroups: _Cgroups, cfg: SandboxConfig):
         self.version, self.paths, self.memory, self.cpu = cgroups.version, [], "", ""  # memory, cpu: directories
+        self.name = f"test-{os.getpid()}-{next(_TEST_NUMBERS)}"  # the same in every hierarchy
         try:
             for parent, (_, controllers) in zip(_PROCESS_CGROUPS.get(cgroups, _cores(cfg)), cgroups.hierarchies):
-                path = tempfile.mkdtemp(prefix="test-", dir=parent)
+                path = os.path.join(parent, self.name)
+                os.mkdir(path)
                 self.paths.append(path)
                 self._limit(path, controllers, cfg)
                 if "memory" in controllers:
@@ -1068,22 +1083,23 @@ class _Meter:
         return None
 
 
-def _communicate(proc: subprocess.Popen, data: bytes, cfg: SandboxConfig, meter: _Meter):
-    """Feed stdin, read stdout/stderr up to cfg.output_mb in all, and check every 20 ms that the test is within
-    its CPU time and memory; -> (stdout, stderr, status), status in "exited", "timeout", "wall timeout",
-    "overflow", "memory". Never waits past the wall-clock deadline."""
+def _communicate(proc: subprocess.Popen, stdin_fd: int, data: bytes, cfg: SandboxConfig, meter: _Meter):
+    """Feed `data` to stdin_fd (closed on return), read stdout/stderr up to cfg.output_mb in all, and check every
+    20 ms that the test is within its CPU time and memory; -> (stdout, stderr, status), status in "exited",
+    "timeout", "wall timeout", "overflow", "memory". Never waits past the wall-clock deadline."""
     deadline, next_check = time.monotonic() + _wall_timeout(cfg), time.monotonic() + _POLL_S
     cap = int(cfg.output_mb * 2**20)
-    stdout, stderr, stdin_fd = bytearray(), bytearray(), proc.stdin.fileno()
+    stdout, stderr = bytearray(), bytearray()
     output, sent, exited = {proc.stdout.fileno(): stdout, proc.stderr.fileno(): stderr}, 0, False
-    with selectors.DefaultSelector() as selector:
+    with contextlib.closing(os.fdopen(stdin_fd, "wb", buffering=0)) as stdin, \
+            selectors.DefaultSelector() as selector:  # stdin: written with os.write, closed once all is sent
         for fd in output:
             selector.register(fd, selectors.EVENT_READ)
         if data:
             os.set_blocking(stdin_fd, False)
             selector.register(stdin_fd, selectors.EVENT_WRITE)
         else:
-            proc.stdin.close()
+            stdin.close()
         while True:
             now = time.monotonic()
             if now >= deadline:
@@ -1112,7 +1128,7 @@ def _communicate(proc: subprocess.Popen, data: bytes, cfg: SandboxConfig, meter:
                         sent = len(data)
                     if sent >= len(data):
                         selector.unregister(stdin_fd)
-                        proc.stdin.close()
+                        stdin.close()
                 elif chunk := os.read(key.fd, 1 << 16):
                     output[key.fd] += chunk
                     if len(stdout) + len(stderr) > cap:
@@ -1151,6 +1167,7 @@ def _run_in_sandbox(plan: _Plan, cfg: SandboxConfig, program: str, test: dict, c
     env = dict(_CANDIDATE_ENV, HOME=workdir or "/tmp", TMPDIR=workdir or "/tmp")
     # Program and fstab are passed as open descriptors of unlinked files: no argv size limit, nothing on
     # disk to go stale, readable by the dropped user only through the descriptor.
+    input_read, input_write = os.pipe()  # the test's input: an inherited descriptor the harness makes its stdin
     try:
         with tempfile.TemporaryFile() as source, tempfile.TemporaryFile() as fstab:
             if workdir and plan.uid is not None:
@@ -1160,22 +1177,28 @@ def _run_in_sandbox(plan: _Plan, cfg: SandboxConfig, program: str, test: dict, c
             if plan.launcher:
                 fstab.write(plan.fstab(cfg))
                 fstab.flush()
+            fds = {"program": source.fileno(), "input": input_read, "fstab": fstab.fileno()}
             try:
-                proc = subprocess.Popen(plan.argv(cfg, source.fileno(), fstab.fileno(),
-                                                  cgroup.paths if cgroup else [], test.get("fn_name") or ""),
-                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                proc = subprocess.Popen(plan.argv(cfg, fds, cgroup, test.get("fn_name") or ""),
+                                        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                         cwd=workdir or "/", env=env, start_new_session=True,
-                                        pass_fds=(source.fileno(), fstab.fileno()))
+                                        pass_fds=tuple(fds.values()))
             except OSError as error:
                 return None, b"", b"", f"sandbox could not start: {error}"
+            os.close(input_read)
+            input_read = -1
+            stdin_fd, input_write = input_write, -1  # _communicate closes it
             try:
-                out, err, status = _communicate(proc, test["input"].encode("utf-8", "replace"), cfg,
+                out, err, status = _communicate(proc, stdin_fd, test["input"].encode("utf-8", "replace"), cfg,
                                                 _Meter(proc, cfg, cgroup, bool(plan.launcher)))
             finally:
                 _stop(proc, bool(plan.launcher))
-                for pipe in (proc.stdin, proc.stdout, proc.stderr):
-                    pipe.close()  # nothing buffered: stdin was written with os.write
+                for pipe in (proc.stdout, proc.stderr):
+                    pipe.close()
     finally:
+        for fd in (input_read, input_write):
+            if fd >= 0:
+                os.close(fd)
         if workdir:
             shutil.rmtree(workdir, ignore_errors=True)
     return proc.returncode, out, err, status

@@ -359,7 +359,7 @@ def test_functional_results_compare_as_json(namespaced):
 def test_tests_of_one_program_run_in_parallel(namespaced):
     tests = [{"input": "", "output": "ok"}] * 4
     start = time.monotonic()
-    results = run_tests("import time\ntime.sleep(1.0)\nprint('ok')", tests, SandboxConfig(timeout_s=4, workers=4))
+    results = run_tests("import time\ntime.sleep(1.0)\nprint('ok')", tests, SandboxConfig(timeout_s=4, workers=4, cores=4))
     assert all(r.passed for r in results) and time.monotonic() - start < 4 * 1.0
 
 
@@ -711,8 +711,10 @@ def test_non_root_trainer_uses_a_user_namespace():
                 "[{'input': '', 'output': 'none'}], config)\n"
                 "add = reward.run_tests('print(sum(map(int, input().split())))', [{'input': '1 2', 'output': '3'}], "
                 "config)\n"
+                "nest = reward.run_tests('import subprocess\\nprint(subprocess.run([\"unshare\", \"--user\", \"true\"]).returncode)', "
+                "[{'input': '', 'output': '1'}], config)\n"  # a nested user namespace is refused
                 "print(json.dumps({'mode': reward.sandbox_info(config)['mode'], 'passed': [env[0].passed, "
-                "add[0].passed]}))")
+                "add[0].passed, nest[0].passed]}))")
         env = {"PATH": "/usr/bin:/bin", "REWARD_TEST_SECRET": "secret"}
         proc = subprocess.run(nobody + [python, "-c", code, home], capture_output=True, text=True, timeout=60,
                               cwd="/", env=env)
@@ -720,6 +722,6 @@ def test_non_root_trainer_uses_a_user_namespace():
         shutil.rmtree(home, ignore_errors=True)
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert report["passed"] == [True, True]
+    assert report["passed"] == [True, True, True]
     assert report["mode"] == (reward.NAMESPACES_UNPRIVILEGED if userns else reward.PLAIN)
     assert_no_leftovers()
