@@ -836,6 +836,8 @@ def _find_cgroups(setting: str) -> tuple[_Cgroups | None, str]:
             os.rmdir(tempfile.mkdtemp(prefix="probe-", dir=v2))  # may we create cgroups there?
             with open(os.path.join(v2, "cgroup.subtree_control")) as file:
                 controllers = tuple(name for name in ("memory", "pids", "cpu") if name in file.read().split())
+            if re.search(r"\s", v2):
+                raise OSError("whitespace in its path")  # the namespace's init splits the test's paths on it
             return _Cgroups(2, ((v2, controllers),)), ""
         except OSError as error:
             if setting != "auto":
@@ -855,6 +857,8 @@ def _find_cgroups(setting: str) -> tuple[_Cgroups | None, str]:
         return None, "; ".join(why + ["no cgroup v1 memory and pids hierarchies"])
     try:
         for directory in found.directories():
+            if re.search(r"\s", directory):
+                raise OSError(f"whitespace in the path {directory!r}")
             os.rmdir(tempfile.mkdtemp(prefix="probe-", dir=directory))
     except OSError as error:
         return None, "; ".join(why + [f"cgroup v1: {error}"])
@@ -1061,26 +1065,24 @@ def _tmpfs_usage(init: int) -> int:
 
 class _Meter:
     """What a running test has used: CPU time of all its processes (its cgroup's, or summed from /proc), and
-    without a memory cgroup its memory (_tree_usage, plus its tmpfs mounts). over() says which limit it passed."""
+    without cgroups its memory (_tree_usage, plus its tmpfs mounts). over() says which limit it passed, if any."""
 
     def __init__(self, proc: subprocess.Popen, cfg: SandboxConfig, cgroup: "_TestCgroup | None", isolated: bool):
         self.proc, self.cfg, self.cgroup, self.isolated = proc, cfg, cgroup, isolated
 
     def over(self) -> str | None:
-        cpu = self.cgroup.cpu_seconds() if self.cgroup else None
-        if self.cgroup and self.cgroup.memory:
+        if self.cgroup:  # the kernel counts its memory, and its CPU time where there is a cpuacct (or v2) cgroup
             if self.cgroup.oom_killed():
                 return "memory"
-            if cpu is not None:
-                return "timeout" if cpu > self.cfg.timeout_s else None
-        tree_cpu, memory = _tree_usage(self.proc.pid)
-        if self.isolated and not (self.cgroup and self.cgroup.memory):
-            memory += sum(_tmpfs_usage(init) for init in _children(self.proc.pid))
-        if (cpu if cpu is not None else tree_cpu) > self.cfg.timeout_s:
+            cpu = self.cgroup.cpu_seconds()
+            cpu = _tree_usage(self.proc.pid)[0] if cpu is None else cpu
+            return "timeout" if cpu > self.cfg.timeout_s else None
+        cpu, memory = _tree_usage(self.proc.pid)
+        if self.isolated:
+            memory += sum(map(_tmpfs_usage, _children(self.proc.pid)))
+        if cpu > self.cfg.timeout_s:
             return "timeout"
-        if not (self.cgroup and self.cgroup.memory) and memory > self.cfg.memory_mb << 20:
-            return "memory"
-        return None
+        return "memory" if memory > self.cfg.memory_mb << 20 else None
 
 
 def _communicate(proc: subprocess.Popen, stdin_fd: int, data: bytes, cfg: SandboxConfig, meter: _Meter):
