@@ -18,7 +18,6 @@
    few pseudo-terminals, and no process of a candidate is alive when its reward is returned.
 No-leftover checks look only at this process's descendants (it is a child subreaper while these tests run).
 """
-import ctypes
 import json
 import os
 import shutil
@@ -35,13 +34,9 @@ import pytest
 import gppo
 import reward
 from reward import SandboxConfig, run_tests
+from test_reward import adopt_orphans, descendants, respond  # noqa: F401 (adopt_orphans: this module's too)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PR_SET_CHILD_SUBREAPER = 36
-
-
-def respond(code: str) -> str:
-    return f"<think>\nLet me write it.\n</think>\nHere it is:\n```python\n{code}\n```\n"
 
 
 @pytest.fixture(scope="module")
@@ -50,44 +45,6 @@ def namespaced():
     if info["mode"] == "plain":
         pytest.skip("this platform cannot create namespaces (unshare missing or not permitted): " + str(info))
     return info
-
-
-@pytest.fixture(scope="module", autouse=True)
-def adopt_orphans():
-    """Whatever our sandboxes leave behind is re-parented to us, so the checks read only our own descendants."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    assert libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0, os.strerror(ctypes.get_errno())
-    yield
-    libc.prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
-    for pid, name, state in descendants():
-        if state == "Z" and name in ("sh", "unshare"):
-            try:
-                os.waitpid(pid, os.WNOHANG)
-            except ChildProcessError:
-                pass
-
-
-def descendants() -> list[tuple[int, str, str]]:
-    """(pid, name, state) of every descendant of this process."""
-    found, pending = [], [os.getpid()]
-    while pending:
-        parent = pending.pop()
-        try:
-            children = []
-            for task in os.listdir(f"/proc/{parent}/task"):
-                with open(f"/proc/{parent}/task/{task}/children", "rb") as file:
-                    children += map(int, file.read().split())
-        except OSError:
-            continue
-        for pid in children:
-            try:
-                with open(f"/proc/{pid}/stat", "rb") as stat:
-                    name, rest = stat.read().split(b"(", 1)[1].rsplit(b")", 1)
-                found.append((pid, name.decode(errors="replace"), rest.split()[0].decode()))
-            except OSError:
-                continue
-            pending.append(pid)
-    return found
 
 
 def score_all(responses: list[str], tasks: list[dict], look_after=None) -> list:
@@ -361,7 +318,7 @@ def test_no_process_of_a_candidate_outlives_its_reward(namespaced):
                "time.sleep(0.5)\nsys.stdout.write('x' * (9 << 20))  # past the 8 MB output cap: the test is stopped")
 
     def alive(i):
-        return [pid for pid, name, state in descendants() if name == names[i] and state != "Z"]
+        return [pid for pid, name, state, _ in descendants() if name == names[i] and state != "Z"]
     results = score_all([program] * 4, [{"tests": [{"input": name, "output": "x"}]} for name in names], alive)
     assert [result for result, _ in results] == [(0.0, False)] * 4, results
     assert [left for _, left in results] == [[]] * 4, "processes alive after their reward was returned"
