@@ -867,7 +867,8 @@ def _find_cgroups(setting: str) -> tuple[_Cgroups | None, str]:
 
 class _ProcessCgroups:
     """This process's parent cgroups for its tests (one per hierarchy), made on first use and removed at exit;
-    made afresh in a forked child. Their CPU quota holds all tests of the process to `cores` cores."""
+    made afresh in a forked child. Their CPU quota holds all tests of the process to `cores` cores. A trainer that
+    was killed leaves its parents behind: the next one removes those of dead processes of its pid namespace."""
 
     def __init__(self):
         self.parents: dict[tuple, list[str]] = {}
@@ -877,14 +878,23 @@ class _ProcessCgroups:
     def get(self, cgroups: _Cgroups, cores: int) -> list[str]:
         key = (os.getpid(), cgroups)
         with self.lock:
-            if key not in self.parents:
+            if key not in self.parents or not all(map(os.path.isdir, self.parents[key])):
                 self.parents[key] = [self._make(cgroups, directory, controllers, cores)
                                      for directory, controllers in cgroups.hierarchies]
             return self.parents[key]
 
     @staticmethod
     def _make(cgroups: _Cgroups, directory: str, controllers: tuple, cores: int) -> str:
-        path = os.path.join(directory, f"reward-{os.getpid()}")
+        prefix = f"reward-{os.stat('/proc/self/ns/pid').st_ino}-"  # pids are ours to check in our pid namespace only
+        for entry in os.scandir(directory):
+            pid = entry.name[len(prefix):]
+            if entry.name.startswith(prefix) and pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
+                for cgroup in [child.path for child in os.scandir(entry.path) if child.is_dir()] + [entry.path]:
+                    try:
+                        os.rmdir(cgroup)  # only an empty cgroup can be removed
+                    except OSError:
+                        pass
+        path = os.path.join(directory, prefix + str(os.getpid()))
         os.makedirs(path, exist_ok=True)
         # CPU: the tests together weigh as `cores` busy processes against the rest of the machine (each of which
         # weighs one), and use at most `cores` cores

@@ -603,6 +603,13 @@ def test_watchdog_kills_the_candidate_when_the_trainer_dies(namespaced):
     start = time.monotonic()
     assert_no_leftovers(marker, within_s=1 + 2 + SLACK_S)  # the watchdog's limit is ceil(wall_timeout_s) + 2
     assert time.monotonic() - start > 1.0  # it was the watchdog, not something faster
+    cgroups = reward._PLANS.get(SandboxConfig()).cgroups
+    if cgroups:  # the killed trainer's cgroups are left behind; the next trainer removes them
+        subprocess.run([sys.executable, "-c", f"import sys\nsys.path.insert(0, {REPO!r})\nimport reward\n"
+                        "reward.run_tests('print(3)', [{'input': '', 'output': '3'}])"], check=True, timeout=60)
+        left = [name for directory in cgroups.directories() for name in os.listdir(directory)
+                if name.startswith("reward-") and name.endswith(f"-{trainer.pid}")]
+        assert not left, left
 
 
 def test_environment_is_scrubbed(monkeypatch):
