@@ -85,17 +85,17 @@ AUTHORS_SCALE = RewardScale(correct=1.0, wrong=-1.0, missing_think_end=-0.5, mis
 
 @dataclass
 class SandboxConfig:
-    timeout_s: float = 6.0       # CPU time per test, all its processes together, interpreter start included (LiveCodeBench: 6)
+    timeout_s: float = 6.0       # CPU time per test, all its processes together (LiveCodeBench's limit: 6 s)
     wall_timeout_s: float = 0.0  # wall-clock backstop per test, from when it starts; 0 -> 2 * timeout_s + 5
-    memory_mb: int = 1024        # memory of the whole test: all its processes, their shared memory once, its tmpfs files
+    memory_mb: int = 1024        # memory of the whole test: all its processes, shared memory once, its tmpfs files
     file_size_mb: int = 16       # RLIMIT_FSIZE, and the size of the tmpfs working directory
     open_files: int = 64         # RLIMIT_NOFILE
     processes: int = 64          # processes + threads of one test (pids.max, or RLIMIT_NPROC in its user namespace)
     output_mb: float = 8.0       # cap on stdout + stderr bytes read from one test
     workers: int = 0             # tests of one program run at once; 0 -> cores
-    cores: int = 0               # tests of this whole process run at once, and the CPU their cgroups share; 0 -> usable CPUs
+    cores: int = 0               # tests of this whole process run at once, on as many cores; 0 -> usable CPUs
     namespaces: str = "auto"     # "auto": use them when unshare works; "on": required; "off": never
-    cgroup: str = "auto"         # "auto": cgroup v2 or v1 per test where this process may make them; "off"; or a v2 directory
+    cgroup: str = "auto"         # "auto": cgroups (v2 or v1) per test where we may make them; "off"; or a v2 directory
     uid: int = 65534             # user the candidate runs as when we are root (65534 = nobody)
     python: str = ""             # interpreter for candidates (e.g. a virtualenv with numpy); "" -> first one that works
 
@@ -788,8 +788,8 @@ class _Cgroups:
                 "nothing left in it, before the result is returned"]
         if self.has("cpu"):
             said.append(f"CPU: each running test's cgroup has an equal share, whatever sessions its processes start; "
-                        f"all of them together weigh as {_cores(cfg)} processes against the rest of the machine and use "
-                        f"at most {_cores(cfg)} cores (a parent cgroup's shares and quota)")
+                        f"all of them together weigh as {_cores(cfg)} processes against the rest of the machine and "
+                        f"use at most {_cores(cfg)} cores (a parent cgroup's shares and quota)")
         return said
 
     def gaps(self) -> list[str]:
@@ -841,13 +841,15 @@ def _find_cgroups(setting: str) -> tuple[_Cgroups | None, str]:
             return _Cgroups(2, ((v2, controllers),)), ""
         except OSError as error:
             if setting != "auto":
-                raise RuntimeError(f"SandboxConfig.cgroup={setting!r} cannot hold one cgroup per test: {error}") from None
+                raise RuntimeError(f"SandboxConfig.cgroup={setting!r} cannot hold one cgroup per test: {error}") \
+                    from None
             why.append(f"cgroup v2 {v2}: {error}")
     hierarchies = []
     for head, tail in mounts:  # cgroup v1: one mount per hierarchy, its controllers in the super options
         if not tail.startswith("cgroup "):
             continue
-        controllers = tuple(name for name in tail.split()[-1].split(",") if name in ("memory", "pids", "cpu", "cpuacct"))
+        controllers = tuple(name for name in tail.split()[-1].split(",")
+                            if name in ("memory", "pids", "cpu", "cpuacct"))
         path = next((path for names, path in own.items() if set(controllers) <= set(names.split(","))), None)
         if controllers and path is not None:  # the path is relative to the hierarchy's root, the mount's is `root`
             root, mount_point = head.split()[3:5]

@@ -359,7 +359,8 @@ def test_functional_results_compare_as_json(namespaced):
 def test_tests_of_one_program_run_in_parallel(namespaced):
     tests = [{"input": "", "output": "ok"}] * 4
     start = time.monotonic()
-    results = run_tests("import time\ntime.sleep(1.0)\nprint('ok')", tests, SandboxConfig(timeout_s=4, workers=4, cores=4))
+    config = SandboxConfig(timeout_s=4, workers=4, cores=4)
+    results = run_tests("import time\ntime.sleep(1.0)\nprint('ok')", tests, config)
     assert all(r.passed for r in results) and time.monotonic() - start < 4 * 1.0
 
 
@@ -718,7 +719,8 @@ def test_non_root_trainer_uses_a_user_namespace():
                 "[{'input': '', 'output': 'none'}], config)\n"
                 "add = reward.run_tests('print(sum(map(int, input().split())))', [{'input': '1 2', 'output': '3'}], "
                 "config)\n"
-                "nest = reward.run_tests('import subprocess\\nprint(subprocess.run([\"unshare\", \"--user\", \"true\"]).returncode)', "
+                "nest = reward.run_tests('import subprocess\\n"
+                "print(subprocess.run([\"unshare\", \"--user\", \"true\"]).returncode)', "
                 "[{'input': '', 'output': '1'}], config)\n"  # a nested user namespace is refused
                 "print(json.dumps({'mode': reward.sandbox_info(config)['mode'], 'passed': [env[0].passed, "
                 "add[0].passed, nest[0].passed]}))")

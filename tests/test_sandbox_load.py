@@ -98,13 +98,15 @@ MEMORY_ATTACKS = {  # name: (program, memory_mb); each prints "done" only if it 
         "import subprocess\nsubprocess.run(['unshare', '--user', '--map-root-user', '--mount', 'sh', '-c',\n"
         "                'mount -t tmpfs big /mnt && head -c 1500M /dev/zero > /mnt/fill && echo done'])", 256),
     "System V shm of a nested IPC namespace": (
-        "import subprocess, sys\ncode = ('import ctypes; libc = ctypes.CDLL(None); libc.shmat.restype = ctypes.c_void_p; '\n"
+        "import subprocess, sys\n"
+        "code = ('import ctypes; libc = ctypes.CDLL(None); libc.shmat.restype = ctypes.c_void_p; '\n"
         "        'segment = libc.shmget(0, 1500 << 20, 0o1600); address = libc.shmat(segment, None, 0); '\n"
         "        'ctypes.memset(address, 1, 1500 << 20); print(\"done\")')\n"
         "subprocess.run(['unshare', '--user', '--map-root-user', '--ipc', sys.executable, '-c', code])", 256),
     "inode flood in /tmp": (
         "import os\nfor worker in range(4):\n    if os.fork() == 0:\n        os.mkdir(f'/tmp/{worker}')\n"
-        "        for i in range(3_000_000):\n            os.close(os.open(f'/tmp/{worker}/{i}', os.O_CREAT | os.O_WRONLY))\n"
+        "        for i in range(3_000_000):\n"
+        "            os.close(os.open(f'/tmp/{worker}/{i}', os.O_CREAT | os.O_WRONLY))\n"
         "        os._exit(0)\nprint('done' if all(os.wait()[1] == 0 for _ in range(4)) else 'refused')", 64),
     "unmapped memfd files": (
         "import os\nfiles = []\nfor _ in range(2):\n    os.fork()  # 4 processes\nfor _ in range(60):\n"
@@ -299,7 +301,7 @@ def test_two_candidates_at_once_share_no_lock_and_no_terminal(namespaced):
               "    for terminal in glob.glob('/dev/pts/[0-9]*'):\n        try:\n"
               "            os.close(os.open(terminal, os.O_RDWR | os.O_NOCTTY))\n            seen.add(terminal)\n"
               "        except OSError:\n            pass\n    time.sleep(0.05)\nprint(sorted(seen) or 'nothing')")
-    hoarder = ("import os\nopened = 0\ntry:\n    while opened < 40:  # 40: enough to pass a small limit, harmless if none\n"
+    hoarder = ("import os\nopened = 0\ntry:\n    while opened < 40:  # 40: past a small limit, harmless without one\n"
                "        os.openpty()\n        opened += 1\nexcept OSError:\n    pass\nprint(opened)")
     results = score_all([holder, looker], [{"tests": [{"input": "", "output": "held"}]},
                                            {"tests": [{"input": "", "output": "nothing"}]}])
