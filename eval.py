@@ -100,6 +100,8 @@ class EvalConfig:
     max_num_seqs: int = 256          # sequences the engine decodes together
     chunk_problems: int = 0          # problems per generate() call on a rank; 0 = 4 * max_num_seqs // k
     reward_workers: int = 8          # threads scoring responses
+    sandbox_cores: int = 0           # code tests running at once in this rank; 0 = usable cores / ranks on this machine
+    sandbox_python: str = ""         # interpreter for candidate programs, e.g. a virtualenv with numpy (README)
     device: str = "auto"             # auto | cpu | cuda
     dtype: str = "auto"              # auto (bfloat16 on GPU, float32 on CPU) | bfloat16 | float32
     threads: int = 0                 # CPU threads per rank; 0 = usable cores / ranks on this machine
@@ -147,7 +149,7 @@ def problem_seed(seed: int, benchmark: str, index: int) -> int:
     return int.from_bytes(hashlib.sha256(f"{seed}/{benchmark}/{index}".encode()).digest()[:7], "little")
 
 
-def score(kind: str, problem: dict, text: str) -> dict:
+def score(kind: str, problem: dict, text: str, sandbox: reward.SandboxConfig | None = None) -> dict:
     """reward (code: fraction of tests passed), correct, format_failure and reason of one response."""
     region = reward.extract_answer_region(text)
     if kind == "math":
@@ -155,7 +157,7 @@ def score(kind: str, problem: dict, text: str) -> dict:
             return dict(reward=0.0, correct=False, format_failure=True, reason="format: no </think>")
         r = max(reward.math_reward(text, answer) for answer in problem.get("answers", [problem["answer"]]))
         return dict(reward=r, correct=r == 1.0, format_failure=False, reason="correct" if r == 1.0 else "wrong answer")
-    r, results = reward.code_reward_details(text, problem["tests"])
+    r, results = reward.code_reward_details(text, problem["tests"], config=sandbox)
     if not results:
         why = "format: no </think>" if region is None else "format: no ```python block after </think>"
         return dict(reward=r, correct=False, format_failure=True, reason=why)
@@ -236,9 +238,9 @@ def load_benchmarks(cfg) -> list:
 
 # ----------------------------------------------------------------------------- the evaluation loop
 
-def _score_or_raise(kind, problem, text, name):
+def _score_or_raise(kind, problem, text, name, sandbox=None):
     try:
-        return score(kind, problem, text)
+        return score(kind, problem, text, sandbox)
     except ValueError as e:   # a gold answer math-verify cannot parse, malformed tests: the data's fault
         raise data.DataError(f"{name}: problem {problem['id']}: {e}") from None
 
@@ -274,6 +276,8 @@ def evaluate(engine, tokenizer, benchmarks: list, cfg, rank: int = 0, world: int
     stop_ids, ks = tuple(data.stop_token_ids(tokenizer)), pass_ks(cfg)
     chunk = cfg.chunk_problems or max(1, 4 * cfg.max_num_seqs // cfg.k)
     results, all_samples = dict(sampling=sampling_settings(cfg, tokenizer), world_size=world, benchmarks={}), []
+    cores = cfg.sandbox_cores or max(1, len(os.sched_getaffinity(0)) // int(os.environ.get("LOCAL_WORLD_SIZE", 1)))
+    sandbox = reward.SandboxConfig(cores=cores, python=cfg.sandbox_python)  # the tests of all scoring threads
     with ThreadPoolExecutor(cfg.reward_workers) as pool:
         for bench in benchmarks:
             name, kind = bench["name"], bench["kind"]
@@ -292,7 +296,7 @@ def evaluate(engine, tokenizer, benchmarks: list, cfg, rank: int = 0, world: int
                         record = dict(benchmark=name, problem_id=problems[i]["id"], problem_index=i, sample=j,
                                       seed=p.seed, length=len(s.token_ids),
                                       finish_reason=s.finish_reason, response=text)
-                        jobs.append((record, pool.submit(_score_or_raise, kind, problems[i], text, name)))
+                        jobs.append((record, pool.submit(_score_or_raise, kind, problems[i], text, name, sandbox)))
                         tokens += len(s.token_ids)
                 if rank == 0:   # rank 0's share stands for all: shards differ by at most one problem
                     done, elapsed = start + len(indices), time.perf_counter() - t0

@@ -106,6 +106,9 @@ class GPPOConfig:
     check_references: bool = False     # run each code prompt's reference solutions first; drop it if none passes
     #   its own tests (broken tests). Costly at start-up: prefer `python gppo.py filter_code` once, offline.
     reward_workers: int = 8            # threads scoring responses (code runs in sandboxed processes)
+    sandbox_cores: int = 0             # code tests running at once in this rank, on as many cores; 0 = usable cores /
+    #   ranks on this machine (reward.SandboxConfig.cores: tests are timed in CPU time, a wall-clock limit backs it)
+    sandbox_python: str = ""           # interpreter for candidate programs, e.g. a virtualenv with numpy (README)
     # bookkeeping
     steps: int = 60                    # RL steps
     seed: int = 1234                   # prompt order and sampling seeds
@@ -246,13 +249,20 @@ def prompts_at(tasks, first: int, count: int, seed: int) -> list:
     return out
 
 
+def sandbox_config(cfg) -> reward.SandboxConfig:
+    """The code sandbox of this rank: the tests of all its scoring threads share sandbox_cores cores."""
+    ranks_here = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
+    cores = cfg.sandbox_cores or max(1, len(os.sched_getaffinity(0)) // ranks_here)
+    return reward.SandboxConfig(cores=cores, python=cfg.sandbox_python)
+
+
 def score(task, text, cfg):
     """(reward, fully correct?) of one response, on the scale of --reward_scale. Never raises for a bad response."""
     scale = reward.AUTHORS_SCALE if cfg.reward_scale == "authors" else reward.DEFAULT_SCALE
     if task["kind"] == "math":   # some data sets list several acceptable answers: any of them is right
         r = max(reward.math_reward(text, answer, scale=scale) for answer in task.get("answers", [task["answer"]]))
         return r, r == scale.correct
-    r, results = reward.code_reward_details(text, task["tests"], scale=scale)
+    r, results = reward.code_reward_details(text, task["tests"], scale=scale, config=sandbox_config(cfg))
     passed = reward.all_passed(results)
     if cfg.code_reward == "binary" and results:   # format failures keep their penalty
         r = scale.correct if passed else scale.wrong

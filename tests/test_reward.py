@@ -12,12 +12,15 @@ No-leftover checks look only at this process's descendants (it is a child subrea
 the suite passes beside anything else that runs sandboxes, including a second copy of itself.
 """
 import ctypes
+import dataclasses
 import decimal
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -356,7 +359,8 @@ def test_functional_results_compare_as_json(namespaced):
 def test_tests_of_one_program_run_in_parallel(namespaced):
     tests = [{"input": "", "output": "ok"}] * 4
     start = time.monotonic()
-    results = run_tests("import time\ntime.sleep(1.0)\nprint('ok')", tests, SandboxConfig(timeout_s=4, workers=4))
+    config = SandboxConfig(timeout_s=4, workers=4, cores=4)
+    results = run_tests("import time\ntime.sleep(1.0)\nprint('ok')", tests, config)
     assert all(r.passed for r in results) and time.monotonic() - start < 4 * 1.0
 
 
@@ -388,7 +392,7 @@ ADVERSARIAL = {  # name: (program, tests, reward an honest program with the same
     "infinite loop": ("while True:\n    pass", ADD, 0.0),
     "sleep": ("import time\ntime.sleep(100)\nprint(3)", ADD[:1], 0.0),
     "fork bomb": ("import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass", ADD, 0.0),
-    "memory bomb": ("chunks = []\nwhile True:\n    chunks.append(bytearray(64 << 20))", ADD[:1], 0.0),
+    "memory bomb": ("chunks = []\nwhile True:\n    chunks.append(b'x' * (64 << 20))  # written, so resident", ADD[:1], 0.0),
     "1 GB of output": ("import sys\nchunk = 'x' * (1 << 20) + '\\n'\nfor _ in range(1024):\n    sys.stdout.write(chunk)",
                        ADD[:1], 0.0),
     "huge file": ("with open('big', 'wb') as f:\n    for _ in range(1024):\n        f.write(b'x' * (1 << 20))\nprint(3)",
@@ -401,30 +405,41 @@ ADVERSARIAL = {  # name: (program, tests, reward an honest program with the same
         "        except OSError:\n            pass\n"
         f"        os.execv('/bin/sleep', ['sleep', '{ESCAPE_SLEEP}'])\n    os._exit(0)\n"
         "sys.exit(0)", ADD[:1], 0.0),
+    "creates a user namespace": ("import subprocess\nmade = subprocess.run(['unshare', '--user', 'true']).returncode == 0\n"
+                                 "print('created' if made else 'refused')", [{"input": "", "output": "created"}], 0.0),
     "writes outside its directory": (
         f"for path in {ESCAPE_PATHS + [f'../{TAG}']!r}:\n    try:\n        open(path, 'w').write('escaped')\n"
         "    except OSError:\n        pass\nprint('ok')", [{"input": "", "output": "ok"}], 1.0),
 }
 
 
+# 1.5 s of CPU time; the wall-clock backstop is what a sleeping program meets, or a busy one on a loaded machine
+ADVERSARIAL_CONFIG = SandboxConfig(timeout_s=1.5, wall_timeout_s=4, workers=2, memory_mb=256, output_mb=1.0)
+
+
 @pytest.mark.parametrize("name", list(ADVERSARIAL))
 def test_adversarial(namespaced, name):
     program, tests, honest_reward = ADVERSARIAL[name]
-    config = SandboxConfig(timeout_s=1.5, workers=2, memory_mb=256, output_mb=1.0)
+    config = ADVERSARIAL_CONFIG
     start = time.monotonic()
     value, results = code_reward_details(respond(program), tests, config=config)
     elapsed = time.monotonic() - start
     assert value == honest_reward, results
-    assert elapsed < config.timeout_s + SLACK_S, (elapsed, results)
+    assert elapsed < config.wall_timeout_s + SLACK_S, (elapsed, results)
     assert_no_leftovers(ESCAPE_SLEEP)
     assert not [path for path in ESCAPE_PATHS if os.path.exists(path)]
 
 
 def test_adversarial_reasons_say_what_happened(namespaced):
     program, tests, _ = ADVERSARIAL["memory bomb"]
-    assert "MemoryError" in run_tests(program, tests, FAST)[0].reason
+    reason = run_tests(program, tests, FAST)[0].reason
+    assert reason.startswith("memory limit") or "MemoryError" in reason, reason  # the limit, or the RLIMIT_AS backstop
+    program, tests, _ = ADVERSARIAL["infinite loop"]
+    assert run_tests(program, tests, ADVERSARIAL_CONFIG)[0].reason in (
+        "timeout: more than 1.5s of CPU time", "timeout: more than 4s of wall-clock time")  # the second: a busy machine
     program, tests, _ = ADVERSARIAL["sleep"]
-    assert run_tests(program, tests, SandboxConfig(timeout_s=1.5))[0].reason == "timeout after 1.5s"
+    assert run_tests(program, tests, SandboxConfig(timeout_s=1.5, wall_timeout_s=2))[0].reason == \
+        "timeout: more than 2s of wall-clock time"
     program, tests, _ = ADVERSARIAL["1 GB of output"]
     assert "output limit" in run_tests(program, tests, SandboxConfig(timeout_s=1.5, output_mb=1))[0].reason
     program, tests, _ = ADVERSARIAL["__eq__ always True"]
@@ -578,7 +593,7 @@ def test_watchdog_kills_the_candidate_when_the_trainer_dies(namespaced):
     marker = "60.0" + str(uuid.uuid4().int % 10**6)  # the candidate becomes `sleep <marker>`
     code = (f"import sys\nsys.path.insert(0, {REPO!r})\nimport reward\n"
             f"reward.run_tests('import os\\nos.execv(\"/bin/sleep\", [\"sleep\", \"{marker}\"])', "
-            "[{'input': '', 'output': ''}], reward.SandboxConfig(timeout_s=1))")
+            "[{'input': '', 'output': ''}], reward.SandboxConfig(timeout_s=1, wall_timeout_s=1))")
     trainer = subprocess.Popen([sys.executable, "-c", code])
     deadline = time.monotonic() + 20
     while not leftovers(f"sleep\0{marker}", harness=False) and time.monotonic() < deadline:
@@ -587,8 +602,15 @@ def test_watchdog_kills_the_candidate_when_the_trainer_dies(namespaced):
     trainer.wait()
     assert leftovers(f"sleep\0{marker}", harness=False), "the candidate never started"
     start = time.monotonic()
-    assert_no_leftovers(marker, within_s=1 + 2 + SLACK_S)  # the watchdog's limit is ceil(timeout_s) + 2
+    assert_no_leftovers(marker, within_s=1 + 2 + SLACK_S)  # the watchdog's limit is ceil(wall_timeout_s) + 2
     assert time.monotonic() - start > 1.0  # it was the watchdog, not something faster
+    cgroups = reward._PLANS.get(SandboxConfig()).cgroups
+    if cgroups:  # the killed trainer's cgroups are left behind; the next trainer removes them
+        subprocess.run([sys.executable, "-c", f"import sys\nsys.path.insert(0, {REPO!r})\nimport reward\n"
+                        "reward.run_tests('print(3)', [{'input': '', 'output': '3'}])"], check=True, timeout=60)
+        left = [name for directory in cgroups.directories() for name in os.listdir(directory)
+                if name.startswith("reward-") and name.endswith(f"-{trainer.pid}")]
+        assert not left, left
 
 
 def test_environment_is_scrubbed(monkeypatch):
@@ -610,10 +632,10 @@ def test_environment_is_scrubbed(monkeypatch):
 def test_plain_mode_still_blocks_what_it_can(name):
     program, tests, honest_reward = ADVERSARIAL[name]
     start = time.monotonic()
-    value, results = code_reward_details(respond(program), tests, config=SandboxConfig(
-        timeout_s=1.5, workers=2, memory_mb=256, output_mb=1.0, namespaces="off"))
+    config = dataclasses.replace(ADVERSARIAL_CONFIG, namespaces="off")
+    value, results = code_reward_details(respond(program), tests, config=config)
     assert value == honest_reward, results
-    assert time.monotonic() - start < 1.5 + SLACK_S
+    assert time.monotonic() - start < config.wall_timeout_s + SLACK_S
     assert_no_leftovers()
 
 
@@ -626,15 +648,17 @@ def test_plain_mode_runs_honest_code_and_reports_its_limits():
 def test_sandbox_report(namespaced):
     enforced = " ".join(namespaced["enforced"])
     assert "no network" in enforced and "IPC namespace" in enforced and "session keyring" in enforced
-    if namespaced["cgroup"]:  # the best this sandbox has: nothing left to say
-        assert namespaced["mode"].endswith("+ cgroup") and "memory.max" in enforced
-    else:  # the only gap of the namespaces mode here: no cgroup, so memory is polled
-        assert "summed every 20 ms" in enforced and "no cgroup" in namespaced["not_enforced"][0]
+    assert "CPU time for all the test's processes together" in enforced and "oom_score_adj 1000" in enforced
+    if namespaced["cgroup"]:  # the best this sandbox has: the kernel bounds the test's memory and CPU
+        assert namespaced["mode"].endswith("+ cgroup") and ("memory.max" in enforced or "memory.limit_in_bytes"
+                                                            in enforced)
+    polled = reward.sandbox_info(dataclasses.replace(FAST, cgroup="off"))
+    assert "read every 20 ms" in " ".join(polled["enforced"]) and "no cgroup" in polled["not_enforced"][0]
     if os.geteuid() == 0:
         assert namespaced["uid"] == FAST.uid != 0
         assert namespaced["mode"].startswith("namespaces") and "a user namespace per test" in enforced
-        if namespaced["mode"] == "namespaces":
-            assert len(namespaced["not_enforced"]) == (0 if namespaced["cgroup"] else 1)
+        if namespaced["mode"].startswith(reward.NAMESPACES + " +"):  # cgroups with a cpu controller: no gap left
+            assert namespaced["not_enforced"] == [] or "no cpu controller" in namespaced["not_enforced"][0]
 
 
 def test_help_says_what_input_holds_and_what_each_option_does():
@@ -642,7 +666,8 @@ def test_help_says_what_input_holds_and_what_each_option_does():
                           timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert all(word in proc.stdout for word in ('"response"', '"answer"', '"tests"', '"fn_name"'))
-    for option in ("input", "scale", "timeout_s", "workers", "namespaces", "cgroup", "math_timeout_s"):
+    for option in ("input", "scale", "timeout_s", "workers", "cores", "namespaces", "cgroup", "python",
+                   "math_timeout_s"):
         line = next(line for line in proc.stdout.splitlines() if line.strip().startswith(f"--{option}="))
         assert len(line.split(maxsplit=1)) == 2, f"--{option} has no description: {line!r}"
 
@@ -670,26 +695,42 @@ def test_interpreter_the_sandbox_user_cannot_run_is_refused():
 
 
 def test_non_root_trainer_uses_a_user_namespace():
-    """The trainer itself running as an unprivileged user (here: nobody, with the system python)."""
+    """The trainer itself running as an unprivileged user (here: nobody, with the system python). It runs a copy of
+    reward.py from a world-readable directory this test makes and removes: the checkout itself may be private
+    (a clone under /root, or in a mode-0700 temporary directory)."""
     if os.geteuid() != 0:
         pytest.skip("the suite already runs as non-root: every other test covers this path")
-    python = "/usr/bin/python3"
-    readable = os.stat(os.path.join(REPO, "reward.py")).st_mode & 0o004 and all(
-        os.stat(p).st_mode & 0o005 == 0o005 for p in [REPO, os.path.dirname(REPO)])
-    assert os.path.exists(python) and readable, "this check needs /usr/bin/python3 and a world-readable checkout"
-    userns = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "unshare", "--user",
-                             "--map-root-user", "--net", "true"], capture_output=True).returncode == 0
-    code = ("import json, sys\nsys.path.insert(0, sys.argv[1])\nimport reward\n"
-            "config = reward.SandboxConfig(timeout_s=3)\n"
-            "env = reward.run_tests('import os\\nprint(os.environ.get(\"REWARD_TEST_SECRET\", \"none\"))', "
-            "[{'input': '', 'output': 'none'}], config)\n"
-            "add = reward.run_tests('print(sum(map(int, input().split())))', [{'input': '1 2', 'output': '3'}], config)\n"
-            "print(json.dumps({'mode': reward.sandbox_info(config)['mode'], 'passed': [env[0].passed, add[0].passed]}))")
-    env = {"PATH": "/usr/bin:/bin", "REWARD_TEST_SECRET": "secret"}
-    proc = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", python, "-c", code, REPO],
-                          capture_output=True, text=True, timeout=60, cwd="/", env=env)
+    python, setpriv = "/usr/bin/python3", shutil.which("setpriv")
+    missing = [what for what, found in [(python, os.path.exists(python)), ("setpriv (util-linux)", setpriv)]
+               if not found]
+    if missing:
+        pytest.skip("running a trainer as nobody needs " + " and ".join(missing))
+    home = tempfile.mkdtemp(prefix="reward-nobody-trainer-", dir="/tmp")  # /tmp: every user may pass through it
+    try:
+        os.chmod(home, 0o755)
+        shutil.copy(os.path.join(REPO, "reward.py"), home)
+        os.chmod(os.path.join(home, "reward.py"), 0o644)
+        nobody = [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups"]
+        userns = subprocess.run(nobody + ["unshare", "--user", "--map-root-user", "--net", "true"],
+                                capture_output=True).returncode == 0
+        code = ("import json, sys\nsys.path.insert(0, sys.argv[1])\nimport reward\n"
+                "config = reward.SandboxConfig(timeout_s=3)\n"
+                "env = reward.run_tests('import os\\nprint(os.environ.get(\"REWARD_TEST_SECRET\", \"none\"))', "
+                "[{'input': '', 'output': 'none'}], config)\n"
+                "add = reward.run_tests('print(sum(map(int, input().split())))', [{'input': '1 2', 'output': '3'}], "
+                "config)\n"
+                "nest = reward.run_tests('import subprocess\\n"
+                "print(subprocess.run([\"unshare\", \"--user\", \"true\"]).returncode)', "
+                "[{'input': '', 'output': '1'}], config)\n"  # a nested user namespace is refused
+                "print(json.dumps({'mode': reward.sandbox_info(config)['mode'], 'passed': [env[0].passed, "
+                "add[0].passed, nest[0].passed]}))")
+        env = {"PATH": "/usr/bin:/bin", "REWARD_TEST_SECRET": "secret"}
+        proc = subprocess.run(nobody + [python, "-c", code, home], capture_output=True, text=True, timeout=60,
+                              cwd="/", env=env)
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert report["passed"] == [True, True]
-    assert report["mode"] == ("namespaces (user namespace)" if userns else "plain")
+    assert report["passed"] == [True, True, True]
+    assert report["mode"] == (reward.NAMESPACES_UNPRIVILEGED if userns else reward.PLAIN)
     assert_no_leftovers()
