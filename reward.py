@@ -1328,6 +1328,13 @@ _PLANS = _PlanCache()
 
 @dataclass
 class Config:
+    """`python reward.py`: with no --input, what the sandbox enforces on this machine and a few examples; with
+--input, a JSONL file scored one response per line, either
+  math: {"response": "<think>...</think> ... \\\\boxed{42}", "answer": "42"}          (answer: str or number)
+  code: {"response": "<think>...</think> ```python ...```", "tests": [{"input": "1 2\\n", "output": "3"}, ...]}
+        a functional test adds "fn_name": its input holds one JSON argument per line, its output is JSON.
+Each line's result is printed to stdout as {"line", "reward", "reasons"} (reasons: one per code test);
+progress goes to stderr."""
     input: str = ""              # JSONL file to score (line formats above); "" -> self-check of this machine
     scale: str = "default"       # reward scale: default (0..1, format failure 0) or authors (+-1 with penalties)
     timeout_s: float = 6.0       # CPU time per code test (a wall-clock limit of 2 * timeout_s + 5 backs it)
@@ -1338,45 +1345,9 @@ class Config:
     python: str = ""             # interpreter for candidate programs, e.g. a virtualenv with numpy; "" -> found
     math_timeout_s: float = 5.0  # math-verify's time per answer
 
-
-_INPUT_HELP = """--input is a JSONL file, one response per line, either
-  math: {"response": "<think>...</think> ... \\\\boxed{42}", "answer": "42"}          (answer: str or number)
-  code: {"response": "<think>...</think> ```python ...```", "tests": [{"input": "1 2\\n", "output": "3"}, ...]}
-        a functional test adds "fn_name": its input holds one JSON argument per line, its output is JSON.
-Each line's result is printed to stdout as {"line", "reward", "reasons"} (reasons: one per code test);
-progress goes to stderr."""
-
-
-def _option_help() -> dict[str, str]:
-    """Each Config field's comment in this file's source: the --help text."""
-    import inspect
-    fields = (re.match(r"\s+(\w+): [^#]*#\s*(.*)", line) for line in inspect.getsource(Config).splitlines())
-    return {match.group(1): match.group(2) for match in fields if match}
-
-
-def parse_args(argv: list[str]) -> Config:
-    cfg = Config()
-    if any(a in ("-h", "--help") for a in argv):
-        descriptions = _option_help()
-        options = [f"  {f'--{f.name}={getattr(cfg, f.name)!r}':<26} {descriptions.get(f.name, '')}"
-                   for f in dataclasses.fields(cfg)]
-        print(__doc__.strip().split("\n\n")[0], _INPUT_HELP, "options (--key=value):", sep="\n\n")
-        print("\n".join(options))
-        raise SystemExit(0)
-    for arg in argv:
-        key, eq, value = arg[2:].partition("=")
-        if not arg.startswith("--") or not eq:
-            raise SystemExit(f"reward.py: arguments look like --key=value, got {arg!r}")
-        if not hasattr(cfg, key):
-            raise SystemExit(f"reward.py: unknown option --{key}; known: "
-                             + ", ".join(f.name for f in dataclasses.fields(cfg)))
-        try:
-            setattr(cfg, key, type(getattr(cfg, key))(value))
-        except ValueError:
-            raise SystemExit(f"reward.py: --{key} expects {type(getattr(cfg, key)).__name__}, got {value!r}")
-    if cfg.scale not in ("default", "authors"):
-        raise SystemExit(f"reward.py: --scale must be default or authors, got {cfg.scale!r}")
-    return cfg
+    def __post_init__(self):
+        if self.scale not in ("default", "authors"):
+            raise SystemExit(f"error: --scale must be default or authors, got {self.scale!r}")
 
 
 def _self_check(sandbox: SandboxConfig, scale: RewardScale, math_timeout_s: float):
@@ -1425,7 +1396,8 @@ def main(cfg: Config):
 
 
 if __name__ == "__main__":
+    from data import parse_config  # the project's one command-line parser; the library above needs no project file
     try:
-        main(parse_args(sys.argv[1:]))
+        main(parse_config(Config))
     except (RuntimeError, ValueError) as error:  # an option or a machine the sandbox cannot work with
         raise SystemExit(f"reward.py: {error}") from None

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import reward  # noqa: E402
+from data import parse_config  # noqa: E402
 
 
 @dataclass
@@ -33,17 +34,6 @@ class Config:
 
 PROGRAM = "print(sum(map(int, input().split())))"
 TEST = {"input": "20 22\n", "output": "42"}
-
-
-def parse_args(argv: list[str]) -> Config:
-    cfg = Config()
-    for arg in argv:
-        key, eq, value = arg[2:].partition("=")
-        if not arg.startswith("--") or not eq or not hasattr(cfg, key):
-            raise SystemExit(f"bench_reward.py: unknown argument {arg!r}; known: "
-                             + ", ".join(f"--{f.name}=" for f in dataclasses.fields(cfg)))
-        setattr(cfg, key, int(value))
-    return cfg
 
 
 def bare_seconds(python: str, repeats: int) -> float:
@@ -91,4 +81,4 @@ def main(cfg: Config):
 
 
 if __name__ == "__main__":
-    main(parse_args(sys.argv[1:]))
+    main(parse_config(Config))

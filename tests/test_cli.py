@@ -25,13 +25,9 @@ def run(script, *args, timeout=300):
 
 
 ENTRY_POINTS = [("sft.py", "--lr="), ("gppo.py", "--loss_mode="), ("gppo.py filter_code", "--code_data="),
-                ("eval.py", "--k="), ("reward.py", "--"), ("data.py", "toy"), ("data.py toy", "--n_sft_math="),
+                ("eval.py", "--k="), ("reward.py", "--math_timeout_s="), ("data.py", "toy"), ("data.py toy", "--n_sft_math="),
                 ("data.py stats", "--kind="), ("model.py", "CHECKPOINT_DIR")]
-# reward.py's two benchmarks parse like reward.py itself, with its own parser (no --help yet): they move to
-# data.parse_config together with it
-OWN_PARSER = {"benchmarks/bench_reward.py", "benchmarks/check_humaneval.py"}
-BENCHMARKS = [pytest.param(f"benchmarks/{f}", "usage", marks=[pytest.mark.skip(reason="reward.py's own parser")]
-                           if f"benchmarks/{f}" in OWN_PARSER else [])
+BENCHMARKS = [pytest.param(f"benchmarks/{f}", "usage")
               for f in sorted(os.listdir(os.path.join(ROOT, "benchmarks"))) if f.endswith(".py")
               and 'if __name__ == "__main__":' in open(os.path.join(ROOT, "benchmarks", f)).read()]   # the scripts
 
@@ -54,8 +50,8 @@ def help_text(command: str, monkeypatch, capsys) -> str:
 
 @pytest.mark.parametrize("command,expect", ENTRY_POINTS + BENCHMARKS)
 def test_every_entry_point_and_benchmark_answers_help(command, expect, monkeypatch, capsys):
-    """Every script parses its command line with data.parse_config (reward.py and its two benchmarks with their own
-    parser until they move over) and answers --help with its usage and options, exit status 0."""
+    """Every script parses its command line with data.parse_config and answers --help with its usage and options,
+    exit status 0."""
     assert expect in help_text(command, monkeypatch, capsys)
 
 
