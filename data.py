@@ -215,11 +215,15 @@ def encode_chat(tok: Tokenizer, messages) -> tuple:
     return enc.ids, _loss_mask(enc.offsets, span)
 
 
+def chat_messages(messages_or_text) -> list:
+    """A prompt as chat messages: a string is one user turn; a list of messages stays as it is."""
+    return [{"role": "user", "content": messages_or_text}] if isinstance(messages_or_text, str) else messages_or_text
+
+
 def encode_prompt(tok: Tokenizer, messages_or_text, enable_thinking: bool = True) -> list:
     """Token ids of a prompt ending in the generation prompt `<|im_start|>assistant\\n`.
     Takes a user message as a string, or a list of messages."""
-    messages = [{"role": "user", "content": messages_or_text}] if isinstance(messages_or_text, str) else messages_or_text
-    return tok.encode(render_chat(messages, True, enable_thinking), add_special_tokens=False).ids
+    return tok.encode(render_chat(chat_messages(messages_or_text), True, enable_thinking), add_special_tokens=False).ids
 
 
 def encode_sft_dataset(tok: Tokenizer, conversations, max_len: int, overlong: str = "truncate"):

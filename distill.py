@@ -37,15 +37,15 @@ Run:
   python distill.py --server=http://localhost:8000/v1 --served_model=deepseek-ai/DeepSeek-R1-0528 \\
       --math_prompts=numinamath-1.5.parquet --sft_prompts=openthoughts3.parquet,opencodereasoning.parquet \\
       --benchmarks=aime24.jsonl,aime25.jsonl,livecodebench.jsonl --k=16 --max_tokens=32768 --concurrency=256 \\
-      --math_template="{prompt}\\nPlease reason step by step, and put your final answer within \\\\boxed{}." \\
+      --math_template='{prompt} Please reason step by step, and put your final answer within \\boxed{}.' \\
       --out_dir=out/distill
   torchrun --nproc_per_node=8 sft.py --data=out/distill/sft.jsonl --tokenizer=/ckpt/Qwen3-8B-Base ...
   # a set that already holds several verified responses per prompt: the same rule, no teacher
   python distill.py --responses=openr1-math-220k.parquet --benchmarks=aime24.jsonl,aime25.jsonl --out_dir=out/openr1
   # a local Qwen3 checkpoint as the teacher, through rollout.py's engine
   python distill.py --model=/ckpt/Qwen3-8B --math_prompts=math.jsonl --k=4 --max_tokens=4096 --out_dir=out/local
-  # the toy (bash train.sh runs this): the toy teacher 4 times per toy prompt, then the rule
-  python distill.py --toy --out_dir=out/distill
+  # the toy (bash train.sh runs this, then sft.py --epochs=1): the toy teacher 4 times per toy prompt, then the rule
+  python distill.py --toy=true --out_dir=out/distill
 Interrupted (Ctrl-C, a kill, a server that went away)? Run the same command again: only missing samples are asked for.
 """
 import email.utils
@@ -120,8 +120,9 @@ def _qwen3_turn(reasoning: str, answer: str) -> str:
 
 def sample_chat(requests: list, cfg: ClientConfig, sampling: dict, on_sample, log=print) -> dict:
     """Ask the server for every (prompt, sample index) of `requests`, cfg.concurrency requests in flight, and call
-    on_sample(key, index, sample) from a worker thread as each arrives; sample = {content, closed, finish_reason, seed,
-    prompt_tokens, completion_tokens} (token counts per sample when one sample is asked per request, else None).
+    on_sample(key, index, sample) from a worker thread as each arrives; sample = {content, closed, finish_reason, seed
+    (the request's), choice (its place among the request's choices, only when n > 1), prompt_tokens, completion_tokens}
+    (token counts per sample when one sample is asked per request, else None).
     `sampling` goes into every request body (temperature, top_p, max_tokens, ...). Returns the counts of the run.
     Raises ServerRefused on 401/403/404; a request that fails for good is counted in stats["failed"] and its samples
     are left out (a rerun asks again), never raised: one bad prompt does not stop the others."""
@@ -217,10 +218,12 @@ class _Client:
         choices = sorted(answer["choices"], key=lambda c: c.get("index", 0))[:len(samples)]
         usage = answer.get("usage") or {}
         one = len(samples) == 1
-        for (index, seed), choice in zip(samples, choices):
+        for position, ((index, _), choice) in enumerate(zip(samples, choices)):
             content, closed = assistant_turn(choice["message"])
             finish = choice.get("finish_reason")
-            self.on_sample(key, index, dict(content=content, closed=closed, finish_reason=finish, seed=seed,
+            # what the sample came from: the request's seed (and, with n > 1, its place among the request's choices)
+            origin = dict(seed=samples[0][1]) if one else dict(seed=samples[0][1], choice=position)
+            self.on_sample(key, index, dict(content=content, closed=closed, finish_reason=finish, **origin,
                                             prompt_tokens=usage.get("prompt_tokens") if one else None,
                                             completion_tokens=usage.get("completion_tokens") if one else None))
             with self.lock:
@@ -411,13 +414,18 @@ class Decontaminator:
             for i in range(len(w) - n + 1):
                 self.ngrams.setdefault(" ".join(w[i:i + n]), set()).add((bench, item))
 
-    def matches(self, text: str) -> set:
-        w, hits = words(text), set()
+    def matches(self, text: str, text_words: list | None = None) -> set:
+        """The (benchmark, item) pairs `text` overlaps (text_words: its words(), if already computed)."""
+        w, hits = text_words if text_words is not None else words(text), set()
         for i in range(len(w) - self.n + 1):
-            hits |= self.ngrams.get(" ".join(w[i:i + self.n]), set())
+            found = self.ngrams.get(" ".join(w[i:i + self.n]))
+            if found:
+                hits |= found
         for m, table in self.short.items():
             for i in range(len(w) - m + 1) if m else ():
-                hits |= table.get(tuple(w[i:i + m]), set())
+                found = table.get(tuple(w[i:i + m]))
+                if found:
+                    hits |= found
         return hits
 
 
@@ -447,12 +455,13 @@ class PromptFilter:
     def keep(self, source: str, key: str, text: str) -> bool:
         counts = self.counts.setdefault(source, Counter(read=0))
         counts["read"] += 1
-        digest = hashlib.blake2b(" ".join(words(text)).encode(), digest_size=16).digest()
+        w = words(text)
+        digest = hashlib.blake2b(" ".join(w).encode(), digest_size=16).digest()
         if digest in self.seen:
             counts["duplicates"] += 1
             return False
         self.seen.add(digest)
-        matched = self.decontaminator.matches(text) if self.decontaminator else set()
+        matched = self.decontaminator.matches(text, w) if self.decontaminator else set()
         for item in matched:
             self.hits.setdefault(item, []).append(key)
         if matched:
@@ -500,15 +509,17 @@ class DistillConfig:
     max_num_seqs: int = 256         # local model: sequences decoded together
     device: str = "auto"            # local model: auto | cpu | cuda
     toy: bool = False               # the toy teacher on the toy prompts (what `bash train.sh` trains on)
-    toy_math_prompts: int = 3600    # toy addition prompts (1-4 digit operands)
+    toy_math_prompts: int = 12000   # toy addition prompts (1-4 digit operands)
     toy_code_prompts: int = 224     # toy programming prompts (224 distinct ones exist)
     toy_code_tests: int = 4         # tests per toy programming prompt the teacher's programs are run on
+    toy_code_k: int = 36            # responses per toy programming prompt: 224 x 36 ~ the 8,000 programs (2,000 x 4
+    #   epochs) the toy model needs to learn the task (its one program, repeated: the toy teacher always writes it)
     toy_slip_hard: float = 0.67     # the toy teacher's chance of one slip in a trace with a 3+ digit operand
     toy_slip_easy: float = 0.05     # ... with 1-2 digit operands (the rule drops these slips: easy prompts)
     # sampling (DeepSeek's recommendation for R1: temperature 0.6, top-p 0.95)
     k: int = 0                      # responses per prompt; 0 = 16 (the paper's at most 16), 4 with --toy
-    temperature: float = 0.6
-    top_p: float = 0.95
+    temperature: float = 0.6        # sampling temperature
+    top_p: float = 0.95             # nucleus sampling
     top_k: int = 0                  # 0 = not sent (OpenAI's API has no top_k; vLLM and SGLang take it)
     max_tokens: int = 32768         # new tokens per response (the paper's SFT context: 32K)
     extra_body: str = ""            # JSON object merged into every request, e.g. '{"min_p": 0.05}'
@@ -610,17 +621,18 @@ def read_prompts(cfg: DistillConfig, keep) -> tuple:
     import data
     prompts, reports, taken = [], {}, set()
 
-    def add(source, pid, prompt, messages, answers=None, tests=None, responses=None, toy=None):
+    def add(source, pid, prompt, messages, answers=None, tests=None, responses=None, toy=None, k=cfg.k):
         key = f"{source}/{pid}"
         if keep(source, key, prompt_text(prompt)):
             prompts.append(dict(key=key, source=source, messages=messages, answers=answers, tests=tests,
-                                k=len(responses) if responses else cfg.k, responses=responses, toy=toy))
+                                k=len(responses) if responses else k, responses=responses, toy=toy))
 
     if cfg.toy:   # toy: "math" (the teacher samples a trace), or the teacher's one program (code)
         for p in data.toy_math_problems(cfg.toy_math_prompts, seed=f"distill-{cfg.seed}", split="train"):
             add("toy_math", p["id"], p["prompt"], _messages(p["prompt"]), answers=[p["answer"]], toy="math")
         for p in data.toy_code_problems(cfg.toy_code_prompts, seed=cfg.seed, split="train", num_tests=cfg.toy_code_tests):
-            add("toy_code", p["id"], p["prompt"], _messages(p["prompt"]), tests=p["tests"], toy=data.toy_code_response(p))
+            add("toy_code", p["id"], p["prompt"], _messages(p["prompt"]), tests=p["tests"], toy=data.toy_code_response(p),
+                k=cfg.toy_code_k)
     for path in _files(cfg.math_prompts):
         records = data.load_math_jsonl(path, skip_bad_rows=cfg.skip_bad_rows)
         source = _source_name(path, taken)
@@ -836,44 +848,45 @@ def keep_responses(verdicts: list, keep: str = "difficulty", hard_below: float =
 
 def write_sft(cfg: DistillConfig, prompts: list, samples: Journal, verdicts: Journal, path: str) -> dict:
     """Apply the rule to every prompt whose k samples all have verdicts and write the kept responses as SFT rows
-    {messages, id, source, difficulty, pass_rate, correct} (written to a temporary file, then renamed). Returns the
-    counts per source x difficulty and the prompts left out (incomplete, or whose verification failed)."""
-    counts, incomplete, errors = {}, 0, []
-    tmp = path + ".tmp"
-    with open(tmp, "w") as out:
-        for p in prompts:
-            keys = [(p["key"], j) for j in range(p["k"])]
-            if not all(key in verdicts for key in keys):
-                incomplete += 1
-                continue
-            judged = [verdicts.read(key) for key in keys]
-            broken = next((v for v in judged if "error" in v), None)
-            if broken:
-                errors.append(f"{p['key']}: {broken['error']}")
-                continue
-            flags = [v["correct"] for v in judged]
-            difficulty, kept = keep_responses(flags, cfg.keep, cfg.hard_below, cfg.drop_unsolved)
-            c = counts.setdefault(p["source"], {}).setdefault(difficulty, Counter())
-            c["prompts"] += 1
-            c["responses"] += len(keys)
-            c["correct"] += sum(f is True for f in flags)
-            n_judged = sum(f is not None for f in flags)
-            for key, flag, keep_it, v in zip(keys, flags, kept, judged):
-                if not keep_it:
-                    c["dropped_" + ("unsolved" if difficulty == "unsolved" else "wrong")] += 1
-                    continue
-                if v["reason"].startswith(("truncated", "unfinished")):   # kept by the rule, never trained on
-                    c["dropped_" + v["reason"].split()[0]] += 1
-                    continue
-                s = samples.read(key)
+    {messages, id, source, difficulty, pass_rate, correct}, in a random order fixed by the seed (sft.py packs documents
+    of one length in file order: the k responses of a prompt side by side would fill a batch with few prompts), to a
+    temporary file, then renamed. Returns the counts per source x difficulty and the prompts left out (incomplete, or
+    whose verification failed)."""
+    counts, incomplete, errors, rows = {}, 0, [], []
+    for p in prompts:
+        keys = [(p["key"], j) for j in range(p["k"])]
+        if not all(key in verdicts for key in keys):
+            incomplete += 1
+            continue
+        judged = [verdicts.read(key) for key in keys]
+        broken = next((v for v in judged if "error" in v), None)
+        if broken:
+            errors.append(f"{p['key']}: {broken['error']}")
+            continue
+        flags = [v["correct"] for v in judged]
+        difficulty, kept = keep_responses(flags, cfg.keep, cfg.hard_below, cfg.drop_unsolved)
+        c = counts.setdefault(p["source"], {}).setdefault(difficulty, Counter())
+        c["prompts"] += 1
+        c["responses"] += len(keys)
+        c["correct"] += sum(f is True for f in flags)
+        for key, flag, keep_it, v in zip(keys, flags, kept, judged):
+            if not keep_it:
+                c["dropped_" + ("unsolved" if difficulty == "unsolved" else "wrong")] += 1
+            elif v["reason"].startswith(("truncated", "unfinished")):   # kept by the rule, never trained on
+                c["dropped_" + v["reason"].split()[0]] += 1
+            else:
                 c["kept"] += 1
                 c["kept_wrong"] += flag is False
                 c["kept_unverified"] += flag is None
-                row = dict(messages=p["messages"] + [{"role": "assistant", "content": s["content"]}],
-                           id=f"{p['key']}/{key[1]}", source=p["source"], difficulty=difficulty,
-                           pass_rate=[sum(f is True for f in flags), n_judged], correct=flag)
-                out.write(json.dumps(row, ensure_ascii=False) + "\n")
-    os.replace(tmp, path)
+                rows.append((p, key, difficulty, [sum(f is True for f in flags), sum(f is not None for f in flags)], flag))
+    random.Random(f"sft-order-{cfg.seed}").shuffle(rows)
+    with open(path + ".tmp", "w") as out:
+        for p, key, difficulty, pass_rate, flag in rows:
+            row = dict(messages=p["messages"] + [{"role": "assistant", "content": samples.read(key)["content"]}],
+                       id=f"{key[0]}/{key[1]}", source=p["source"], difficulty=difficulty, pass_rate=pass_rate,
+                       correct=flag)
+            out.write(json.dumps(row, ensure_ascii=False) + "\n")
+    os.replace(path + ".tmp", path)
     return dict(counts={s: {d: dict(c) for d, c in by.items()} for s, by in counts.items()},
                 incomplete_prompts=incomplete, verification_errors=errors)
 
@@ -1016,4 +1029,5 @@ def sample_totals(prompts: list, samples: Journal) -> dict:
 
 if __name__ == "__main__":
     from sft import parse_config, run_entry_point   # the project's shared option parser (imports torch)
-    run_entry_point(main, parse_config(DistillConfig))
+    run_entry_point(main, parse_config(DistillConfig, usage="usage: python distill.py [--key=value ...]   (examples at "
+                                                            "the top of distill.py; booleans: --toy=true)"))
