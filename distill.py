@@ -509,12 +509,12 @@ class DistillConfig:
     max_num_seqs: int = 256         # local model: sequences decoded together
     device: str = "auto"            # local model: auto | cpu | cuda
     toy: bool = False               # the toy teacher on the toy prompts (what `bash train.sh` trains on)
-    toy_math_prompts: int = 12000   # toy addition prompts (1-4 digit operands)
+    toy_math_prompts: int = 16000   # toy addition prompts (1-4 digit operands)
     toy_code_prompts: int = 224     # toy programming prompts (224 distinct ones exist)
     toy_code_tests: int = 4         # tests per toy programming prompt the teacher's programs are run on
     toy_code_k: int = 36            # responses per toy programming prompt: 224 x 36 ~ the 8,000 programs (2,000 x 4
     #   epochs) the toy model needs to learn the task (its one program, repeated: the toy teacher always writes it)
-    toy_slip_hard: float = 0.67     # the toy teacher's chance of one slip in a trace with a 3+ digit operand
+    toy_slip_hard: float = 0.72     # the toy teacher's chance of one slip in a trace with a 3+ digit operand
     toy_slip_easy: float = 0.05     # ... with 1-2 digit operands (the rule drops these slips: easy prompts)
     # sampling (DeepSeek's recommendation for R1: temperature 0.6, top-p 0.95)
     k: int = 0                      # responses per prompt; 0 = 16 (the paper's at most 16), 4 with --toy

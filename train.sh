@@ -89,14 +89,15 @@ if [ -n "${BASE_MODEL:-}" ]; then
       --out_dir="$OUT/eval/rl" $EVAL_ARGS
 else
   # --- the toy pipeline: a tiny Qwen3 learns multi-digit addition on a CPU. The SFT data is the paper's recipe
-  # (distill.py): a toy teacher answers each toy prompt 4 times, slipping once in 67% of its traces of sums with a
-  # 3+ digit operand; the responses are verified and the difficulty rule keeps every response of a prompt the
-  # teacher solved less than half the time, only the correct ones of the others. About 60% of the kept traces of
+  # (distill.py): a toy teacher answers each of 16,000 toy prompts 4 times, slipping once in 72% of its traces of sums
+  # with a 3+ digit operand; the responses are verified and the difficulty rule keeps every response of a prompt the
+  # teacher solved less than half the time, only the correct ones of the others. About 68% of the kept traces of
   # 3+ digit sums slip, so the SFT model solves 3-digit sums at T=1 about half the time: RL's job is the slips.
   stage distill python distill.py --toy=true --out_dir="$OUT/distill" $DISTILL_ARGS
-  # One thread per process: two processes use two cores better than one process with two threads.
+  # One epoch: each prompt's 4 responses already show it 4 times. One thread per process: two processes use two
+  # cores better than one process with two threads.
   [ -n "${NPROC_SET:-}" ] || LAUNCH=(torchrun --standalone --nproc_per_node=2)
-  stage sft "${LAUNCH[@]}" sft.py --data="$OUT/distill/sft.jsonl" --tokenizer="$OUT/distill/tokenizer" \
+  stage sft "${LAUNCH[@]}" sft.py --data="$OUT/distill/sft.jsonl" --tokenizer="$OUT/distill/tokenizer" --epochs=1 \
       --out_dir="$OUT/sft" $SFT_ARGS
   # refill: groups all right are dropped (no signal); a second round of prompts keeps each step's batch full
   stage gppo "${LAUNCH[@]}" gppo.py --init_from="$OUT/sft/hf" --out_dir="$OUT/gppo" --max_gen_rounds=2 $GPPO_ARGS
