@@ -79,7 +79,8 @@ The file, top to bottom:
    PackedLoader shuffles rows by (seed, epoch), gives every rank the same number of rows per step
    (all-padding rows fill the last step), and resumes mid-epoch from state_dict().
 4. Toy tasks (no download): multi-digit addition with a digit-by-digit `<think>` trace and a `\\boxed{}`
-   answer (a share of the traces of 3-4 digit problems slip once and end wrong: the paper's "mixed" data),
+   answer (a toy teacher's traces may slip once and end wrong: distill.py samples it and keeps the slips of the
+   prompts it finds hard, the paper's "mixed" data; toy_math_sft_examples is a fixed mix made without the recipe),
    and small programming problems with 16+ stdin or functional tests and a ```python answer. A byte-level
    BPE tokenizer with Qwen3's pre-tokenizer and special tokens is trained on them in a second.
 

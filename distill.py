@@ -26,10 +26,13 @@ The file, top to bottom:
   2. the journal: samples.jsonl gets one record per (prompt id, sample index) the moment it arrives; a rerun of the
      same command skips what is there. A kill loses only the requests in flight, never leaves a duplicate, and a line
      torn by the kill is dropped when the file is reopened.
-  3. prompts: read in every layout data.py reads, exact duplicates after normalisation removed, n-gram decontamination.
-  4. teachers: a server, a local Qwen3 checkpoint through rollout.py's engine (torch imported only there), the toy.
-  5. verification (reward.py: math-verify on the text after </think>, the sandbox for code), the rule, the output:
+  3. exact duplicates after normalisation, n-gram decontamination against benchmark files.
+  4. the configuration, and why a prompt is hard below a pass rate of 1/2 (HARD_BELOW).
+  5. reading the prompts, in every layout data.py reads.
+  6. the teachers: a server, the toy, a local Qwen3 checkpoint through rollout.py's engine (torch imported only there).
+  7. verification (reward.py: math-verify on the text after </think>, the sandbox for code), the rule, the output:
      sft.jsonl (`messages`, what sft.py --data trains on as it is) and report.json.
+  8. main.
 
 Run:
   # the paper's teacher, served by vLLM (SGLang and hosted APIs speak the same protocol):
@@ -492,7 +495,8 @@ class DistillConfig:
     code_template: str = "{prompt}"  # the user turn sent for a code_prompts problem
     benchmarks: str = ""            # benchmark files (AIME, HMMT, LiveCodeBench; any layout eval.py reads): prompts
     #   that overlap one are dropped and the report names the items they matched
-    ngram: int = 8                  # words in a row a prompt must share with a benchmark item to be dropped (open-r1: 8)
+    ngram: int = 8                  # words in a row a prompt must share with a benchmark item to be dropped (open-r1: 8;
+    #   the paper reports 9)
     # the teacher: a server (OpenAI chat completions: vLLM, SGLang, a hosted API), a local checkpoint, or the toy
     server: str = ""                # base URL, e.g. http://localhost:8000/v1
     served_model: str = ""          # the model name the server serves
