@@ -79,7 +79,8 @@ The file, top to bottom:
    PackedLoader shuffles rows by (seed, epoch), gives every rank the same number of rows per step
    (all-padding rows fill the last step), and resumes mid-epoch from state_dict().
 4. Toy tasks (no download): multi-digit addition with a digit-by-digit `<think>` trace and a `\\boxed{}`
-   answer (a share of the traces of 3-4 digit problems slip once and end wrong: the paper's "mixed" data),
+   answer (a toy teacher's traces may slip once and end wrong: distill.py samples it and keeps the slips of the
+   prompts it finds hard, the paper's "mixed" data; toy_math_sft_examples is a fixed mix made without the recipe),
    and small programming problems with 16+ stdin or functional tests and a ```python answer. A byte-level
    BPE tokenizer with Qwen3's pre-tokenizer and special tokens is trained on them in a second.
 5. The command line: parse_config, the one `--key=value` parser of every entry point and benchmark (it lives here,
@@ -227,11 +228,15 @@ def encode_chat(tok: Tokenizer, messages) -> tuple:
     return enc.ids, _loss_mask(enc.offsets, span)
 
 
+def chat_messages(messages_or_text) -> list:
+    """A prompt as chat messages: a string is one user turn; a list of messages stays as it is."""
+    return [{"role": "user", "content": messages_or_text}] if isinstance(messages_or_text, str) else messages_or_text
+
+
 def encode_prompt(tok: Tokenizer, messages_or_text, enable_thinking: bool = True) -> list:
     """Token ids of a prompt ending in the generation prompt `<|im_start|>assistant\\n`.
     Takes a user message as a string, or a list of messages."""
-    messages = [{"role": "user", "content": messages_or_text}] if isinstance(messages_or_text, str) else messages_or_text
-    return tok.encode(render_chat(messages, True, enable_thinking), add_special_tokens=False).ids
+    return tok.encode(render_chat(chat_messages(messages_or_text), True, enable_thinking), add_special_tokens=False).ids
 
 
 def encode_sft_dataset(tok: Tokenizer, conversations, max_len: int, overlong: str = "truncate"):
@@ -1546,23 +1551,33 @@ def addition_trace(a: int, b: int, slip_column: int | None = None, slip: int = 1
     return "\n".join(lines), int("".join(map(str, reversed(digits))))
 
 
+def toy_math_response(a: int, b: int, rng: random.Random, slip_probability: float) -> str:
+    """A toy teacher's answer to `a + b`: the `<think>` trace and the `\\boxed{}` sum. With probability
+    slip_probability the trace slips once, by one, in a random column (drawn from rng only then), and the
+    answer follows the slip: a wrong answer from a self-consistent trace."""
+    slip_column = slip = None
+    if slip_probability > 0 and rng.random() < slip_probability:
+        slip_column = rng.randrange(max(len(str(a)), len(str(b))))
+        s = int(addition_trace(a, b)[0].split("\n")[slip_column].split("=")[1])
+        slip = -1 if s == 19 else (1 if s == 0 else rng.choice((-1, 1)))  # keep the sum in 0..19
+    trace, answer = addition_trace(a, b, slip_column, slip or 0)
+    return f"<think>\n{trace}\n</think>\n\n\\boxed{{{answer}}}"
+
+
 def toy_math_sft_examples(n: int, seed: int = 0, wrong_fraction: float = 0.6, min_digits: int = 1,
                           max_digits: int = 4) -> list:
     """n SFT conversations on train-split problems: user question, assistant `<think>` trace + `\\boxed{}`.
     On hard problems (an operand with >= 3 digits) a wrong_fraction of the traces slip once in a random
-    column and end in a wrong answer (the paper's "mixed" data); wrong_fraction=0 gives only-correct data."""
+    column and end in a wrong answer; wrong_fraction=0 gives only-correct data. A fixed mix, made without the
+    recipe: `python sft.py` alone trains on it and the toy tokenizer's corpus is made of it; `bash train.sh`
+    makes its SFT data with distill.py (the toy teacher sampled k times per prompt, then the paper's rule)."""
     rng = random.Random(f"toy-math-sft-{seed}")
     conversations = []
     for p in toy_math_problems(n, f"sft-{seed}", "train", min_digits, max_digits):  # not the RL prompts' stream
         a, b = map(int, p["id"].split("-")[1:])
-        slip_column = slip = None
-        if max(len(str(a)), len(str(b))) >= 3 and rng.random() < wrong_fraction:
-            slip_column = rng.randrange(max(len(str(a)), len(str(b))))
-            s = int(addition_trace(a, b)[0].split("\n")[slip_column].split("=")[1])
-            slip = -1 if s == 19 else (1 if s == 0 else rng.choice((-1, 1)))  # keep the sum in 0..19
-        trace, answer = addition_trace(a, b, slip_column, slip or 0)
+        hard = max(len(str(a)), len(str(b))) >= 3
         conversations.append([{"role": "user", "content": p["prompt"]},
-                              {"role": "assistant", "content": f"<think>\n{trace}\n</think>\n\n\\boxed{{{answer}}}"}])
+                              {"role": "assistant", "content": toy_math_response(a, b, rng, wrong_fraction if hard else 0.0)}])
     return conversations
 
 
@@ -1677,9 +1692,13 @@ def toy_code_sft_examples(n: int, seed: int = 0) -> list:
     conversations = []
     for _ in range(n):
         p = _code_problem(*rng.choice(rng.choice(pools)), num_tests=0)
-        answer = f"<think>\n{p['plan']}\n</think>\n\n```python\n{p['solutions'][0]}\n```"
-        conversations.append([{"role": "user", "content": p["prompt"]}, {"role": "assistant", "content": answer}])
+        conversations.append([{"role": "user", "content": p["prompt"]}, {"role": "assistant", "content": toy_code_response(p)}])
     return conversations
+
+
+def toy_code_response(problem: dict) -> str:
+    """The toy teacher's answer to a toy programming problem: its plan in `<think>`, then the reference program."""
+    return f"<think>\n{problem['plan']}\n</think>\n\n```python\n{problem['solutions'][0]}\n```"
 
 
 def toy_sft_conversations(n_math: int, n_code: int, seed: int = 0, wrong_fraction: float = 0.6) -> list:
@@ -1934,7 +1953,7 @@ def option_help(cls) -> list:
     return lines
 
 
-def _guess_kind(rec: dict) -> str:
+def guess_kind(rec: dict) -> str:
     """What a row is, from its keys: several responses (OpenR1's generations), code, SFT, or math."""
     if "generations" in rec:
         return "responses"
@@ -1952,7 +1971,7 @@ def _stats(cfg: StatsConfig) -> None:
     readers = {"sft": _sft_reader, "responses": _responses_reader, "math": _math_reader, "code": _code_reader}
     if cfg.kind and cfg.kind not in readers:
         raise SystemExit(f"error: --kind={cfg.kind!r}: use {', '.join(readers)} (or leave it empty to guess)")
-    kind = cfg.kind or _guess_kind(next(read_rows(cfg.file))[1])
+    kind = cfg.kind or guess_kind(next(read_rows(cfg.file))[1])
     tok = load_tokenizer(cfg.tokenizer) if cfg.tokenizer else None
     report = _new_report(cfg.file)
     records = _records(cfg.file, readers[kind](cfg.file, report), report, cfg.skip_bad_rows)

@@ -33,6 +33,8 @@ Run:
       --date_from=2024-08-01 --date_to=2025-02-01 --max_tokens=32768 --out_dir=out/eval/lcb_v5
   python eval.py --compare=out/eval/sft/results.json,out/eval/gppo/results.json --labels=SFT,GPPO
   python eval.py --model=/ckpt/Qwen3-0.6B --prompt="What is 17 * 23?" --k=2 --max_tokens=512   # print 2 samples
+  python eval.py --server=http://localhost:8000/v1 --served_model=Kwai-Klear/Klear-Reasoner-8B \
+      --math_data=aime24.jsonl --k=64 --max_tokens=32768 --concurrency=256   # a served model (vLLM, SGLang, an API)
 In Python:  results, samples = evaluate_model(model, tokenizer, load_benchmarks(cfg), cfg)
 """
 import os
@@ -46,6 +48,7 @@ import inspect
 import json
 import shlex
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
@@ -54,6 +57,7 @@ import torch
 import torch.distributed as dist
 
 import data
+import distill
 import reward
 from model import from_pretrained
 from rollout import LLMEngine, SamplingParams, sample_seed
@@ -108,6 +112,13 @@ class EvalConfig:
     out_dir: str = "out/eval"        # results.json and samples.jsonl
     # one-prompt mode: a look at what a model says, with the sampling options above; evaluates nothing
     prompt: str = ""                 # one user turn (Qwen3 chat template): print its k samples and their logprobs
+    # a served model instead of --model: OpenAI chat completions (vLLM, SGLang, a hosted API), distill.py's client
+    server: str = ""                 # base URL, e.g. http://localhost:8000/v1; sampled there, scored here
+    served_model: str = ""           # the model name the server serves (recorded in results.json with the URL)
+    api_key_env: str = "OPENAI_API_KEY"  # name of the environment variable holding the API key (never printed or written)
+    concurrency: int = 64            # requests in flight
+    request_timeout_s: float = 3600.0  # longest wait for one answer; slower requests are retried
+    max_retries: int = 8             # retries of one request (429, 5xx, timeouts, dropped connections)
     # compare mode: one table of several results.json files side by side; evaluates nothing
     compare: str = ""                # results.json files, comma-separated: print one table side by side; evaluates nothing
     labels: str = ""                 # column names for --compare, comma-separated
@@ -121,6 +132,7 @@ class EvalConfig:
             except ValueError:
                 raise SystemExit(f"error: --{name}={value!r} is not a date YYYY-MM-DD") from None
         checks = [(self.k >= 1, "k must be >= 1"),
+                  (not self.server or bool(self.served_model), "--server needs --served_model"),
                   (self.k <= self.max_num_seqs, "k must be <= max_num_seqs (a problem's samples decode together)"),
                   (self.dtype in ("auto", "bfloat16", "float32"), "dtype must be auto, bfloat16 or float32"),
                   (self.reward_workers >= 1 and self.chunk_problems >= 0, "reward_workers >= 1, chunk_problems >= 0")]
@@ -347,6 +359,59 @@ def print_samples(model, tokenizer, cfg):
     print(f"--- {generated} tokens in {seconds:.1f}s ({generated / seconds:.1f} tok/s); {engine.stats}")
 
 
+def evaluate_served(benchmarks: list, cfg):
+    """--server: sample k responses per problem from a served model (distill.py's chat-completions client, many requests
+    in flight, retries), each sample with the seed the engine would use, then score and aggregate as evaluate() does.
+    Returns (results, samples); a sample the server never answered stops the run (an estimate needs all k)."""
+    client = distill.ClientConfig(url=cfg.server, model=cfg.served_model, api_key_env=cfg.api_key_env,
+                                  concurrency=cfg.concurrency, timeout_s=cfg.request_timeout_s, max_retries=cfg.max_retries)
+    request = dict(temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens)
+    if cfg.top_k:
+        request["top_k"] = cfg.top_k
+    ks = pass_ks(cfg)
+    results = dict(sampling=dict(request, k=cfg.k, seed=cfg.seed, problem_seed=inspect.getsource(problem_seed),
+                                 sample_seed=inspect.getsource(sample_seed), chat_template="the server's"),
+                   world_size=1, benchmarks={})
+    all_samples = []
+    with ThreadPoolExecutor(cfg.reward_workers) as pool:
+        for bench in benchmarks:
+            name, kind, problems, jobs, lock = bench["name"], bench["kind"], bench["problems"], [], threading.Lock()
+            requests = [distill.ChatRequest(str(i), data.chat_messages(p["prompt"]),
+                                            [(j, sample_seed(problem_seed(cfg.seed, name, i), j)) for j in range(cfg.k)])
+                        for i, p in enumerate(problems)]
+
+            def on_sample(key, j, s, name=name, kind=kind, problems=problems, jobs=jobs, lock=lock):
+                i = int(key)
+                record = dict(benchmark=name, problem_id=problems[i]["id"], problem_index=i, sample=j, seed=s["seed"],
+                              length=s["completion_tokens"] or 0, finish_reason=s["finish_reason"], response=s["content"])
+                with lock:
+                    jobs.append((record, pool.submit(_score_or_raise, kind, problems[i], s["content"], name)))
+
+            t0 = time.perf_counter()
+            try:
+                stats = distill.sample_chat(requests, client, request, on_sample,
+                                            log=lambda line, name=name: print(f"{name}: {line}", flush=True))
+            except distill.ServerRefused as e:
+                raise InputError(f"--server={cfg.server}: {e}") from None
+            if stats["failed"]:
+                raise InputError(f"--server={cfg.server}: {stats['failed']} samples of {name} got no answer, e.g. "
+                                 f"{stats['failures'][0]}")
+            generate_s = time.perf_counter() - t0
+            wait_for_scores([job for _, job in jobs], name, 0)
+            samples = sorted(({**rec, **job.result()} for rec, job in jobs), key=lambda s: (s["problem_index"], s["sample"]))
+            for s in samples:   # record fields first, response last (as evaluate writes them)
+                s["response"] = s.pop("response")
+            b = results["benchmarks"][name] = dict(
+                kind=kind, source=bench.get("source", ""), prompts=dict(prompts=len(problems)), **summarize(samples, ks),
+                generated_tokens=stats["completion_tokens"], generate_s=generate_s,
+                tokens_per_s=stats["completion_tokens"] / max(generate_s, 1e-9), total_s=time.perf_counter() - t0,
+                requests=stats["requests"], retries=dict(stats["retries"]))
+            all_samples += samples
+            print(f"{name}: Avg@{cfg.k} {100 * b['avg_at_k']:.2f} | {b['generated_tokens']} tokens in {generate_s:.1f}s "
+                  f"from {cfg.server} ({stats['requests']} requests)", flush=True)
+    return results, all_samples
+
+
 # ----------------------------------------------------------------------------- tables
 
 def format_table(results_list: list, labels: list | None = None) -> str:
@@ -405,6 +470,15 @@ def main(cfg: EvalConfig):
         print(compare_files(cfg.compare, cfg.labels))
         return
     started, t0 = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), time.perf_counter()
+    if cfg.server:
+        benchmarks = read_input("--math_data/--code_data", load_benchmarks, cfg)
+        try:
+            results, samples = evaluate_served(benchmarks, cfg)
+        except data.DataError as e:
+            raise InputError(str(e)) from None
+        return write_results(cfg, dict(endpoint=cfg.server, served_model=cfg.served_model, model_label=cfg.served_model,
+                                       command=shlex.join(sys.argv), started=started, wall_s=time.perf_counter() - t0,
+                                       config=dataclasses.asdict(cfg), **results), samples)
     rank, world, device = init_distributed(cfg.device)
     set_threads(cfg.threads, device)
     dtype = {"auto": torch.bfloat16 if device.type == "cuda" else torch.float32,
@@ -433,13 +507,17 @@ def main(cfg: EvalConfig):
                        device=str(device), dtype=str(dtype).removeprefix("torch."),
                        device_name=torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
                        started=started, wall_s=time.perf_counter() - t0, config=dataclasses.asdict(cfg), **results)
-        os.makedirs(cfg.out_dir, exist_ok=True)
-        with open(os.path.join(cfg.out_dir, "results.json"), "w") as f:
-            json.dump(results, f, indent=2)
-        with open(os.path.join(cfg.out_dir, "samples.jsonl"), "w") as f:
-            f.writelines(json.dumps(s) + "\n" for s in samples)
-        print(format_table([results], [results["model_label"]]))
-        print(f"wrote {cfg.out_dir}/results.json and samples.jsonl ({len(samples)} samples) in {results['wall_s']:.1f}s")
+        write_results(cfg, results, samples)
+
+
+def write_results(cfg, results: dict, samples: list):
+    os.makedirs(cfg.out_dir, exist_ok=True)
+    with open(os.path.join(cfg.out_dir, "results.json"), "w") as f:
+        json.dump(results, f, indent=2)
+    with open(os.path.join(cfg.out_dir, "samples.jsonl"), "w") as f:
+        f.writelines(json.dumps(s) + "\n" for s in samples)
+    print(format_table([results], [results["model_label"]]))
+    print(f"wrote {cfg.out_dir}/results.json and samples.jsonl ({len(samples)} samples) in {results['wall_s']:.1f}s")
 
 
 if __name__ == "__main__":

@@ -62,7 +62,8 @@ class SFTConfig:
     toy_math_examples: int = 12000   # toy addition conversations (with toy data)
     toy_code_examples: int = 2000    # toy programming conversations (with toy data)
     toy_wrong_fraction: float = 0.6  # share of hard (3+ digit) toy math traces that slip once and end wrong
-    #   ("mixed" data): the SFT model samples such slips at T=1, and RL has them to unlearn
+    #   ("mixed" data): the SFT model samples such slips at T=1, and RL has them to unlearn (this fixed toy mix is
+    #   for `python sft.py` alone; bash train.sh makes its toy data with distill.py, the paper's recipe)
     # model
     init_from: str = ""              # a Hugging Face Qwen3 directory; empty = a tiny Qwen3 from scratch (sizes below)
     n_layer: int = 4                 # from scratch: decoder layers

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole Klear-Reasoner pipeline: long-CoT SFT -> GPPO RL -> evaluation of both models, one table.
 #
-#   bash train.sh                 # toy task on a CPU (tiny model from scratch): ~11 min on 2 cores
+#   bash train.sh                 # toy task on a CPU (tiny model from scratch): ~12 min on 2 cores
 #   bash train.sh ablate          # the off-policy sweep and the paper's ablations in miniature, 3 seeds per arm
 #                                 # (README, "Ablations"): 84 min on 2 cores; writes benchmarks/results' files
 #   bash train.sh rehearsal       # Qwen3-0.6B's exact shape through every stage, memory vs budget (README, "Rehearsal");
@@ -11,7 +11,7 @@
 #   BASE_MODEL=/ckpt/Qwen3-8B-Base SFT_DATA=sft.jsonl MATH_DATA=math.jsonl CODE_DATA=code.jsonl \
 #   EVAL_MATH=aime24.jsonl,aime25.jsonl EVAL_CODE=lcb_v5.jsonl NPROC=8 bash train.sh
 # Several nodes: run it on every node with NNODES=N NODE_RANK=R MASTER_ADDR=host0 MASTER_PORT=29500.
-# Extra options for one stage: SFT_ARGS="--epochs=2", GPPO_ARGS="--steps=100", EVAL_ARGS="--k=16".
+# Extra options for one stage: DISTILL_ARGS="--k=8" (toy), SFT_ARGS="--epochs=2", GPPO_ARGS="--steps=100", EVAL_ARGS="--k=16".
 # OUT (default out/) holds every stage's output; a stage that fails stops the script with its name.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -20,6 +20,7 @@ OUT=${OUT:-out}
 NPROC_SET=${NPROC:-}
 NPROC=${NPROC:-1}
 NNODES=${NNODES:-1}
+DISTILL_ARGS=${DISTILL_ARGS:-}
 SFT_ARGS=${SFT_ARGS:-}
 GPPO_ARGS=${GPPO_ARGS:-}
 EVAL_ARGS=${EVAL_ARGS:-}
@@ -87,11 +88,17 @@ if [ -n "${BASE_MODEL:-}" ]; then
   stage eval-rl "${LAUNCH[@]}" eval.py --model="$FINAL" "${EVAL_SETS[@]}" --k=64 --max_tokens=32768 \
       --out_dir="$OUT/eval/rl" $EVAL_ARGS
 else
-  # --- the toy pipeline: a tiny Qwen3 learns multi-digit addition on a CPU. 60% of the SFT data's hard (3+ digit)
-  # traces slip once, so the SFT model solves 3-digit sums at T=1 about half the time: RL's job is the slips.
-  # One thread per process: two processes use two cores better than one process with two threads.
+  # --- the toy pipeline: a tiny Qwen3 learns multi-digit addition on a CPU. The SFT data is the paper's recipe
+  # (distill.py): a toy teacher answers each of 16,000 toy prompts 4 times, slipping once in 72% of its traces of sums
+  # with a 3+ digit operand; the responses are verified and the difficulty rule keeps every response of a prompt the
+  # teacher solved less than half the time, only the correct ones of the others. About 68% of the kept traces of
+  # 3+ digit sums slip, so the SFT model solves 3-digit sums at T=1 about half the time: RL's job is the slips.
+  stage distill python distill.py --toy=true --out_dir="$OUT/distill" $DISTILL_ARGS
+  # One epoch: each prompt's 4 responses already show it 4 times. One thread per process: two processes use two
+  # cores better than one process with two threads.
   [ -n "${NPROC_SET:-}" ] || LAUNCH=(torchrun --standalone --nproc_per_node=2)
-  stage sft "${LAUNCH[@]}" sft.py --out_dir="$OUT/sft" $SFT_ARGS
+  stage sft "${LAUNCH[@]}" sft.py --data="$OUT/distill/sft.jsonl" --tokenizer="$OUT/distill/tokenizer" --epochs=1 \
+      --out_dir="$OUT/sft" $SFT_ARGS
   # refill: groups all right are dropped (no signal); a second round of prompts keeps each step's batch full
   stage gppo "${LAUNCH[@]}" gppo.py --init_from="$OUT/sft/hf" --out_dir="$OUT/gppo" --max_gen_rounds=2 $GPPO_ARGS
   # evaluated on the RL task's held-out sums (3 digits) and on toy programs

@@ -18,10 +18,12 @@ Arms, with the paper's claim (a claim that does not hold at toy scale is a resul
   code    soft (fraction of tests passed) vs all-or-nothing reward, on toy code prompts only (its own
           code_steps): the on-policy fraction of samples passing all tests, and eval.py's held-out
           toy-code Avg@k of the SFT model and of each final model    [Fig. 3: soft better]
-  sft     SFT data only-correct (toy_wrong_fraction=0) vs mixed (sft.py's default): eval.py Avg@k of the SFT models on
-          easy (1-2 digit) and hard (3-4 digit) held-out sums      [Table 2: mixed as good or better on hard]
+  sft     SFT data made by distill.py's toy recipe with --keep=correct (correct only) vs --keep=difficulty (the paper's
+          rule: hard prompts keep their wrong responses; train.sh's data): eval.py Avg@k of the SFT models on easy
+          (1-2 digit) and hard (3-4 digit) held-out sums          [Table 2: mixed as good or better on hard]
 Arms share runs (GPPO α=0.1 with the filter is in loss, alpha and filter). The base SFT model is the sft arm's
-mixed seed-0 run, or --sft_from. Each rollout batch gets prompts_per_step/mini_batch_prompts > 1 updates: with
+mixed seed-0 run, or --sft_from. Every SFT run trains on the toy data distill.py makes with its seed (a job of its own,
+about a minute). Each rollout batch gets prompts_per_step/mini_batch_prompts > 1 updates: with
 one, r ≡ 1 and GPPO, GRPO and CISPO give the same gradient (gppo_loss.py's per-case table at r = 1).
 
 Run (every run is a subprocess with OMP_NUM_THREADS=1; its output goes to out_dir/runs/NAME/log.txt):
@@ -38,7 +40,8 @@ importable (it is not a dependency). benchmarks/results/ holds these four files 
 Cost, one thread per run, measured on the 2-core machine with --parallel=2 (`bash train.sh ablate`: all arms, 3 seeds,
 the machine otherwise idle but for about a minute of tests): 85 jobs in 84 min wall, 167 core-minutes: 6 toy SFTs
 of 8.1-8.9 min, 6 code RL runs of 5.2-5.4 min, 54 math RL runs (25 batches of 16 x 8 samples, 6 held-out evals) of
-1.1-1.6 min, 19 evals of 0.1-1.9 min.
+1.1-1.6 min, 19 evals of 0.1-1.9 min. (Measured before the SFT data came from distill.py: each SFT run now waits
+for its data, one distill.py --toy=true run of about a minute on one core.)
 """
 import json
 import os
@@ -54,7 +57,6 @@ from dataclasses import asdict, dataclass
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 from data import parse_config  # noqa: E402
-from sft import SFTConfig  # noqa: E402
 
 from gppo import GPPOConfig  # noqa: E402
 
@@ -70,12 +72,11 @@ ARMS = {"loss": ("GPPO vs GRPO (Clip-Higher) vs CISPO — paper Fig. 2: GPPO end
         "code": ("soft vs all-or-nothing code reward — paper Fig. 3: soft better",
                  [("soft", "code-soft"), ("binary", "code-binary")]),
         "sft": ("SFT data: only-correct vs mixed traces — paper Table 2: mixed as good or better on hard problems",
-                [("only-correct", "sft-correct"), (f"mixed ({SFTConfig.toy_wrong_fraction:.0%} of hard traces wrong)",
-                                                   "sft-mixed")])}
+                [("only-correct (--keep=correct)", "sft-correct"), ("mixed (the difficulty rule)", "sft-mixed")])}
 RL_OPTIONS = {"gppo": [], "grpo": ["--loss_mode=grpo"], "cispo": ["--loss_mode=cispo"], "alpha0": ["--alpha=0"],
               "alpha0.2": ["--alpha=0.2"], "nofilter": ["--filter_zero_adv=false"],
               "code-soft": ["--code_reward=soft"], "code-binary": ["--code_reward=binary"]}
-SFT_WRONG = {"sft-mixed": SFTConfig.toy_wrong_fraction, "sft-correct": 0.0}   # mixed = sft.py's (and train.sh's) default
+SFT_KEEP = {"sft-mixed": "difficulty", "sft-correct": "correct"}   # distill.py --keep; mixed = train.sh's data
 
 # The off-policy sweep: how far the policy moves from the sampler within one rollout batch is set by the number of
 # optimizer updates per batch, u = prompts_per_step / mini_batch_prompts. With u = 1, r = 1 for every token and the
@@ -214,7 +215,7 @@ def plan(cfg):
     exported = lambda d: lambda: os.path.exists(os.path.join(d, "hf", "tokenizer.json"))  # noqa: E731 (written last)
     # in the order of cfg.arms (the sweep first by default: it is what the others are read against)
     rl_runs = list(dict.fromkeys(run_name(r, cfg) for a in arms if a != "sft" for _, r in ARMS[a][1]))
-    sft_runs = [f"{v}-s{s}" for v in SFT_WRONG for s in seeds] if "sft" in arms else []
+    sft_runs = [f"{v}-s{s}" for v in SFT_KEEP for s in seeds] if "sft" in arms else []
     if rl_runs and not cfg.sft_from:   # the base model first, so the RL runs can start early
         sft_runs = ["sft-mixed-s0"] + [r for r in sft_runs if r != "sft-mixed-s0"]
     base, base_after = (cfg.sft_from, []) if cfg.sft_from else (os.path.join(run_dir("sft-mixed-s0"), "hf"), ["sft-mixed-s0"])
@@ -225,15 +226,20 @@ def plan(cfg):
                     done=lambda: os.path.exists(done), cmd=["eval.py", f"--model={model}", f"--out_dir={out}",
                                                             f"--k={cfg.eval_k}", "--reward_workers=2", *options])
 
-    def sft_job(name):
-        d, wrong = run_dir(name), SFT_WRONG[name.rsplit("-", 1)[0]]
-        return dict(name=name, dir=d, done=exported(d), after=[], steps=None, cmd=[
-            "sft.py", f"--out_dir={d}", f"--seed={name.rsplit('-s', 1)[1]}", f"--toy_wrong_fraction={wrong}",
-            *shlex.split(cfg.sft_args)])
+    def sft_jobs(name):
+        """The SFT run `name` and, before it, the distill.py run that makes its data (same seed)."""
+        d, seed, data_dir = run_dir(name), name.rsplit("-s", 1)[1], run_dir("distill-" + name)
+        made = os.path.join(data_dir, "report.json")
+        return [dict(name="distill-" + name, dir=data_dir, done=lambda: os.path.exists(made), after=[], steps=None,
+                     cmd=["distill.py", "--toy=true", f"--keep={SFT_KEEP[name.rsplit('-', 1)[0]]}", f"--seed={seed}",
+                          f"--out_dir={data_dir}"]),
+                dict(name=name, dir=d, done=exported(d), after=["distill-" + name], steps=None, cmd=[
+                    "sft.py", f"--out_dir={d}", f"--seed={seed}", f"--data={data_dir}/sft.jsonl",
+                    f"--tokenizer={data_dir}/tokenizer", *shlex.split(cfg.sft_args)])]
 
     code_eval = ["--toy_math=0", f"--toy_code={cfg.eval_code_problems}"]
     for name in sft_runs[:1] if rl_runs and not cfg.sft_from else []:
-        jobs.append(sft_job(name))
+        jobs += sft_jobs(name)
     if "code" in arms:
         jobs.append(eval_job("base", base, os.path.join(run_dir("base"), "eval_code"), code_eval, base_after))
     for name in rl_runs:
@@ -254,7 +260,7 @@ def plan(cfg):
                 jobs.append(eval_job(f"{name}-s{s}", os.path.join(d, "hf"), os.path.join(d, "eval_code"), code_eval,
                                      [f"{name}-s{s}"]))
     for name in sft_runs[1:] if rl_runs and not cfg.sft_from else sft_runs:
-        jobs.append(sft_job(name))
+        jobs += sft_jobs(name)
     for name in sft_runs if "sft" in arms else []:
         for part, lo, hi in (("easy", 1, 2), ("hard", 3, 4)):
             jobs.append(eval_job(name, os.path.join(run_dir(name), "hf"), os.path.join(run_dir(name), f"eval_{part}"),
@@ -265,10 +271,10 @@ def plan(cfg):
     # math RL 1.1-1.6 (longer with more updates per batch), eval 0.1-2.
     def minutes(job):
         if job["cmd"][0] != "gppo.py":
-            return {"sft.py": 8.5, "eval.py": 1}[job["cmd"][0]]
+            return {"sft.py": 8.5, "distill.py": 9, "eval.py": 1}[job["cmd"][0]]   # distill: 1 min, before its SFT
         mini = int([a for a in job["cmd"] if a.startswith("--mini_batch_prompts=")][-1].split("=")[1])
         return 5 if "--toy_problems=0" in job["cmd"] else 1.1 + (cfg.prompts_per_step // mini) / 32
-    first = 1 if rl_runs and not cfg.sft_from else 0
+    first = 2 if rl_runs and not cfg.sft_from else 0   # the base model's data, then the base model
     return jobs[:first] + sorted(jobs[first:], key=minutes, reverse=True)
 
 

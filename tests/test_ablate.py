@@ -64,8 +64,10 @@ def cfg(tmp_path, **kw):
 def test_plan_shares_runs_one_sft_checkpoint_and_several_updates_per_batch(tmp_path):
     jobs = ablate.plan(cfg(tmp_path, arms="loss,alpha,filter", seeds=2))
     names = [j["name"] for j in jobs]
-    mixed = ablate.SFTConfig.toy_wrong_fraction   # sft.py's default: mixed (a share of the hard traces slip)
-    assert 0 < mixed < 1 and names[0] == "sft-mixed-s0" and f"--toy_wrong_fraction={mixed}" in jobs[0]["cmd"]
+    # the base model's data first (distill.py's toy recipe, the paper's rule), then the base model, trained on it
+    assert names[:2] == ["distill-sft-mixed-s0", "sft-mixed-s0"] and "--keep=difficulty" in jobs[0]["cmd"]
+    data_dir = os.path.join(str(tmp_path / "abl"), "runs", "distill-sft-mixed-s0")
+    assert jobs[1]["after"] == ["distill-sft-mixed-s0"] and f"--data={data_dir}/sft.jsonl" in jobs[1]["cmd"]
     rl = [j for j in jobs if j["cmd"][0] == "gppo.py"]
     assert sorted(j["name"] for j in rl) == sorted(f"{r}-s{s}" for r in ("gppo", "grpo", "cispo", "alpha0", "alpha0.2",
                                                                         "nofilter") for s in (0, 1))
@@ -75,6 +77,8 @@ def test_plan_shares_runs_one_sft_checkpoint_and_several_updates_per_batch(tmp_p
     # with --sft_from the sft arm still trains both of its models, the RL runs use the given one
     jobs = ablate.plan(cfg(tmp_path, arms="sft,code", seeds=1, sft_from="/ckpt/sft/hf", code_steps=6))
     assert {j["name"] for j in jobs if j["cmd"][0] == "sft.py"} == {"sft-mixed-s0", "sft-correct-s0"}
+    keep = {j["name"]: [a for a in j["cmd"] if a.startswith("--keep=")] for j in jobs if j["cmd"][0] == "distill.py"}
+    assert keep == {"distill-sft-mixed-s0": ["--keep=difficulty"], "distill-sft-correct-s0": ["--keep=correct"]}
     code = [j for j in jobs if j["cmd"][0] == "gppo.py"]
     assert all("--init_from=/ckpt/sft/hf" in j["cmd"] and "--toy_problems=0" in j["cmd"] and j["after"] == []
                and "--steps=6" in j["cmd"] and "--prompts_per_step=8" in j["cmd"] for j in code)
@@ -104,9 +108,10 @@ def test_sweep_plan_sets_updates_per_batch_rule_and_beta1(tmp_path):
     assert parsed["gppo-b0.25-uB-s0"]["beta1"] == "0.25" and parsed["gppo-b0.25-uB-s0"]["mini_batch_prompts"] == "2"
     assert "gppo-b1-uB-s0" not in rl
     names = [j["name"] for j in jobs]
-    # longest first: the SFTs (8 min), then RL runs by updates per batch (u = 16 takes longest), the evals last
+    # longest first: the SFTs (8 min, each after its data), then RL runs by updates per batch (u = 16 takes longest),
+    # the evals last
     kinds = [j["cmd"][0] for j in jobs]
-    assert kinds == sorted(kinds, key=["sft.py", "gppo.py", "eval.py"].index)
+    assert kinds == sorted(kinds, key=["distill.py", "sft.py", "gppo.py", "eval.py"].index)
     assert names.index("cispo-u16-s2") < names.index("grpo-u4-s0") < names.index("gppo-u1-s0")
     # the higher-lr point of the sweep: its own lr, the last sweep point's updates
     assert ablate.rl_options("cispo-u16-lr0.0002", ablate.AblateConfig()) == [
@@ -150,7 +155,7 @@ def test_report_on_synthetic_runs(tmp_path, capsys):
     assert "| GRPO | 0.500 ± 0.000 | 0.700 ± 0.141 | 0.800 ± 0.000 | 15 ± 7 (2/2 seeds) |" in md
     # code: on-policy accuracy k/20 at step k, averaged over the last 20/4 = 5 steps; ≥ 0.75 from step 17 on
     assert "| soft | 0.150 ± 0.000 | 0.400 ± 0.000 | 0.650 ± 0.000 | 0.900 ± 0.000 | 17 ± 0 (2/2 seeds) | 0.500 ± 0.354 |" in md
-    assert "| only-correct | 1.000 ± 0.000 | 0.600 ± 0.000 |" in md and "4 min in 2 invocation(s)" in md
+    assert "| only-correct (--keep=correct) | 1.000 ± 0.000 | 0.600 ± 0.000 |" in md and "4 min in 2 invocation(s)" in md
     out = json.load(open(os.path.join(c.out_dir, "ablation.json")))
     assert out["arms"]["loss"]["GPPO"]["curves"][1] == [[0, 0.5], [10, 0.9], [20, 0.9]]
 

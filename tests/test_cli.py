@@ -13,6 +13,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 import data  # noqa: E402
+import distill  # noqa: E402
 import eval as ev  # noqa: E402
 import gppo  # noqa: E402
 import sft  # noqa: E402
@@ -26,7 +27,7 @@ def run(script, *args, timeout=300):
 
 ENTRY_POINTS = [("sft.py", "--lr="), ("gppo.py", "--loss_mode="), ("gppo.py filter_code", "--code_data="),
                 ("eval.py", "--k="), ("reward.py", "--math_timeout_s="), ("data.py", "toy"), ("data.py toy", "--n_sft_math="),
-                ("data.py stats", "--kind="), ("model.py", "CHECKPOINT_DIR")]
+                ("data.py stats", "--kind="), ("distill.py", "--keep="), ("model.py", "CHECKPOINT_DIR")]
 BENCHMARKS = [pytest.param(f"benchmarks/{f}", "usage")
               for f in sorted(os.listdir(os.path.join(ROOT, "benchmarks"))) if f.endswith(".py")
               and 'if __name__ == "__main__":' in open(os.path.join(ROOT, "benchmarks", f)).read()]   # the scripts
@@ -75,7 +76,7 @@ def test_one_parser_for_commands_flags_and_a_positional_argument():
             data.parse_config({"toy": data.ToyConfig, "stats": data.StatsConfig}, argv)
 
 
-@pytest.mark.parametrize("config", [sft.SFTConfig, gppo.GPPOConfig, ev.EvalConfig])
+@pytest.mark.parametrize("config", [sft.SFTConfig, gppo.GPPOConfig, ev.EvalConfig, distill.DistillConfig])
 def test_help_describes_every_option(config):
     """Each option line carries the comment written beside its field (the help is read from the source)."""
     lines = [line for line in data.option_help(config) if line.startswith("  --")]
@@ -89,12 +90,13 @@ def test_help_text_is_the_comment_beside_the_field():
     assert "weight of the SFT term on fully correct responses" in line
 
 
-@pytest.mark.parametrize("script,config", [("sft.py", "SFTConfig"), ("gppo.py", "GPPOConfig"), ("eval.py", "EvalConfig")])
+@pytest.mark.parametrize("script,config", [("sft.py", "SFTConfig"), ("gppo.py", "GPPOConfig"), ("eval.py", "EvalConfig"),
+                                           ("distill.py", "DistillConfig")])
 def test_help_of_each_script_shows_every_description_and_only_headings_flush_left(script, config):
     """`python X.py --help` as a user runs it: one described line per option; a line that is not an option is a
     section heading, i.e. a full-line comment above fields (a comment continued under a field's must join it)."""
     out = run(script, "--help").stdout.splitlines()
-    cls = getattr({"sft.py": sft, "gppo.py": gppo, "eval.py": ev}[script], config)
+    cls = getattr({"sft.py": sft, "gppo.py": gppo, "eval.py": ev, "distill.py": distill}[script], config)
     options = [line for line in out[1:] if line.startswith("  --")]
     assert len(options) == len(cls.__dataclass_fields__) and all(len(o.split(None, 1)) == 2 for o in options), out
     source = inspect.getsource(cls)

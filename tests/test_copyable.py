@@ -10,7 +10,7 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-@pytest.mark.parametrize("name", ["model", "rollout", "gppo_loss", "reward", "data"])
+@pytest.mark.parametrize("name", ["model", "rollout", "gppo_loss", "reward", "data", "distill"])
 def test_file_imports_alone(name, tmp_path):
     shutil.copy(os.path.join(ROOT, f"{name}.py"), tmp_path)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}

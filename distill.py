@@ -1,0 +1,1038 @@
+"""Distillation: the paper's SFT data recipe. Sample a teacher k times per prompt, verify every response, keep the
+responses by the prompt's difficulty, drop prompts that overlap the benchmarks, write SFT data.
+
+Klear-Reasoner's long-CoT SFT data (arXiv 2508.07629, §2): prompts from a few high-quality sources (math:
+OpenThoughts, NuminaMath; code: OpenThoughts, OpenCodeReasoning, TACO, APPS, Codeforces), exact duplicates removed and
+prompts with an n-gram overlap with the test sets dropped; up to 16 responses per prompt sampled from DeepSeek-R1-0528;
+and a difficulty-aware correctness rule. For prompt i with k responses, c_i of them verified correct:
+
+    d_i = c_i / k                                     the prompt's difficulty: the teacher's pass rate on it
+    kept_i = all k responses        if d_i < hard_below    hard: the wrong ones too (the paper's "mixed" data)
+             the c_i correct ones   otherwise              easy: only the correct ones
+
+The paper's ablation (§2): on hard prompts mixed data does as well or better than correct-only (AIME24 hard subset
+47.29 vs 45.63), on easy prompts correct-only is better (45.00 vs 40.22). --keep=correct keeps the correct responses of
+every prompt and --keep=all every response of every prompt: the two arms of that ablation are one flag. A response cut
+at max_tokens, or whose reasoning never closes with </think>, counts as wrong in d_i and is never written. A prompt with
+no way to verify it (no gold answer, no tests) keeps all its responses, marked "unverified". Sets that already hold
+several responses with verdicts (OpenR1-Math-220k: generations + correctness_math_verify) skip the sampling: --responses.
+
+The file, top to bottom:
+  1. the chat-completions client (standard library only: copy this part out alone): many requests in flight, retries
+     with exponential backoff and jitter on 429 / 5xx / timeouts / dropped connections / malformed answers,
+     Retry-After honoured; reasoning as `reasoning_content` or as <think> in `content`, stored either way in Qwen3's
+     form `<think>\\n…\\n</think>\\n\\n…`; `n` samples per prompt even from a server that ignores `n`; the API key read
+     from an environment variable, never printed or written. eval.py uses it for --server.
+  2. the journal: samples.jsonl gets one record per (prompt id, sample index) the moment it arrives; a rerun of the
+     same command skips what is there. A kill loses only the requests in flight, never leaves a duplicate, and a line
+     torn by the kill is dropped when the file is reopened.
+  3. exact duplicates after normalisation, n-gram decontamination against benchmark files.
+  4. the configuration, and why a prompt is hard below a pass rate of 1/2 (HARD_BELOW).
+  5. reading the prompts, in every layout data.py reads.
+  6. the teachers: a server, the toy, a local Qwen3 checkpoint through rollout.py's engine (torch imported only there).
+  7. verification (reward.py: math-verify on the text after </think>, the sandbox for code), the rule, the output:
+     sft.jsonl (`messages`, what sft.py --data trains on as it is) and report.json.
+  8. main.
+
+Run:
+  # the paper's teacher, served by vLLM (SGLang and hosted APIs speak the same protocol):
+  vllm serve deepseek-ai/DeepSeek-R1-0528 --tensor-parallel-size 8 --reasoning-parser deepseek_r1 --max-model-len 40960
+  python distill.py --server=http://localhost:8000/v1 --served_model=deepseek-ai/DeepSeek-R1-0528 \\
+      --math_prompts=numinamath-1.5.parquet --sft_prompts=openthoughts3.parquet,opencodereasoning.parquet \\
+      --benchmarks=aime24.jsonl,aime25.jsonl,livecodebench.jsonl --k=16 --max_tokens=32768 --concurrency=256 \\
+      --math_template='{prompt} Please reason step by step, and put your final answer within \\boxed{}.' \\
+      --out_dir=out/distill
+  torchrun --nproc_per_node=8 sft.py --data=out/distill/sft.jsonl --tokenizer=/ckpt/Qwen3-8B-Base ...
+  # a set that already holds several verified responses per prompt: the same rule, no teacher
+  python distill.py --responses=openr1-math-220k.parquet --benchmarks=aime24.jsonl,aime25.jsonl --out_dir=out/openr1
+  # a local Qwen3 checkpoint as the teacher, through rollout.py's engine
+  python distill.py --model=/ckpt/Qwen3-8B --math_prompts=math.jsonl --k=4 --max_tokens=4096 --out_dir=out/local
+  # the toy (bash train.sh runs this, then sft.py --epochs=1): the toy teacher 4 times per toy prompt, then the rule
+  python distill.py --toy=true --out_dir=out/distill
+Interrupted (Ctrl-C, a kill, a server that went away)? Run the same command again: only missing samples are asked for.
+"""
+import email.utils
+import hashlib
+import http.client
+import json
+import os
+import queue
+import random
+import re
+import threading
+import time
+import unicodedata
+import urllib.parse
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from fractions import Fraction
+from typing import NamedTuple
+
+# ============================================================================= 1. the chat-completions client
+
+
+@dataclass
+class ClientConfig:
+    url: str                              # the server's base URL, e.g. http://localhost:8000/v1
+    model: str                            # the model name the server serves
+    api_key_env: str = "OPENAI_API_KEY"   # the environment variable holding the key (sent as a Bearer token)
+    concurrency: int = 64                 # requests in flight
+    timeout_s: float = 3600.0             # longest wait for the server's answer; a slower request is retried
+    max_retries: int = 8                  # retries of one request: 429, 5xx, timeouts, dropped connections, bad JSON
+    backoff_s: float = 1.0                # the first retry waits 0.5-1 x this, each later one twice as long ...
+    max_backoff_s: float = 60.0           # ... up to this; a Retry-After header is waited out as the server asks
+    n_per_request: int = 1                # samples asked for per request (`n`); any the server leaves out are asked
+    #                                       for one by one (each with its own seed)
+    progress_s: float = 10.0              # seconds between progress lines; 0 = none
+
+
+class ChatRequest(NamedTuple):
+    key: str           # the prompt's id
+    messages: list     # [{"role", "content"}]
+    samples: list      # [(sample index, seed)] still wanted
+
+
+class ServerRefused(Exception):
+    """The server refuses this run as a whole (401, 403, 404: a wrong key, model name or URL): stop at once."""
+
+
+class _RequestFailed(Exception):
+    """One request failed for good (retries exhausted, or a 4xx such as a prompt longer than the server's context)."""
+
+
+def assistant_turn(message: dict) -> tuple:
+    """(content in Qwen3's form `<think>\\n…\\n</think>\\n\\n…`, reasoning closed?) of a chat-completions message.
+    Reasoning comes as `reasoning_content` (DeepSeek's API, vLLM's reasoning parsers; `reasoning` in newer vLLM) or
+    inside `content` between <think> tags (the opening tag may be in the prompt's template, so only </think> is
+    needed). A reply whose reasoning never closed comes back as it is, with closed=False."""
+    reasoning = message.get("reasoning_content") or message.get("reasoning")
+    content = message.get("content") or ""
+    if reasoning:
+        if not content.strip():   # everything went to the reasoning: it never reached </think>
+            return "<think>\n" + reasoning, False
+        return _qwen3_turn(reasoning, content), True
+    if "</think>" not in content:
+        return content, False
+    # Qwen3's chat template's reading: the reasoning ends at the first </think>, the answer follows the last one
+    return _qwen3_turn(content.split("</think>")[0].split("<think>")[-1], content.split("</think>")[-1]), True
+
+
+def _qwen3_turn(reasoning: str, answer: str) -> str:
+    return f"<think>\n{reasoning.strip()}\n</think>\n\n{answer.strip()}"
+
+
+def sample_chat(requests: list, cfg: ClientConfig, sampling: dict, on_sample, log=print) -> dict:
+    """Ask the server for every (prompt, sample index) of `requests`, cfg.concurrency requests in flight, and call
+    on_sample(key, index, sample) from a worker thread as each arrives; sample = {content, closed, finish_reason, seed
+    (the request's), choice (its place among the request's choices, only when n > 1), prompt_tokens, completion_tokens}
+    (token counts per sample when one sample is asked per request, else None).
+    `sampling` goes into every request body (temperature, top_p, max_tokens, ...). Returns the counts of the run.
+    Raises ServerRefused on 401/403/404; a request that fails for good is counted in stats["failed"] and its samples
+    are left out (a rerun asks again), never raised: one bad prompt does not stop the others."""
+    return _Client(cfg, sampling, on_sample, log).run(requests)
+
+
+class _Client:
+    def __init__(self, cfg: ClientConfig, sampling: dict, on_sample, log):
+        self.cfg, self.sampling, self.on_sample, self.log = cfg, sampling, on_sample, log
+        url = urllib.parse.urlsplit(cfg.url)
+        if url.scheme not in ("http", "https") or not url.hostname:
+            raise ValueError(f"server URL {cfg.url!r}: expected http(s)://host[:port]/v1")
+        self.scheme, self.host, self.port = url.scheme, url.hostname, url.port
+        self.path = url.path.rstrip("/") + "/chat/completions"
+        self.headers = {"Content-Type": "application/json"}
+        key = os.environ.get(cfg.api_key_env, "") if cfg.api_key_env else ""
+        if key:
+            self.headers["Authorization"] = f"Bearer {key}"   # kept here only: never logged, never written
+        self.local, self.lock, self.stop = threading.local(), threading.Lock(), threading.Event()
+        self.units, self.outstanding, self.fatal = queue.Queue(), 0, None
+        self.stats = dict(requests=0, samples=0, prompt_tokens=0, completion_tokens=0, truncated=0,
+                          retries=Counter(), failed=0, failures=[], refilled=0)
+
+    def run(self, requests: list) -> dict:
+        n = max(1, self.cfg.n_per_request)
+        units = [(r.key, r.messages, r.samples[i:i + n]) for r in requests for i in range(0, len(r.samples), n)]
+        total = sum(len(r.samples) for r in requests)
+        if not units:
+            return self.stats
+        self.outstanding = len(units)
+        for unit in units:
+            self.units.put(unit)
+        workers = [threading.Thread(target=self._worker, daemon=True) for _ in range(min(self.cfg.concurrency, len(units)))]
+        t0 = last = time.monotonic()
+        for w in workers:
+            w.start()
+        try:
+            for w in workers:
+                while w.is_alive():
+                    w.join(timeout=0.2)
+                    if self.cfg.progress_s and time.monotonic() - last >= self.cfg.progress_s:
+                        last = time.monotonic()
+                        self.log(self._progress(total, last - t0))
+        except KeyboardInterrupt:
+            self.stop.set()       # the workers are daemons: what arrived is written, what is in flight is lost
+            raise
+        if self.fatal:
+            raise self.fatal
+        if self.cfg.progress_s:
+            self.log(self._progress(total, time.monotonic() - t0))
+        return self.stats
+
+    def _progress(self, total: int, elapsed: float) -> str:
+        s = self.stats
+        rate = s["samples"] / max(elapsed, 1e-9)
+        eta = (total - s["samples"] - s["failed"]) / rate if rate else float("inf")
+        retries = ", ".join(f"{k}: {v}" for k, v in sorted(s["retries"].items())) or "none"
+        return (f"samples {s['samples']}/{total} | {s['requests'] / max(elapsed, 1e-9):.1f} req/s, "
+                f"{s['completion_tokens'] / max(elapsed, 1e-9):.0f} tok/s | tokens in {s['prompt_tokens']} out "
+                f"{s['completion_tokens']} | truncated {s['truncated']} | retries ({retries}) | failed {s['failed']} | "
+                f"ETA {eta:.0f}s")
+
+    def _worker(self):
+        while True:
+            unit = self.units.get()
+            if unit is None:
+                return
+            try:
+                if not self.stop.is_set():
+                    self._do(unit)
+            except ServerRefused as e:
+                with self.lock:
+                    self.fatal = self.fatal or e
+                self.stop.set()
+            except _RequestFailed as e:
+                with self.lock:
+                    self.stats["failed"] += len(unit[2])
+                    if len(self.stats["failures"]) < 20:
+                        self.stats["failures"].append(f"{unit[0]}: {e}")
+                self.log(f"request for {unit[0]} (samples {[i for i, _ in unit[2]]}) failed: {e}")
+            finally:
+                with self.lock:
+                    self.outstanding -= 1
+                    finished = self.outstanding == 0 or self.stop.is_set()
+                if finished:   # wake every worker: nothing is left to do
+                    for _ in range(self.cfg.concurrency):
+                        self.units.put(None)
+
+    def _do(self, unit):
+        key, messages, samples = unit
+        body = dict(self.sampling, model=self.cfg.model, messages=messages, n=len(samples), seed=samples[0][1])
+        answer = self._post(json.dumps(body).encode())
+        choices = sorted(answer["choices"], key=lambda c: c.get("index", 0))[:len(samples)]
+        usage = answer.get("usage") or {}
+        one = len(samples) == 1
+        for position, ((index, _), choice) in enumerate(zip(samples, choices)):
+            content, closed = assistant_turn(choice["message"])
+            finish = choice.get("finish_reason")
+            # what the sample came from: the request's seed (and, with n > 1, its place among the request's choices)
+            origin = dict(seed=samples[0][1]) if one else dict(seed=samples[0][1], choice=position)
+            self.on_sample(key, index, dict(content=content, closed=closed, finish_reason=finish, **origin,
+                                            prompt_tokens=usage.get("prompt_tokens") if one else None,
+                                            completion_tokens=usage.get("completion_tokens") if one else None))
+            with self.lock:
+                self.stats["samples"] += 1
+                self.stats["truncated"] += finish == "length"
+        with self.lock:
+            self.stats["prompt_tokens"] += usage.get("prompt_tokens") or 0
+            self.stats["completion_tokens"] += usage.get("completion_tokens") or 0
+            missing = samples[len(choices):]   # a server that ignores `n`: the rest one by one, each with its seed
+            self.stats["refilled"] += len(missing)
+            self.outstanding += len(missing)
+        for sample in missing:
+            self.units.put((key, messages, [sample]))
+
+    def _post(self, body: bytes) -> dict:
+        """The server's JSON answer to one request, retried as the server and the network require."""
+        for attempt in range(self.cfg.max_retries + 1):
+            wait = None
+            try:
+                status, retry_after, data = self._send(body)
+            except TimeoutError:
+                reason = "timeout"
+                self._drop_connection()
+            except (OSError, http.client.HTTPException):   # refused, reset, dropped mid-answer
+                reason = "connection"
+                self._drop_connection()
+            else:
+                with self.lock:
+                    self.stats["requests"] += 1
+                if status == 200:
+                    try:
+                        return _checked_answer(json.loads(data))
+                    except (ValueError, TypeError, AttributeError) as e:
+                        reason = "malformed answer"
+                        last_error = str(e)
+                elif status in (401, 403, 404):
+                    raise ServerRefused(f"{self.cfg.url} answered {status} {_snippet(data)} (check the URL, "
+                                        f"--served_model, and the key in ${self.cfg.api_key_env})")
+                elif status in (408, 429) or status >= 500:
+                    reason, wait = str(status), retry_after
+                else:
+                    raise _RequestFailed(f"HTTP {status} {_snippet(data)}")
+            with self.lock:
+                self.stats["retries"][reason] += 1
+            if attempt == self.cfg.max_retries or self.stop.is_set():
+                detail = f": {last_error}" if reason == "malformed answer" else ""
+                raise _RequestFailed(f"gave up after {attempt} retries (last: {reason}{detail})")
+            if wait is None:   # exponential backoff with jitter, so retries from many threads do not arrive together
+                cap = min(self.cfg.max_backoff_s, self.cfg.backoff_s * 2 ** attempt)
+                wait = cap * (0.5 + 0.5 * random.random())
+            self.stop.wait(wait)
+
+    def _send(self, body: bytes) -> tuple:
+        conn = getattr(self.local, "conn", None)
+        if conn is None:
+            cls = http.client.HTTPSConnection if self.scheme == "https" else http.client.HTTPConnection
+            conn = self.local.conn = cls(self.host, self.port, timeout=self.cfg.timeout_s)
+        conn.request("POST", self.path, body=body, headers=self.headers)
+        response = conn.getresponse()
+        data = response.read()
+        return response.status, _retry_after(response.getheader("Retry-After")), data
+
+    def _drop_connection(self):
+        conn = getattr(self.local, "conn", None)
+        if conn is not None:
+            conn.close()
+            self.local.conn = None
+
+
+def _checked_answer(answer) -> dict:
+    """The answer if it has the shape of a chat completion, else ValueError (retried as a malformed answer)."""
+    choices = answer.get("choices")
+    if not isinstance(choices, list) or not choices:
+        raise ValueError("no 'choices' list")
+    for c in choices:
+        message = c.get("message")
+        if not isinstance(message, dict) or not isinstance(message.get("content") or "", str):
+            raise ValueError("a choice without a message holding text content")
+    return answer
+
+
+def _retry_after(value) -> float | None:
+    """Seconds to wait from a Retry-After header: a number of seconds or an HTTP date."""
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        try:
+            return max(0.0, email.utils.parsedate_to_datetime(value).timestamp() - time.time())
+        except (TypeError, ValueError):
+            return None
+
+
+def _snippet(data: bytes, limit: int = 300) -> str:
+    text = data.decode("utf-8", "replace").strip().replace("\n", " ")
+    return text if len(text) <= limit else text[:limit] + "..."
+
+# ============================================================================= 2. the journal
+
+
+class Journal:
+    """An append-only JSON-lines file holding one record per key (prompt id, sample index), for work that must survive
+    a kill. Each record is written whole, by one write(), as soon as it exists. Reopening the file drops a last line
+    that has no newline (a kill tore it; that sample is asked for again) and indexes the rest, so a rerun knows what is
+    done; append() refuses a key already there. Records are read back by offset: only the index stays in memory."""
+
+    def __init__(self, path: str):
+        self.path, self.index, self.lock, self.torn = path, {}, threading.Lock(), 0
+        size = 0
+        if os.path.exists(path):
+            with open(path, "rb") as f:
+                for n, line in enumerate(f, 1):
+                    if not line.endswith(b"\n"):
+                        self.torn = len(line)
+                        break
+                    try:
+                        record = json.loads(line)
+                        key = (record["id"], record["sample"])
+                    except (ValueError, KeyError, TypeError) as e:
+                        raise ValueError(f"{path}:{n}: not a record written by distill.py ({e}); move the file "
+                                         "away or use another --out_dir") from None
+                    if key in self.index:
+                        raise ValueError(f"{path}:{n}: record {key} is there twice; this file was not written by "
+                                         "distill.py alone")
+                    self.index[key] = (size, len(line))
+                    size += len(line)
+            if self.torn:
+                os.truncate(path, size)
+        self.size = size
+        self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self.read_fd = os.open(path, os.O_RDONLY)
+
+    def __contains__(self, key) -> bool:
+        return key in self.index
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def append(self, record: dict) -> bool:
+        """Write one record (it must have "id" and "sample"); False if its key is already there."""
+        line = (json.dumps(record, ensure_ascii=False) + "\n").encode()
+        key = (record["id"], record["sample"])
+        with self.lock:
+            if key in self.index:
+                return False
+            view = memoryview(line)
+            while view:
+                view = view[os.write(self.fd, view):]
+            self.index[key] = (self.size, len(line))
+            self.size += len(line)
+        return True
+
+    def read(self, key) -> dict:
+        offset, length = self.index[key]
+        return json.loads(os.pread(self.read_fd, length, offset))
+
+    def close(self):
+        os.close(self.fd)
+        os.close(self.read_fd)
+
+# ============================================================================= 3. prompts: duplicates, decontamination
+
+
+def words(text: str) -> list:
+    """The words of a text after normalisation: NFKC, lower case, runs of letters and digits (so punctuation, spacing
+    and line breaks do not matter)."""
+    return re.findall(r"\w+", unicodedata.normalize("NFKC", text).lower())
+
+
+def prompt_text(prompt) -> str:
+    """The text of a prompt: the string, or the contents of its messages."""
+    return prompt if isinstance(prompt, str) else "\n".join(m["content"] for m in prompt)
+
+
+class Decontaminator:
+    """Which benchmark items a prompt overlaps: they share a run of n words (n-grams as open-r1's decontaminate.py
+    builds them, on words normalised as words() does). An item shorter than n words matches when all its words appear
+    in a row in the prompt (otherwise a short item could never match)."""
+
+    def __init__(self, items: list, n: int = 8):
+        """items: [(benchmark name, item id, text)]."""
+        self.n, self.ngrams, self.short = n, {}, {}
+        for bench, item, text in items:
+            w = words(text)
+            if len(w) < n:
+                self.short.setdefault(len(w), {}).setdefault(tuple(w), set()).add((bench, item))
+            for i in range(len(w) - n + 1):
+                self.ngrams.setdefault(" ".join(w[i:i + n]), set()).add((bench, item))
+
+    def matches(self, text: str, text_words: list | None = None) -> set:
+        """The (benchmark, item) pairs `text` overlaps (text_words: its words(), if already computed)."""
+        w, hits = text_words if text_words is not None else words(text), set()
+        for i in range(len(w) - self.n + 1):
+            found = self.ngrams.get(" ".join(w[i:i + self.n]))
+            if found:
+                hits |= found
+        for m, table in self.short.items():
+            for i in range(len(w) - m + 1) if m else ():
+                found = table.get(tuple(w[i:i + m]))
+                if found:
+                    hits |= found
+        return hits
+
+
+def read_benchmarks(paths: list) -> list:
+    """[(benchmark name, item id, text)] of benchmark files (math or code, guessed from the first row; any layout
+    data.py's loaders read; read whole, as eval.py reads them)."""
+    import data
+    items = []
+    for path in paths:
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"{path}: no such benchmark file (--benchmarks)")
+        kind = data.guess_kind(next(data.read_rows(path))[1])
+        problems = data.load_code_jsonl(path) if kind == "code" else data.load_math_jsonl(path)
+        name = os.path.basename(path)
+        items += [(name, p["id"], prompt_text(p["prompt"])) for p in problems]
+    return items
+
+
+class PromptFilter:
+    """Keeps a prompt unless its normalised text was seen before (an exact duplicate) or it overlaps a benchmark item;
+    counts both per source and remembers which benchmark items matched which prompts."""
+
+    def __init__(self, decontaminator: Decontaminator | None):
+        self.decontaminator, self.seen, self.hits = decontaminator, set(), {}
+        self.counts = {}
+
+    def keep(self, source: str, key: str, text: str) -> bool:
+        counts = self.counts.setdefault(source, Counter(read=0))
+        counts["read"] += 1
+        w = words(text)
+        digest = hashlib.blake2b(" ".join(w).encode(), digest_size=16).digest()
+        if digest in self.seen:
+            counts["duplicates"] += 1
+            return False
+        self.seen.add(digest)
+        matched = self.decontaminator.matches(text, w) if self.decontaminator else set()
+        for item in matched:
+            self.hits.setdefault(item, []).append(key)
+        if matched:
+            counts["contaminated"] += 1
+            return False
+        counts["kept"] += 1
+        return True
+
+    def report(self) -> dict:
+        hits = [dict(benchmark=b, item=i, prompts=len(keys), examples=keys[:5])
+                for (b, i), keys in sorted(self.hits.items(), key=lambda kv: (kv[0][0], str(kv[0][1])))]
+        return dict(sources={s: dict(c) for s, c in self.counts.items()}, benchmark_items_matched=len(hits), hits=hits)
+
+# ============================================================================= 4. the recipe's configuration
+
+
+@dataclass
+class DistillConfig:
+    # prompts: comma-separated files (.jsonl, .json or .parquet), in any layout data.py reads
+    math_prompts: str = ""          # problem + answer (data.load_math_jsonl): responses verified by math-verify
+    code_prompts: str = ""          # problems with tests (data.load_code_jsonl): responses run in reward.py's sandbox
+    sft_prompts: str = ""           # SFT rows (OpenThoughts, OpenCodeReasoning): the turns before the last answer are
+    #   the prompt; verified when the row has an answer or tests, else kept unverified (data.load_responses)
+    responses: str = ""             # rows that already hold several responses with verdicts (OpenR1-Math-220k's
+    #   generations + correctness_math_verify): no sampling, the same rule (data.load_responses)
+    skip_bad_rows: bool = False     # skip rows that cannot be graded (counted) instead of stopping
+    math_template: str = "{prompt}"  # the user turn sent for a math_prompts problem
+    code_template: str = "{prompt}"  # the user turn sent for a code_prompts problem
+    benchmarks: str = ""            # benchmark files (AIME, HMMT, LiveCodeBench; any layout eval.py reads): prompts
+    #   that overlap one are dropped and the report names the items they matched
+    ngram: int = 8                  # words in a row a prompt must share with a benchmark item to be dropped (open-r1: 8;
+    #   the paper reports 9)
+    # the teacher: a server (OpenAI chat completions: vLLM, SGLang, a hosted API), a local checkpoint, or the toy
+    server: str = ""                # base URL, e.g. http://localhost:8000/v1
+    served_model: str = ""          # the model name the server serves
+    api_key_env: str = "OPENAI_API_KEY"  # name of the environment variable holding the API key (never printed or written)
+    concurrency: int = 64           # requests in flight
+    request_timeout_s: float = 3600.0  # longest wait for one answer (32K tokens take minutes); slower requests are retried
+    max_retries: int = 8            # retries of one request before its samples are left for a rerun
+    retry_backoff_s: float = 1.0    # the first retry's wait, doubled for each next one (up to 60 s), with jitter
+    n_per_request: int = 1          # samples per request (`n`); 1 spreads a prompt's samples over the server's batch
+    #   and loses at most one sample per request in flight to a kill
+    model: str = ""                 # a local Qwen3 checkpoint directory, sampled with rollout.py's engine
+    tokenizer: str = ""             # the local model's tokenizer (a dir or tokenizer.json); empty = the model directory
+    max_prompt_len: int = 4096      # local model: longer prompts are left out (counted): their answer would not match
+    max_num_seqs: int = 256         # local model: sequences decoded together
+    device: str = "auto"            # local model: auto | cpu | cuda
+    toy: bool = False               # the toy teacher on the toy prompts (what `bash train.sh` trains on)
+    toy_math_prompts: int = 16000   # toy addition prompts (1-4 digit operands)
+    toy_code_prompts: int = 224     # toy programming prompts (224 distinct ones exist)
+    toy_code_tests: int = 4         # tests per toy programming prompt the teacher's programs are run on
+    toy_code_k: int = 36            # responses per toy programming prompt: 224 x 36 ~ the 8,000 programs (2,000 x 4
+    #   epochs) the toy model needs to learn the task (its one program, repeated: the toy teacher always writes it)
+    toy_slip_hard: float = 0.72     # the toy teacher's chance of one slip in a trace with a 3+ digit operand
+    toy_slip_easy: float = 0.05     # ... with 1-2 digit operands (the rule drops these slips: easy prompts)
+    # sampling (DeepSeek's recommendation for R1: temperature 0.6, top-p 0.95)
+    k: int = 0                      # responses per prompt; 0 = 16 (the paper's at most 16), 4 with --toy
+    temperature: float = 0.6        # sampling temperature
+    top_p: float = 0.95             # nucleus sampling
+    top_k: int = 0                  # 0 = not sent (OpenAI's API has no top_k; vLLM and SGLang take it)
+    max_tokens: int = 32768         # new tokens per response (the paper's SFT context: 32K)
+    extra_body: str = ""            # JSON object merged into every request, e.g. '{"min_p": 0.05}'
+    seed: int = 0                   # sample j of prompt p asks for seed sha256(seed, p, j): reruns ask the same
+    # the rule
+    keep: str = "difficulty"        # difficulty (the paper's rule) | correct (correct only, everywhere) | all (everything)
+    hard_below: float = 0.5         # a prompt is hard when the teacher's pass rate is below this (see HARD_BELOW)
+    drop_unsolved: bool = False     # drop prompts no response solved (a wrong gold answer looks like that); the paper
+    #   keeps them: they are the hardest
+    verify_workers: int = 0         # threads verifying responses; 0 = the number of CPUs
+    math_timeout_s: float = 5.0     # math-verify's time per response
+    code_timeout_s: float = 6.0     # wall clock per code test (LiveCodeBench's limit)
+    out_dir: str = "out/distill"    # samples.jsonl, verdicts.jsonl, sft.jsonl, report.json (and tokenizer/ with --toy)
+    progress_s: float = 10.0        # seconds between progress lines
+
+    def __post_init__(self):
+        teachers = [name for name, on in (("--server", self.server), ("--model", self.model), ("--toy", self.toy)) if on]
+        prompts = self.math_prompts or self.code_prompts or self.sft_prompts
+        self.k = self.k or (4 if self.toy else 16)
+        checks = [
+            (len(teachers) <= 1, f"give one teacher, not {' and '.join(teachers)}"),
+            (bool(teachers) or not prompts, "prompts to sample need a teacher: --server, --model or --toy"),
+            (bool(prompts or self.responses or self.toy), "nothing to do: give --math_prompts / --code_prompts / "
+             "--sft_prompts with a teacher, --responses, or --toy"),
+            (not (self.toy and prompts), "--toy samples the toy prompts only; leave --*_prompts out"),
+            (bool(prompts or self.toy) or not teachers, "a teacher needs prompts: --math_prompts, --code_prompts or "
+             "--sft_prompts"),
+            (not self.server or bool(self.served_model), "--server needs --served_model (the name the server serves)"),
+            (self.keep in ("difficulty", "correct", "all"), f"--keep={self.keep!r}: use difficulty, correct or all"),
+            (0 <= self.hard_below <= 1, "--hard_below must be in [0, 1]"),
+            (self.k >= 1 and self.ngram >= 1 and self.concurrency >= 1 and self.max_retries >= 0 and self.n_per_request >= 1,
+             "--k, --ngram, --concurrency, --n_per_request >= 1 and --max_retries >= 0"),
+            ("{prompt}" in self.math_template and "{prompt}" in self.code_template,
+             "--math_template and --code_template must contain {prompt}"),
+        ]
+        for ok, why in checks:
+            if not ok:
+                raise SystemExit(f"error: DistillConfig: {why}")
+        try:
+            extra = json.loads(self.extra_body) if self.extra_body else {}
+        except ValueError as e:
+            raise SystemExit(f"error: --extra_body={self.extra_body!r} is not JSON ({e})") from None
+        if not isinstance(extra, dict):
+            raise SystemExit(f"error: --extra_body={self.extra_body!r} must be a JSON object")
+
+# Why hard_below = 0.5. The paper (§2) splits its SFT prompts into easy and hard by the pass rate of a model's samples
+# (it names Qwen3-8B as the judge of difficulty) and finds that keeping incorrect responses helps on the hard part and
+# hurts on the easy part; it does not publish the cut-off, and reports that most of its prompts were hard, so it kept
+# all responses. Here the judge is the teacher itself (its k samples are already there and verified), and the cut is
+# the middle: a prompt is hard when the teacher fails more often than it succeeds (d < 1/2); a tie (exactly half
+# right) is easy, so its wrong half is dropped. With k = 16 that makes 0-7 correct hard and 8-16 easy.
+HARD_BELOW = DistillConfig.hard_below
+
+
+def teacher_info(cfg: DistillConfig) -> dict:
+    """What the samples in out_dir came from: a rerun with another teacher or other sampling must use another out_dir."""
+    if cfg.server:
+        teacher = dict(kind="server", model=cfg.served_model)
+    elif cfg.model:
+        teacher = dict(kind="local", model=os.path.abspath(cfg.model))
+    elif cfg.toy:
+        teacher = dict(kind="toy", slip_hard=cfg.toy_slip_hard, slip_easy=cfg.toy_slip_easy, code_tests=cfg.toy_code_tests)
+    else:
+        teacher = dict(kind="none (--responses only)")
+    sampling = dict(temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k, max_tokens=cfg.max_tokens,
+                    seed=cfg.seed, math_template=cfg.math_template, code_template=cfg.code_template,
+                    extra_body=json.loads(cfg.extra_body) if cfg.extra_body else {})
+    return dict(teacher=teacher, sampling=sampling)
+
+
+def sample_seed(seed: int, key: str, index: int) -> int:
+    """The seed of sample `index` of prompt `key`: the same in every run, whatever was sampled before."""
+    return int.from_bytes(hashlib.sha256(f"{seed}/{key}/{index}".encode()).digest()[:4], "little") & 0x7FFFFFFF
+
+# ============================================================================= 5. reading the prompts
+
+
+def _files(option: str) -> list:
+    return [p.strip() for p in option.split(",") if p.strip()]
+
+
+def _source_name(path: str, taken: set) -> str:
+    name = os.path.splitext(os.path.basename(path))[0]
+    while name in taken:
+        name += "_"
+    taken.add(name)
+    return name
+
+
+def _messages(prompt, template: str = "{prompt}") -> list:
+    if isinstance(prompt, str):
+        return [{"role": "user", "content": template.replace("{prompt}", prompt)}]
+    return [{"role": m["role"], "content": m["content"]} for m in prompt]
+
+
+def read_prompts(cfg: DistillConfig, keep) -> tuple:
+    """(prompts, loader reports). A prompt is {key, source, messages, answers (math) or None, tests (code) or None,
+    k, responses (only from --responses)}; keep(source, key, text) says whether it stays (duplicates, benchmarks)."""
+    import data
+    prompts, reports, taken = [], {}, set()
+
+    def add(source, pid, prompt, messages, answers=None, tests=None, responses=None, toy=None, k=cfg.k):
+        key = f"{source}/{pid}"
+        if keep(source, key, prompt_text(prompt)):
+            prompts.append(dict(key=key, source=source, messages=messages, answers=answers, tests=tests,
+                                k=len(responses) if responses else k, responses=responses, toy=toy))
+
+    if cfg.toy:   # toy: "math" (the teacher samples a trace), or the teacher's one program (code)
+        for p in data.toy_math_problems(cfg.toy_math_prompts, seed=f"distill-{cfg.seed}", split="train"):
+            add("toy_math", p["id"], p["prompt"], _messages(p["prompt"]), answers=[p["answer"]], toy="math")
+        for p in data.toy_code_problems(cfg.toy_code_prompts, seed=cfg.seed, split="train", num_tests=cfg.toy_code_tests):
+            add("toy_code", p["id"], p["prompt"], _messages(p["prompt"]), tests=p["tests"], toy=data.toy_code_response(p),
+                k=cfg.toy_code_k)
+    for path in _files(cfg.math_prompts):
+        records = data.load_math_jsonl(path, skip_bad_rows=cfg.skip_bad_rows)
+        source = _source_name(path, taken)
+        reports[source] = records.report
+        for p in records:
+            add(source, p["id"], p["prompt"], _messages(p["prompt"], cfg.math_template), answers=p.get("answers", [p["answer"]]))
+    for path in _files(cfg.code_prompts):
+        records = data.load_code_jsonl(path, skip_bad_rows=cfg.skip_bad_rows)
+        source = _source_name(path, taken)
+        reports[source] = records.report
+        for p in records:
+            add(source, p["id"], p["prompt"], _messages(p["prompt"], cfg.code_template), tests=p["tests"])
+    for option, with_responses in ((cfg.sft_prompts, False), (cfg.responses, True)):
+        for path in _files(option):
+            records = data.load_responses(path, skip_bad_rows=cfg.skip_bad_rows)
+            source = _source_name(path, taken)
+            reports[source] = records.report
+            for p in records:
+                answers = [p["answer"]] if p["answer"] is not None else None
+                add(source, p["id"], p["prompt"], _messages(p["prompt"]), answers=answers, tests=p.get("tests"),
+                    responses=p["responses"] if with_responses else None)
+    return prompts, reports
+
+
+def toy_benchmarks() -> list:
+    """The toy's held-out sums that eval.py and gppo.py evaluate on, as benchmark items. The toy's train and test
+    problems are split by a hash, so none should match. (The toy programming problems are left out: they are
+    templates, and every problem of a family shares its n-grams with its held-out siblings by design.)"""
+    import data
+    return [(name, p["id"], p["prompt"]) for name, problems in (
+        ("toy_math_test", data.toy_math_problems(200, seed=0, split="test")),
+        ("toy_math_test_3digit", data.toy_math_problems(200, seed=0, split="test", min_digits=3, max_digits=3)))
+        for p in problems]
+
+# ============================================================================= 6. the teachers
+
+
+def sample_server(cfg: DistillConfig, todo: list, samples: Journal) -> dict:
+    """The missing samples `todo` ([(prompt, index)]) from the server, appended to `samples` as they arrive."""
+    client = ClientConfig(url=cfg.server, model=cfg.served_model, api_key_env=cfg.api_key_env,
+                          concurrency=cfg.concurrency, timeout_s=cfg.request_timeout_s, max_retries=cfg.max_retries,
+                          backoff_s=cfg.retry_backoff_s, n_per_request=cfg.n_per_request, progress_s=cfg.progress_s)
+    sampling = dict(temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens)
+    if cfg.top_k:
+        sampling["top_k"] = cfg.top_k
+    sampling.update(json.loads(cfg.extra_body) if cfg.extra_body else {})
+    wanted = {}
+    for p, j in todo:
+        wanted.setdefault(p["key"], (p, []))[1].append((j, sample_seed(cfg.seed, p["key"], j)))
+    requests = [ChatRequest(key, p["messages"], pairs) for key, (p, pairs) in wanted.items()]
+
+    def on_sample(key, index, sample):
+        samples.append(dict(id=key, sample=index, **sample))
+
+    return sample_chat(requests, client, sampling, on_sample)
+
+
+def sample_toy(cfg: DistillConfig, todo: list, samples: Journal) -> dict:
+    """The toy teacher: an addition trace that slips once with probability toy_slip_hard on sums with a 3+ digit
+    operand (toy_slip_easy otherwise), the reference program for code. Sample j of a prompt has its own random
+    stream, so a rerun writes the same samples."""
+    import data
+    for p, j in todo:
+        if p["toy"] == "math":
+            a, b = map(int, p["key"].split("/")[-1].split("-")[1:])
+            slip = cfg.toy_slip_hard if max(len(str(a)), len(str(b))) >= 3 else cfg.toy_slip_easy
+            content = data.toy_math_response(a, b, random.Random(sample_seed(cfg.seed, p["key"], j)), slip)
+        else:
+            content = p["toy"]
+        samples.append(dict(id=p["key"], sample=j, content=content, closed=True, finish_reason="stop", seed=None,
+                            prompt_tokens=None, completion_tokens=None))
+    return dict(samples=len(todo))
+
+
+def sample_local(cfg: DistillConfig, todo: list, samples: Journal) -> dict:
+    """The missing samples from a local Qwen3 checkpoint through rollout.py's engine (torch is imported here only).
+    A prompt's k samples are generated together with seed sample_seed(seed, prompt, 0); those already written are not
+    written again, so a rerun writes the same samples."""
+    import torch
+
+    import data
+    from model import from_pretrained
+    from rollout import LLMEngine, SamplingParams
+    use_cuda = torch.cuda.is_available() if cfg.device == "auto" else cfg.device == "cuda"
+    device = torch.device("cuda" if use_cuda else "cpu")
+    tokenizer = data.load_tokenizer(cfg.tokenizer or cfg.model)
+    model = from_pretrained(cfg.model, dtype=torch.bfloat16 if use_cuda else torch.float32, device=device)
+    engine = LLMEngine(model, max_num_seqs=cfg.max_num_seqs, max_model_len=cfg.max_prompt_len + cfg.max_tokens)
+    stop_ids = tuple(data.stop_token_ids(tokenizer))
+    prompts = list({p["key"]: p for p, _ in todo}.values())
+    stats, t0 = Counter(), time.monotonic()
+    chunk = max(1, 4 * cfg.max_num_seqs // cfg.k)
+    for start in range(0, len(prompts), chunk):
+        batch, ids = [], []
+        for p in prompts[start:start + chunk]:
+            prompt_ids = data.encode_prompt(tokenizer, p["messages"])
+            if len(prompt_ids) > cfg.max_prompt_len:
+                stats["prompts_too_long"] += 1
+                continue
+            batch.append(p)
+            ids.append(prompt_ids)
+        params = [SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k, n=cfg.k,
+                                 max_tokens=cfg.max_tokens, stop_token_ids=stop_ids,
+                                 seed=sample_seed(cfg.seed, p["key"], 0)) for p in batch]
+
+        def on_finish(i, j, s):
+            content, closed = assistant_turn({"content": tokenizer.decode(s.token_ids, skip_special_tokens=True)})
+            if samples.append(dict(id=batch[i]["key"], sample=j, content=content, closed=closed,
+                                   finish_reason=s.finish_reason, seed=params[i].seed, prompt_tokens=len(ids[i]),
+                                   completion_tokens=len(s.token_ids))):
+                stats["samples"] += 1
+                stats["prompt_tokens"] += len(ids[i])
+                stats["completion_tokens"] += len(s.token_ids)
+                stats["truncated"] += s.finish_reason == "length"
+
+        if batch:
+            engine.generate(ids, params, on_finish=on_finish)
+        elapsed = time.monotonic() - t0
+        print(f"local teacher: {min(start + chunk, len(prompts))}/{len(prompts)} prompts | {stats['completion_tokens']} "
+              f"tokens, {stats['completion_tokens'] / max(elapsed, 1e-9):.0f} tok/s", flush=True)
+    return dict(stats)
+
+# ============================================================================= 7. verification and the rule
+
+
+def verify(prompt: dict, content: str, cfg: DistillConfig) -> dict:
+    """{correct: True | False | None (nothing to verify against), reward, reason} of one finished response."""
+    import reward
+    if prompt["answers"] is not None:
+        r = max(reward.math_reward(content, answer, timeout_s=cfg.math_timeout_s) for answer in prompt["answers"])
+        return dict(correct=r == 1.0, reward=r, reason="correct" if r == 1.0 else "wrong answer")
+    if prompt["tests"]:
+        r, results = reward.code_reward_details(content, prompt["tests"],
+                                                config=reward.SandboxConfig(timeout_s=cfg.code_timeout_s))
+        if not results:
+            return dict(correct=False, reward=r, reason="no ```python block after </think>")
+        return dict(correct=reward.all_passed(results), reward=r,
+                    reason=f"{sum(t.passed for t in results)}/{len(results)} tests passed")
+    return dict(correct=None, reward=None, reason="unverified: no answer or tests")
+
+
+def _judged_part(prompt: dict, content: str):
+    """What a verdict depends on: the text after the last </think> (math), the program (code). Equal parts of one
+    prompt's responses are judged once (a real teacher rarely repeats itself; the toy teacher does)."""
+    import reward
+    return reward.extract_code(content) if prompt["tests"] and prompt["answers"] is None else \
+        reward.extract_answer_region(content)
+
+
+def verify_all(cfg: DistillConfig, prompts: list, samples: Journal, verdicts: Journal) -> None:
+    """A verdict for every sample that has none yet, appended to `verdicts` (resumable like the samples). A response
+    cut at max_tokens or whose reasoning never closed is wrong without a check; a source's own verdict is taken as
+    it is; a gold answer math-verify cannot read is recorded as an error of its prompt."""
+    from concurrent.futures import ThreadPoolExecutor
+    todo = [p for p in prompts if any((p["key"], j) in samples and (p["key"], j) not in verdicts for j in range(p["k"]))]
+    if not todo:
+        return
+    done, t0, last, lock = [0], time.monotonic(), [time.monotonic()], threading.Lock()
+    total = sum(p["k"] for p in todo)
+
+    def one_prompt(p):
+        judged = {}
+        for j in range(p["k"]):
+            key = (p["key"], j)
+            if key not in samples or key in verdicts:
+                continue
+            s = samples.read(key)
+            if "source_correct" in s and s["source_correct"] is not None:
+                v = dict(correct=s["source_correct"], reward=None, reason="the source's verdict")
+            elif s["finish_reason"] == "length":
+                v = dict(correct=False, reward=None, reason="truncated at max_tokens")
+            elif not s["closed"]:
+                v = dict(correct=False, reward=None, reason="unfinished reasoning (no </think>)")
+            else:
+                part = _judged_part(p, s["content"])
+                if part not in judged:
+                    try:
+                        judged[part] = verify(p, s["content"], cfg)
+                    except ValueError as e:   # the gold answer or the tests are broken: the data's fault
+                        judged[part] = dict(correct=None, reward=None, reason="cannot verify", error=str(e))
+                v = judged[part]
+            verdicts.append(dict(id=p["key"], sample=j, **v))
+            with lock:
+                done[0] += 1
+                if cfg.progress_s and time.monotonic() - last[0] >= cfg.progress_s:
+                    last[0] = time.monotonic()
+                    rate = done[0] / (last[0] - t0)
+                    print(f"verified {done[0]}/{total} | {rate:.1f}/s | ETA {(total - done[0]) / rate:.0f}s", flush=True)
+
+    with ThreadPoolExecutor(cfg.verify_workers or os.cpu_count() or 1) as pool:
+        for _ in pool.map(one_prompt, todo):
+            pass
+
+
+def keep_responses(verdicts: list, keep: str = "difficulty", hard_below: float = HARD_BELOW,
+                   drop_unsolved: bool = False) -> tuple:
+    """The rule for one prompt: (difficulty, kept flags) from its responses' verdicts (True correct, False wrong,
+    None no verdict). difficulty: "hard" or "easy" by the pass rate d = correct / verdicts (hard iff d < hard_below,
+    compared exactly: 1/2 < 0.5 is false), "unsolved" when drop_unsolved drops a prompt no response solved, or
+    "unverified" when no response has a verdict (every response is kept, under every rule)."""
+    judged = [v for v in verdicts if v is not None]
+    if not judged:
+        return "unverified", [True] * len(verdicts)
+    correct = sum(judged)
+    if drop_unsolved and correct == 0:
+        return "unsolved", [False] * len(verdicts)
+    hard = Fraction(correct, len(judged)) < Fraction(str(hard_below))
+    difficulty = "hard" if hard else "easy"
+    if keep == "all" or (keep == "difficulty" and hard):
+        return difficulty, [True] * len(verdicts)
+    return difficulty, [v is True for v in verdicts]
+
+
+def write_sft(cfg: DistillConfig, prompts: list, samples: Journal, verdicts: Journal, path: str) -> dict:
+    """Apply the rule to every prompt whose k samples all have verdicts and write the kept responses as SFT rows
+    {messages, id, source, difficulty, pass_rate, correct}, in a random order fixed by the seed (sft.py packs documents
+    of one length in file order: the k responses of a prompt side by side would fill a batch with few prompts), to a
+    temporary file, then renamed. Returns the counts per source x difficulty and the prompts left out (incomplete, or
+    whose verification failed)."""
+    counts, incomplete, errors, rows = {}, 0, [], []
+    for p in prompts:
+        keys = [(p["key"], j) for j in range(p["k"])]
+        if not all(key in verdicts for key in keys):
+            incomplete += 1
+            continue
+        judged = [verdicts.read(key) for key in keys]
+        broken = next((v for v in judged if "error" in v), None)
+        if broken:
+            errors.append(f"{p['key']}: {broken['error']}")
+            continue
+        flags = [v["correct"] for v in judged]
+        difficulty, kept = keep_responses(flags, cfg.keep, cfg.hard_below, cfg.drop_unsolved)
+        c = counts.setdefault(p["source"], {}).setdefault(difficulty, Counter())
+        c["prompts"] += 1
+        c["responses"] += len(keys)
+        c["correct"] += sum(f is True for f in flags)
+        for key, flag, keep_it, v in zip(keys, flags, kept, judged):
+            if not keep_it:
+                c["dropped_" + ("unsolved" if difficulty == "unsolved" else "wrong")] += 1
+            elif v["reason"].startswith(("truncated", "unfinished")):   # kept by the rule, never trained on
+                c["dropped_" + v["reason"].split()[0]] += 1
+            else:
+                c["kept"] += 1
+                c["kept_wrong"] += flag is False
+                c["kept_unverified"] += flag is None
+                rows.append((p, key, difficulty, [sum(f is True for f in flags), sum(f is not None for f in flags)], flag))
+    random.Random(f"sft-order-{cfg.seed}").shuffle(rows)
+    with open(path + ".tmp", "w") as out:
+        for p, key, difficulty, pass_rate, flag in rows:
+            row = dict(messages=p["messages"] + [{"role": "assistant", "content": samples.read(key)["content"]}],
+                       id=f"{key[0]}/{key[1]}", source=p["source"], difficulty=difficulty, pass_rate=pass_rate,
+                       correct=flag)
+            out.write(json.dumps(row, ensure_ascii=False) + "\n")
+    os.replace(path + ".tmp", path)
+    return dict(counts={s: {d: dict(c) for d, c in by.items()} for s, by in counts.items()},
+                incomplete_prompts=incomplete, verification_errors=errors)
+
+# ============================================================================= 8. main
+
+
+def _bad_input(message: str):
+    """Bad input: one line, exit status 2 (the entry-point wrapper prints it)."""
+    raise SystemExit(f"error: {message}")
+
+
+def _lock(out_dir: str):
+    """Hold out_dir for this process: two runs appending to one journal would write a sample twice."""
+    import fcntl
+    handle = open(os.path.join(out_dir, ".lock"), "w")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        _bad_input(f"another distill.py is writing to {out_dir}; wait for it or use another --out_dir")
+    return handle
+
+
+def _check_same_run(path: str, info: dict) -> None:
+    """Samples already in out_dir must come from the same teacher and sampling settings, or the rule would mix them."""
+    if os.path.exists(path):
+        with open(path) as f:
+            before = json.load(f)
+        if before != info:
+            changed = [k for k in set(before["teacher"]) | set(info["teacher"])
+                       if before["teacher"].get(k) != info["teacher"].get(k)]
+            changed += [k for k in set(before["sampling"]) | set(info["sampling"])
+                        if before["sampling"].get(k) != info["sampling"].get(k)]
+            _bad_input(f"{os.path.dirname(path)} holds samples of another teacher or other sampling settings "
+                       f"({', '.join(sorted(changed))} differ); use another --out_dir")
+    else:
+        with open(path, "w") as f:
+            json.dump(info, f, indent=2)
+
+
+def print_report(report: dict) -> None:
+    print(f"{'source':24s} {'difficulty':10s} {'prompts':>8s} {'responses':>9s} {'correct':>8s} {'kept':>7s} "
+          f"{'kept wrong':>10s}  dropped")
+    for source, by in report["counts"].items():
+        for difficulty, c in sorted(by.items()):
+            dropped = ", ".join(f"{k[8:]} {v}" for k, v in sorted(c.items()) if k.startswith("dropped_")) or "-"
+            print(f"{source:24s} {difficulty:10s} {c.get('prompts', 0):8d} {c.get('responses', 0):9d} "
+                  f"{c.get('correct', 0):8d} {c.get('kept', 0):7d} {c.get('kept_wrong', 0):10d}  {dropped}")
+    d = report["decontamination"]
+    print(f"prompts read / duplicates / contaminated per source: "
+          + "; ".join(f"{s}: {c.get('read', 0)} / {c.get('duplicates', 0)} / {c.get('contaminated', 0)}"
+                      for s, c in d["sources"].items())
+          + f" | benchmark items matched: {d['benchmark_items_matched']}")
+    for hit in d["hits"][:10]:
+        print(f"  {hit['benchmark']} item {hit['item']}: {hit['prompts']} prompt(s), e.g. {', '.join(hit['examples'])}")
+
+
+def main(cfg: DistillConfig) -> dict:
+    import data
+    t0 = time.monotonic()
+    os.makedirs(cfg.out_dir, exist_ok=True)
+    lock, journals = _lock(cfg.out_dir), []
+    try:
+        _check_same_run(os.path.join(cfg.out_dir, "run.json"), teacher_info(cfg))
+        try:
+            items = read_benchmarks(_files(cfg.benchmarks)) + (toy_benchmarks() if cfg.toy else [])
+            prompt_filter = PromptFilter(Decontaminator(items, cfg.ngram) if items else None)
+            prompts, loader_reports = read_prompts(cfg, prompt_filter.keep)
+            journals += [Journal(os.path.join(cfg.out_dir, name)) for name in ("samples.jsonl", "verdicts.jsonl")]
+        except (data.DataError, OSError, ValueError) as e:
+            _bad_input(str(e))
+        samples, verdicts = journals
+        print(f"prompts: {len(prompts)} kept of {sum(c['read'] for c in prompt_filter.counts.values())} read "
+              f"({len(items)} benchmark items checked, n = {cfg.ngram})", flush=True)
+        if cfg.toy:
+            data.save_tokenizer(data.build_toy_tokenizer(), os.path.join(cfg.out_dir, "tokenizer"))
+        for journal in journals:
+            if journal.torn:
+                print(f"{journal.path}: dropped a last line torn by a kill ({journal.torn} bytes); it is redone")
+        for p in prompts:   # rows that bring their own responses: copied in, then judged by the same rule
+            for j, r in enumerate(p["responses"] or []):
+                samples.append(dict(id=p["key"], sample=j, content=r["content"], closed=True, finish_reason=None,
+                                    source_correct=r["correct"]))
+        todo = [(p, j) for p in prompts if not p["responses"] for j in range(p["k"]) if (p["key"], j) not in samples]
+        print(f"samples: {len(samples)} in {samples.path}, {len(todo)} to sample", flush=True)
+        t_sample = time.monotonic()
+        teacher = sample_server if cfg.server else sample_local if cfg.model else sample_toy
+        try:
+            sampling = teacher(cfg, todo, samples) if todo else {}
+        except ServerRefused as e:
+            _bad_input(str(e))
+        sample_s, t_verify = time.monotonic() - t_sample, time.monotonic()
+        verify_all(cfg, prompts, samples, verdicts)
+        verify_s = time.monotonic() - t_verify
+        written = write_sft(cfg, prompts, samples, verdicts, os.path.join(cfg.out_dir, "sft.jsonl"))
+        report = dict(teacher_info(cfg), endpoint=cfg.server or None, k=cfg.k,
+                      rule=dict(keep=cfg.keep, hard_below=cfg.hard_below, drop_unsolved=cfg.drop_unsolved),
+                      loaders=loader_reports,
+                      decontamination=dict(ngram=cfg.ngram, benchmarks=sorted({b for b, _, _ in items}),
+                                           **prompt_filter.report()),
+                      **written, **sample_totals(prompts, samples),
+                      this_run=dict(teacher={k: v for k, v in sampling.items() if k != "failures"},
+                                    failures=sampling.get("failures", []), sample_s=round(sample_s, 1),
+                                    verify_s=round(verify_s, 1), total_s=round(time.monotonic() - t0, 1)),
+                      sft_file=os.path.join(cfg.out_dir, "sft.jsonl"),
+                      sft_rows=sum(c.get("kept", 0) for by in written["counts"].values() for c in by.values()))
+        with open(os.path.join(cfg.out_dir, "report.json"), "w") as f:
+            json.dump(report, f, indent=2)
+        print_report(report)
+        print(f"wrote {report['sft_rows']} SFT rows to {report['sft_file']} and {cfg.out_dir}/report.json "
+              f"(sampling {sample_s:.1f}s, verification {verify_s:.1f}s, {time.monotonic() - t0:.1f}s in all)")
+        if written["verification_errors"] and not cfg.skip_bad_rows:
+            _bad_input(f"{len(written['verification_errors'])} prompt(s) could not be verified, e.g. "
+                       f"{written['verification_errors'][0]}; fix the data, or --skip_bad_rows=true leaves them out "
+                       "(listed in report.json)")
+        if written["incomplete_prompts"]:
+            print(f"distill.py: {written['incomplete_prompts']} prompt(s) still miss samples ({sampling.get('failed', 0)} "
+                  "failed in this run, see above); run the same command again to ask for them", flush=True)
+            raise SystemExit(1)
+        return report
+    finally:
+        for journal in journals:
+            journal.close()
+        lock.close()
+
+
+def sample_totals(prompts: list, samples: Journal) -> dict:
+    """Truncated and unfinished responses and the teacher's token usage over every sample of the kept prompts."""
+    usage, truncated, unfinished = Counter(), 0, 0
+    for p in prompts:
+        for j in range(p["k"]):
+            if (p["key"], j) in samples:
+                s = samples.read((p["key"], j))
+                usage["prompt_tokens"] += s.get("prompt_tokens") or 0
+                usage["completion_tokens"] += s.get("completion_tokens") or 0
+                truncated += s["finish_reason"] == "length"
+                unfinished += not s["closed"] and s["finish_reason"] != "length"
+    return dict(truncated=truncated, unfinished=unfinished,
+                teacher_usage=dict(usage) if any(usage.values()) else "not reported by this teacher")
+
+
+if __name__ == "__main__":
+    from data import parse_config                  # the project's one option parser
+    from sft import run_entry_point                # bad input as one line, exit status 2 (imports torch)
+    run_entry_point(main, parse_config(DistillConfig, usage="usage: python distill.py [--key=value ...]   (examples at "
+                                                            "the top of distill.py; booleans: --toy=true)"))
