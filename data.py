@@ -14,78 +14,31 @@ The file, top to bottom:
    The generation prompt is `<|im_start|>assistant\n` (plus `<think>\n\n</think>\n\n` when thinking is off).
    Assistant turns before the last user turn lose their reasoning, as in the template. SFT trains on the
    final assistant turn only: its reasoning, answer and `<|im_end|>` (loss_mask = 1), nothing else.
-2. Loaders. One reader of rows for every loader (read_rows): JSON lines; a `.json` file holding one JSON array
-   (one line or pretty-printed, decoded element by element); `.parquet`, read in batches of 1024 rows with
-   pyarrow, so a file of a million rows is never in memory whole, its values decoded as their JSON twin's would
-   be. Bad input (a missing or empty file, malformed JSON, a missing or mistyped field) is an error naming
-   file:n and the field (n: the line of JSON lines, the element of an array, the row of parquet). A row that
-   reads fine but cannot be graded or learned from (a placeholder answer such as NuminaMath-1.5's "proof" /
-   "notfound", an empty answer, code whose tests cannot be run) is an UngradableRow: refused by default;
-   skip_bad_rows=True skips it and counts its reason. Each loader returns Records: the records, plus .report
-   (rows read, kept, dropped or skipped and why, formats seen), one line to print. The loaders keep their
-   `_jsonl` names but read all three formats.
-       SFT        {"messages": [{"role", "content"}]}  or  {"conversations": [{"from", "value"}], "system"?}
-                  {"problem", "deepseek_reasoning", "deepseek_solution"}   {"input", "output"}
-       responses  several teacher responses per prompt with the source's verdict (load_responses)
-       math       {"problem"|"question"|"prompt", "answer"}       (AIME-style; a prompt may be a list of messages)
-                  {"problem", "solution"}                          (MATH: the answer is the solution's last \\boxed{})
-                  {"prompt": [messages], "reward_model": {"ground_truth"}}   (verl, Skywork-OR1: maybe several answers)
-                  {"messages", "meta": {"solution"}}  or  {"messages", "answer"}
-       code       LiveCodeBench {"question_content", "starter_code", "public_test_cases", "private_test_cases",
-                                 "metadata": {"func_name"}}
-                  code_contests {"description", "public_tests" / "private_tests" / "generated_tests":
-                                 {"input": [...], "output": [...]}, "solutions": {"language", "solution"}}
-                  APPS/TACO {"question", "starter_code", "input_output": {"inputs", "outputs", "fn_name"?}, "solutions"}
-                  PrimeIntellect {"prompt", "verification_info": {"language", "test_cases"}, "gold_standard_solution"}
-                  verl {"prompt": [messages], "reward_model": {"ground_truth": APPS-style tests, a list of test
-                       cases (per-test metadata.func_name), or {"functional": assert program}}}
-                  {"problem", "tests", "solutions"} (DeepCoder, rllm)   {"prompt", "tests": [...], "solutions"?}
-   The public sets these cover, and where each schema was read (data set cards; repositories: path):
-       SFT    OpenThoughts3-1.2M (conversations with <think>); OpenThoughts-114k (open-thoughts/open-thoughts:
-              open_thoughts/prompt.py: its <|begin_of_thought|>...<|end_of_thought|> <|begin_of_solution|>...
-              <|end_of_solution|> markers become <think>, and the system prompt asking for them is dropped, counted),
-              and its metadata config; OpenCodeReasoning (card: input, output with <think>, solution; split_1 rows
-              hold "-" for the question, to be filled from the source sets); NuminaMath-CoT and OpenR1-Math-220k
-              (`messages`)
-       responses  OpenR1-Math-220k (card: generations, correctness_math_verify), and every SFT set above
-       math   NuminaMath-1.5 and -CoT, OpenR1-Math-220k, Big-Math, DeepScaleR (raw, and agentica-project/rllm:
-              scripts/data/deepscaler_dataset.py), DAPO-Math-17k, Skywork-OR1 (SkyworkAI/Skywork-OR1:
-              or1_scripts/data_preprocess/), KlearReasoner-MathSub-30K and the authors' AIME24/25 and HMMT-202502
-              files (Kwai-Klear/KlearReasoner: README, benchmarks/)
-       code   LiveCodeBench (LiveCodeBench/LiveCodeBench: lcb_runner/benchmarks/code_generation.py), APPS, TACO,
-              deepmind/code_contests (card; Python 3 solutions kept), PrimeIntellect verifiable-coding-problems
-              (huggingface/open-r1: src/open_r1/rewards.py; Python rows only), Skywork-OR1 code,
-              KlearReasoner-CodeSub-15K (Kwai-Klear/KlearReasoner: verl/utils/reward_score/code_r1_compute.py),
-              Code-R1 (ganler/code-r1: examples/data_preprocess/coder1.py), rllm DeepCoder and leetcode
-              (agentica-project/rllm: scripts/data/deepcoder_dataset.py, rllm/rewards/code_reward.py,
-              rllm/data/train/code/leetcode.json), DeepCoder-Preview-Dataset (card: problem, tests, solutions)
-   Tests come out as {"input", "output"} (stdin) or {"input", "output", "fn_name"} (functional: one JSON argument
-   per input line, JSON return value), the format reward.py's run_tests takes; every test a row has is kept
-   (public, private and generated). Code problems with fewer than min_tests tests are dropped (counted);
-   reference programs and a stronger model's pass rate, when the data has them, are kept for the code-prompt
-   filter. Assert programs (Code-R1, KlearReasoner-CodeSub, rllm leetcode: `def check(candidate): assert
-   candidate(nums=[2, 7], target=9) == [0, 1]` + `check(Solution().twoSum)`) are NOT run with the candidate's
-   program, as their authors do: there, code in the candidate's own process decides the verdict, and an object
-   whose __eq__ always says True passes every assert. They are parsed instead (ast, never executed): each
-   `assert f(literal args) == literal` (or `assert f(...)`: true, `assert not f(...)`: false) becomes one
-   functional test whose result is compared as JSON data by the sandbox; keyword arguments are put in the order
-   of the signature found in the row's starter code or prompt. An assert that cannot be converted exactly
-   (arguments that are not literals, a tolerance, a helper function) is counted; a row left with no test is an
-   UngradableRow. Each assert is its own test, so the soft reward counts them one by one (the authors' grader
-   scores a whole program pass or fail).
+2. Loaders: load_sft_jsonl, load_responses, load_math_jsonl and load_code_jsonl read the public sets as published
+   (the table of formats and sets opens that part), from JSON lines, a `.json` array or `.parquet`, streamed
+   (read_rows). Bad input (a missing or empty file, malformed JSON, a missing or mistyped field) is an error naming
+   file:n and the field. A row that reads fine but cannot be graded or learned from (a placeholder answer such as
+   NuminaMath-1.5's "proof", code whose tests cannot be run) is an UngradableRow: refused by default, skipped and
+   counted with skip_bad_rows=True. Each loader returns Records: the records, plus .report (rows read, kept,
+   dropped or skipped and why, formats seen), one line to print.
 3. Packing: documents go into rows of `row_tokens` tokens by best-fit decreasing; each row carries
    position_ids that restart at 0 per document and document_ids (padding is its own document), so the
    model attends only within a document: mask[i, j] = (doc[i] == doc[j]) and (j <= i).
    PackedLoader shuffles rows by (seed, epoch), gives every rank the same number of rows per step
    (all-padding rows fill the last step), and resumes mid-epoch from state_dict().
-4. Toy tasks (no download): multi-digit addition with a digit-by-digit `<think>` trace and a `\\boxed{}`
+4. Reading rows: JSON lines; one JSON array (one line or pretty-printed, decoded element by element); parquet,
+   read in batches of 1024 rows with pyarrow, its values decoded as their JSON twin's would be. A file of a
+   million rows is never in memory whole.
+5. Format adapters, one family of formats after another (SFT, responses, math, code), as tables of field paths
+   where the formats differ only in names. Code tests come out in reward.py's format; assert programs are parsed,
+   never run.
+6. Toy tasks (no download): multi-digit addition with a digit-by-digit `<think>` trace and a `\\boxed{}`
    answer (a toy teacher's traces may slip once and end wrong: distill.py samples it and keeps the slips of the
    prompts it finds hard, the paper's "mixed" data; toy_math_sft_examples is a fixed mix made without the recipe),
    and small programming problems with 16+ stdin or functional tests and a ```python answer. A byte-level
    BPE tokenizer with Qwen3's pre-tokenizer and special tokens is trained on them in a second.
-5. The command line: parse_config, the one `--key=value` parser of every entry point and benchmark (it lives here,
+7. The command line: parse_config, the one `--key=value` parser of every entry point and benchmark (it lives here,
    in the file every other one imports and that imports none of them), and `python data.py toy|stats`.
-
 """
 import array
 import ast
@@ -111,7 +64,6 @@ from typing import ClassVar, NamedTuple
 import numpy as np
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
-# ----------------------------------------------------------------------------- tokenizer
 
 class DataError(ValueError):
     """Bad input data; the message names file:line and field."""
@@ -122,16 +74,7 @@ class DataError(ValueError):
 INPUT_ERRORS = (DataError, FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError)
 
 
-def special_token_ids(tok: Tokenizer) -> dict:
-    """Ids of the chat-control tokens: im_start, im_end, endoftext (also the pad), think, end_think."""
-    names = dict(im_start="<|im_start|>", im_end="<|im_end|>", endoftext="<|endoftext|>", think="<think>",
-                 end_think="</think>")
-    ids = {k: tok.token_to_id(v) for k, v in names.items()}
-    missing = [names[k] for k, v in ids.items() if v is None]
-    if missing:
-        raise DataError(f"tokenizer lacks the Qwen3 chat tokens {missing}; use a Qwen3 tokenizer or build_toy_tokenizer()")
-    return ids
-
+# ----------------------------------------------------------------------------- 1. the chat format
 
 def load_tokenizer(path: str) -> Tokenizer:
     """A `tokenizers.Tokenizer` from a directory holding tokenizer.json, or from the file itself."""
@@ -146,27 +89,26 @@ def load_tokenizer(path: str) -> Tokenizer:
     return tok
 
 
+def special_token_ids(tok: Tokenizer) -> dict:
+    """Ids of the chat-control tokens: im_start, im_end, endoftext (also the pad), think, end_think."""
+    names = dict(im_start="<|im_start|>", im_end="<|im_end|>", endoftext="<|endoftext|>", think="<think>",
+                 end_think="</think>")
+    ids = {k: tok.token_to_id(v) for k, v in names.items()}
+    missing = [names[k] for k, v in ids.items() if v is None]
+    if missing:
+        raise DataError(f"tokenizer lacks the Qwen3 chat tokens {missing}; use a Qwen3 tokenizer or build_toy_tokenizer()")
+    return ids
+
+
 def stop_token_ids(tok: Tokenizer) -> list:
     """Generation stops at <|im_end|> (end of the assistant turn) or <|endoftext|>."""
     ids = special_token_ids(tok)
     return [ids["im_end"], ids["endoftext"]]
 
 
-# ----------------------------------------------------------------------------- chat format
-
-
-def _check_messages(messages) -> None:
-    if not isinstance(messages, list) or not messages:
-        raise ValueError("messages must be a non-empty list of {'role', 'content'} dicts")
-    for i, m in enumerate(messages):
-        if not isinstance(m, dict) or m.get("role") not in ("system", "user", "assistant"):
-            role = m.get("role") if isinstance(m, dict) else m
-            raise ValueError(f"messages[{i}]: role {role!r} is not supported (system, user, assistant; "
-                             "tool calls are not supported by this implementation)")
-        if not isinstance(m.get("content"), str):
-            raise ValueError(f"messages[{i}].content must be a string, got {type(m.get('content')).__name__}")
-        if m.get("tool_calls"):
-            raise ValueError(f"messages[{i}]: tool_calls are not supported by this implementation")
+def render_chat(messages, add_generation_prompt: bool = False, enable_thinking: bool = True) -> str:
+    """The text Qwen3's chat template renders for these messages (no tools)."""
+    return _render(messages, add_generation_prompt, enable_thinking)[0]
 
 
 def _render(messages, add_generation_prompt: bool, enable_thinking: bool):
@@ -207,15 +149,18 @@ def _render(messages, add_generation_prompt: bool, enable_thinking: bool):
     return "".join(parts), span
 
 
-def render_chat(messages, add_generation_prompt: bool = False, enable_thinking: bool = True) -> str:
-    """The text Qwen3's chat template renders for these messages (no tools)."""
-    return _render(messages, add_generation_prompt, enable_thinking)[0]
-
-
-def _loss_mask(offsets, span) -> list:
-    # a token is trained if any of its characters lies in the final assistant turn's span
-    start, end = span
-    return [int(e > start and s < end) for s, e in offsets]
+def _check_messages(messages) -> None:
+    if not isinstance(messages, list) or not messages:
+        raise ValueError("messages must be a non-empty list of {'role', 'content'} dicts")
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or m.get("role") not in ("system", "user", "assistant"):
+            role = m.get("role") if isinstance(m, dict) else m
+            raise ValueError(f"messages[{i}]: role {role!r} is not supported (system, user, assistant; "
+                             "tool calls are not supported by this implementation)")
+        if not isinstance(m.get("content"), str):
+            raise ValueError(f"messages[{i}].content must be a string, got {type(m.get('content')).__name__}")
+        if m.get("tool_calls"):
+            raise ValueError(f"messages[{i}]: tool_calls are not supported by this implementation")
 
 
 def encode_chat(tok: Tokenizer, messages) -> tuple:
@@ -226,6 +171,12 @@ def encode_chat(tok: Tokenizer, messages) -> tuple:
     text, span = _render(messages, False, True)
     enc = tok.encode(text, add_special_tokens=False)
     return enc.ids, _loss_mask(enc.offsets, span)
+
+
+def _loss_mask(offsets, span) -> list:
+    # a token is trained if any of its characters lies in the final assistant turn's span
+    start, end = span
+    return [int(e > start and s < end) for s, e in offsets]
 
 
 def chat_messages(messages_or_text) -> list:
@@ -284,7 +235,56 @@ def encode_prompts(tok: Tokenizer, problems, max_prompt_len: int, overlong: str 
         report["kept"] += 1
     return kept, report
 
-# ----------------------------------------------------------------------------- reading rows: JSONL, JSON, parquet
+
+# ----------------------------------------------------------------------------- 2. the loaders
+# What each loader reads (every loader reads JSON lines, a .json array and .parquet; they keep their `_jsonl` names):
+#   SFT        {"messages": [{"role", "content"}]}  or  {"conversations": [{"from", "value"}], "system"?}
+#              {"problem", "deepseek_reasoning", "deepseek_solution"}   {"input", "output"}
+#   responses  several teacher responses per prompt with the source's verdict (load_responses)
+#   math       {"problem"|"question"|"prompt", "answer"}       (AIME-style; a prompt may be a list of messages)
+#              {"problem", "solution"}                          (MATH: the answer is the solution's last \boxed{})
+#              {"prompt": [messages], "reward_model": {"ground_truth"}}   (verl, Skywork-OR1: maybe several answers)
+#              {"messages", "meta": {"solution"}}  or  {"messages", "answer"}
+#   code       LiveCodeBench {"question_content", "starter_code", "public_test_cases", "private_test_cases",
+#                             "metadata": {"func_name"}}
+#              code_contests {"description", "public_tests" / "private_tests" / "generated_tests":
+#                             {"input": [...], "output": [...]}, "solutions": {"language", "solution"}}
+#              APPS/TACO {"question", "starter_code", "input_output": {"inputs", "outputs", "fn_name"?}, "solutions"}
+#              PrimeIntellect {"prompt", "verification_info": {"language", "test_cases"}, "gold_standard_solution"}
+#              verl {"prompt": [messages], "reward_model": {"ground_truth": APPS-style tests, a list of test
+#                   cases (per-test metadata.func_name), or {"functional": assert program}}}
+#              {"problem", "tests", "solutions"} (DeepCoder, rllm)   {"prompt", "tests": [...], "solutions"?}
+# The public sets these cover, and where each schema was read (data set cards; repositories: path):
+#   SFT    OpenThoughts3-1.2M (conversations with <think>); OpenThoughts-114k (open-thoughts/open-thoughts:
+#          open_thoughts/prompt.py: its <|begin_of_thought|>...<|end_of_thought|> <|begin_of_solution|>...
+#          <|end_of_solution|> markers become <think>, and the system prompt asking for them is dropped, counted),
+#          and its metadata config; OpenCodeReasoning (card: input, output with <think>, solution; split_1 rows
+#          hold "-" for the question, to be filled from the source sets); NuminaMath-CoT and OpenR1-Math-220k
+#          (`messages`)
+#   responses  OpenR1-Math-220k (card: generations, correctness_math_verify), and every SFT set above
+#   math   NuminaMath-1.5 and -CoT, OpenR1-Math-220k, Big-Math, DeepScaleR (raw, and agentica-project/rllm:
+#          scripts/data/deepscaler_dataset.py), DAPO-Math-17k, Skywork-OR1 (SkyworkAI/Skywork-OR1:
+#          or1_scripts/data_preprocess/), KlearReasoner-MathSub-30K and the authors' AIME24/25 and HMMT-202502
+#          files (Kwai-Klear/KlearReasoner: README, benchmarks/)
+#   code   LiveCodeBench (LiveCodeBench/LiveCodeBench: lcb_runner/benchmarks/code_generation.py), APPS, TACO,
+#          deepmind/code_contests (card; Python 3 solutions kept), PrimeIntellect verifiable-coding-problems
+#          (huggingface/open-r1: src/open_r1/rewards.py; Python rows only), Skywork-OR1 code,
+#          KlearReasoner-CodeSub-15K (Kwai-Klear/KlearReasoner: verl/utils/reward_score/code_r1_compute.py),
+#          Code-R1 (ganler/code-r1: examples/data_preprocess/coder1.py), rllm DeepCoder and leetcode
+#          (agentica-project/rllm: scripts/data/deepcoder_dataset.py, rllm/rewards/code_reward.py,
+#          rllm/data/train/code/leetcode.json), DeepCoder-Preview-Dataset (card: problem, tests, solutions)
+# Tests come out as {"input", "output"} (stdin) or {"input", "output", "fn_name"} (functional: one JSON argument per
+# input line, JSON return value), the format reward.py's run_tests takes; every test a row has is kept (public,
+# private and generated). Code problems with fewer than min_tests tests are dropped (counted); reference programs
+# and a stronger model's pass rate, when the data has them, are kept for the code-prompt filter.
+
+class Records(list):
+    """What a loader returns: the records, as a plain list, plus `report`, a dict of what was read, kept and
+    dropped and why, printable on one line: print(f"code data: {problems.report}")."""
+
+    def __init__(self, items, report: dict):
+        super().__init__(items)
+        self.report = report
 
 
 class UngradableRow(DataError):
@@ -297,16 +297,59 @@ class UngradableRow(DataError):
         self.reason = reason
 
 
-class Records(list):
-    """What a loader returns: the records, as a plain list, plus `report`, a dict of what was read, kept and
-    dropped and why, printable on one line: print(f"code data: {problems.report}")."""
+def load_sft_jsonl(path: str, skip_bad_rows: bool = False) -> Records:
+    """Conversations (lists of {"role", "content"[, "reasoning_content"]}) from OpenAI `messages`, ShareGPT /
+    OpenThoughts `conversations` (from: human/user/gpt/assistant/system; optional top-level `system`),
+    OpenThoughts-114k's metadata rows (problem, deepseek_reasoning, deepseek_solution) or OpenCodeReasoning's
+    (input, output). Each ends with the assistant turn SFT learns; OpenThoughts' reasoning markers become
+    `<think>`, and a system prompt that asks for those markers is dropped (counted)."""
+    report = _new_report(path)
+    return Records(_records(path, _sft_reader(path, report), report, skip_bad_rows), report)
 
-    def __init__(self, items, report: dict):
-        super().__init__(items)
-        self.report = report
+
+def load_responses(path: str, skip_bad_rows: bool = False) -> Records:
+    """Prompts with their teacher responses: {"id", "prompt" (a string, or a list of messages), "answer" (the math
+    answer to verify against, or None), "source" (the row's format), "responses": [{"content", "correct"}]}, plus
+    "tests" where a code row carries them. `content` is the assistant turn in Qwen3's format
+    (`<think>\\n{reasoning}\\n</think>\\n\\n{answer}`); `correct` is the source's own verdict, or None.
+    - OpenR1-Math-220k: every one of `generations`, correct = `correctness_math_verify`; a generation that never
+      closes its reasoning (cut at the length limit) is left out and counted ("unfinished_responses").
+    - every SFT row load_sft_jsonl reads: its final assistant turn, correct None.
+    A placeholder answer (`proof`, `notfound`) becomes None, counted ("answers_not_gradable")."""
+    report = _new_report(path)
+    return Records(_records(path, _responses_reader(path, report), report, skip_bad_rows), report)
 
 
-PARQUET_BATCH_ROWS = 1024  # rows decoded at a time: memory stays that of one batch, however long the file
+def load_math_jsonl(path: str, skip_bad_rows: bool = False) -> Records:
+    """Math problems {id, prompt, answer[, answers]}. The prompt is `problem`, `question` or `prompt` (a string,
+    or a list of messages); the answer comes from `answer` (numbers become strings), verl's
+    `reward_model.ground_truth`, or the last `\\boxed{}` of a MATH `solution`; or the row is `messages` +
+    `meta.solution` (the authors' AIME files) or `messages` + `answer` (their HMMT file). `answers` (all
+    acceptable answers, answer = answers[0]) is there only when a row gives more than one (Skywork-OR1's lists):
+    a response is right if it matches any of them. A row whose answer cannot be graded (empty, a placeholder
+    such as NuminaMath-1.5's "proof" / "notfound", question_type "proof") is an UngradableRow."""
+    report = _new_report(path)
+    return Records(_records(path, _math_reader(path, report), report, skip_bad_rows), report)
+
+
+def load_code_jsonl(path: str, min_tests: int = 1, pass_rate_field: str = "", skip_bad_rows: bool = False) -> Records:
+    """Code problems {id, line, prompt, tests[, solutions][, pass_rate][, contest_date]} (line: n of the row in the
+    file) from LiveCodeBench, code_contests, APPS/TACO, PrimeIntellect, verl (Skywork-OR1, KlearReasoner-CodeSub,
+    rllm DeepCoder, Code-R1), DeepCoder / rllm rows {problem, tests, solutions} or {prompt, tests} rows. The prompt
+    is the question plus its starter code in a ```python block (verl: the `prompt` messages as they are).
+    - Problems with fewer than `min_tests` tests are dropped and counted in the report (the paper keeps only
+      those with >= 16). A row whose tests cannot be run (all its asserts unconvertible, another language than
+      Python, pytest files) is an UngradableRow.
+    - `solutions`: the row's reference programs, when it has any.
+    - `pass_rate`: with pass_rate_field="FIELD" (dotted path, a rate in [0, 1]) or "FIELD/N" (a count out of
+      N samples), a stronger model's pass rate, e.g. "pass_rate", or Skywork-OR1's correct-of-16 counts
+      "extra_info.model_difficulty.DeepSeek-R1-Distill-Qwen-32B/16". A row without that field is an error."""
+    report = _new_report(path)
+    problems = Records(_records(path, _code_reader(path, report, min_tests, pass_rate_field), report, skip_bad_rows),
+                       report)
+    if not problems:
+        raise DataError(f"{path}: no problem has at least min_tests={min_tests} tests ({report})")
+    return problems
 
 
 def read_rows(path: str):
@@ -331,6 +374,156 @@ def read_rows(path: str):
         yield n, rec
     if not n_records:
         raise DataError(f"{path}: no records (the file is empty)")
+
+
+def copy_rows(src: str, dst: str, keep) -> int:
+    """Write the rows of src numbered in `keep` (read_rows' n) to dst, in src's own format: JSON lines byte for
+    byte, a JSON array as a JSON array, parquet with src's schema. Returns how many were written."""
+    keep, written = set(keep), 0
+    if src.endswith(".parquet"):
+        import pyarrow
+        import pyarrow.parquet
+        source = pyarrow.parquet.ParquetFile(src, pre_buffer=False)
+        with pyarrow.parquet.ParquetWriter(dst, source.schema_arrow) as writer:
+            start = 1
+            for batch in source.iter_batches(batch_size=PARQUET_BATCH_ROWS):
+                picked = [i for i in range(batch.num_rows) if start + i in keep]
+                if picked:
+                    writer.write_batch(batch.take(pyarrow.array(picked, pyarrow.int64())))
+                start, written = start + batch.num_rows, written + len(picked)
+        return written
+    if src.endswith(".json") and _first_char(src) == "[":
+        with open(dst, "w", encoding="utf-8") as out:
+            out.write("[")
+            for n, rec in read_rows(src):
+                if n in keep:
+                    out.write(("," if written else "") + "\n" + json.dumps(rec, ensure_ascii=False))
+                    written += 1
+            out.write("\n]\n")
+        return written
+    with open(src, "rb") as f, open(dst, "wb") as out:
+        for n, line in enumerate(f, 1):
+            if n in keep:
+                out.write(line)
+                written += 1
+    return written
+
+
+# ----------------------------------------------------------------------------- 3. packing
+
+class PackedLoader:
+    """Packed rows for SFT, the same on every rank: shuffled by (seed, epoch), each optimizer step takes
+    rows_per_step rows, rank r gets the r-th contiguous slice of them. The last step of an epoch is filled
+    with all-padding rows (no loss), so every rank runs the same number of steps. state_dict() holds the
+    epoch and step, so a restart continues with the next unseen step."""
+
+    def __init__(self, examples, row_tokens: int, rows_per_step: int, pad_id: int, *, seed: int = 0,
+                 rank: int = 0, world_size: int = 1):
+        if rows_per_step % world_size:
+            raise ValueError(f"rows_per_step={rows_per_step} must be a multiple of world_size={world_size}")
+        if not examples:
+            raise ValueError("PackedLoader got no examples")
+        self.examples, self.row_tokens, self.pad_id = examples, row_tokens, pad_id
+        self.rows_per_step, self.seed, self.rank, self.world_size = rows_per_step, seed, rank, world_size
+        self.rows = plan_packing([len(x) for x, _ in examples], row_tokens)
+        self.num_rows = len(self.rows)
+        self.steps_per_epoch = -(-self.num_rows // rows_per_step)
+        self.empty_rows_per_epoch = self.steps_per_epoch * rows_per_step - self.num_rows
+        self.efficiency = sum(len(x) for x, _ in examples) / (self.num_rows * row_tokens)  # real / packed tokens
+        self.epoch, self.step = 0, 0
+        self._order_epoch, self._order = None, None
+
+    def __len__(self):
+        return self.steps_per_epoch
+
+    def _epoch_order(self, epoch: int) -> list:
+        if self._order_epoch != epoch:
+            perm = np.random.default_rng([self.seed, epoch]).permutation(self.num_rows).tolist()
+            self._order = perm + [None] * self.empty_rows_per_epoch
+            self._order_epoch = epoch
+        return self._order
+
+    def rows_for(self, epoch: int, step: int) -> list:
+        """This rank's rows of one step: a list of rows_per_step / world_size dicts of (row_tokens,) tensors."""
+        per_rank = self.rows_per_step // self.world_size
+        start = step * self.rows_per_step + self.rank * per_rank
+        picked = self._epoch_order(epoch)[start:start + per_rank]
+        return _build_rows(self.examples, [None if r is None else self.rows[r] for r in picked], self.row_tokens, self.pad_id)
+
+    def next_step(self) -> list:
+        """The rows of the next step, advancing (and wrapping into the next epoch at the end)."""
+        rows = self.rows_for(self.epoch, self.step)
+        self.step += 1
+        if self.step == self.steps_per_epoch:
+            self.epoch, self.step = self.epoch + 1, 0
+        return rows
+
+    def state_dict(self) -> dict:
+        return dict(epoch=self.epoch, step=self.step, seed=self.seed, rows_per_step=self.rows_per_step,
+                    num_rows=self.num_rows)
+
+    def load_state_dict(self, state: dict) -> None:
+        for key in ("seed", "rows_per_step", "num_rows"):
+            if state[key] != getattr(self, key):
+                raise DataError(f"cannot resume: the checkpoint's data loader had {key}={state[key]}, now "
+                                 f"{getattr(self, key)}; resume with the same data, seed and batch settings")
+        self.epoch, self.step = int(state["epoch"]), int(state["step"])
+
+
+def pack_examples(examples, row_tokens: int, pad_id: int) -> list:
+    """Pack (input_ids, loss_mask) pairs into rows: a list of dicts of (row_tokens,) tensors input_ids,
+    loss_mask (bool), position_ids (restart at 0 per document) and document_ids (0, 1, ... per row)."""
+    return _build_rows(examples, plan_packing([len(x) for x, _ in examples], row_tokens), row_tokens, pad_id)
+
+
+def plan_packing(lengths, row_tokens: int) -> list:
+    """Best-fit decreasing: longest document first, into the row whose free space fits it most tightly.
+    Returns rows as lists of document indices. Deterministic (ties broken by index)."""
+    too_long = [i for i, n in enumerate(lengths) if n > row_tokens or n <= 0]
+    if too_long:
+        i = too_long[0]
+        raise DataError(f"{len(too_long)} documents do not fit a row (e.g. #{i}: {lengths[i]} tokens, row_tokens="
+                         f"{row_tokens}); cut or drop them first (encode_sft_dataset's max_len <= row_tokens)")
+    rows, free = [], []  # free: sorted (space left, row index)
+    for i in sorted(range(len(lengths)), key=lambda i: (-lengths[i], i)):
+        j = bisect.bisect_left(free, (lengths[i], -1))  # smallest space that still fits
+        if j < len(free):
+            space, r = free.pop(j)
+        else:
+            space, r = row_tokens, len(rows)
+            rows.append([])
+        rows[r].append(i)
+        if space - lengths[i] > 0:
+            bisect.insort(free, (space - lengths[i], r))
+    return rows
+
+
+def _build_rows(examples, rows, row_tokens: int, pad_id: int) -> list:
+    """Materialise rows (lists of example indices, or None for an all-padding row): one dict of (row_tokens,)
+    tensors per row, views of (B, row_tokens) tensors built at once."""
+    B = len(rows)
+    ids = np.full((B, row_tokens), pad_id, dtype=np.int64)
+    mask = np.zeros((B, row_tokens), dtype=bool)
+    pos = np.zeros((B, row_tokens), dtype=np.int64)
+    doc = np.zeros((B, row_tokens), dtype=np.int64)
+    for b, row in enumerate(rows):
+        t = 0
+        for d, i in enumerate(row or []):
+            x, m = examples[i]
+            n = len(x)
+            ids[b, t:t + n], mask[b, t:t + n], pos[b, t:t + n], doc[b, t:t + n] = x, m, np.arange(n), d
+            t += n
+        pos[b, t:] = np.arange(row_tokens - t)  # padding: one more document of its own
+        doc[b, t:] = len(row or [])
+    import torch  # here, not at the top: reading data (`data.py stats`, the loaders) needs no torch
+    batch = dict(input_ids=torch.from_numpy(ids), loss_mask=torch.from_numpy(mask),
+                 position_ids=torch.from_numpy(pos), document_ids=torch.from_numpy(doc))
+    return [{k: v[b] for k, v in batch.items()} for b in range(B)]
+
+
+# ----------------------------------------------------------------------------- 4. reading rows
+
+PARQUET_BATCH_ROWS = 1024  # rows decoded at a time: memory stays that of one batch, however long the file
 
 
 def _first_char(path: str) -> str:
@@ -449,38 +642,7 @@ def _plain(value, where: str):
     return value
 
 
-def copy_rows(src: str, dst: str, keep) -> int:
-    """Write the rows of src numbered in `keep` (read_rows' n) to dst, in src's own format: JSON lines byte for
-    byte, a JSON array as a JSON array, parquet with src's schema. Returns how many were written."""
-    keep, written = set(keep), 0
-    if src.endswith(".parquet"):
-        import pyarrow
-        import pyarrow.parquet
-        source = pyarrow.parquet.ParquetFile(src, pre_buffer=False)
-        with pyarrow.parquet.ParquetWriter(dst, source.schema_arrow) as writer:
-            start = 1
-            for batch in source.iter_batches(batch_size=PARQUET_BATCH_ROWS):
-                picked = [i for i in range(batch.num_rows) if start + i in keep]
-                if picked:
-                    writer.write_batch(batch.take(pyarrow.array(picked, pyarrow.int64())))
-                start, written = start + batch.num_rows, written + len(picked)
-        return written
-    if src.endswith(".json") and _first_char(src) == "[":
-        with open(dst, "w", encoding="utf-8") as out:
-            out.write("[")
-            for n, rec in read_rows(src):
-                if n in keep:
-                    out.write(("," if written else "") + "\n" + json.dumps(rec, ensure_ascii=False))
-                    written += 1
-            out.write("\n]\n")
-        return written
-    with open(src, "rb") as f, open(dst, "wb") as out:
-        for n, line in enumerate(f, 1):
-            if n in keep:
-                out.write(line)
-                written += 1
-    return written
-
+# ----------------------------------------------------------------------------- 5. the format adapters
 
 def _records(path: str, read_row, report: dict, skip_bad_rows: bool):
     """Yield read_row(rec, where, n)'s record for every row of the file, counting rows, kept records and formats
@@ -589,37 +751,12 @@ def _prompt(rec, key, where):
     prompt = _field(rec, key, (str, list), where)
     return _messages(prompt, where, key) if isinstance(prompt, list) else prompt
 
+
 # SFT. A conversation ends with the assistant turn to learn; its reasoning goes inside <think>.
 
 
-def assistant_content(reasoning: str, answer: str) -> str:
-    """An assistant turn in Qwen3's format: `<think>\\n{reasoning}\\n</think>\\n\\n{answer}`."""
-    return f"<think>\n{reasoning.strip()}\n</think>\n\n{answer.strip()}"
-
-
-def split_think(content: str):
-    """(reasoning, answer) of a turn written `<think>reasoning</think>answer` (the opening tag may be missing, as
-    in generations from a prompt that ends with it), by the chat template's rule; None without `</think>`."""
-    if "</think>" not in content:
-        return None
-    return content.split("</think>")[0].rstrip("\n").split("<think>")[-1].lstrip("\n"), content.split("</think>")[-1]
-
-
-_MARKED = re.compile(r"\s*<\|begin_of_thought\|>(.*)<\|end_of_thought\|>\s*<\|begin_of_solution\|>(.*)"
-                     r"<\|end_of_solution\|>\s*", re.DOTALL)
-_MARKERS = ("<|begin_of_thought|>", "<|end_of_thought|>", "<|begin_of_solution|>", "<|end_of_solution|>")
-
-
-def _unmark(text: str, where: str, field: str) -> str:
-    """OpenThoughts-114k's `<|begin_of_thought|> R <|end_of_thought|> <|begin_of_solution|> A <|end_of_solution|>`
-    as `<think>\\nR\\n</think>\\n\\nA`; text without these markers as it is."""
-    if not any(marker in text for marker in _MARKERS):
-        return text
-    m = _MARKED.fullmatch(text)
-    if not m or any(marker in m.group(1) + m.group(2) for marker in _MARKERS):
-        raise UngradableRow(where, f"field '{field}' holds the markers <|begin_of_thought|> ... <|end_of_solution|>, "
-                                   "but not as one thought then one solution", "malformed reasoning markers")
-    return assistant_content(m.group(1), m.group(2))
+def _sft_reader(path: str, report: dict):
+    return lambda rec, where, n: _conversation(rec, where, report)
 
 
 # SFT rows that are one question and one answer in named fields:
@@ -665,34 +802,40 @@ def _conversation(rec, where, report) -> tuple:
     return fmt, msgs
 
 
-def load_sft_jsonl(path: str, skip_bad_rows: bool = False) -> Records:
-    """Conversations (lists of {"role", "content"[, "reasoning_content"]}) from OpenAI `messages`, ShareGPT /
-    OpenThoughts `conversations` (from: human/user/gpt/assistant/system; optional top-level `system`),
-    OpenThoughts-114k's metadata rows (problem, deepseek_reasoning, deepseek_solution) or OpenCodeReasoning's
-    (input, output). Each ends with the assistant turn SFT learns; OpenThoughts' reasoning markers become
-    `<think>`, and a system prompt that asks for those markers is dropped (counted)."""
-    report = _new_report(path)
-    return Records(_records(path, _sft_reader(path, report), report, skip_bad_rows), report)
+_MARKED = re.compile(r"\s*<\|begin_of_thought\|>(.*)<\|end_of_thought\|>\s*<\|begin_of_solution\|>(.*)"
+                     r"<\|end_of_solution\|>\s*", re.DOTALL)
 
 
-def _sft_reader(path: str, report: dict):
-    return lambda rec, where, n: _conversation(rec, where, report)
+_MARKERS = ("<|begin_of_thought|>", "<|end_of_thought|>", "<|begin_of_solution|>", "<|end_of_solution|>")
+
+
+def _unmark(text: str, where: str, field: str) -> str:
+    """OpenThoughts-114k's `<|begin_of_thought|> R <|end_of_thought|> <|begin_of_solution|> A <|end_of_solution|>`
+    as `<think>\\nR\\n</think>\\n\\nA`; text without these markers as it is."""
+    if not any(marker in text for marker in _MARKERS):
+        return text
+    m = _MARKED.fullmatch(text)
+    if not m or any(marker in m.group(1) + m.group(2) for marker in _MARKERS):
+        raise UngradableRow(where, f"field '{field}' holds the markers <|begin_of_thought|> ... <|end_of_solution|>, "
+                                   "but not as one thought then one solution", "malformed reasoning markers")
+    return assistant_content(m.group(1), m.group(2))
+
+
+def assistant_content(reasoning: str, answer: str) -> str:
+    """An assistant turn in Qwen3's format: `<think>\\n{reasoning}\\n</think>\\n\\n{answer}`."""
+    return f"<think>\n{reasoning.strip()}\n</think>\n\n{answer.strip()}"
+
+
+def split_think(content: str):
+    """(reasoning, answer) of a turn written `<think>reasoning</think>answer` (the opening tag may be missing, as
+    in generations from a prompt that ends with it), by the chat template's rule; None without `</think>`."""
+    if "</think>" not in content:
+        return None
+    return content.split("</think>")[0].rstrip("\n").split("<think>")[-1].lstrip("\n"), content.split("</think>")[-1]
+
 
 # Several responses per prompt, for SFT data built from a teacher's samples (the paper keeps all responses of
 # hard prompts, correct or not: its "mixed" data).
-
-
-def load_responses(path: str, skip_bad_rows: bool = False) -> Records:
-    """Prompts with their teacher responses: {"id", "prompt" (a string, or a list of messages), "answer" (the math
-    answer to verify against, or None), "source" (the row's format), "responses": [{"content", "correct"}]}, plus
-    "tests" where a code row carries them. `content` is the assistant turn in Qwen3's format
-    (`<think>\\n{reasoning}\\n</think>\\n\\n{answer}`); `correct` is the source's own verdict, or None.
-    - OpenR1-Math-220k: every one of `generations`, correct = `correctness_math_verify`; a generation that never
-      closes its reasoning (cut at the length limit) is left out and counted ("unfinished_responses").
-    - every SFT row load_sft_jsonl reads: its final assistant turn, correct None.
-    A placeholder answer (`proof`, `notfound`) becomes None, counted ("answers_not_gradable")."""
-    report = _new_report(path)
-    return Records(_records(path, _responses_reader(path, report), report, skip_bad_rows), report)
 
 
 def _responses_reader(path: str, report: dict):
@@ -745,7 +888,71 @@ def _response_answer(rec, where, report):
         _count(report, "answers_not_gradable")
     return None
 
+
 # Math. Every row gives a prompt and its acceptable answers (strings for math-verify's gold side).
+
+
+def _math_reader(path: str, report: dict):
+    def read_row(rec, where, n):
+        key = next((k for k in ("problem", "question", "prompt") if k in rec), None)
+        if key is not None:
+            prompt = _prompt(rec, key, where)
+            fmt, answers, name = _math_answer(rec, where)
+        elif "messages" in rec:
+            prompt = [m for m in _messages(_field(rec, "messages", list, where), where, "messages")
+                      if m["role"] != "assistant"]
+            if rec.get("answer") is not None:
+                fmt, name, answer = "messages+answer", "answer", rec["answer"]
+            else:
+                fmt, name = "messages+meta.solution", "meta.solution"
+                answer = _field(_field(rec, "meta", dict, where), "solution", (str, int, float), where, name)
+            answers = [_answer_text(answer, where, name)]
+        else:
+            raise DataError(f"{where}: missing field 'problem' (or 'question', 'prompt', 'messages'); keys are {sorted(rec)}")
+        answers = [_gradable(rec, a, where, name) for a in answers]
+        problem = dict(id=_record_id(rec, path, n), prompt=prompt, answer=answers[0])
+        if len(answers) > 1:
+            problem["answers"] = answers
+        return fmt, problem
+
+    return read_row
+
+
+def _math_answer(rec, where):
+    """(format, acceptable answers): `answer`, else verl's `reward_model.ground_truth`, else the last
+    \\boxed{} of `solution` (MATH)."""
+    if rec.get("answer") is not None:
+        return "answer", [_answer_text(rec["answer"], where, "answer")], "answer"
+    if "reward_model" in rec:
+        return "verl ground_truth", _ground_truth_answers(rec, where), "reward_model.ground_truth"
+    if rec.get("solution") is not None:
+        answer = _last_boxed(_field(rec, "solution", str, where))
+        if answer is None:
+            raise DataError(f"{where}: field 'solution' has no complete \\boxed{{...}} answer, and no 'answer'")
+        return "MATH solution", [answer.strip()], "solution's \\boxed{}"
+    raise DataError(f"{where}: missing field 'answer' (or 'reward_model.ground_truth', or a \\boxed{{}} 'solution')")
+
+
+def _ground_truth_answers(rec, where) -> list:
+    """verl's reward_model.ground_truth: a string or a number (verl's gsm8k, DAPO-Math), or a JSON list of
+    acceptable answers (Skywork-OR1 stores '["2"]'), as text or already decoded. A string is read as such a
+    list only when it decodes to a list of strings: "[-1, 3]" stays one answer (an interval)."""
+    name = "reward_model.ground_truth"
+    truth = _field(_field(rec, "reward_model", dict, where), "ground_truth", (str, int, float, list, dict), where, name)
+    if isinstance(truth, str) and truth.lstrip()[:1] in ("[", "{"):
+        try:
+            decoded = json.loads(truth)
+        except (json.JSONDecodeError, RecursionError):
+            decoded = None
+        if isinstance(decoded, dict) or (isinstance(decoded, list) and all(isinstance(a, str) for a in decoded)):
+            truth = decoded
+    if isinstance(truth, dict):
+        raise DataError(f"{where}: field '{name}' holds code tests, not a math answer: load this file as code data")
+    if not isinstance(truth, list):
+        return [_answer_text(truth, where, name)]
+    if not truth:
+        raise UngradableRow(where, f"field '{name}' is an empty list", "empty answer")
+    return [_answer_text(a, where, f"{name}[{i}]") for i, a in enumerate(truth)]
 
 
 def _answer_text(value, where, name) -> str:
@@ -798,81 +1005,122 @@ def _last_boxed(text: str) -> str | None:
     return None
 
 
-def _ground_truth_answers(rec, where) -> list:
-    """verl's reward_model.ground_truth: a string or a number (verl's gsm8k, DAPO-Math), or a JSON list of
-    acceptable answers (Skywork-OR1 stores '["2"]'), as text or already decoded. A string is read as such a
-    list only when it decodes to a list of strings: "[-1, 3]" stays one answer (an interval)."""
-    name = "reward_model.ground_truth"
-    truth = _field(_field(rec, "reward_model", dict, where), "ground_truth", (str, int, float, list, dict), where, name)
-    if isinstance(truth, str) and truth.lstrip()[:1] in ("[", "{"):
-        try:
-            decoded = json.loads(truth)
-        except (json.JSONDecodeError, RecursionError):
-            decoded = None
-        if isinstance(decoded, dict) or (isinstance(decoded, list) and all(isinstance(a, str) for a in decoded)):
-            truth = decoded
-    if isinstance(truth, dict):
-        raise DataError(f"{where}: field '{name}' holds code tests, not a math answer: load this file as code data")
-    if not isinstance(truth, list):
-        return [_answer_text(truth, where, name)]
-    if not truth:
-        raise UngradableRow(where, f"field '{name}' is an empty list", "empty answer")
-    return [_answer_text(a, where, f"{name}[{i}]") for i, a in enumerate(truth)]
+# Code. Each format gives a prompt, tests in reward.py's format and maybe reference programs.
 
 
-def _math_answer(rec, where):
-    """(format, acceptable answers): `answer`, else verl's `reward_model.ground_truth`, else the last
-    \\boxed{} of `solution` (MATH)."""
-    if rec.get("answer") is not None:
-        return "answer", [_answer_text(rec["answer"], where, "answer")], "answer"
-    if "reward_model" in rec:
-        return "verl ground_truth", _ground_truth_answers(rec, where), "reward_model.ground_truth"
-    if rec.get("solution") is not None:
-        answer = _last_boxed(_field(rec, "solution", str, where))
-        if answer is None:
-            raise DataError(f"{where}: field 'solution' has no complete \\boxed{{...}} answer, and no 'answer'")
-        return "MATH solution", [answer.strip()], "solution's \\boxed{}"
-    raise DataError(f"{where}: missing field 'answer' (or 'reward_model.ground_truth', or a \\boxed{{}} 'solution')")
+def _code_reader(path: str, report: dict, min_tests: int = 1, pass_rate_field: str = ""):
+    report.update(min_tests=min_tests, dropped_few_tests=0, with_solutions=0)
 
-
-def load_math_jsonl(path: str, skip_bad_rows: bool = False) -> Records:
-    """Math problems {id, prompt, answer[, answers]}. The prompt is `problem`, `question` or `prompt` (a string,
-    or a list of messages); the answer comes from `answer` (numbers become strings), verl's
-    `reward_model.ground_truth`, or the last `\\boxed{}` of a MATH `solution`; or the row is `messages` +
-    `meta.solution` (the authors' AIME files) or `messages` + `answer` (their HMMT file). `answers` (all
-    acceptable answers, answer = answers[0]) is there only when a row gives more than one (Skywork-OR1's lists):
-    a response is right if it matches any of them. A row whose answer cannot be graded (empty, a placeholder
-    such as NuminaMath-1.5's "proof" / "notfound", question_type "proof") is an UngradableRow."""
-    report = _new_report(path)
-    return Records(_records(path, _math_reader(path, report), report, skip_bad_rows), report)
-
-
-def _math_reader(path: str, report: dict):
     def read_row(rec, where, n):
-        key = next((k for k in ("problem", "question", "prompt") if k in rec), None)
-        if key is not None:
-            prompt = _prompt(rec, key, where)
-            fmt, answers, name = _math_answer(rec, where)
-        elif "messages" in rec:
-            prompt = [m for m in _messages(_field(rec, "messages", list, where), where, "messages")
-                      if m["role"] != "assistant"]
-            if rec.get("answer") is not None:
-                fmt, name, answer = "messages+answer", "answer", rec["answer"]
-            else:
-                fmt, name = "messages+meta.solution", "meta.solution"
-                answer = _field(_field(rec, "meta", dict, where), "solution", (str, int, float), where, name)
-            answers = [_answer_text(answer, where, name)]
-        else:
-            raise DataError(f"{where}: missing field 'problem' (or 'question', 'prompt', 'messages'); keys are {sorted(rec)}")
-        answers = [_gradable(rec, a, where, name) for a in answers]
-        problem = dict(id=_record_id(rec, path, n), prompt=prompt, answer=answers[0])
-        if len(answers) > 1:
-            problem["answers"] = answers
+        fmt, prompt, tests, solutions, id_key, extra = _code_row(rec, where, report)
+        pass_rate = _pass_rate(rec, pass_rate_field, where) if pass_rate_field else None
+        if len(tests) < min_tests:
+            report["dropped_few_tests"] += 1
+            return fmt, None
+        problem = dict(id=_record_id(rec, path, n, id_key), line=n, prompt=prompt, tests=tests, **extra)
+        if solutions:
+            problem["solutions"] = solutions
+            report["with_solutions"] += 1
+        if pass_rate_field:
+            problem["pass_rate"] = pass_rate
         return fmt, problem
 
     return read_row
 
-# Code. Each format gives a prompt, tests in reward.py's format and maybe reference programs.
+
+def _pass_rate(rec, spec: str, where) -> float:
+    """The value at `spec`, "FIELD" (a rate in [0, 1]) or "FIELD/N" (a count of N samples, divided by N)."""
+    field, _, scale = spec.rpartition("/")
+    if not field or not re.fullmatch(r"\d+(\.\d*)?", scale) or not float(scale):
+        field, scale = spec, "1"
+    value = _path(rec, field, where)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value / float(scale) <= 1:
+        raise DataError(f"{where}: field '{field}' must be a number in [0, {scale}] (pass_rate_field={spec!r}), "
+                        f"got {value!r}")
+    return value / float(scale)
+
+
+# Code formats, tried in order (the first whose marking keys the row has):
+# (format, marking keys, question field, test fields (? = may be absent or empty), reference programs (field, shape),
+#  id field). Schema sources: the table that opens the loaders.
+_CODE_FORMATS = [
+    ("livecodebench", ("question_content",), "question_content", ("?public_test_cases", "?private_test_cases"),
+     None, None),
+    ("code_contests", ("description", "public_tests"), "description",
+     ("?public_tests", "?private_tests", "?generated_tests"), ("solutions", "by language"), "name"),
+    ("apps/taco", ("input_output",), "question", ("?input_output",), ("solutions", "list"), None),
+    ("primeintellect", ("verification_info",), "prompt", ("verification_info",),
+     ("gold_standard_solution", "markdown"), None),
+    ("verl", ("reward_model",), "prompt", ("reward_model.ground_truth",), ("extra_info.reference", "program"), None),
+    ("deepcoder/rllm", ("problem", "tests"), "problem", ("tests",), ("solutions", "list or program"), None),
+    ("tests", ("tests",), "prompt", ("tests",), ("solutions", "list"), None),
+]
+
+
+def _code_row(rec, where, report):
+    """(format, prompt, tests, reference programs, id key, extra fields) of one code row."""
+    spec = next((f for f in _CODE_FORMATS if all(k in rec for k in f[1])), None)
+    if spec is None:
+        raise DataError(f"{where}: missing field 'tests' (or 'question_content' for LiveCodeBench, 'input_output' "
+                        f"for APPS/TACO, 'reward_model.ground_truth' for verl, 'verification_info' for "
+                        f"PrimeIntellect, 'public_tests' for code_contests); keys are {sorted(rec)}")
+    fmt, _, question, test_fields, programs, id_key = spec
+    prompt = _code_question(rec, question, where)
+    solutions = _solutions(rec, *programs, where) if programs else []
+    meta = _json_field(rec, "metadata", dict, where) if rec.get("metadata") else {}
+    text = prompt if isinstance(prompt, str) else "\n".join(m["content"] for m in prompt)
+    starter = rec.get("starter_code") if isinstance(rec.get("starter_code"), str) else ""
+    ctx = _CodeContext(meta.get("func_name"), "\n".join([starter, text, *solutions]), report)
+    tests = []
+    for field in test_fields:
+        optional, field = field.startswith("?"), field.lstrip("?")
+        value = _get(rec, field) if optional else _path(rec, field, where)
+        if value is None and not optional:
+            raise DataError(f"{where}: missing field '{field}'")
+        if value not in (None, "", [], {}):
+            tests += _test_cases(value, where, field, ctx)
+    extra = {"contest_date": str(rec["contest_date"])} if rec.get("contest_date") else {}
+    return fmt, prompt, tests, solutions, id_key, extra
+
+
+def _code_question(rec, key, where):
+    """The question, plus the starter code (if any) in a ```python block; a list of messages (verl) as it is."""
+    prompt = _field(rec, key, (str, list), where)
+    if isinstance(prompt, list):
+        return _messages(prompt, where, key)
+    starter = rec.get("starter_code") or ""
+    if not isinstance(starter, str):
+        raise DataError(f"{where}: field 'starter_code' must be str, got {type(starter).__name__}")
+    return prompt + (f"\n\nUse this starter code:\n```python\n{starter}\n```" if starter.strip() else "")
+
+
+def _solutions(rec, field, shape, where) -> list:
+    """Reference programs, by how the format stores them:
+    list         a list of programs or a JSON string of one (APPS/TACO, DeepCoder; "" when none)
+    program      one program (verl's extra_info.reference)
+    by language  code_contests' {"language": [...], "solution": [...]}: the Python 3 ones (language 3)
+    markdown     PrimeIntellect's gold_standard_solution: the last ```python block of the text"""
+    value = _get(rec, field)
+    if not value:
+        return []
+    if shape == "list or program":  # rllm's leetcode rows hold one program, DeepCoder's rows a list
+        shape = "list" if not isinstance(value, str) or value.lstrip().startswith("[") else "program"
+    if shape == "list":
+        solutions = _json_field({field: value}, field, list, where)
+    elif shape == "by language":
+        by_language = _json_field({field: value}, field, dict, where)
+        languages = _field(by_language, "language", list, where, f"{field}.language")
+        programs = _field(by_language, "solution", list, where, f"{field}.solution")
+        solutions = [s for lang, s in zip(languages, programs) if lang in (3, "PYTHON3")]
+    else:
+        solutions = [_field({field: value}, field, str, where)]
+        if shape == "markdown":
+            blocks = re.findall(r"```python[^\n]*\n(.*?)```", value, re.DOTALL)
+            solutions = blocks[-1:] or solutions
+    for i, s in enumerate(solutions):
+        if not isinstance(s, str):
+            raise DataError(f"{where}: field '{field}[{i}]' must be a program (str), got {type(s).__name__}")
+    return [s for s in solutions if s.strip()]
 
 
 class _CodeContext(NamedTuple):
@@ -882,6 +1130,57 @@ class _CodeContext(NamedTuple):
     func_name: str | None = None
     signatures: str = ""
     report: dict | None = None
+
+
+def _test_cases(raw, where, field, ctx: _CodeContext) -> list:
+    """Tests as stored, as themselves, as JSON text, or as base64(zlib(pickle(JSON text))) (LiveCodeBench's
+    private tests): a list of cases (_tests_from_cases), APPS-style {"inputs", "outputs"[, "fn_name"]},
+    code_contests' {"input": [...], "output": [...]}, PrimeIntellect's {"language", "test_cases"}, or Code-R1's
+    {"functional": assert program, or a list of them} (_tests_from_asserts)."""
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except json.JSONDecodeError:
+            try:
+                raw = json.loads(_NoGlobalsUnpickler(io.BytesIO(zlib.decompress(base64.b64decode(raw)))).load())
+            except Exception as e:
+                raise DataError(f"{where}: field '{field}' is neither JSON nor LiveCodeBench's compressed form ({e})") from None
+    if isinstance(raw, list):
+        return _tests_from_cases(raw, where, field, ctx)
+    if not isinstance(raw, dict):
+        raise DataError(f"{where}: field '{field}' must be a list of tests, got {type(raw).__name__}")
+    if "functional" in raw:
+        programs = raw["functional"]
+        programs = [programs] if isinstance(programs, str) else programs
+        if not isinstance(programs, list) or not all(isinstance(p, str) for p in programs):
+            raise DataError(f"{where}: field '{field}.functional' must be an assert program or a list of them")
+        return _tests_from_asserts(programs, where, f"{field}.functional", ctx)
+    if "test_cases" in raw:
+        language = raw.get("language") or "python"
+        if language != "python":
+            raise UngradableRow(where, f"field '{field}.language' is {language!r}: the sandbox runs Python programs",
+                                f"language {language!r}")
+        return _tests_from_cases(_field(raw, "test_cases", list, where, f"{field}.test_cases"), where,
+                                 f"{field}.test_cases", ctx)
+    if "inputs" in raw or "outputs" in raw:
+        return _tests_from_io(raw, where, field)
+    if "input" in raw and "output" in raw:  # code_contests: {"input": [stdin, ...], "output": [stdout, ...]}
+        inputs = _field(raw, "input", list, where, f"{field}.input")
+        outputs = _field(raw, "output", list, where, f"{field}.output")
+        if len(inputs) != len(outputs):
+            raise DataError(f"{where}: field '{field}' has {len(inputs)} inputs but {len(outputs)} outputs")
+        return [{"input": _field({"x": x}, "x", str, where, f"{field}.input[{i}]"),
+                 "output": _field({"y": y}, "y", str, where, f"{field}.output[{i}]")}
+                for i, (x, y) in enumerate(zip(inputs, outputs))]
+    if "pytest" in raw:
+        raise UngradableRow(where, f"field '{field}' holds pytest files, which this project does not run", "pytest tests")
+    raise DataError(f"{where}: field '{field}' has none of 'inputs'/'outputs', 'input'/'output', 'test_cases', "
+                    f"'functional'; keys are {sorted(raw)}")
+
+
+class _NoGlobalsUnpickler(pickle.Unpickler):
+    def find_class(self, module, name):  # plain data only: a pickle can never name code to run
+        raise pickle.UnpicklingError(f"refusing to load {module}.{name} from test data")
 
 
 def _tests_from_cases(cases, where, field, ctx: _CodeContext) -> list:
@@ -945,15 +1244,6 @@ def _literal(value, where, name, text_ok=False):
         raise DataError(f"{where}: field '{name}' is not a Python literal") from None
 
 
-def _stdin_text(value, where, name) -> str:
-    """APPS/TACO stdin data: a string, or a list of lines (joined by newlines, as their testing_util does)."""
-    if isinstance(value, list) and all(isinstance(line, str) for line in value):
-        return "\n".join(value)
-    if not isinstance(value, str):
-        raise DataError(f"{where}: field '{name}' must be a string or a list of lines, got {type(value).__name__}")
-    return value
-
-
 def _tests_from_io(io_spec, where, field) -> list:
     """APPS/TACO tests {"inputs", "outputs"[, "fn_name"]} as tests.
     stdin: each input and output is a string or a list of lines.
@@ -986,58 +1276,24 @@ def _tests_from_io(io_spec, where, field) -> list:
     return tests
 
 
-class _NoGlobalsUnpickler(pickle.Unpickler):
-    def find_class(self, module, name):  # plain data only: a pickle can never name code to run
-        raise pickle.UnpicklingError(f"refusing to load {module}.{name} from test data")
+def _stdin_text(value, where, name) -> str:
+    """APPS/TACO stdin data: a string, or a list of lines (joined by newlines, as their testing_util does)."""
+    if isinstance(value, list) and all(isinstance(line, str) for line in value):
+        return "\n".join(value)
+    if not isinstance(value, str):
+        raise DataError(f"{where}: field '{name}' must be a string or a list of lines, got {type(value).__name__}")
+    return value
 
 
-def _test_cases(raw, where, field, ctx: _CodeContext) -> list:
-    """Tests as stored, as themselves, as JSON text, or as base64(zlib(pickle(JSON text))) (LiveCodeBench's
-    private tests): a list of cases (_tests_from_cases), APPS-style {"inputs", "outputs"[, "fn_name"]},
-    code_contests' {"input": [...], "output": [...]}, PrimeIntellect's {"language", "test_cases"}, or Code-R1's
-    {"functional": assert program, or a list of them} (_tests_from_asserts)."""
-    if isinstance(raw, str):
-        try:
-            raw = json.loads(raw)
-        except json.JSONDecodeError:
-            try:
-                raw = json.loads(_NoGlobalsUnpickler(io.BytesIO(zlib.decompress(base64.b64decode(raw)))).load())
-            except Exception as e:
-                raise DataError(f"{where}: field '{field}' is neither JSON nor LiveCodeBench's compressed form ({e})") from None
-    if isinstance(raw, list):
-        return _tests_from_cases(raw, where, field, ctx)
-    if not isinstance(raw, dict):
-        raise DataError(f"{where}: field '{field}' must be a list of tests, got {type(raw).__name__}")
-    if "functional" in raw:
-        programs = raw["functional"]
-        programs = [programs] if isinstance(programs, str) else programs
-        if not isinstance(programs, list) or not all(isinstance(p, str) for p in programs):
-            raise DataError(f"{where}: field '{field}.functional' must be an assert program or a list of them")
-        return _tests_from_asserts(programs, where, f"{field}.functional", ctx)
-    if "test_cases" in raw:
-        language = raw.get("language") or "python"
-        if language != "python":
-            raise UngradableRow(where, f"field '{field}.language' is {language!r}: the sandbox runs Python programs",
-                                f"language {language!r}")
-        return _tests_from_cases(_field(raw, "test_cases", list, where, f"{field}.test_cases"), where,
-                                 f"{field}.test_cases", ctx)
-    if "inputs" in raw or "outputs" in raw:
-        return _tests_from_io(raw, where, field)
-    if "input" in raw and "output" in raw:  # code_contests: {"input": [stdin, ...], "output": [stdout, ...]}
-        inputs = _field(raw, "input", list, where, f"{field}.input")
-        outputs = _field(raw, "output", list, where, f"{field}.output")
-        if len(inputs) != len(outputs):
-            raise DataError(f"{where}: field '{field}' has {len(inputs)} inputs but {len(outputs)} outputs")
-        return [{"input": _field({"x": x}, "x", str, where, f"{field}.input[{i}]"),
-                 "output": _field({"y": y}, "y", str, where, f"{field}.output[{i}]")}
-                for i, (x, y) in enumerate(zip(inputs, outputs))]
-    if "pytest" in raw:
-        raise UngradableRow(where, f"field '{field}' holds pytest files, which this project does not run", "pytest tests")
-    raise DataError(f"{where}: field '{field}' has none of 'inputs'/'outputs', 'input'/'output', 'test_cases', "
-                    f"'functional'; keys are {sorted(raw)}")
-
-# Assert programs (Code-R1, KlearReasoner-CodeSub, rllm's leetcode): turned into functional tests by reading their
-# syntax tree, never by running them (see the module docstring).
+# Assert programs (Code-R1, KlearReasoner-CodeSub, rllm leetcode: `def check(candidate): assert candidate(nums=[2, 7],
+# target=9) == [0, 1]` + `check(Solution().twoSum)`) are NOT run with the candidate's program, as their authors do:
+# there, code in the candidate's own process decides the verdict, and an object whose __eq__ always says True passes
+# every assert. They are parsed instead (ast, never executed): each `assert f(literal args) == literal` (or
+# `assert f(...)`: true, `assert not f(...)`: false) becomes one functional test whose result the sandbox compares as
+# JSON data; keyword arguments are put in the order of the signature found in the row's starter code or prompt. An
+# assert that cannot be converted exactly (arguments that are not literals, a tolerance, a helper function) is
+# counted; a row left with no test is an UngradableRow. Each assert is its own test, so the soft reward counts them
+# one by one (the authors' grader scores a whole program pass or fail).
 
 
 def _tests_from_asserts(programs: list, where: str, field: str, ctx: _CodeContext) -> list:
@@ -1127,22 +1383,6 @@ def _callee(node, aliases: dict, signatures: str, bare: bool = False):
     return None
 
 
-_JSON_EXACT = (type(None), bool, int, float, str)
-
-
-def _json_exact(value) -> bool:
-    """True if value survives JSON unchanged (no tuples, sets or bytes; dict keys are strings; floats finite)."""
-    if isinstance(value, float):
-        return math.isfinite(value)
-    if isinstance(value, _JSON_EXACT):
-        return True
-    if isinstance(value, list):
-        return all(map(_json_exact, value))
-    if isinstance(value, dict):
-        return all(isinstance(k, str) and _json_exact(v) for k, v in value.items())
-    return False
-
-
 def _assert_as_test(stmt: ast.Assert, aliases: dict, signatures: str) -> dict | None:
     """`assert f(args) == value` (either side), `assert f(args) is None|True|False`, `assert f(args)` (true) and
     `assert not f(args)` (false) with literal arguments and value, as a test; None for anything else."""
@@ -1170,6 +1410,22 @@ def _assert_as_test(stmt: ast.Assert, aliases: dict, signatures: str) -> dict | 
     if args is None or not _json_exact(expected):
         return None
     return {"input": "\n".join(json.dumps(a) for a in args), "output": json.dumps(expected), "fn_name": fn}
+
+
+_JSON_EXACT = (type(None), bool, int, float, str)
+
+
+def _json_exact(value) -> bool:
+    """True if value survives JSON unchanged (no tuples, sets or bytes; dict keys are strings; floats finite)."""
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, _JSON_EXACT):
+        return True
+    if isinstance(value, list):
+        return all(map(_json_exact, value))
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _json_exact(v) for k, v in value.items())
+    return False
 
 
 def _call_arguments(call: ast.Call, fn: str, signatures: str) -> list | None:
@@ -1254,267 +1510,8 @@ def _leaves(value):
     else:
         yield value
 
-# The code formats, and their reference programs.
 
-
-def _code_question(rec, key, where):
-    """The question, plus the starter code (if any) in a ```python block; a list of messages (verl) as it is."""
-    prompt = _field(rec, key, (str, list), where)
-    if isinstance(prompt, list):
-        return _messages(prompt, where, key)
-    starter = rec.get("starter_code") or ""
-    if not isinstance(starter, str):
-        raise DataError(f"{where}: field 'starter_code' must be str, got {type(starter).__name__}")
-    return prompt + (f"\n\nUse this starter code:\n```python\n{starter}\n```" if starter.strip() else "")
-
-
-def _solutions(rec, field, shape, where) -> list:
-    """Reference programs, by how the format stores them:
-    list         a list of programs or a JSON string of one (APPS/TACO, DeepCoder; "" when none)
-    program      one program (verl's extra_info.reference)
-    by language  code_contests' {"language": [...], "solution": [...]}: the Python 3 ones (language 3)
-    markdown     PrimeIntellect's gold_standard_solution: the last ```python block of the text"""
-    value = _get(rec, field)
-    if not value:
-        return []
-    if shape == "list or program":  # rllm's leetcode rows hold one program, DeepCoder's rows a list
-        shape = "list" if not isinstance(value, str) or value.lstrip().startswith("[") else "program"
-    if shape == "list":
-        solutions = _json_field({field: value}, field, list, where)
-    elif shape == "by language":
-        by_language = _json_field({field: value}, field, dict, where)
-        languages = _field(by_language, "language", list, where, f"{field}.language")
-        programs = _field(by_language, "solution", list, where, f"{field}.solution")
-        solutions = [s for lang, s in zip(languages, programs) if lang in (3, "PYTHON3")]
-    else:
-        solutions = [_field({field: value}, field, str, where)]
-        if shape == "markdown":
-            blocks = re.findall(r"```python[^\n]*\n(.*?)```", value, re.DOTALL)
-            solutions = blocks[-1:] or solutions
-    for i, s in enumerate(solutions):
-        if not isinstance(s, str):
-            raise DataError(f"{where}: field '{field}[{i}]' must be a program (str), got {type(s).__name__}")
-    return [s for s in solutions if s.strip()]
-
-
-# Code formats, tried in order (the first whose marking keys the row has):
-# (format, marking keys, question field, test fields (? = may be absent or empty), reference programs (field, shape),
-#  id field). Schema sources in the module docstring.
-_CODE_FORMATS = [
-    ("livecodebench", ("question_content",), "question_content", ("?public_test_cases", "?private_test_cases"),
-     None, None),
-    ("code_contests", ("description", "public_tests"), "description",
-     ("?public_tests", "?private_tests", "?generated_tests"), ("solutions", "by language"), "name"),
-    ("apps/taco", ("input_output",), "question", ("?input_output",), ("solutions", "list"), None),
-    ("primeintellect", ("verification_info",), "prompt", ("verification_info",),
-     ("gold_standard_solution", "markdown"), None),
-    ("verl", ("reward_model",), "prompt", ("reward_model.ground_truth",), ("extra_info.reference", "program"), None),
-    ("deepcoder/rllm", ("problem", "tests"), "problem", ("tests",), ("solutions", "list or program"), None),
-    ("tests", ("tests",), "prompt", ("tests",), ("solutions", "list"), None),
-]
-
-
-def _code_row(rec, where, report):
-    """(format, prompt, tests, reference programs, id key, extra fields) of one code row."""
-    spec = next((f for f in _CODE_FORMATS if all(k in rec for k in f[1])), None)
-    if spec is None:
-        raise DataError(f"{where}: missing field 'tests' (or 'question_content' for LiveCodeBench, 'input_output' "
-                        f"for APPS/TACO, 'reward_model.ground_truth' for verl, 'verification_info' for "
-                        f"PrimeIntellect, 'public_tests' for code_contests); keys are {sorted(rec)}")
-    fmt, _, question, test_fields, programs, id_key = spec
-    prompt = _code_question(rec, question, where)
-    solutions = _solutions(rec, *programs, where) if programs else []
-    meta = _json_field(rec, "metadata", dict, where) if rec.get("metadata") else {}
-    text = prompt if isinstance(prompt, str) else "\n".join(m["content"] for m in prompt)
-    starter = rec.get("starter_code") if isinstance(rec.get("starter_code"), str) else ""
-    ctx = _CodeContext(meta.get("func_name"), "\n".join([starter, text, *solutions]), report)
-    tests = []
-    for field in test_fields:
-        optional, field = field.startswith("?"), field.lstrip("?")
-        value = _get(rec, field) if optional else _path(rec, field, where)
-        if value is None and not optional:
-            raise DataError(f"{where}: missing field '{field}'")
-        if value not in (None, "", [], {}):
-            tests += _test_cases(value, where, field, ctx)
-    extra = {"contest_date": str(rec["contest_date"])} if rec.get("contest_date") else {}
-    return fmt, prompt, tests, solutions, id_key, extra
-
-
-def _pass_rate(rec, spec: str, where) -> float:
-    """The value at `spec`, "FIELD" (a rate in [0, 1]) or "FIELD/N" (a count of N samples, divided by N)."""
-    field, _, scale = spec.rpartition("/")
-    if not field or not re.fullmatch(r"\d+(\.\d*)?", scale) or not float(scale):
-        field, scale = spec, "1"
-    value = _path(rec, field, where)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value / float(scale) <= 1:
-        raise DataError(f"{where}: field '{field}' must be a number in [0, {scale}] (pass_rate_field={spec!r}), "
-                        f"got {value!r}")
-    return value / float(scale)
-
-
-def load_code_jsonl(path: str, min_tests: int = 1, pass_rate_field: str = "", skip_bad_rows: bool = False) -> Records:
-    """Code problems {id, line, prompt, tests[, solutions][, pass_rate][, contest_date]} (line: n of the row in the
-    file) from LiveCodeBench, code_contests, APPS/TACO, PrimeIntellect, verl (Skywork-OR1, KlearReasoner-CodeSub,
-    rllm DeepCoder, Code-R1), DeepCoder / rllm rows {problem, tests, solutions} or {prompt, tests} rows. The prompt
-    is the question plus its starter code in a ```python block (verl: the `prompt` messages as they are).
-    - Problems with fewer than `min_tests` tests are dropped and counted in the report (the paper keeps only
-      those with >= 16). A row whose tests cannot be run (all its asserts unconvertible, another language than
-      Python, pytest files) is an UngradableRow.
-    - `solutions`: the row's reference programs, when it has any.
-    - `pass_rate`: with pass_rate_field="FIELD" (dotted path, a rate in [0, 1]) or "FIELD/N" (a count out of
-      N samples), a stronger model's pass rate, e.g. "pass_rate", or Skywork-OR1's correct-of-16 counts
-      "extra_info.model_difficulty.DeepSeek-R1-Distill-Qwen-32B/16". A row without that field is an error."""
-    report = _new_report(path)
-    problems = Records(_records(path, _code_reader(path, report, min_tests, pass_rate_field), report, skip_bad_rows),
-                       report)
-    if not problems:
-        raise DataError(f"{path}: no problem has at least min_tests={min_tests} tests ({report})")
-    return problems
-
-
-def _code_reader(path: str, report: dict, min_tests: int = 1, pass_rate_field: str = ""):
-    report.update(min_tests=min_tests, dropped_few_tests=0, with_solutions=0)
-
-    def read_row(rec, where, n):
-        fmt, prompt, tests, solutions, id_key, extra = _code_row(rec, where, report)
-        pass_rate = _pass_rate(rec, pass_rate_field, where) if pass_rate_field else None
-        if len(tests) < min_tests:
-            report["dropped_few_tests"] += 1
-            return fmt, None
-        problem = dict(id=_record_id(rec, path, n, id_key), line=n, prompt=prompt, tests=tests, **extra)
-        if solutions:
-            problem["solutions"] = solutions
-            report["with_solutions"] += 1
-        if pass_rate_field:
-            problem["pass_rate"] = pass_rate
-        return fmt, problem
-
-    return read_row
-
-
-# ----------------------------------------------------------------------------- packing
-
-
-def plan_packing(lengths, row_tokens: int) -> list:
-    """Best-fit decreasing: longest document first, into the row whose free space fits it most tightly.
-    Returns rows as lists of document indices. Deterministic (ties broken by index)."""
-    too_long = [i for i, n in enumerate(lengths) if n > row_tokens or n <= 0]
-    if too_long:
-        i = too_long[0]
-        raise DataError(f"{len(too_long)} documents do not fit a row (e.g. #{i}: {lengths[i]} tokens, row_tokens="
-                         f"{row_tokens}); cut or drop them first (encode_sft_dataset's max_len <= row_tokens)")
-    rows, free = [], []  # free: sorted (space left, row index)
-    for i in sorted(range(len(lengths)), key=lambda i: (-lengths[i], i)):
-        j = bisect.bisect_left(free, (lengths[i], -1))  # smallest space that still fits
-        if j < len(free):
-            space, r = free.pop(j)
-        else:
-            space, r = row_tokens, len(rows)
-            rows.append([])
-        rows[r].append(i)
-        if space - lengths[i] > 0:
-            bisect.insort(free, (space - lengths[i], r))
-    return rows
-
-
-def _build_rows(examples, rows, row_tokens: int, pad_id: int) -> list:
-    """Materialise rows (lists of example indices, or None for an all-padding row): one dict of (row_tokens,)
-    tensors per row, views of (B, row_tokens) tensors built at once."""
-    B = len(rows)
-    ids = np.full((B, row_tokens), pad_id, dtype=np.int64)
-    mask = np.zeros((B, row_tokens), dtype=bool)
-    pos = np.zeros((B, row_tokens), dtype=np.int64)
-    doc = np.zeros((B, row_tokens), dtype=np.int64)
-    for b, row in enumerate(rows):
-        t = 0
-        for d, i in enumerate(row or []):
-            x, m = examples[i]
-            n = len(x)
-            ids[b, t:t + n], mask[b, t:t + n], pos[b, t:t + n], doc[b, t:t + n] = x, m, np.arange(n), d
-            t += n
-        pos[b, t:] = np.arange(row_tokens - t)  # padding: one more document of its own
-        doc[b, t:] = len(row or [])
-    import torch  # here, not at the top: reading data (`data.py stats`, the loaders) needs no torch
-    batch = dict(input_ids=torch.from_numpy(ids), loss_mask=torch.from_numpy(mask),
-                 position_ids=torch.from_numpy(pos), document_ids=torch.from_numpy(doc))
-    return [{k: v[b] for k, v in batch.items()} for b in range(B)]
-
-
-def pack_examples(examples, row_tokens: int, pad_id: int) -> list:
-    """Pack (input_ids, loss_mask) pairs into rows: a list of dicts of (row_tokens,) tensors input_ids,
-    loss_mask (bool), position_ids (restart at 0 per document) and document_ids (0, 1, ... per row)."""
-    return _build_rows(examples, plan_packing([len(x) for x, _ in examples], row_tokens), row_tokens, pad_id)
-
-
-class PackedLoader:
-    """Packed rows for SFT, the same on every rank: shuffled by (seed, epoch), each optimizer step takes
-    rows_per_step rows, rank r gets the r-th contiguous slice of them. The last step of an epoch is filled
-    with all-padding rows (no loss), so every rank runs the same number of steps. state_dict() holds the
-    epoch and step, so a restart continues with the next unseen step."""
-
-    def __init__(self, examples, row_tokens: int, rows_per_step: int, pad_id: int, *, seed: int = 0,
-                 rank: int = 0, world_size: int = 1):
-        if rows_per_step % world_size:
-            raise ValueError(f"rows_per_step={rows_per_step} must be a multiple of world_size={world_size}")
-        if not examples:
-            raise ValueError("PackedLoader got no examples")
-        self.examples, self.row_tokens, self.pad_id = examples, row_tokens, pad_id
-        self.rows_per_step, self.seed, self.rank, self.world_size = rows_per_step, seed, rank, world_size
-        self.rows = plan_packing([len(x) for x, _ in examples], row_tokens)
-        self.num_rows = len(self.rows)
-        self.steps_per_epoch = -(-self.num_rows // rows_per_step)
-        self.empty_rows_per_epoch = self.steps_per_epoch * rows_per_step - self.num_rows
-        self.efficiency = sum(len(x) for x, _ in examples) / (self.num_rows * row_tokens)  # real / packed tokens
-        self.epoch, self.step = 0, 0
-        self._order_epoch, self._order = None, None
-
-    def __len__(self):
-        return self.steps_per_epoch
-
-    def _epoch_order(self, epoch: int) -> list:
-        if self._order_epoch != epoch:
-            perm = np.random.default_rng([self.seed, epoch]).permutation(self.num_rows).tolist()
-            self._order = perm + [None] * self.empty_rows_per_epoch
-            self._order_epoch = epoch
-        return self._order
-
-    def rows_for(self, epoch: int, step: int) -> list:
-        """This rank's rows of one step: a list of rows_per_step / world_size dicts of (row_tokens,) tensors."""
-        per_rank = self.rows_per_step // self.world_size
-        start = step * self.rows_per_step + self.rank * per_rank
-        picked = self._epoch_order(epoch)[start:start + per_rank]
-        return _build_rows(self.examples, [None if r is None else self.rows[r] for r in picked], self.row_tokens, self.pad_id)
-
-    def next_step(self) -> list:
-        """The rows of the next step, advancing (and wrapping into the next epoch at the end)."""
-        rows = self.rows_for(self.epoch, self.step)
-        self.step += 1
-        if self.step == self.steps_per_epoch:
-            self.epoch, self.step = self.epoch + 1, 0
-        return rows
-
-    def state_dict(self) -> dict:
-        return dict(epoch=self.epoch, step=self.step, seed=self.seed, rows_per_step=self.rows_per_step,
-                    num_rows=self.num_rows)
-
-    def load_state_dict(self, state: dict) -> None:
-        for key in ("seed", "rows_per_step", "num_rows"):
-            if state[key] != getattr(self, key):
-                raise DataError(f"cannot resume: the checkpoint's data loader had {key}={state[key]}, now "
-                                 f"{getattr(self, key)}; resume with the same data, seed and batch settings")
-        self.epoch, self.step = int(state["epoch"]), int(state["step"])
-
-# ----------------------------------------------------------------------------- toy tasks
-
-
-def _split_of(key: str, test_every: int) -> str:
-    """A problem's split from a hash of its content, so train and test never share a problem."""
-    return "test" if zlib.crc32(key.encode()) % test_every == 0 else "train"
-
-
-def _number(rng, digits: int) -> int:
-    return rng.randint(0 if digits == 1 else 10 ** (digits - 1), 10 ** digits - 1)
-
+# ----------------------------------------------------------------------------- 6. toy tasks
 
 def toy_math_problems(n: int, seed: int | str = 0, split: str = "train", min_digits: int = 1, max_digits: int = 4) -> list:
     """n addition problems {id, prompt, answer}; each operand has a uniform number of digits in
@@ -1533,6 +1530,15 @@ def toy_math_problems(n: int, seed: int | str = 0, split: str = "train", min_dig
     if len(problems) < n:
         raise ValueError(f"only {len(problems)} distinct {split} problems with {min_digits}-{max_digits} digits; ask for fewer")
     return problems
+
+
+def _split_of(key: str, test_every: int) -> str:
+    """A problem's split from a hash of its content, so train and test never share a problem."""
+    return "test" if zlib.crc32(key.encode()) % test_every == 0 else "train"
+
+
+def _number(rng, digits: int) -> int:
+    return rng.randint(0 if digits == 1 else 10 ** (digits - 1), 10 ** digits - 1)
 
 
 def addition_trace(a: int, b: int, slip_column: int | None = None, slip: int = 1) -> tuple:
@@ -1627,17 +1633,24 @@ _CODE_FAMILIES = [
 ]
 
 
-def _run_reference(program: str, fn_name: str | None, arg):
-    """What our own (trusted) reference program returns for `arg` (functional) or prints for it on stdin."""
-    if fn_name:
-        namespace = {}
-        exec(program, namespace)
-        return namespace[fn_name](arg)
-    stdin = " ".join(map(str, arg)) if isinstance(arg, list) else str(arg)
-    printed = io.StringIO()
-    with contextlib.redirect_stdout(printed):
-        exec(program, {"input": lambda: stdin})
-    return printed.getvalue()
+def toy_code_problems(n: int, seed: int = 0, split: str = "train", num_tests: int = 16) -> list:
+    """n distinct programming problems {id, prompt, tests, plan, solutions} of one split, families
+    interleaved so every family is represented. Each has num_tests tests."""
+    if split not in ("train", "test"):
+        raise ValueError(f"split={split!r}: use train or test")
+    rng = random.Random(f"toy-code-{split}-{seed}")
+    pools = _code_pools(split)
+    for pool in pools:
+        rng.shuffle(pool)
+    order = [pool[i] for i in range(max(map(len, pools))) for pool in pools if i < len(pool)]
+    if n > len(order):
+        raise ValueError(f"only {len(order)} distinct toy code problems in the {split} split; asked for {n}")
+    return [_code_problem(f, p, num_tests) for f, p in order[:n]]
+
+
+def _code_pools(split: str) -> list:
+    """Per family, the (family, params) pairs of one split (20% of all problems are held out as "test")."""
+    return [[(f, p) for p in f.params if _split_of(f"{f.name}-" + "-".join(map(str, p)), 5) == split] for f in _CODE_FAMILIES]
 
 
 def _code_problem(family: CodeFamily, params, num_tests: int) -> dict:
@@ -1665,24 +1678,17 @@ def _code_problem(family: CodeFamily, params, num_tests: int) -> dict:
                 solutions=[solution])
 
 
-def _code_pools(split: str) -> list:
-    """Per family, the (family, params) pairs of one split (20% of all problems are held out as "test")."""
-    return [[(f, p) for p in f.params if _split_of(f"{f.name}-" + "-".join(map(str, p)), 5) == split] for f in _CODE_FAMILIES]
-
-
-def toy_code_problems(n: int, seed: int = 0, split: str = "train", num_tests: int = 16) -> list:
-    """n distinct programming problems {id, prompt, tests, plan, solutions} of one split, families
-    interleaved so every family is represented. Each has num_tests tests."""
-    if split not in ("train", "test"):
-        raise ValueError(f"split={split!r}: use train or test")
-    rng = random.Random(f"toy-code-{split}-{seed}")
-    pools = _code_pools(split)
-    for pool in pools:
-        rng.shuffle(pool)
-    order = [pool[i] for i in range(max(map(len, pools))) for pool in pools if i < len(pool)]
-    if n > len(order):
-        raise ValueError(f"only {len(order)} distinct toy code problems in the {split} split; asked for {n}")
-    return [_code_problem(f, p, num_tests) for f, p in order[:n]]
+def _run_reference(program: str, fn_name: str | None, arg):
+    """What our own (trusted) reference program returns for `arg` (functional) or prints for it on stdin."""
+    if fn_name:
+        namespace = {}
+        exec(program, namespace)
+        return namespace[fn_name](arg)
+    stdin = " ".join(map(str, arg)) if isinstance(arg, list) else str(arg)
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(program, {"input": lambda: stdin})
+    return printed.getvalue()
 
 
 def toy_code_sft_examples(n: int, seed: int = 0) -> list:
@@ -1710,39 +1716,6 @@ def toy_sft_conversations(n_math: int, n_code: int, seed: int = 0, wrong_fractio
 
 # ----------------------------------------------------------------------------- the toy tokenizer
 # A byte-level BPE shaped like Qwen3's, trained in-process on the toy conversations above (no download).
-
-# Qwen3's added tokens in id order (151643...151668); True = "special" (dropped by skip_special_tokens).
-QWEN3_ADDED_TOKENS = [
-    ("<|endoftext|>", True), ("<|im_start|>", True), ("<|im_end|>", True), ("<|object_ref_start|>", True),
-    ("<|object_ref_end|>", True), ("<|box_start|>", True), ("<|box_end|>", True), ("<|quad_start|>", True),
-    ("<|quad_end|>", True), ("<|vision_start|>", True), ("<|vision_end|>", True), ("<|vision_pad|>", True),
-    ("<|image_pad|>", True), ("<|video_pad|>", True), ("<tool_call>", False), ("</tool_call>", False),
-    ("<|fim_prefix|>", False), ("<|fim_middle|>", False), ("<|fim_suffix|>", False), ("<|fim_pad|>", False),
-    ("<|repo_name|>", False), ("<|file_sep|>", False), ("<tool_response>", False), ("</tool_response>", False),
-    ("<think>", False), ("</think>", False)]
-# Qwen's pre-tokenizer: words, single digits, punctuation runs, newlines, spaces.
-QWEN3_SPLIT_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
-                     r"|\s*[\r\n]+|\s+(?!\S)|\s+")
-# Qwen3's chat template without tools, for the toy tokenizer_config.json (a test renders both with jinja2).
-CHAT_TEMPLATE = r"""{%- if tools %}{{- raise_exception('this chat template has no tool support') }}{%- endif %}
-{%- if messages[0].role == 'system' %}{{- '<|im_start|>system\n' + messages[0].content + '<|im_end|>\n' }}{%- endif %}
-{%- set ns = namespace(found=false, last_query_index=messages|length - 1) %}
-{%- for message in messages[::-1] %}{%- set index = (messages|length - 1) - loop.index0 %}
-{%- if not ns.found and message.role == 'user' and not (message.content.startswith('<tool_response>') and message.content.endswith('</tool_response>')) %}
-{%- set ns.found = true %}{%- set ns.last_query_index = index %}{%- endif %}{%- endfor %}
-{%- for message in messages %}
-{%- if message.role == 'user' or (message.role == 'system' and not loop.first) %}
-{{- '<|im_start|>' + message.role + '\n' + message.content + '<|im_end|>\n' }}
-{%- elif message.role == 'assistant' %}{%- set content = message.content %}{%- set reasoning_content = '' %}
-{%- if message.reasoning_content is defined and message.reasoning_content is not none %}{%- set reasoning_content = message.reasoning_content %}
-{%- elif '</think>' in content %}{%- set reasoning_content = content.split('</think>')[0].rstrip('\n').split('<think>')[-1].lstrip('\n') %}
-{%- set content = content.split('</think>')[-1].lstrip('\n') %}{%- endif %}
-{%- if loop.index0 > ns.last_query_index and (loop.last or reasoning_content) %}
-{{- '<|im_start|>assistant\n<think>\n' + reasoning_content.strip('\n') + '\n</think>\n\n' + content.lstrip('\n') }}
-{%- else %}{{- '<|im_start|>assistant\n' + content }}{%- endif %}{{- '<|im_end|>\n' }}
-{%- endif %}{%- endfor %}
-{%- if add_generation_prompt %}{{- '<|im_start|>assistant\n' }}
-{%- if enable_thinking is defined and enable_thinking is false %}{{- '<think>\n\n</think>\n\n' }}{%- endif %}{%- endif %}"""
 
 
 def build_toy_tokenizer(vocab_size: int = 640) -> Tokenizer:
@@ -1787,65 +1760,45 @@ def save_tokenizer(tok: Tokenizer, out_dir: str, model_max_length: int = 131072)
         json.dump(config, f, indent=2)
 
 
-# ----------------------------------------------------------------------------- command line
-
-@dataclass
-class ToyConfig:
-    """`python data.py toy`: the toy tokenizer and data sets as files (write_toy_datasets), in the formats the
-    loaders read."""
-    out: str = "out/toy"         # the directory written: tokenizer/, sft.jsonl, math_*.jsonl, code_*.jsonl
-    seed: int = 0                # which problems
-    n_sft_math: int = 12000      # addition conversations in sft.jsonl
-    n_sft_code: int = 2000       # programming conversations in sft.jsonl
-    wrong_fraction: float = 0.6  # as sft.py's toy data; 0 = only-correct traces (the paper's ablation)
-    n_math_train: int = 2000     # math_train.jsonl problems
-    n_math_test: int = 500       # math_test.jsonl problems
-    n_code_train: int = 150      # code_train.jsonl problems (LiveCodeBench rows)
-    n_code_test: int = 50        # code_test.jsonl problems
-    vocab_size: int = 640        # the toy BPE tokenizer's vocabulary
+# Qwen3's added tokens in id order (151643...151668); True = "special" (dropped by skip_special_tokens).
+QWEN3_ADDED_TOKENS = [
+    ("<|endoftext|>", True), ("<|im_start|>", True), ("<|im_end|>", True), ("<|object_ref_start|>", True),
+    ("<|object_ref_end|>", True), ("<|box_start|>", True), ("<|box_end|>", True), ("<|quad_start|>", True),
+    ("<|quad_end|>", True), ("<|vision_start|>", True), ("<|vision_end|>", True), ("<|vision_pad|>", True),
+    ("<|image_pad|>", True), ("<|video_pad|>", True), ("<tool_call>", False), ("</tool_call>", False),
+    ("<|fim_prefix|>", False), ("<|fim_middle|>", False), ("<|fim_suffix|>", False), ("<|fim_pad|>", False),
+    ("<|repo_name|>", False), ("<|file_sep|>", False), ("<tool_response>", False), ("</tool_response>", False),
+    ("<think>", False), ("</think>", False)]
 
 
-@dataclass
-class StatsConfig:
-    """`python data.py stats FILE`: what a data file (.jsonl, .json or .parquet) holds, read as a stream."""
-    positional: ClassVar[str] = "file"   # `stats FILE` is `stats --file=FILE`
-    file: str = ""        # the data file
-    kind: str = ""        # sft | responses | math | code; empty = guessed from the first row
-    tokenizer: str = ""   # a tokenizer dir/file: token lengths and packing too
-    row_tokens: int = 2048  # with a tokenizer: the packed row length whose fill is reported
-    skip_bad_rows: bool = False  # skip rows that cannot be graded, counted in the report, instead of stopping
+# Qwen's pre-tokenizer: words, single digits, punctuation runs, newlines, spaces.
+QWEN3_SPLIT_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+                     r"|\s*[\r\n]+|\s+(?!\S)|\s+")
 
 
-def write_toy_datasets(out_dir: str, **sizes) -> dict:
-    """Write the toy tokenizer (out_dir/tokenizer) and the toy data as JSONL in the formats the loaders read:
-    sft.jsonl (messages), math_{train,test}.jsonl (problem/answer), code_{train,test}.jsonl (LiveCodeBench
-    rows). `sizes` override ToyConfig's fields (seed, n_sft_math, ...). Returns {name: path}."""
-    cfg = replace(ToyConfig(), out=out_dir, **sizes)
-    os.makedirs(out_dir, exist_ok=True)
-    paths = {"tokenizer": os.path.join(out_dir, "tokenizer")}
-    save_tokenizer(build_toy_tokenizer(cfg.vocab_size), paths["tokenizer"])
+# Qwen3's chat template without tools, for the toy tokenizer_config.json (a test renders both with jinja2).
+CHAT_TEMPLATE = r"""{%- if tools %}{{- raise_exception('this chat template has no tool support') }}{%- endif %}
+{%- if messages[0].role == 'system' %}{{- '<|im_start|>system\n' + messages[0].content + '<|im_end|>\n' }}{%- endif %}
+{%- set ns = namespace(found=false, last_query_index=messages|length - 1) %}
+{%- for message in messages[::-1] %}{%- set index = (messages|length - 1) - loop.index0 %}
+{%- if not ns.found and message.role == 'user' and not (message.content.startswith('<tool_response>') and message.content.endswith('</tool_response>')) %}
+{%- set ns.found = true %}{%- set ns.last_query_index = index %}{%- endif %}{%- endfor %}
+{%- for message in messages %}
+{%- if message.role == 'user' or (message.role == 'system' and not loop.first) %}
+{{- '<|im_start|>' + message.role + '\n' + message.content + '<|im_end|>\n' }}
+{%- elif message.role == 'assistant' %}{%- set content = message.content %}{%- set reasoning_content = '' %}
+{%- if message.reasoning_content is defined and message.reasoning_content is not none %}{%- set reasoning_content = message.reasoning_content %}
+{%- elif '</think>' in content %}{%- set reasoning_content = content.split('</think>')[0].rstrip('\n').split('<think>')[-1].lstrip('\n') %}
+{%- set content = content.split('</think>')[-1].lstrip('\n') %}{%- endif %}
+{%- if loop.index0 > ns.last_query_index and (loop.last or reasoning_content) %}
+{{- '<|im_start|>assistant\n<think>\n' + reasoning_content.strip('\n') + '\n</think>\n\n' + content.lstrip('\n') }}
+{%- else %}{{- '<|im_start|>assistant\n' + content }}{%- endif %}{{- '<|im_end|>\n' }}
+{%- endif %}{%- endfor %}
+{%- if add_generation_prompt %}{{- '<|im_start|>assistant\n' }}
+{%- if enable_thinking is defined and enable_thinking is false %}{{- '<think>\n\n</think>\n\n' }}{%- endif %}{%- endif %}"""
 
-    def write(name, records):
-        paths[name] = os.path.join(out_dir, f"{name}.jsonl")
-        with open(paths[name], "w") as f:
-            f.writelines(json.dumps(r) + "\n" for r in records)
 
-    write("sft", ({"messages": c} for c in toy_sft_conversations(cfg.n_sft_math, cfg.n_sft_code, cfg.seed, cfg.wrong_fraction)))
-    for split, n in (("train", cfg.n_math_train), ("test", cfg.n_math_test)):
-        write(f"math_{split}", ({"id": p["id"], "problem": p["prompt"], "answer": p["answer"]}
-                                for p in toy_math_problems(n, cfg.seed, split)))
-    for split, n in (("train", cfg.n_code_train), ("test", cfg.n_code_test)):
-        rows = []
-        for p in toy_code_problems(n, cfg.seed, split):
-            cases = [{"input": t["input"], "output": t["output"], "testtype": "functional" if "fn_name" in t else "stdin"}
-                     for t in p["tests"]]
-            fn = p["tests"][0].get("fn_name")
-            rows.append(dict(question_id=p["id"], question_content=p["prompt"], starter_code="",
-                             public_test_cases=json.dumps(cases[:3]), private_test_cases=json.dumps(cases[3:]),
-                             metadata=json.dumps({"func_name": fn} if fn else {})))
-        write(f"code_{split}", rows)
-    return paths
-
+# ----------------------------------------------------------------------------- 7. the command line
 
 def parse_config(config, argv=None, usage: str = ""):
     """The command line of every entry point here: `--key=value` options into a config dataclass.
@@ -1953,17 +1906,62 @@ def option_help(cls) -> list:
     return lines
 
 
-def guess_kind(rec: dict) -> str:
-    """What a row is, from its keys: several responses (OpenR1's generations), code, SFT, or math."""
-    if "generations" in rec:
-        return "responses"
-    if {"question_content", "input_output", "tests", "public_tests", "verification_info"} & set(rec) or \
-            rec.get("ability") in ("code", "coding"):
-        return "code"
-    if "conversations" in rec or ("messages" in rec and "meta" not in rec and "answer" not in rec) or \
-            any(question in rec and answer in rec for _, question, _, answer in _SFT_FIELDS):
-        return "sft"
-    return "math"
+@dataclass
+class ToyConfig:
+    """`python data.py toy`: the toy tokenizer and data sets as files (write_toy_datasets), in the formats the
+    loaders read."""
+    out: str = "out/toy"         # the directory written: tokenizer/, sft.jsonl, math_*.jsonl, code_*.jsonl
+    seed: int = 0                # which problems
+    n_sft_math: int = 12000      # addition conversations in sft.jsonl
+    n_sft_code: int = 2000       # programming conversations in sft.jsonl
+    wrong_fraction: float = 0.6  # as sft.py's toy data; 0 = only-correct traces (the paper's ablation)
+    n_math_train: int = 2000     # math_train.jsonl problems
+    n_math_test: int = 500       # math_test.jsonl problems
+    n_code_train: int = 150      # code_train.jsonl problems (LiveCodeBench rows)
+    n_code_test: int = 50        # code_test.jsonl problems
+    vocab_size: int = 640        # the toy BPE tokenizer's vocabulary
+
+
+def write_toy_datasets(out_dir: str, **sizes) -> dict:
+    """Write the toy tokenizer (out_dir/tokenizer) and the toy data as JSONL in the formats the loaders read:
+    sft.jsonl (messages), math_{train,test}.jsonl (problem/answer), code_{train,test}.jsonl (LiveCodeBench
+    rows). `sizes` override ToyConfig's fields (seed, n_sft_math, ...). Returns {name: path}."""
+    cfg = replace(ToyConfig(), out=out_dir, **sizes)
+    os.makedirs(out_dir, exist_ok=True)
+    paths = {"tokenizer": os.path.join(out_dir, "tokenizer")}
+    save_tokenizer(build_toy_tokenizer(cfg.vocab_size), paths["tokenizer"])
+
+    def write(name, records):
+        paths[name] = os.path.join(out_dir, f"{name}.jsonl")
+        with open(paths[name], "w") as f:
+            f.writelines(json.dumps(r) + "\n" for r in records)
+
+    write("sft", ({"messages": c} for c in toy_sft_conversations(cfg.n_sft_math, cfg.n_sft_code, cfg.seed, cfg.wrong_fraction)))
+    for split, n in (("train", cfg.n_math_train), ("test", cfg.n_math_test)):
+        write(f"math_{split}", ({"id": p["id"], "problem": p["prompt"], "answer": p["answer"]}
+                                for p in toy_math_problems(n, cfg.seed, split)))
+    for split, n in (("train", cfg.n_code_train), ("test", cfg.n_code_test)):
+        rows = []
+        for p in toy_code_problems(n, cfg.seed, split):
+            cases = [{"input": t["input"], "output": t["output"], "testtype": "functional" if "fn_name" in t else "stdin"}
+                     for t in p["tests"]]
+            fn = p["tests"][0].get("fn_name")
+            rows.append(dict(question_id=p["id"], question_content=p["prompt"], starter_code="",
+                             public_test_cases=json.dumps(cases[:3]), private_test_cases=json.dumps(cases[3:]),
+                             metadata=json.dumps({"func_name": fn} if fn else {})))
+        write(f"code_{split}", rows)
+    return paths
+
+
+@dataclass
+class StatsConfig:
+    """`python data.py stats FILE`: what a data file (.jsonl, .json or .parquet) holds, read as a stream."""
+    positional: ClassVar[str] = "file"   # `stats FILE` is `stats --file=FILE`
+    file: str = ""        # the data file
+    kind: str = ""        # sft | responses | math | code; empty = guessed from the first row
+    tokenizer: str = ""   # a tokenizer dir/file: token lengths and packing too
+    row_tokens: int = 2048  # with a tokenizer: the packed row length whose fill is reported
+    skip_bad_rows: bool = False  # skip rows that cannot be graded, counted in the report, instead of stopping
 
 
 def _stats(cfg: StatsConfig) -> None:
@@ -2022,6 +2020,19 @@ def _stats(cfg: StatsConfig) -> None:
             rows = plan_packing(fits, cfg.row_tokens)
             print(f"packed into {len(rows)} rows of {cfg.row_tokens}: {sum(fits) / (len(rows) * cfg.row_tokens):.2%} real "
                   f"tokens ({len(lengths) - len(fits)} records longer than a row left out)")
+
+
+def guess_kind(rec: dict) -> str:
+    """What a row is, from its keys: several responses (OpenR1's generations), code, SFT, or math."""
+    if "generations" in rec:
+        return "responses"
+    if {"question_content", "input_output", "tests", "public_tests", "verification_info"} & set(rec) or \
+            rec.get("ability") in ("code", "coding"):
+        return "code"
+    if "conversations" in rec or ("messages" in rec and "meta" not in rec and "answer" not in rec) or \
+            any(question in rec and answer in rec for _, question, _, answer in _SFT_FIELDS):
+        return "sft"
+    return "math"
 
 
 if __name__ == "__main__":
