@@ -679,25 +679,29 @@ def _tuple(types) -> tuple:
 
 
 def _field(rec, key, types, where, name=None):
-    """rec[key], checked against types; `where` is "file:n" and `name` the field's full path."""
-    name = name or key
-    if key not in rec or rec[key] is None:
+    """rec[key], checked against types (_typed); `where` is "file:n" and `name` the field's full path."""
+    return _typed(rec.get(key), types, where, name or key)
+
+
+def _typed(value, types, where, name):
+    """value, if it is one of `types` (a bool is not an int); else a DataError naming the field."""
+    if value is None:
         raise DataError(f"{where}: missing field '{name}'")
-    if not isinstance(rec[key], types) or (isinstance(rec[key], bool) and bool not in _tuple(types)):
+    if not isinstance(value, types) or (isinstance(value, bool) and bool not in _tuple(types)):
         want = " or ".join(t.__name__ for t in _tuple(types))
-        raise DataError(f"{where}: field '{name}' must be {want}, got {type(rec[key]).__name__}")
-    return rec[key]
+        raise DataError(f"{where}: field '{name}' must be {want}, got {type(value).__name__}")
+    return value
 
 
-def _json_field(rec, key, types, where, name=None):
-    """Like _field, for a value that public sets store either as itself or as a JSON string of it."""
-    value = _field(rec, key, (str, *_tuple(types)), where, name)
+def _json_value(value, types, where, name):
+    """Like _typed, for a value that public sets store either as itself or as a JSON string of it."""
+    value = _typed(value, (str, *_tuple(types)), where, name)
     if isinstance(value, str) and str not in _tuple(types):
         try:
             value = json.loads(value)
         except (json.JSONDecodeError, RecursionError):
-            raise DataError(f"{where}: field '{name or key}' is not valid JSON") from None
-        return _field({key: value}, key, types, where, name)
+            raise DataError(f"{where}: field '{name}' is not valid JSON") from None
+        return _typed(value, types, where, name)
     return value
 
 
@@ -841,32 +845,10 @@ def split_think(content: str):
 def _responses_reader(path: str, report: dict):
     def read_row(rec, where, n):
         if "generations" in rec:
-            fmt, prompt, responses = "openr1-math", _field(rec, "problem", str, where), []
-            generations = _field(rec, "generations", list, where)
-            flags = rec.get("correctness_math_verify")
-            flags = [None] * len(generations) if flags is None else _field(rec, "correctness_math_verify", list, where)
-            if len(flags) != len(generations):
-                raise DataError(f"{where}: field 'correctness_math_verify' has {len(flags)} flags for "
-                                f"{len(generations)} generations")
-            for i, (text, flag) in enumerate(zip(generations, flags)):
-                text = _field({"g": text}, "g", str, where, f"generations[{i}]")
-                if flag is not None and not isinstance(flag, bool):
-                    raise DataError(f"{where}: field 'correctness_math_verify[{i}]' must be true, false or null")
-                parts = split_think(text)
-                if parts is None:
-                    _count(report, "unfinished_responses")
-                    continue
-                responses.append({"content": assistant_content(*parts), "correct": flag})
-            if not responses:
-                raise UngradableRow(where, "no generation closes its reasoning with </think>", "no finished response")
+            fmt, prompt, responses = "openr1-math", _field(rec, "problem", str, where), _generations(rec, where, report)
         else:
             fmt, messages = _conversation(rec, where, report)
-            last, prompt = messages[-1], messages[:-1]
-            parts = ((last["reasoning_content"], last["content"]) if "reasoning_content" in last else
-                     split_think(last["content"]) or ("", last["content"]))
-            responses = [{"content": assistant_content(*parts), "correct": None}]
-            if len(prompt) == 1 and prompt[0]["role"] == "user":
-                prompt = prompt[0]["content"]
+            prompt, responses = _final_turn(messages)
         record = dict(id=_record_id(rec, path, n), prompt=prompt, answer=_response_answer(rec, where, report),
                       source=fmt, responses=responses)
         if rec.get("test_cases"):  # OpenThoughts-114k's code rows: APPS-style tests
@@ -874,6 +856,41 @@ def _responses_reader(path: str, report: dict):
         return fmt, record
 
     return read_row
+
+
+def _generations(rec, where, report) -> list:
+    """OpenR1-Math-220k's responses: every one of `generations` that closes its reasoning (the others are counted),
+    correct = its `correctness_math_verify` flag (or None)."""
+    generations = _field(rec, "generations", list, where)
+    flags = rec.get("correctness_math_verify")
+    flags = [None] * len(generations) if flags is None else _field(rec, "correctness_math_verify", list, where)
+    if len(flags) != len(generations):
+        raise DataError(f"{where}: field 'correctness_math_verify' has {len(flags)} flags for "
+                        f"{len(generations)} generations")
+    responses = []
+    for i, (text, flag) in enumerate(zip(generations, flags)):
+        text = _typed(text, str, where, f"generations[{i}]")
+        if flag is not None and not isinstance(flag, bool):
+            raise DataError(f"{where}: field 'correctness_math_verify[{i}]' must be true, false or null")
+        parts = split_think(text)
+        if parts is None:
+            _count(report, "unfinished_responses")
+            continue
+        responses.append({"content": assistant_content(*parts), "correct": flag})
+    if not responses:
+        raise UngradableRow(where, "no generation closes its reasoning with </think>", "no finished response")
+    return responses
+
+
+def _final_turn(messages) -> tuple:
+    """(prompt, [its final assistant turn as a response without a verdict]) of an SFT conversation; a prompt that is
+    one user turn becomes that turn's text."""
+    last, prompt = messages[-1], messages[:-1]
+    parts = ((last["reasoning_content"], last["content"]) if "reasoning_content" in last else
+             split_think(last["content"]) or ("", last["content"]))
+    if len(prompt) == 1 and prompt[0]["role"] == "user":
+        prompt = prompt[0]["content"]
+    return prompt, [{"content": assistant_content(*parts), "correct": None}]
 
 
 def _response_answer(rec, where, report):
@@ -1067,7 +1084,7 @@ def _code_row(rec, where, report):
     fmt, _, question, test_fields, programs, id_key = spec
     prompt = _code_question(rec, question, where)
     solutions = _solutions(rec, *programs, where) if programs else []
-    meta = _json_field(rec, "metadata", dict, where) if rec.get("metadata") else {}
+    meta = _json_value(rec["metadata"], dict, where, "metadata") if rec.get("metadata") else {}
     text = prompt if isinstance(prompt, str) else "\n".join(m["content"] for m in prompt)
     starter = rec.get("starter_code") if isinstance(rec.get("starter_code"), str) else ""
     ctx = _CodeContext(meta.get("func_name"), "\n".join([starter, text, *solutions]), report)
@@ -1085,12 +1102,10 @@ def _code_row(rec, where, report):
 
 def _code_question(rec, key, where):
     """The question, plus the starter code (if any) in a ```python block; a list of messages (verl) as it is."""
-    prompt = _field(rec, key, (str, list), where)
+    prompt = _prompt(rec, key, where)
     if isinstance(prompt, list):
-        return _messages(prompt, where, key)
-    starter = rec.get("starter_code") or ""
-    if not isinstance(starter, str):
-        raise DataError(f"{where}: field 'starter_code' must be str, got {type(starter).__name__}")
+        return prompt
+    starter = _typed(rec.get("starter_code") or "", str, where, "starter_code")
     return prompt + (f"\n\nUse this starter code:\n```python\n{starter}\n```" if starter.strip() else "")
 
 
@@ -1106,14 +1121,14 @@ def _solutions(rec, field, shape, where) -> list:
     if shape == "list or program":  # rllm's leetcode rows hold one program, DeepCoder's rows a list
         shape = "list" if not isinstance(value, str) or value.lstrip().startswith("[") else "program"
     if shape == "list":
-        solutions = _json_field({field: value}, field, list, where)
+        solutions = _json_value(value, list, where, field)
     elif shape == "by language":
-        by_language = _json_field({field: value}, field, dict, where)
+        by_language = _json_value(value, dict, where, field)
         languages = _field(by_language, "language", list, where, f"{field}.language")
         programs = _field(by_language, "solution", list, where, f"{field}.solution")
         solutions = [s for lang, s in zip(languages, programs) if lang in (3, "PYTHON3")]
     else:
-        solutions = [_field({field: value}, field, str, where)]
+        solutions = [_typed(value, str, where, field)]
         if shape == "markdown":
             blocks = re.findall(r"```python[^\n]*\n(.*?)```", value, re.DOTALL)
             solutions = blocks[-1:] or solutions
@@ -1169,9 +1184,8 @@ def _test_cases(raw, where, field, ctx: _CodeContext) -> list:
         outputs = _field(raw, "output", list, where, f"{field}.output")
         if len(inputs) != len(outputs):
             raise DataError(f"{where}: field '{field}' has {len(inputs)} inputs but {len(outputs)} outputs")
-        return [{"input": _field({"x": x}, "x", str, where, f"{field}.input[{i}]"),
-                 "output": _field({"y": y}, "y", str, where, f"{field}.output[{i}]")}
-                for i, (x, y) in enumerate(zip(inputs, outputs))]
+        return [{"input": _typed(x, str, where, f"{field}.input[{i}]"),
+                 "output": _typed(y, str, where, f"{field}.output[{i}]")} for i, (x, y) in enumerate(zip(inputs, outputs))]
     if "pytest" in raw:
         raise UngradableRow(where, f"field '{field}' holds pytest files, which this project does not run", "pytest tests")
     raise DataError(f"{where}: field '{field}' has none of 'inputs'/'outputs', 'input'/'output', 'test_cases', "
@@ -1204,7 +1218,7 @@ def _tests_from_cases(cases, where, field, ctx: _CodeContext) -> list:
             continue
         if kind not in ("functional", "function_call"):
             raise DataError(f"{where}: field '{name}.{kind_key}' is {kind!r}; use stdin or functional")
-        meta = _json_field(t, "metadata", dict, where, name + ".metadata") if t.get("metadata") else {}
+        meta = _json_value(t["metadata"], dict, where, name + ".metadata") if t.get("metadata") else {}
         fn = t.get("fn_name") or meta.get("func_name") or ctx.func_name
         if not isinstance(fn, str) or not fn.isidentifier():
             raise DataError(f"{where}: field 'metadata.func_name' is needed by functional test '{name}' "
