@@ -1239,6 +1239,11 @@ def _tests_from_cases(cases, where, field, ctx: _CodeContext) -> list:
     return tests
 
 
+def _call_test(fn: str, args, result) -> dict:
+    """A functional test in reward.py's format: one JSON argument per input line, the JSON result."""
+    return {"input": "\n".join(json.dumps(a) for a in args), "output": json.dumps(result), "fn_name": fn}
+
+
 def _dumps(value, where, name) -> str:
     try:
         return json.dumps(value)
@@ -1286,7 +1291,7 @@ def _tests_from_io(io_spec, where, field) -> list:
         if not isinstance(args, list):
             raise DataError(f"{where}: field '{field}.inputs[{i}]' must be the list of arguments of {fn}, "
                             f"got {type(args).__name__}")
-        tests.append({"input": "\n".join(json.dumps(a) for a in args), "output": json.dumps(y), "fn_name": fn})
+        tests.append(_call_test(fn, args, y))
     return tests
 
 
@@ -1423,7 +1428,7 @@ def _assert_as_test(stmt: ast.Assert, aliases: dict, signatures: str) -> dict | 
     args = _call_arguments(node, fn, signatures) if fn else None
     if args is None or not _json_exact(expected):
         return None
-    return {"input": "\n".join(json.dumps(a) for a in args), "output": json.dumps(expected), "fn_name": fn}
+    return _call_test(fn, args, expected)
 
 
 _JSON_EXACT = (type(None), bool, int, float, str)
@@ -1509,8 +1514,7 @@ def _taco_loop(loop: ast.For, literals: dict, signatures: str) -> list | None:
             out = out[0] if isinstance(out, (list, tuple)) and out else float("nan")  # nan: not converted
         exact = isinstance(args, (list, tuple)) and _json_exact(list(args)) and _json_exact(out) \
             and not any(isinstance(x, float) for x in _leaves(out))
-        tests.append({"input": "\n".join(json.dumps(a) for a in args), "output": json.dumps(out), "fn_name": fn}
-                     if exact else None)
+        tests.append(_call_test(fn, args, out) if exact else None)
     return tests
 
 
@@ -1685,7 +1689,7 @@ def _code_problem(family: CodeFamily, params, num_tests: int) -> dict:
             arg = "".join(rng.choice(letters) for _ in range(rng.randint(1, 9)))
         out = _run_reference(solution, family.name if functional else None, arg)
         if functional:
-            tests.append({"input": json.dumps(arg), "output": json.dumps(out), "fn_name": family.name})
+            tests.append(_call_test(family.name, [arg], out))
         else:
             tests.append({"input": (" ".join(map(str, arg)) if kind == "ints" else str(arg)) + "\n", "output": out})
     return dict(id=pid, prompt=family.question.format(*params), tests=tests, plan=family.plan.format(*params),
