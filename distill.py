@@ -791,6 +791,8 @@ def verify_all(cfg: DistillConfig, prompts: list, samples: Journal, verdicts: Jo
     cut at max_tokens or whose reasoning never closed is wrong without a check; a source's own verdict is taken as
     it is; a gold answer math-verify cannot read is recorded as an error of its prompt."""
     from concurrent.futures import ThreadPoolExecutor
+
+    import reward
     todo = [p for p in prompts if any((p["key"], j) in samples and (p["key"], j) not in verdicts for j in range(p["k"]))]
     if not todo:
         return
@@ -815,7 +817,7 @@ def verify_all(cfg: DistillConfig, prompts: list, samples: Journal, verdicts: Jo
                 if part not in judged:
                     try:
                         judged[part] = verify(p, s["content"], cfg)
-                    except ValueError as e:   # the gold answer or the tests are broken: the data's fault
+                    except reward.BadReference as e:   # the gold answer or the tests are broken: the data's fault
                         judged[part] = dict(correct=None, reward=None, reason="cannot verify", error=str(e))
                 v = judged[part]
             verdicts.append(dict(id=p["key"], sample=j, **v))

@@ -64,19 +64,6 @@ from rollout import LLMEngine, SamplingParams, sample_seed
 from sft import InputError, agree_on_inputs, init_distributed, print0, read_input, run_entry_point, set_threads
 
 
-def pass_ks(cfg) -> list:
-    """The j of the reported pass@j, each <= k (EvalConfig calls it to reject a bad --pass_k at once)."""
-    if not cfg.pass_k:
-        return sorted({1, cfg.k} | {4 ** i for i in range(1, 8) if 4 ** i < cfg.k})
-    try:
-        ks = sorted({int(x) for x in cfg.pass_k.split(",")})
-    except ValueError:
-        raise SystemExit(f"error: --pass_k={cfg.pass_k!r}: expected comma-separated integers like 1,4,8") from None
-    if ks[0] < 1 or ks[-1] > cfg.k:
-        raise SystemExit(f"error: --pass_k={cfg.pass_k!r}: each value must be in 1..k={cfg.k} (pass@j needs j <= k samples)")
-    return ks
-
-
 @dataclass
 class EvalConfig:
     model: str = "out/gppo/hf"       # a Hugging Face Qwen3 directory
@@ -135,335 +122,29 @@ class EvalConfig:
                   (not self.server or bool(self.served_model), "--server needs --served_model"),
                   (self.k <= self.max_num_seqs, "k must be <= max_num_seqs (a problem's samples decode together)"),
                   (self.dtype in ("auto", "bfloat16", "float32"), "dtype must be auto, bfloat16 or float32"),
-                  (self.reward_workers >= 1 and self.chunk_problems >= 0, "reward_workers >= 1, chunk_problems >= 0")]
+                  (self.reward_workers >= 1 and self.chunk_problems >= 0, "reward_workers >= 1, chunk_problems >= 0"),
+                  (not self.sandbox_python or os.path.exists(self.sandbox_python),
+                   f"--sandbox_python={self.sandbox_python}: no such interpreter")]
         for ok, why in checks:
             if not ok:
                 raise SystemExit(f"error: EvalConfig: {why}")
         pass_ks(self)  # fails now on a bad --pass_k
 
 
-# ----------------------------------------------------------------------------- estimators and scoring
-
-def pass_at_k(n: int, c: int, k: int) -> float:
-    """Unbiased pass@k of a problem with c correct out of n samples: 1 - C(n-c, k) / C(n, k), k <= n."""
-    if not 0 <= c <= n or not 1 <= k <= n:
-        raise ValueError(f"pass_at_k(n={n}, c={c}, k={k}): need 0 <= c <= n and 1 <= k <= n")
-    if n - c < k:   # every k-subset holds a correct sample
-        return 1.0
-    prod = 1.0
-    for m in range(n - c + 1, n + 1):   # C(n-c, k) / C(n, k) = prod_m (1 - k/m)
-        prod *= 1.0 - k / m
-    return 1.0 - prod
-
-
-def problem_seed(seed: int, benchmark: str, index: int) -> int:
-    """The sampling seed of one problem: the same whichever rank or batch it lands in."""
-    return int.from_bytes(hashlib.sha256(f"{seed}/{benchmark}/{index}".encode()).digest()[:7], "little")
-
-
-def score(kind: str, problem: dict, text: str, sandbox: reward.SandboxConfig | None = None) -> dict:
-    """reward (code: fraction of tests passed), correct, format_failure and reason of one response."""
-    region = reward.extract_answer_region(text)
-    if kind == "math":
-        if region is None:
-            return dict(reward=0.0, correct=False, format_failure=True, reason="format: no </think>")
-        r = max(reward.math_reward(text, answer) for answer in problem.get("answers", [problem["answer"]]))
-        return dict(reward=r, correct=r == 1.0, format_failure=False, reason="correct" if r == 1.0 else "wrong answer")
-    r, results = reward.code_reward_details(text, problem["tests"], config=sandbox)
-    if not results:
-        why = "format: no </think>" if region is None else "format: no ```python block after </think>"
-        return dict(reward=r, correct=False, format_failure=True, reason=why)
-    first_failure = next((t.reason for t in results if not t.passed), None)
-    reason = f"{sum(t.passed for t in results)}/{len(results)} tests passed"
-    return dict(reward=r, correct=reward.all_passed(results), format_failure=False,
-                reason=reason + (f"; first failure: {first_failure}" if first_failure else ""))
-
-
-def summarize(samples: list, ks: list) -> dict:
-    """Aggregate per-sample records {problem_index, problem_id, correct, reward, format_failure, length,
-    finish_reason} of one benchmark."""
-    correct, ids = {}, {}
-    for s in samples:
-        correct.setdefault(s["problem_index"], []).append(bool(s["correct"]))
-        ids[s["problem_index"]] = s["problem_id"]
-    n_problems, n = len(correct), len(samples)
-    return dict(
-        problems=n_problems, k=n // max(n_problems, 1),
-        avg_at_k=sum(sum(c) / len(c) for c in correct.values()) / n_problems,
-        pass_at_k={str(j): sum(pass_at_k(len(c), sum(c), j) for c in correct.values()) / n_problems for j in ks},
-        mean_reward=sum(s["reward"] for s in samples) / n,
-        format_failure_rate=sum(s["format_failure"] for s in samples) / n,
-        mean_length=sum(s["length"] for s in samples) / n,
-        truncated_rate=sum(s["finish_reason"] == "length" for s in samples) / n,
-        correct_per_problem=[[ids[i], sum(c)] for i, c in sorted(correct.items())])
-
-
-# ----------------------------------------------------------------------------- benchmarks
-
-def in_date_window(problems: list, path: str, date_from: str, date_to: str) -> list:
-    """Problems with date_from <= contest_date < date_to (dates compared as YYYY-MM-DD)."""
-    kept = []
-    for p in problems:
-        if "contest_date" not in p:
-            raise data.DataError(f"{path}: problem {p['id']} has no contest_date, but --date_from/--date_to was given")
-        try:
-            day = datetime.date.fromisoformat(p["contest_date"][:10]).isoformat()
-        except ValueError:
-            raise data.DataError(f"{path}: problem {p['id']}: contest_date {p['contest_date']!r} "
-                                 "does not start with YYYY-MM-DD") from None
-        if (not date_from or day >= date_from) and (not date_to or day < date_to):
-            kept.append(p)
-    return kept
-
-
-def load_benchmarks(cfg) -> list:
-    """[{name, kind, source, problems}] from the data files (.jsonl, .json or .parquet; a benchmark is read whole,
-    no row skipped), or the built-in toy held-out sets if none."""
-    benchmarks = []
-    for kind, files in (("math", cfg.math_data), ("code", cfg.code_data)):
-        for path in [f.strip() for f in files.split(",") if f.strip()]:
-            if not os.path.isfile(path):
-                raise FileNotFoundError(f"{path}: no such benchmark file (--{kind}_data)")
-            problems = data.load_math_jsonl(path) if kind == "math" else data.load_code_jsonl(path)
-            bench = dict(name=os.path.splitext(os.path.basename(path))[0], kind=kind, source=os.path.abspath(path))
-            if kind == "code" and (cfg.date_from or cfg.date_to):
-                bench.update(problems_in_file=len(problems), date_window=[cfg.date_from, cfg.date_to])
-                problems = in_date_window(problems, path, cfg.date_from, cfg.date_to)
-            if not problems:
-                window = " in the date window" if "date_window" in bench else ""
-                raise data.DataError(f"{path}: no problems to evaluate{window}")
-            while bench["name"] in {b["name"] for b in benchmarks}:
-                bench["name"] += "_"
-            benchmarks.append(dict(bench, problems=problems))
-    if not benchmarks:
-        if cfg.toy_math:
-            benchmarks.append(dict(name="toy_math", kind="math", source="data.toy_math_problems(split=test)",
-                                   problems=data.toy_math_problems(cfg.toy_math, cfg.toy_seed, "test",
-                                                                   cfg.toy_min_digits, cfg.toy_max_digits)))
-        if cfg.toy_code:
-            benchmarks.append(dict(name="toy_code", kind="code", source="data.toy_code_problems(split=test)",
-                                   problems=data.toy_code_problems(cfg.toy_code, cfg.toy_seed, "test")))
-    if not benchmarks:
-        raise ValueError("nothing to evaluate: give --math_data / --code_data, or --toy_math / --toy_code > 0")
-    return benchmarks
-
-
-# ----------------------------------------------------------------------------- the evaluation loop
-
-def _score_or_raise(kind, problem, text, name, sandbox=None):
+def pass_ks(cfg) -> list:
+    """The j of the reported pass@j, each <= k (EvalConfig calls it to reject a bad --pass_k at once)."""
+    if not cfg.pass_k:
+        return sorted({1, cfg.k} | {4 ** i for i in range(1, 8) if 4 ** i < cfg.k})
     try:
-        return score(kind, problem, text, sandbox)
-    except ValueError as e:   # a gold answer math-verify cannot parse, malformed tests: the data's fault
-        raise data.DataError(f"{name}: problem {problem['id']}: {e}") from None
-
-
-def _gather(obj, world: int) -> list:
-    if world == 1:
-        return [obj]
-    out = [None] * world
-    dist.all_gather_object(out, obj)
-    return out
-
-
-def sampling_settings(cfg, tokenizer) -> dict:
-    return dict(k=cfg.k, temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k, max_tokens=cfg.max_tokens,
-                stop_token_ids=data.stop_token_ids(tokenizer), repetition_penalty="none (not supported by rollout.py)",
-                max_prompt_len=cfg.max_prompt_len, prompt_overlong="left-truncate", seed=cfg.seed,
-                problem_seed=inspect.getsource(problem_seed), sample_seed=inspect.getsource(sample_seed))
-
-
-def wait_for_scores(jobs: list, name: str, rank: int, every_s: float = 5.0) -> None:
-    """Wait for the scoring jobs still running after generation (code tests can take minutes), with progress."""
-    t0, pending = time.perf_counter(), jobs
-    while pending:
-        done, pending = wait(pending, timeout=every_s)
-        if pending and rank == 0:
-            scored, elapsed = len(jobs) - len(pending), time.perf_counter() - t0
-            print(f"{name}: scoring, {scored}/{len(jobs)} responses scored (rank 0) | {elapsed:.0f}s", flush=True)
-
-
-def evaluate(engine, tokenizer, benchmarks: list, cfg, rank: int = 0, world: int = 1):
-    """Sample k responses per problem with `engine` (an LLMEngine, or anything with its generate()), score
-    and aggregate. Every rank gets the same (results, samples); samples are sorted by benchmark, problem, sample."""
-    stop_ids, ks = tuple(data.stop_token_ids(tokenizer)), pass_ks(cfg)
-    chunk = cfg.chunk_problems or max(1, 4 * cfg.max_num_seqs // cfg.k)
-    results, all_samples = dict(sampling=sampling_settings(cfg, tokenizer), world_size=world, benchmarks={}), []
-    cores = cfg.sandbox_cores or max(1, len(os.sched_getaffinity(0)) // int(os.environ.get("LOCAL_WORLD_SIZE", 1)))
-    sandbox = reward.SandboxConfig(cores=cores, python=cfg.sandbox_python)  # the tests of all scoring threads
-    with ThreadPoolExecutor(cfg.reward_workers) as pool:
-        for bench in benchmarks:
-            name, kind = bench["name"], bench["kind"]
-            problems, prompt_report = data.encode_prompts(tokenizer, bench["problems"], cfg.max_prompt_len, "truncate")
-            mine = list(range(rank, len(problems), world))
-            jobs, tokens, t0 = [], 0, time.perf_counter()
-            for start in range(0, len(mine), chunk):
-                indices = mine[start:start + chunk]
-                params = [SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k, n=cfg.k,
-                                         max_tokens=cfg.max_tokens, stop_token_ids=stop_ids,
-                                         seed=problem_seed(cfg.seed, name, i)) for i in indices]
-                outputs = engine.generate([problems[i]["prompt_ids"] for i in indices], params)
-                for i, p, samples in zip(indices, params, outputs):
-                    for j, s in enumerate(samples):
-                        text = tokenizer.decode(s.token_ids, skip_special_tokens=False)
-                        record = dict(benchmark=name, problem_id=problems[i]["id"], problem_index=i, sample=j,
-                                      seed=p.seed, length=len(s.token_ids),
-                                      finish_reason=s.finish_reason, response=text)
-                        jobs.append((record, pool.submit(_score_or_raise, kind, problems[i], text, name, sandbox)))
-                        tokens += len(s.token_ids)
-                if rank == 0:   # rank 0's share stands for all: shards differ by at most one problem
-                    done, elapsed = start + len(indices), time.perf_counter() - t0
-                    print(f"{name}: {done}/{len(mine)} problems (rank 0's share of {len(problems)}) | {tokens} tokens, "
-                          f"{tokens / elapsed:.0f} tok/s | ETA {elapsed / done * (len(mine) - done):.0f}s", flush=True)
-            generate_s = time.perf_counter() - t0
-            wait_for_scores([job for _, job in jobs], name, rank)
-            mine_scored = [{**rec, **job.result()} for rec, job in jobs]   # record fields first, response last
-            for rec in mine_scored:
-                rec["response"] = rec.pop("response")
-            shards = _gather(dict(samples=mine_scored, generate_s=generate_s, tokens=tokens,
-                                  total_s=time.perf_counter() - t0), world)
-            samples = sorted((s for shard in shards for s in shard["samples"]), key=lambda s: (s["problem_index"], s["sample"]))
-            total_tokens, slowest = sum(s["tokens"] for s in shards), max(s["generate_s"] for s in shards)
-            window = {k: bench[k] for k in ("problems_in_file", "date_window") if k in bench}
-            b = results["benchmarks"][name] = dict(
-                kind=kind, source=bench.get("source", ""), **window, prompts=prompt_report, **summarize(samples, ks),
-                generated_tokens=total_tokens, generate_s=slowest, tokens_per_s=total_tokens / max(slowest, 1e-9),
-                total_s=max(s["total_s"] for s in shards))
-            all_samples += samples
-            if rank == 0:
-                print(f"{name}: Avg@{cfg.k} {100 * b['avg_at_k']:.2f} | {total_tokens} tokens in {slowest:.1f}s "
-                      f"({b['tokens_per_s']:.0f} tok/s over {world} rank(s)) | scored by {b['total_s']:.1f}s", flush=True)
-    return results, all_samples
-
-
-def evaluate_model(model, tokenizer, benchmarks: list, cfg):
-    """In-process entry point: build an engine around `model` and evaluate (under torchrun: sharded)."""
-    rank, world = (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
-    engine = LLMEngine(model, max_num_seqs=cfg.max_num_seqs, max_model_len=cfg.max_prompt_len + cfg.max_tokens)
-    return evaluate(engine, tokenizer, benchmarks, cfg, rank, world)
-
-
-def print_samples(model, tokenizer, cfg):
-    """--prompt: cfg.k samples of one user turn from the paged-KV engine, each with its mean logprob, then the speed."""
-    engine = LLMEngine(model, max_num_seqs=cfg.max_num_seqs, max_model_len=cfg.max_prompt_len + cfg.max_tokens)
-    params = SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k, n=cfg.k, seed=cfg.seed,
-                            max_tokens=cfg.max_tokens, stop_token_ids=tuple(data.stop_token_ids(tokenizer)))
-    prompt_ids = data.encode_prompt(tokenizer, cfg.prompt)[-cfg.max_prompt_len:]
-    t0 = time.perf_counter()
-    samples = engine.generate([prompt_ids], params, progress=True)[0]
-    seconds = time.perf_counter() - t0
-    for j, s in enumerate(samples):
-        print(f"--- sample {j}: {len(s.token_ids)} tokens, finish={s.finish_reason}, "
-              f"mean logprob {sum(s.logprobs) / len(s.logprobs):.3f}")
-        print(tokenizer.decode(s.token_ids, skip_special_tokens=False))
-    generated = sum(len(s.token_ids) for s in samples)
-    print(f"--- {generated} tokens in {seconds:.1f}s ({generated / seconds:.1f} tok/s); {engine.stats}")
-
-
-def evaluate_served(benchmarks: list, cfg):
-    """--server: sample k responses per problem from a served model (distill.py's chat-completions client, many requests
-    in flight, retries), each sample with the seed the engine would use, then score and aggregate as evaluate() does.
-    Returns (results, samples); a sample the server never answered stops the run (an estimate needs all k)."""
-    client = distill.ClientConfig(url=cfg.server, model=cfg.served_model, api_key_env=cfg.api_key_env,
-                                  concurrency=cfg.concurrency, timeout_s=cfg.request_timeout_s, max_retries=cfg.max_retries)
-    request = dict(temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens)
-    if cfg.top_k:
-        request["top_k"] = cfg.top_k
-    ks = pass_ks(cfg)
-    results = dict(sampling=dict(request, k=cfg.k, seed=cfg.seed, problem_seed=inspect.getsource(problem_seed),
-                                 sample_seed=inspect.getsource(sample_seed), chat_template="the server's"),
-                   world_size=1, benchmarks={})
-    all_samples = []
-    with ThreadPoolExecutor(cfg.reward_workers) as pool:
-        for bench in benchmarks:
-            name, kind, problems, jobs, lock = bench["name"], bench["kind"], bench["problems"], [], threading.Lock()
-            requests = [distill.ChatRequest(str(i), data.chat_messages(p["prompt"]),
-                                            [(j, sample_seed(problem_seed(cfg.seed, name, i), j)) for j in range(cfg.k)])
-                        for i, p in enumerate(problems)]
-
-            def on_sample(key, j, s, name=name, kind=kind, problems=problems, jobs=jobs, lock=lock):
-                i = int(key)
-                record = dict(benchmark=name, problem_id=problems[i]["id"], problem_index=i, sample=j, seed=s["seed"],
-                              length=s["completion_tokens"] or 0, finish_reason=s["finish_reason"], response=s["content"])
-                with lock:
-                    jobs.append((record, pool.submit(_score_or_raise, kind, problems[i], s["content"], name)))
-
-            t0 = time.perf_counter()
-            try:
-                stats = distill.sample_chat(requests, client, request, on_sample,
-                                            log=lambda line, name=name: print(f"{name}: {line}", flush=True))
-            except distill.ServerRefused as e:
-                raise InputError(f"--server={cfg.server}: {e}") from None
-            if stats["failed"]:
-                raise InputError(f"--server={cfg.server}: {stats['failed']} samples of {name} got no answer, e.g. "
-                                 f"{stats['failures'][0]}")
-            generate_s = time.perf_counter() - t0
-            wait_for_scores([job for _, job in jobs], name, 0)
-            samples = sorted(({**rec, **job.result()} for rec, job in jobs), key=lambda s: (s["problem_index"], s["sample"]))
-            for s in samples:   # record fields first, response last (as evaluate writes them)
-                s["response"] = s.pop("response")
-            b = results["benchmarks"][name] = dict(
-                kind=kind, source=bench.get("source", ""), prompts=dict(prompts=len(problems)), **summarize(samples, ks),
-                generated_tokens=stats["completion_tokens"], generate_s=generate_s,
-                tokens_per_s=stats["completion_tokens"] / max(generate_s, 1e-9), total_s=time.perf_counter() - t0,
-                requests=stats["requests"], retries=dict(stats["retries"]))
-            all_samples += samples
-            print(f"{name}: Avg@{cfg.k} {100 * b['avg_at_k']:.2f} | {b['generated_tokens']} tokens in {generate_s:.1f}s "
-                  f"from {cfg.server} ({stats['requests']} requests)", flush=True)
-    return results, all_samples
-
-
-# ----------------------------------------------------------------------------- tables
-
-def format_table(results_list: list, labels: list | None = None) -> str:
-    """One table, a column per results dict, a block of metric rows per benchmark (rates in %)."""
-    labels = labels or [r.get("model_label", r.get("model", f"run {i}")) for i, r in enumerate(results_list)]
-    names = list(dict.fromkeys(n for r in results_list for n in r["benchmarks"]))
-    rows = [("benchmark", "metric", *labels)]
-    for name in names:
-        entries = [r["benchmarks"].get(name) for r in results_list]
-        js = sorted({int(j) for b in entries if b for j in b["pass_at_k"]})
-        metrics = [("problems", lambda b: f"{b['problems']}"), ("k", lambda b: f"{b['k']}"),
-                   ("Avg@k %", lambda b: f"{100 * b['avg_at_k']:.2f}")]
-        metrics += [(f"pass@{j} %", lambda b, j=str(j): f"{100 * b['pass_at_k'][j]:.2f}" if j in b["pass_at_k"] else "-")
-                    for j in js]
-        metrics += [("mean reward %", lambda b: f"{100 * b['mean_reward']:.2f}"),
-                    ("format fail %", lambda b: f"{100 * b['format_failure_rate']:.2f}"),
-                    ("mean length", lambda b: f"{b['mean_length']:.1f}"),
-                    ("truncated %", lambda b: f"{100 * b['truncated_rate']:.2f}")]
-        for m, (metric, show) in enumerate(metrics):
-            rows.append((name if m == 0 else "", metric, *[show(b) if b else "-" for b in entries]))
-    widths = [max(len(row[c]) for row in rows) for c in range(len(rows[0]))]
-    lines = ["  ".join(cell.ljust(w) if c < 2 else cell.rjust(w) for c, (cell, w) in enumerate(zip(row, widths)))
-             for row in rows]
-    return "\n".join([lines[0], "-" * len(lines[0]), *lines[1:]])
-
-
-def compare_files(paths: str, labels: str = "") -> str:
-    """The table of several results.json files (comma-separated paths), labelled by `labels` or the paths."""
-    files = [p.strip() for p in paths.split(",") if p.strip()]
-    names = [x.strip() for x in labels.split(",")] if labels else None
-    if names is not None and len(names) != len(files):
-        raise SystemExit(f"error: --labels has {len(names)} names for {len(files)} --compare files")
-    results = []
-    for path in files:
-        try:
-            with open(path) as f:
-                results.append(json.load(f))
-        except (OSError, json.JSONDecodeError) as e:
-            raise SystemExit(f"error: --compare: cannot read {path}: {e}") from None
-        if not isinstance(results[-1], dict) or "benchmarks" not in results[-1]:
-            raise SystemExit(f"error: --compare: {path} is not a results.json written by eval.py (no 'benchmarks')")
-    return format_table(results, names)
+        ks = sorted({int(x) for x in cfg.pass_k.split(",")})
+    except ValueError:
+        raise SystemExit(f"error: --pass_k={cfg.pass_k!r}: expected comma-separated integers like 1,4,8") from None
+    if ks[0] < 1 or ks[-1] > cfg.k:
+        raise SystemExit(f"error: --pass_k={cfg.pass_k!r}: each value must be in 1..k={cfg.k} (pass@j needs j <= k samples)")
+    return ks
 
 
 # ----------------------------------------------------------------------------- main
-
-def model_label(path: str) -> str:
-    """A short, telling name for a model directory in tables: its path relative to the working directory
-    (out/gppo/hf, not just hf)."""
-    rel = os.path.relpath(path)
-    return rel if not rel.startswith("..") else os.path.normpath(path)
-
 
 def main(cfg: EvalConfig):
     if cfg.compare:
@@ -510,6 +191,13 @@ def main(cfg: EvalConfig):
         write_results(cfg, results, samples)
 
 
+def model_label(path: str) -> str:
+    """A short, telling name for a model directory in tables: its path relative to the working directory
+    (out/gppo/hf, not just hf)."""
+    rel = os.path.relpath(path)
+    return rel if not rel.startswith("..") else os.path.normpath(path)
+
+
 def write_results(cfg, results: dict, samples: list):
     os.makedirs(cfg.out_dir, exist_ok=True)
     with open(os.path.join(cfg.out_dir, "results.json"), "w") as f:
@@ -518,6 +206,341 @@ def write_results(cfg, results: dict, samples: list):
         f.writelines(json.dumps(s) + "\n" for s in samples)
     print(format_table([results], [results["model_label"]]))
     print(f"wrote {cfg.out_dir}/results.json and samples.jsonl ({len(samples)} samples) in {results['wall_s']:.1f}s")
+
+
+# ----------------------------------------------------------------------------- benchmarks
+
+def load_benchmarks(cfg) -> list:
+    """[{name, kind, source, problems}] from the data files (.jsonl, .json or .parquet; a benchmark is read whole,
+    no row skipped), or the built-in toy held-out sets if none."""
+    benchmarks = []
+    for kind, files in (("math", cfg.math_data), ("code", cfg.code_data)):
+        for path in [f.strip() for f in files.split(",") if f.strip()]:
+            if not os.path.isfile(path):
+                raise FileNotFoundError(f"{path}: no such benchmark file (--{kind}_data)")
+            problems = data.load_math_jsonl(path) if kind == "math" else data.load_code_jsonl(path)
+            bench = dict(name=os.path.splitext(os.path.basename(path))[0], kind=kind, source=os.path.abspath(path))
+            if kind == "code" and (cfg.date_from or cfg.date_to):
+                bench.update(problems_in_file=len(problems), date_window=[cfg.date_from, cfg.date_to])
+                problems = in_date_window(problems, path, cfg.date_from, cfg.date_to)
+            if not problems:
+                window = " in the date window" if "date_window" in bench else ""
+                raise data.DataError(f"{path}: no problems to evaluate{window}")
+            while bench["name"] in {b["name"] for b in benchmarks}:
+                bench["name"] += "_"
+            benchmarks.append(dict(bench, problems=problems))
+    if not benchmarks:
+        if cfg.toy_math:
+            benchmarks.append(dict(name="toy_math", kind="math", source="data.toy_math_problems(split=test)",
+                                   problems=data.toy_math_problems(cfg.toy_math, cfg.toy_seed, "test",
+                                                                   cfg.toy_min_digits, cfg.toy_max_digits)))
+        if cfg.toy_code:
+            benchmarks.append(dict(name="toy_code", kind="code", source="data.toy_code_problems(split=test)",
+                                   problems=data.toy_code_problems(cfg.toy_code, cfg.toy_seed, "test")))
+    if not benchmarks:
+        raise InputError("nothing to evaluate: give --math_data / --code_data, or --toy_math / --toy_code > 0")
+    return benchmarks
+
+
+def in_date_window(problems: list, path: str, date_from: str, date_to: str) -> list:
+    """Problems with date_from <= contest_date < date_to (dates compared as YYYY-MM-DD)."""
+    kept = []
+    for p in problems:
+        if "contest_date" not in p:
+            raise data.DataError(f"{path}: problem {p['id']} has no contest_date, but --date_from/--date_to was given")
+        try:
+            day = datetime.date.fromisoformat(p["contest_date"][:10]).isoformat()
+        except ValueError:
+            raise data.DataError(f"{path}: problem {p['id']}: contest_date {p['contest_date']!r} "
+                                 "does not start with YYYY-MM-DD") from None
+        if (not date_from or day >= date_from) and (not date_to or day < date_to):
+            kept.append(p)
+    return kept
+
+
+# ----------------------------------------------------------------------------- the evaluation loop
+
+def evaluate_model(model, tokenizer, benchmarks: list, cfg):
+    """In-process entry point: build an engine around `model` and evaluate (under torchrun: sharded)."""
+    rank, world = (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
+    engine = LLMEngine(model, max_num_seqs=cfg.max_num_seqs, max_model_len=cfg.max_prompt_len + cfg.max_tokens)
+    return evaluate(engine, tokenizer, benchmarks, cfg, rank, world)
+
+
+def evaluate(engine, tokenizer, benchmarks: list, cfg, rank: int = 0, world: int = 1):
+    """Sample k responses per problem with `engine` (an LLMEngine, or anything with its generate()), score
+    and aggregate. Every rank gets the same (results, samples); samples are sorted by benchmark, problem, sample."""
+    ks = pass_ks(cfg)
+    results, all_samples = dict(sampling=sampling_settings(cfg, tokenizer), world_size=world, benchmarks={}), []
+    cores = cfg.sandbox_cores or max(1, len(os.sched_getaffinity(0)) // int(os.environ.get("LOCAL_WORLD_SIZE", 1)))
+    sandbox = reward.SandboxConfig(cores=cores, python=cfg.sandbox_python)  # the tests of all scoring threads
+    with ThreadPoolExecutor(cfg.reward_workers) as pool:
+        for bench in benchmarks:
+            name, kind = bench["name"], bench["kind"]
+            problems, prompt_report = data.encode_prompts(tokenizer, bench["problems"], cfg.max_prompt_len, "truncate")
+            t0 = time.perf_counter()
+            jobs = [(record, pool.submit(_score_or_raise, kind, problems[record["problem_index"]], record["response"],
+                                         name, sandbox))   # scored while the engine decodes the next chunk
+                    for record in sample_share(engine, tokenizer, dict(bench, problems=problems), cfg, rank, world)]
+            generate_s = time.perf_counter() - t0
+            wait_for_scores([job for _, job in jobs], name, rank)
+            shards = _gather(dict(samples=scored(jobs), generate_s=generate_s, tokens=sum(r["length"] for r, _ in jobs),
+                                  total_s=time.perf_counter() - t0), world)
+            samples = sorted((s for shard in shards for s in shard["samples"]), key=lambda s: (s["problem_index"], s["sample"]))
+            total_tokens, slowest = sum(s["tokens"] for s in shards), max(s["generate_s"] for s in shards)
+            window = {k: bench[k] for k in ("problems_in_file", "date_window") if k in bench}
+            b = results["benchmarks"][name] = dict(
+                kind=kind, source=bench.get("source", ""), **window, prompts=prompt_report, **summarize(samples, ks),
+                generated_tokens=total_tokens, generate_s=slowest, tokens_per_s=total_tokens / max(slowest, 1e-9),
+                total_s=max(s["total_s"] for s in shards))
+            all_samples += samples
+            if rank == 0:
+                print(f"{name}: Avg@{cfg.k} {100 * b['avg_at_k']:.2f} | {total_tokens} tokens in {slowest:.1f}s "
+                      f"({b['tokens_per_s']:.0f} tok/s over {world} rank(s)) | scored by {b['total_s']:.1f}s", flush=True)
+    return results, all_samples
+
+
+def sample_share(engine, tokenizer, bench: dict, cfg, rank: int, world: int):
+    """Sample cfg.k responses for this rank's share of the benchmark's (encoded) problems, every world-th from the
+    rank-th, chunk_problems problems per generate() call, each problem with its own seed. Yields one record per
+    response as each chunk finishes, with progress on rank 0."""
+    name, problems = bench["name"], bench["problems"]
+    stop_ids, chunk = tuple(data.stop_token_ids(tokenizer)), cfg.chunk_problems or max(1, 4 * cfg.max_num_seqs // cfg.k)
+    mine, tokens, t0 = list(range(rank, len(problems), world)), 0, time.perf_counter()
+    for start in range(0, len(mine), chunk):
+        indices = mine[start:start + chunk]
+        params = [SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k, n=cfg.k,
+                                 max_tokens=cfg.max_tokens, stop_token_ids=stop_ids,
+                                 seed=problem_seed(cfg.seed, name, i)) for i in indices]
+        outputs = engine.generate([problems[i]["prompt_ids"] for i in indices], params)
+        for i, p, samples in zip(indices, params, outputs):
+            for j, s in enumerate(samples):
+                tokens += len(s.token_ids)
+                yield dict(benchmark=name, problem_id=problems[i]["id"], problem_index=i, sample=j, seed=p.seed,
+                           length=len(s.token_ids), finish_reason=s.finish_reason,
+                           response=tokenizer.decode(s.token_ids, skip_special_tokens=False))
+        if rank == 0:   # rank 0's share stands for all: shards differ by at most one problem
+            done, elapsed = start + len(indices), time.perf_counter() - t0
+            print(f"{name}: {done}/{len(mine)} problems (rank 0's share of {len(problems)}) | {tokens} tokens, "
+                  f"{tokens / elapsed:.0f} tok/s | ETA {elapsed / done * (len(mine) - done):.0f}s", flush=True)
+
+
+def _score_or_raise(kind, problem, text, name, sandbox=None):
+    """score(), with the data's fault (a gold answer math-verify cannot parse, malformed tests) as a DataError naming
+    benchmark and problem; any other error is a bug and keeps its traceback."""
+    try:
+        return score(kind, problem, text, sandbox)
+    except reward.BadReference as e:
+        raise data.DataError(f"{name}: problem {problem['id']}: {e}") from None
+
+
+def score(kind: str, problem: dict, text: str, sandbox: reward.SandboxConfig | None = None) -> dict:
+    """reward (code: fraction of tests passed), correct, format_failure and reason of one response."""
+    region = reward.extract_answer_region(text)
+    if kind == "math":
+        if region is None:
+            return dict(reward=0.0, correct=False, format_failure=True, reason="format: no </think>")
+        r = max(reward.math_reward(text, answer) for answer in problem.get("answers", [problem["answer"]]))
+        return dict(reward=r, correct=r == 1.0, format_failure=False, reason="correct" if r == 1.0 else "wrong answer")
+    r, results = reward.code_reward_details(text, problem["tests"], config=sandbox)
+    if not results:
+        why = "format: no </think>" if region is None else "format: no ```python block after </think>"
+        return dict(reward=r, correct=False, format_failure=True, reason=why)
+    first_failure = next((t.reason for t in results if not t.passed), None)
+    reason = f"{sum(t.passed for t in results)}/{len(results)} tests passed"
+    return dict(reward=r, correct=reward.all_passed(results), format_failure=False,
+                reason=reason + (f"; first failure: {first_failure}" if first_failure else ""))
+
+
+def scored(jobs: list) -> list:
+    """The records of [(record, scoring job)] with their scores added: record fields first, response last."""
+    samples = [{**record, **job.result()} for record, job in jobs]
+    for s in samples:
+        s["response"] = s.pop("response")
+    return samples
+
+
+def wait_for_scores(jobs: list, name: str, rank: int, every_s: float = 5.0) -> None:
+    """Wait for the scoring jobs still running after generation (code tests can take minutes), with progress."""
+    t0, pending = time.perf_counter(), jobs
+    while pending:
+        done, pending = wait(pending, timeout=every_s)
+        if pending and rank == 0:
+            scored, elapsed = len(jobs) - len(pending), time.perf_counter() - t0
+            print(f"{name}: scoring, {scored}/{len(jobs)} responses scored (rank 0) | {elapsed:.0f}s", flush=True)
+
+
+def _gather(obj, world: int) -> list:
+    if world == 1:
+        return [obj]
+    out = [None] * world
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def sampling_settings(cfg, tokenizer) -> dict:
+    return dict(k=cfg.k, temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k, max_tokens=cfg.max_tokens,
+                stop_token_ids=data.stop_token_ids(tokenizer), repetition_penalty="none (not supported by rollout.py)",
+                max_prompt_len=cfg.max_prompt_len, prompt_overlong="left-truncate", seed=cfg.seed,
+                problem_seed=inspect.getsource(problem_seed), sample_seed=inspect.getsource(sample_seed))
+
+
+def problem_seed(seed: int, benchmark: str, index: int) -> int:
+    """The sampling seed of one problem: the same whichever rank or batch it lands in."""
+    return int.from_bytes(hashlib.sha256(f"{seed}/{benchmark}/{index}".encode()).digest()[:7], "little")
+
+
+# ----------------------------------------------------------------------------- the estimators
+
+def summarize(samples: list, ks: list) -> dict:
+    """Aggregate per-sample records {problem_index, problem_id, correct, reward, format_failure, length,
+    finish_reason} of one benchmark."""
+    correct, ids = {}, {}
+    for s in samples:
+        correct.setdefault(s["problem_index"], []).append(bool(s["correct"]))
+        ids[s["problem_index"]] = s["problem_id"]
+    n_problems, n = len(correct), len(samples)
+    return dict(
+        problems=n_problems, k=n // max(n_problems, 1),
+        avg_at_k=sum(sum(c) / len(c) for c in correct.values()) / n_problems,
+        pass_at_k={str(j): sum(pass_at_k(len(c), sum(c), j) for c in correct.values()) / n_problems for j in ks},
+        mean_reward=sum(s["reward"] for s in samples) / n,
+        format_failure_rate=sum(s["format_failure"] for s in samples) / n,
+        mean_length=sum(s["length"] for s in samples) / n,
+        truncated_rate=sum(s["finish_reason"] == "length" for s in samples) / n,
+        correct_per_problem=[[ids[i], sum(c)] for i, c in sorted(correct.items())])
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k of a problem with c correct out of n samples: 1 - C(n-c, k) / C(n, k), k <= n."""
+    if not 0 <= c <= n or not 1 <= k <= n:
+        raise ValueError(f"pass_at_k(n={n}, c={c}, k={k}): need 0 <= c <= n and 1 <= k <= n")
+    if n - c < k:   # every k-subset holds a correct sample
+        return 1.0
+    prod = 1.0
+    for m in range(n - c + 1, n + 1):   # C(n-c, k) / C(n, k) = prod_m (1 - k/m)
+        prod *= 1.0 - k / m
+    return 1.0 - prod
+
+
+# ----------------------------------------------------------------------------- a served model; one prompt
+
+def evaluate_served(benchmarks: list, cfg):
+    """--server: sample k responses per problem from a served model (distill.py's chat-completions client, many requests
+    in flight, retries), each sample with the seed the engine would use, then score and aggregate as evaluate() does.
+    Returns (results, samples); a sample the server never answered stops the run (an estimate needs all k)."""
+    client = distill.ClientConfig(url=cfg.server, model=cfg.served_model, api_key_env=cfg.api_key_env,
+                                  concurrency=cfg.concurrency, timeout_s=cfg.request_timeout_s, max_retries=cfg.max_retries)
+    request = dict(temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens)
+    if cfg.top_k:
+        request["top_k"] = cfg.top_k
+    ks = pass_ks(cfg)
+    results = dict(sampling=dict(request, k=cfg.k, seed=cfg.seed, problem_seed=inspect.getsource(problem_seed),
+                                 sample_seed=inspect.getsource(sample_seed), chat_template="the server's"),
+                   world_size=1, benchmarks={})
+    all_samples = []
+    with ThreadPoolExecutor(cfg.reward_workers) as pool:
+        for bench in benchmarks:
+            name, t0 = bench["name"], time.perf_counter()
+            jobs, stats = sample_served(bench, client, request, cfg, pool)
+            generate_s = time.perf_counter() - t0
+            wait_for_scores([job for _, job in jobs], name, 0)
+            samples = sorted(scored(jobs), key=lambda s: (s["problem_index"], s["sample"]))
+            b = results["benchmarks"][name] = dict(
+                kind=bench["kind"], source=bench.get("source", ""), prompts=dict(prompts=len(bench["problems"])),
+                **summarize(samples, ks), generated_tokens=stats["completion_tokens"], generate_s=generate_s,
+                tokens_per_s=stats["completion_tokens"] / max(generate_s, 1e-9), total_s=time.perf_counter() - t0,
+                requests=stats["requests"], retries=dict(stats["retries"]))
+            all_samples += samples
+            print(f"{name}: Avg@{cfg.k} {100 * b['avg_at_k']:.2f} | {b['generated_tokens']} tokens in {generate_s:.1f}s "
+                  f"from {cfg.server} ({stats['requests']} requests)", flush=True)
+    return results, all_samples
+
+
+def sample_served(bench: dict, client, request: dict, cfg, pool) -> tuple:
+    """(scoring jobs [(record, future)], the client's counts) of one benchmark: cfg.k samples per problem from the
+    server, each scored in `pool` as soon as it arrives. A sample the server never answered is an InputError."""
+    name, problems, jobs, lock = bench["name"], bench["problems"], [], threading.Lock()
+    requests = [distill.ChatRequest(str(i), data.chat_messages(p["prompt"]),
+                                    [(j, sample_seed(problem_seed(cfg.seed, name, i), j)) for j in range(cfg.k)])
+                for i, p in enumerate(problems)]
+
+    def on_sample(key, j, s):
+        i = int(key)
+        record = dict(benchmark=name, problem_id=problems[i]["id"], problem_index=i, sample=j, seed=s["seed"],
+                      length=s["completion_tokens"] or 0, finish_reason=s["finish_reason"], response=s["content"])
+        with lock:
+            jobs.append((record, pool.submit(_score_or_raise, bench["kind"], problems[i], s["content"], name)))
+
+    try:
+        stats = distill.sample_chat(requests, client, request, on_sample, log=lambda line: print(f"{name}: {line}", flush=True))
+    except distill.ServerRefused as e:
+        raise InputError(f"--server={cfg.server}: {e}") from None
+    if stats["failed"]:
+        raise InputError(f"--server={cfg.server}: {stats['failed']} samples of {name} got no answer, e.g. "
+                         f"{stats['failures'][0]}")
+    return jobs, stats
+
+
+def print_samples(model, tokenizer, cfg):
+    """--prompt: cfg.k samples of one user turn from the paged-KV engine, each with its mean logprob, then the speed."""
+    engine = LLMEngine(model, max_num_seqs=cfg.max_num_seqs, max_model_len=cfg.max_prompt_len + cfg.max_tokens)
+    params = SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k, n=cfg.k, seed=cfg.seed,
+                            max_tokens=cfg.max_tokens, stop_token_ids=tuple(data.stop_token_ids(tokenizer)))
+    prompt_ids = data.encode_prompt(tokenizer, cfg.prompt)[-cfg.max_prompt_len:]
+    t0 = time.perf_counter()
+    samples = engine.generate([prompt_ids], params, progress=True)[0]
+    seconds = time.perf_counter() - t0
+    for j, s in enumerate(samples):
+        print(f"--- sample {j}: {len(s.token_ids)} tokens, finish={s.finish_reason}, "
+              f"mean logprob {sum(s.logprobs) / len(s.logprobs):.3f}")
+        print(tokenizer.decode(s.token_ids, skip_special_tokens=False))
+    generated = sum(len(s.token_ids) for s in samples)
+    print(f"--- {generated} tokens in {seconds:.1f}s ({generated / seconds:.1f} tok/s); {engine.stats}")
+
+
+# ----------------------------------------------------------------------------- tables
+
+def format_table(results_list: list, labels: list | None = None) -> str:
+    """One table, a column per results dict, a block of metric rows per benchmark (rates in %)."""
+    labels = labels or [r.get("model_label", r.get("model", f"run {i}")) for i, r in enumerate(results_list)]
+    names = list(dict.fromkeys(n for r in results_list for n in r["benchmarks"]))
+    rows = [("benchmark", "metric", *labels)]
+    for name in names:
+        entries = [r["benchmarks"].get(name) for r in results_list]
+        js = sorted({int(j) for b in entries if b for j in b["pass_at_k"]})
+        metrics = [("problems", lambda b: f"{b['problems']}"), ("k", lambda b: f"{b['k']}"),
+                   ("Avg@k %", lambda b: f"{100 * b['avg_at_k']:.2f}")]
+        metrics += [(f"pass@{j} %", lambda b, j=str(j): f"{100 * b['pass_at_k'][j]:.2f}" if j in b["pass_at_k"] else "-")
+                    for j in js]
+        metrics += [("mean reward %", lambda b: f"{100 * b['mean_reward']:.2f}"),
+                    ("format fail %", lambda b: f"{100 * b['format_failure_rate']:.2f}"),
+                    ("mean length", lambda b: f"{b['mean_length']:.1f}"),
+                    ("truncated %", lambda b: f"{100 * b['truncated_rate']:.2f}")]
+        for m, (metric, show) in enumerate(metrics):
+            rows.append((name if m == 0 else "", metric, *[show(b) if b else "-" for b in entries]))
+    widths = [max(len(row[c]) for row in rows) for c in range(len(rows[0]))]
+    lines = ["  ".join(cell.ljust(w) if c < 2 else cell.rjust(w) for c, (cell, w) in enumerate(zip(row, widths)))
+             for row in rows]
+    return "\n".join([lines[0], "-" * len(lines[0]), *lines[1:]])
+
+
+def compare_files(paths: str, labels: str = "") -> str:
+    """The table of several results.json files (comma-separated paths), labelled by `labels` or the paths."""
+    files = [p.strip() for p in paths.split(",") if p.strip()]
+    names = [x.strip() for x in labels.split(",")] if labels else None
+    if names is not None and len(names) != len(files):
+        raise SystemExit(f"error: --labels has {len(names)} names for {len(files)} --compare files")
+    results = []
+    for path in files:
+        try:
+            with open(path) as f:
+                results.append(json.load(f))
+        except (OSError, json.JSONDecodeError) as e:
+            raise SystemExit(f"error: --compare: cannot read {path}: {e}") from None
+        if not isinstance(results[-1], dict) or "benchmarks" not in results[-1]:
+            raise SystemExit(f"error: --compare: {path} is not a results.json written by eval.py (no 'benchmarks')")
+    return format_table(results, names)
 
 
 if __name__ == "__main__":

@@ -43,8 +43,9 @@ Choices, in plain words:
    and memory bounded by the expected output; a functional test's return value comes back as JSON and is
    compared as data, so an object whose __eq__ is always True gains nothing.
 3. The reward never raises because of the candidate: a crash, timeout, wrong output or format failure is a lower
-   reward (per-test reasons in code_reward_details). It raises for what is not the candidate's fault: malformed
-   tests (validate_tests names test and field), an empty or unparseable gold answer, no sandbox on this machine.
+   reward (per-test reasons in code_reward_details). It raises for what is not the candidate's fault: BadReference
+   for malformed tests (validate_tests names test and field) or an empty or unparseable gold answer, RuntimeError
+   when this machine has no sandbox.
 """
 import atexit
 import contextlib
@@ -103,6 +104,11 @@ class SandboxConfig:
 class TestResult(NamedTuple):
     passed: bool
     reason: str                  # "passed", or why not: "wrong answer on line 2: ...", "timeout after 6s", ...
+
+
+class BadReference(ValueError):
+    """What a response is judged against is broken, the data's fault and never the candidate's: an empty gold answer
+    or one math-verify cannot parse, malformed tests (the message names test and field)."""
 
 
 # ----------------------------------------------------------------------------- answer extraction
@@ -253,10 +259,10 @@ def verify_math(gold, answer_text: str, timeout_s: float = 5.0) -> bool:
     """math-verify's verdict on `answer_text` against `gold`, within about timeout_s (+0.5 s) of wall clock.
 
     Safe to call from any thread. A pathological answer that exhausts the time is judged wrong.
-    Raises ValueError if the gold answer is empty or math-verify cannot parse it (a data error)."""
+    Raises BadReference (a ValueError) if the gold answer is empty or math-verify cannot parse it."""
     gold = str(gold)
     if not gold.strip():
-        raise ValueError("math reward: the gold answer is empty")
+        raise BadReference("math reward: the gold answer is empty")
     # math-verify's own per-operation alarms (whole seconds) let the worker recover by itself; our
     # deadline, slightly later, bounds the total and C code that ignores signals.
     reply = _MATH_WORKERS.ask({"gold": gold, "answer": answer_text, "timeout": max(1, math.ceil(timeout_s))},
@@ -264,7 +270,7 @@ def verify_math(gold, answer_text: str, timeout_s: float = 5.0) -> bool:
     if reply is None:
         return False
     if not reply["gold_parsed"]:
-        raise ValueError(f"math reward: math-verify cannot parse the gold answer {gold!r}")
+        raise BadReference(f"math reward: math-verify cannot parse the gold answer {gold!r}")
     return reply["equal"]
 
 
@@ -356,27 +362,27 @@ def _same_json(a, b) -> bool:
 # ----------------------------------------------------------------------------- code: public API
 
 def validate_tests(tests) -> None:
-    """Raise ValueError naming the test and field if `tests` is not a non-empty list of
+    """Raise BadReference (a ValueError) naming the test and field if `tests` is not a non-empty list of
     {"input": str, "output": str} or {"input": str, "output": str, "fn_name": str} (JSON lines/JSON)."""
     if not isinstance(tests, (list, tuple)) or not tests:
-        raise ValueError(f"tests must be a non-empty list of dicts, got {type(tests).__name__} {_short(str(tests))}")
+        raise BadReference(f"tests must be a non-empty list of dicts, got {type(tests).__name__} {_short(str(tests))}")
     for i, test in enumerate(tests):
         if not isinstance(test, dict):
-            raise ValueError(f"tests[{i}]: expected a dict with 'input' and 'output', got {type(test).__name__}")
+            raise BadReference(f"tests[{i}]: expected a dict with 'input' and 'output', got {type(test).__name__}")
         for field in ("input", "output"):
             if not isinstance(test.get(field), str):
-                raise ValueError(f"tests[{i}]['{field}']: expected a string, got {type(test.get(field)).__name__}")
+                raise BadReference(f"tests[{i}]['{field}']: expected a string, got {type(test.get(field)).__name__}")
         fn_name = test.get("fn_name")
         if not fn_name:
             continue
         if not isinstance(fn_name, str) or not fn_name.isidentifier():
-            raise ValueError(f"tests[{i}]['fn_name']: expected a function name, got {fn_name!r}")
+            raise BadReference(f"tests[{i}]['fn_name']: expected a function name, got {fn_name!r}")
         lines = [(f"['input'] line {n}", line) for n, line in enumerate(test["input"].split("\n"), 1) if line.strip()]
         for field, text in lines + [("['output']", test["output"])]:
             try:
                 json.loads(text)
             except (ValueError, RecursionError) as error:
-                raise ValueError(f"tests[{i}]{field}: not JSON ({error})") from None
+                raise BadReference(f"tests[{i}]{field}: not JSON ({error})") from None
 
 
 def run_tests(program: str, tests: list[dict], config: SandboxConfig | None = None) -> list[TestResult]:
@@ -1385,7 +1391,7 @@ def main(cfg: Config):
                 reasons = [result.reason for result in results]
             else:
                 reward, reasons = math_reward(response, row["answer"], scale=scale, timeout_s=cfg.math_timeout_s), []
-        except (ValueError, KeyError, TypeError) as error:
+        except (BadReference, json.JSONDecodeError, KeyError, TypeError) as error:  # the line's fault
             raise SystemExit(f"{cfg.input}:{number}: {type(error).__name__}: {error}") from None
         total += reward
         print(json.dumps({"line": number, "reward": reward, "reasons": reasons}), flush=True)

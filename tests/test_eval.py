@@ -208,6 +208,24 @@ def test_cli_exits_nonzero_on_bad_input(tiny_checkpoint, tmp_path):
     assert proc.returncode == 2 and "no checkpoint there" in proc.stderr and "Traceback" not in proc.stderr
     proc = run_cli("--temprature=0.6")
     assert proc.returncode != 0 and "unknown option --temprature" in proc.stderr
+    proc = run_cli(f"--model={tiny_checkpoint}", "--toy_math=0", "--toy_code=0")
+    assert proc.returncode == 2 and "nothing to evaluate" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_only_a_bad_reference_becomes_a_data_error(monkeypatch):
+    """Malformed tests or an unparseable gold answer are the data's fault: a DataError naming benchmark and problem.
+    Any other error while scoring is a bug and reaches the caller as it was raised."""
+    problem = dict(id="p1", tests=[{"input": "1"}])   # no output: reward.validate_tests refuses it
+    with pytest.raises(data.DataError, match=r"bench: problem p1: tests\[0\]\['output'\]"):
+        ev._score_or_raise("code", problem, "<think>\n</think>\n\n```python\nprint(1)\n```", "bench")
+
+    def buggy_score(*args):
+        raise ValueError("a bug while scoring")
+
+    monkeypatch.setattr(ev, "score", buggy_score)
+    with pytest.raises(ValueError, match="a bug while scoring") as e:
+        ev._score_or_raise("math", dict(id="p2", answer="1"), "x", "bench")
+    assert type(e.value) is ValueError
 
 
 def test_one_prompt_mode_prints_the_engines_samples(tiny_checkpoint, tokenizer, tmp_path, capsys):

@@ -197,8 +197,9 @@ def test_math_deadline_kills_a_stuck_worker_and_recovers():
 
 
 def test_math_bad_gold_raises():
-    with pytest.raises(ValueError, match="empty"):
+    with pytest.raises(reward.BadReference, match="empty"):   # the data's fault, not the candidate's
         math_reward(boxed("3"), "  ")
+    assert issubclass(reward.BadReference, ValueError)
 
 
 # ----------------------------------------------------------------------------- comparison, extraction, validation
@@ -301,7 +302,7 @@ def test_code_format_failures_get_their_rewards():
     ([{"input": "1", "output": "[1", "fn_name": "f"}], r"\['output'\]: not JSON"),
     ([{"input": "1", "output": "1", "fn_name": "not a name"}], "fn_name")])
 def test_bad_tests_are_named_in_the_error(tests, message):
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(reward.BadReference, match=message):   # the data's fault, not the candidate's
         code_reward(respond("print(3)"), tests)
 
 
