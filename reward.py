@@ -111,7 +111,17 @@ class BadReference(ValueError):
     or one math-verify cannot parse, malformed tests (the message names test and field)."""
 
 
-# ----------------------------------------------------------------------------- answer extraction
+# ----------------------------------------------------------------------------- format and answer extraction
+
+def format_failure(response: str, scale: RewardScale = DEFAULT_SCALE) -> float | None:
+    """The reward of a response whose thinking is malformed, or None if it is well formed (the authors'
+    order: a missing `</think>` is checked before a missing `<think>`)."""
+    if "</think>" not in response:
+        return scale.missing_think_end
+    if scale.missing_think_start is not None and "<think>" not in response:
+        return scale.missing_think_start
+    return None
+
 
 def extract_answer_region(response: str) -> str | None:
     """Text after the last `</think>`, or None when the response never closed its thinking."""
@@ -129,72 +139,33 @@ def extract_code(response: str) -> str | None:
     return blocks[-1] if blocks else None
 
 
-def format_failure(response: str, scale: RewardScale = DEFAULT_SCALE) -> float | None:
-    """The reward of a response whose thinking is malformed, or None if it is well formed (the authors'
-    order: a missing `</think>` is checked before a missing `<think>`)."""
-    if "</think>" not in response:
-        return scale.missing_think_end
-    if scale.missing_think_start is not None and "<think>" not in response:
-        return scale.missing_think_start
-    return None
-
 # ----------------------------------------------------------------------------- math
 
-# The math worker's program: math-verify in the main thread of a process of its own, where its signal.alarm
-# timeouts work. One JSON request per stdin line, one JSON reply per stdout line; argv[1]: its RLIMIT_AS in bytes.
-_MATH_WORKER = r"""
-import json, logging, resource, sys
-resource.setrlimit(resource.RLIMIT_AS, (int(sys.argv[1]), int(sys.argv[1])))
-logging.disable(logging.CRITICAL)   # math-verify logs every timed-out input in full
-try:
-    from math_verify import parse, verify
-except Exception as error:
-    print(json.dumps({"error": repr(error)}), flush=True)
-    sys.exit(1)
-print(json.dumps({"ready": True}), flush=True)
-golds = {}  # parsed gold answers: the responses of one RL group share their gold
-for line in sys.stdin:
-    request = json.loads(line)
-    seconds = request["timeout"]
-    try:
-        gold = golds.get(request["gold"])
-        if gold is None:
-            gold = parse("\\boxed{" + request["gold"] + "}", parsing_timeout=seconds)
-            golds[request["gold"]] = gold
-            if len(golds) > 4096:
-                golds.clear()
-        answer = parse(request["answer"], parsing_timeout=seconds) if gold else []
-        equal = bool(gold) and bool(answer) and verify(gold, answer, timeout_seconds=seconds)
-        reply = {"gold_parsed": bool(gold), "equal": bool(equal)}
-    except Exception as error:
-        reply = {"gold_parsed": True, "equal": False, "error": type(error).__name__}
-    print(json.dumps(reply), flush=True)
-"""
-_MATH_WORKER_MEMORY = 4 << 30
+def math_reward(response: str, answer, *, scale: RewardScale = DEFAULT_SCALE, timeout_s: float = 5.0) -> float:
+    """Reward of one response to a math problem with gold `answer` (str or number)."""
+    failure = format_failure(response, scale)
+    if failure is not None:
+        return failure
+    return scale.correct if verify_math(answer, extract_answer_region(response), timeout_s) else scale.wrong
 
 
-def _read_reply(worker: subprocess.Popen, deadline: float) -> dict | None:
-    """The worker's next JSON line, or None if it died or passed the deadline. It writes one line per request,
-    so nothing is left over after the newline."""
-    line = b""
-    with selectors.DefaultSelector() as selector:
-        selector.register(worker.stdout, selectors.EVENT_READ)
-        while not line.endswith(b"\n"):
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 or not selector.select(remaining):
-                return None
-            chunk = os.read(worker.stdout.fileno(), 1 << 16)
-            if not chunk:
-                return None
-            line += chunk
-    return json.loads(line)
+def verify_math(gold, answer_text: str, timeout_s: float = 5.0) -> bool:
+    """math-verify's verdict on `answer_text` against `gold`, within about timeout_s (+0.5 s) of wall clock.
 
-
-def _kill_worker(worker: subprocess.Popen):
-    worker.kill()
-    worker.wait()
-    worker.stdin.close()
-    worker.stdout.close()
+    Safe to call from any thread. A pathological answer that exhausts the time is judged wrong.
+    Raises BadReference (a ValueError) if the gold answer is empty or math-verify cannot parse it."""
+    gold = str(gold)
+    if not gold.strip():
+        raise BadReference("math reward: the gold answer is empty")
+    # math-verify's own per-operation alarms (whole seconds) let the worker recover by itself; our
+    # deadline, slightly later, bounds the total and C code that ignores signals.
+    reply = _MATH_WORKERS.ask({"gold": gold, "answer": answer_text, "timeout": max(1, math.ceil(timeout_s))},
+                              timeout_s + 0.5)
+    if reply is None:
+        return False
+    if not reply["gold_parsed"]:
+        raise BadReference(f"math reward: math-verify cannot parse the gold answer {gold!r}")
+    return reply["equal"]
 
 
 class _MathWorkers:
@@ -255,111 +226,91 @@ class _MathWorkers:
 _MATH_WORKERS = _MathWorkers(size=max(2, os.cpu_count() or 2))
 
 
-def verify_math(gold, answer_text: str, timeout_s: float = 5.0) -> bool:
-    """math-verify's verdict on `answer_text` against `gold`, within about timeout_s (+0.5 s) of wall clock.
-
-    Safe to call from any thread. A pathological answer that exhausts the time is judged wrong.
-    Raises BadReference (a ValueError) if the gold answer is empty or math-verify cannot parse it."""
-    gold = str(gold)
-    if not gold.strip():
-        raise BadReference("math reward: the gold answer is empty")
-    # math-verify's own per-operation alarms (whole seconds) let the worker recover by itself; our
-    # deadline, slightly later, bounds the total and C code that ignores signals.
-    reply = _MATH_WORKERS.ask({"gold": gold, "answer": answer_text, "timeout": max(1, math.ceil(timeout_s))},
-                              timeout_s + 0.5)
-    if reply is None:
-        return False
-    if not reply["gold_parsed"]:
-        raise BadReference(f"math reward: math-verify cannot parse the gold answer {gold!r}")
-    return reply["equal"]
+def _read_reply(worker: subprocess.Popen, deadline: float) -> dict | None:
+    """The worker's next JSON line, or None if it died or passed the deadline. It writes one line per request,
+    so nothing is left over after the newline."""
+    line = b""
+    with selectors.DefaultSelector() as selector:
+        selector.register(worker.stdout, selectors.EVENT_READ)
+        while not line.endswith(b"\n"):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not selector.select(remaining):
+                return None
+            chunk = os.read(worker.stdout.fileno(), 1 << 16)
+            if not chunk:
+                return None
+            line += chunk
+    return json.loads(line)
 
 
-def math_reward(response: str, answer, *, scale: RewardScale = DEFAULT_SCALE, timeout_s: float = 5.0) -> float:
-    """Reward of one response to a math problem with gold `answer` (str or number)."""
-    failure = format_failure(response, scale)
-    if failure is not None:
-        return failure
-    return scale.correct if verify_math(answer, extract_answer_region(response), timeout_s) else scale.wrong
-
-# ----------------------------------------------------------------------------- code: comparing outputs
-# Outputs are judged here, in the trainer, so the cost of judging is bounded by the expected output (the trusted
-# data), not by what a candidate prints: lines and tokens are walked one at a time and the walk stops at the first
-# difference, so memory stays a small multiple of the output cap and no per-token list is ever built.
-
-def _short(text: str, limit: int = 60) -> str:
-    return repr(text if len(text) <= limit else text[:limit] + "...")
+def _kill_worker(worker: subprocess.Popen):
+    worker.kill()
+    worker.wait()
+    worker.stdin.close()
+    worker.stdout.close()
 
 
-def _lines(text: str):
-    """The lines of `text`, one at a time (str.split("\\n") would build them all at once)."""
-    start = 0
-    while (end := text.find("\n", start)) >= 0:
-        yield text[start:end]
-        start = end + 1
-    yield text[start:]
-
-
-_TOKEN = re.compile(r"\S+")  # \S in a str pattern is exactly what str.split() keeps (both use Unicode isspace)
-
-
-def _same_numbers(got_line: str, expected_line: str) -> bool:
-    """Both lines are all numbers and equal as exact decimals, token by token (LiveCodeBench's rule). At most one
-    token more than the expected line has is ever read from the candidate's line."""
-    got_tokens = _TOKEN.finditer(got_line)
+# The math worker's program: math-verify in the main thread of a process of its own, where its signal.alarm
+# timeouts work. One JSON request per stdin line, one JSON reply per stdout line; argv[1]: its RLIMIT_AS in bytes.
+_MATH_WORKER = r"""
+import json, logging, resource, sys
+resource.setrlimit(resource.RLIMIT_AS, (int(sys.argv[1]), int(sys.argv[1])))
+logging.disable(logging.CRITICAL)   # math-verify logs every timed-out input in full
+try:
+    from math_verify import parse, verify
+except Exception as error:
+    print(json.dumps({"error": repr(error)}), flush=True)
+    sys.exit(1)
+print(json.dumps({"ready": True}), flush=True)
+golds = {}  # parsed gold answers: the responses of one RL group share their gold
+for line in sys.stdin:
+    request = json.loads(line)
+    seconds = request["timeout"]
     try:
-        for expected in _TOKEN.finditer(expected_line):
-            got = next(got_tokens, None)
-            if got is None or decimal.Decimal(got.group()) != decimal.Decimal(expected.group()):
-                return False
-    except (decimal.DecimalException, ValueError):  # not a number, or a signalling NaN compared
-        return False
-    return next(got_tokens, None) is None
-
-
-def stdout_mismatch(got: str, expected: str) -> str | None:
-    """None if `got` matches `expected` by LiveCodeBench's rule (lines after stripping; a line is equal, or both
-    lines are all numbers and equal as exact decimals: 2.0 == 2, 0.30000000000000004 != 0.3), else a reason.
-    As in LiveCodeBench, Python decides what a number is (Decimal: also Unicode digits such as `٣` and `３`, `1_000`,
-    `inf`) and what separates tokens (str.split: any Unicode whitespace, such as NBSP and U+3000)."""
-    got, expected = got.strip(), expected.strip()
-    got_count, expected_count = got.count("\n") + 1, expected.count("\n") + 1
-    if got_count != expected_count:
-        return f"wrong answer: {got_count} lines, expected {expected_count}"
-    for number, (got_line, expected_line) in enumerate(zip(_lines(got), _lines(expected)), 1):
-        got_line, expected_line = got_line.strip(), expected_line.strip()
-        if got_line != expected_line and not _same_numbers(got_line, expected_line):
-            return f"wrong answer on line {number}: got {_short(got_line)}, expected {_short(expected_line)}"
-    return None
-
-
-def functional_mismatch(got: str, expected: str) -> str | None:
-    """None if the JSON text `got` decodes to the same data as `expected` (_same_json), else a reason. JSON never
-    escapes `,`, `[` or `{`, so equal data cannot hold more of them than json.dumps(expected) does: a larger
-    count is rejected before a single object is built, and what is decoded is no bigger than the expected data."""
-    structure = lambda text: text.count(",") + text.count("[") + text.count("{")  # noqa: E731
-    if structure(got) > structure(json.dumps(json.loads(expected))):
-        return f"wrong answer: got {_short(got)}, expected {_short(expected)}"
-    try:
-        same = _same_json(json.loads(got), json.loads(expected))
-    except (ValueError, RecursionError):
-        return f"functional test: the result is not JSON: {_short(got)}"
-    return None if same else f"wrong answer: got {_short(got)}, expected {_short(expected)}"
-
-
-def _same_json(a, b) -> bool:
-    """Equality of decoded JSON values; True is not 1, 1 equals 1.0 (as in LiveCodeBench)."""
-    if isinstance(a, bool) or isinstance(b, bool):
-        return type(a) is type(b) and a == b
-    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
-        return a == b
-    if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(map(_same_json, a, b))
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(_same_json(a[key], b[key]) for key in a)
-    return type(a) is type(b) and a == b  # str, None
+        gold = golds.get(request["gold"])
+        if gold is None:
+            gold = parse("\\boxed{" + request["gold"] + "}", parsing_timeout=seconds)
+            golds[request["gold"]] = gold
+            if len(golds) > 4096:
+                golds.clear()
+        answer = parse(request["answer"], parsing_timeout=seconds) if gold else []
+        equal = bool(gold) and bool(answer) and verify(gold, answer, timeout_seconds=seconds)
+        reply = {"gold_parsed": bool(gold), "equal": bool(equal)}
+    except Exception as error:
+        reply = {"gold_parsed": True, "equal": False, "error": type(error).__name__}
+    print(json.dumps(reply), flush=True)
+"""
+_MATH_WORKER_MEMORY = 4 << 30
 
 
 # ----------------------------------------------------------------------------- code: public API
+
+def code_reward(response: str, tests: list[dict], *, scale: RewardScale = DEFAULT_SCALE,
+                config: SandboxConfig | None = None) -> float:
+    """The soft code reward of code_reward_details, alone (the paper's: fraction of tests passed)."""
+    return code_reward_details(response, tests, scale=scale, config=config)[0]
+
+
+def code_reward_details(response: str, tests: list[dict], *, scale: RewardScale = DEFAULT_SCALE,
+                        config: SandboxConfig | None = None) -> tuple[float, list[TestResult]]:
+    """(reward, per-test results): wrong + (correct - wrong) * fraction passed. Format failures give their
+    reward and no results."""
+    validate_tests(tests)  # broken data fails loudly even when the response has no code
+    failure = format_failure(response, scale)
+    if failure is not None:
+        return failure, []
+    program = extract_code(response)
+    if program is None:
+        return scale.missing_code, []
+    results = run_tests(program, tests, config)
+    passed = sum(result.passed for result in results) / len(results)
+    return scale.wrong + (scale.correct - scale.wrong) * passed, results
+
+
+def all_passed(results: list[TestResult]) -> bool:
+    """True when there is at least one result and every test passed (the SFT-loss positives)."""
+    return bool(results) and all(result.passed for result in results)
+
 
 def validate_tests(tests) -> None:
     """Raise BadReference (a ValueError) naming the test and field if `tests` is not a non-empty list of
@@ -401,33 +352,6 @@ def run_tests(program: str, tests: list[dict], config: SandboxConfig | None = No
         return list(pool.map(lambda test: _run_one_test(plan, cfg, program, test), tests))
 
 
-def all_passed(results: list[TestResult]) -> bool:
-    """True when there is at least one result and every test passed (the SFT-loss positives)."""
-    return bool(results) and all(result.passed for result in results)
-
-
-def code_reward_details(response: str, tests: list[dict], *, scale: RewardScale = DEFAULT_SCALE,
-                        config: SandboxConfig | None = None) -> tuple[float, list[TestResult]]:
-    """(reward, per-test results): wrong + (correct - wrong) * fraction passed. Format failures give their
-    reward and no results."""
-    validate_tests(tests)  # broken data fails loudly even when the response has no code
-    failure = format_failure(response, scale)
-    if failure is not None:
-        return failure, []
-    program = extract_code(response)
-    if program is None:
-        return scale.missing_code, []
-    results = run_tests(program, tests, config)
-    passed = sum(result.passed for result in results) / len(results)
-    return scale.wrong + (scale.correct - scale.wrong) * passed, results
-
-
-def code_reward(response: str, tests: list[dict], *, scale: RewardScale = DEFAULT_SCALE,
-                config: SandboxConfig | None = None) -> float:
-    """The soft code reward of code_reward_details, alone (the paper's: fraction of tests passed)."""
-    return code_reward_details(response, tests, scale=scale, config=config)[0]
-
-
 def sandbox_info(config: SandboxConfig | None = None) -> dict:
     """What the sandbox chosen on this machine runs and enforces (runs the probe on first use)."""
     cfg = config or SandboxConfig()
@@ -447,11 +371,81 @@ def sandbox_info(config: SandboxConfig | None = None) -> dict:
 # `cores` tests of the whole process run at once, whatever thread asks. A _Plan says how tests are launched on this
 # machine (_guarantees: what that enforces, and what not); _choose_plan picks the best plan that passes a probe.
 
-# The modes, best first. The names are shown to the user; the code branches on a _Plan's fields, never on them.
+# The modes, best first. The names are shown to the user; code compares modes only through these constants (to
+# build a plan: _make_plan), and a plan's behaviour comes from its fields.
 NAMESPACES = "namespaces"                     # root; a user namespace per test
 NAMESPACES_SHARED_UID = "namespaces (shared uid)"  # root; user namespaces refused: all tests share one uid
 NAMESPACES_UNPRIVILEGED = "namespaces (user namespace)"  # the trainer is not root
 PLAIN = "plain"                               # no namespaces
+
+
+# ----------------------------------------------------------------------------- code: choosing the sandbox
+
+class _PlanCache:
+    """The plan of each sandbox configuration, probed on its first use and kept for the life of the process (the
+    machine does not change under a running trainer). The lock makes concurrent first calls probe once."""
+
+    def __init__(self):
+        self.plans: dict[tuple, _Plan] = {}
+        self.lock = threading.Lock()
+
+    def get(self, cfg: SandboxConfig) -> "_Plan":
+        key = (cfg.namespaces, cfg.cgroup, cfg.uid, cfg.python)  # the fields that decide the plan
+        with self.lock:
+            if key not in self.plans:
+                self.plans[key] = _choose_plan(cfg)  # raises for a bad configuration: nothing is cached
+            return self.plans[key]
+
+
+# run_tests and sandbox_info take a SandboxConfig, not a cache (their callers should not have to keep one), so one
+# cache per process stands behind them: a probe costs a second, and every response of a run shares the result.
+_PLANS = _PlanCache()
+
+
+def _choose_plan(cfg: SandboxConfig) -> "_Plan":
+    """The first plan that passes a probe through the real sandbox, trying modes in order (namespaces: as root with
+    a user namespace per test, then without; then plain), each with cgroups per test and then, for "auto",
+    without; each with every candidate interpreter: SandboxConfig.python, or sys.executable, python3 on a system
+    PATH, /usr/bin/python3. The interpreter must work for the sandbox user inside the sandbox (one under /root does
+    not, and the tmpfs on /tmp hides a virtualenv there); we never loosen permissions for it."""
+    if cfg.namespaces not in ("auto", "on", "off"):
+        raise ValueError(f"SandboxConfig.namespaces must be 'auto', 'on' or 'off', got {cfg.namespaces!r}")
+    if cfg.namespaces == "off" and cfg.cgroup not in ("auto", "off"):
+        raise ValueError("SandboxConfig.cgroup needs namespaces (a test joins its cgroup from the namespaces' init)")
+    unshare, root = _which("unshare"), os.geteuid() == 0
+    if root and not _which("setpriv"):
+        raise RuntimeError("reward.py refuses to run untrusted code as root and cannot drop privileges: "
+                           "`setpriv` (util-linux) was not found")
+    pythons = [os.path.abspath(cfg.python)] if cfg.python else [sys.executable, shutil.which(
+        "python3", path="/usr/local/bin:/usr/bin:/bin"), "/usr/bin/python3"]
+    pythons = list(dict.fromkeys(p for p in pythons if p and os.path.exists(p)))
+    if cfg.python and not pythons:
+        raise ValueError(f"SandboxConfig.python: {cfg.python} does not exist")
+    modes = [NAMESPACES, NAMESPACES_SHARED_UID] if root else [NAMESPACES_UNPRIVILEGED]
+    modes = (modes if cfg.namespaces != "off" and unshare else []) + ([PLAIN] if cfg.namespaces != "on" else [])
+    cgroups, no_cgroup = _find_cgroups(cfg.cgroup if cfg.namespaces != "off" else "off")
+    choices = [cgroups, None] if cgroups and cfg.cgroup == "auto" else [cgroups]  # "auto": with, then without
+    attempts = [] if unshare or cfg.namespaces == "off" else ["namespaces: `unshare` not found"]
+    no_cgroup = no_cgroup or "the probe failed with cgroups under " + " ".join(cgroups.directories())
+    for mode, test_cgroups, python in [(mode, test_cgroups, python) for mode in modes
+                                       for test_cgroups in (choices if mode != PLAIN else [None])
+                                       for python in pythons]:
+        plan = _make_plan(mode, python, cfg.uid, test_cgroups, no_cgroup)
+        result = _run_one_test(plan, SandboxConfig(timeout_s=30, cores=_cores(cfg)), _PROBE,
+                               {"input": "1 2\n", "output": "3"})
+        if result.passed:
+            gaps = _guarantees(plan, cfg)[1]
+            if gaps:
+                print(f"reward.py: WARNING: code tests run in mode {mode!r}" + (
+                      f" ({'; '.join(attempts)})" if attempts else "") + ". Not enforced: " + "; ".join(gaps),
+                      file=sys.stderr)
+            return plan
+        attempts.append(f"{mode}{' + cgroup' if test_cgroups else ''} with {python}: {result.reason}")
+    raise RuntimeError("reward.py cannot build a sandbox for code tests:\n  " + "\n  ".join(attempts or
+                       ["namespaces='on' but `unshare` was not found"]))
+
+
+# ----------------------------------------------------------------------------- code: a mode's plan
 
 # The trusted start of every test, run by the candidate's interpreter as `python -I -c _HARNESS SETTINGS` (SETTINGS:
 # JSON). It reads the program from an inherited descriptor, closes every other one and writes the program to
@@ -1000,6 +994,32 @@ class _TestCgroup:
 
 # ----------------------------------------------------------------------------- code: running one test
 
+def _run_one_test(plan: _Plan, cfg: SandboxConfig, program: str, test: dict) -> TestResult:
+    """Run one test of one program in a fresh sandbox (and cgroups), when the process-wide budget has a slot for
+    it, and judge it here, in the parent."""
+    with _SLOTS.take(_cores(cfg)):
+        cgroup = _TestCgroup(plan.cgroups, cfg) if plan.cgroups else None
+        try:
+            returncode, out, err, status = _run_in_sandbox(plan, cfg, program, test, cgroup)
+        finally:
+            memory_killed = cgroup.remove() if cgroup else False
+    if status == "memory" or memory_killed:
+        return TestResult(False, f"memory limit: the test's processes held more than {cfg.memory_mb} MB together")
+    if status == "timeout":
+        return TestResult(False, f"timeout: more than {cfg.timeout_s:g}s of CPU time")
+    if status == "wall timeout":
+        return TestResult(False, f"timeout: more than {_wall_timeout(cfg):g}s of wall-clock time")
+    if status == "overflow":
+        return TestResult(False, f"output limit exceeded ({cfg.output_mb:g} MB)")
+    if returncode is None:
+        return TestResult(False, status)
+    if returncode != 0:
+        return TestResult(False, _crash_reason(returncode, bool(plan.launcher), err))
+    got = out.decode("utf-8", "replace")
+    mismatch = functional_mismatch(got, test["output"]) if test.get("fn_name") else stdout_mismatch(got, test["output"])
+    return TestResult(mismatch is None, mismatch or "passed")
+
+
 class _TestSlots:
     """The process-wide budget: at most `cores` tests run at once, whichever thread and program they belong to
     (an RL loop scores many responses on many threads, each running its tests on threads of its own). A test
@@ -1025,60 +1045,48 @@ class _TestSlots:
 _SLOTS = _TestSlots()
 
 
-def _children(pid: int) -> list[int]:
+def _run_in_sandbox(plan: _Plan, cfg: SandboxConfig, program: str, test: dict, cgroup: "_TestCgroup | None"):
+    """Run one test in a fresh sandbox; -> (returncode, stdout, stderr, status) as _communicate's, or
+    (None, b"", b"", "sandbox could not start: ...")."""
+    workdir = "" if plan.launcher else tempfile.mkdtemp(prefix="reward-sandbox-")  # namespaces: a tmpfs on /tmp
+    env = dict(_CANDIDATE_ENV, HOME=workdir or "/tmp", TMPDIR=workdir or "/tmp")
+    # Program and fstab are passed as open descriptors of unlinked files: no argv size limit, nothing on
+    # disk to go stale, readable by the dropped user only through the descriptor.
+    input_read, input_write = os.pipe()  # the test's input: an inherited descriptor the harness makes its stdin
     try:
-        with open(f"/proc/{pid}/task/{pid}/children", "rb") as file:
-            return [int(child) for child in file.read().split()]
-    except OSError:
-        return []
-
-
-def _has_exited(proc: subprocess.Popen) -> bool:
-    """Exit check that does not reap, so the process group id cannot be reused before we kill it."""
-    try:
-        return os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
-    except ChildProcessError:
-        return True
-
-
-def _tree_usage(pid: int) -> tuple[float, int]:
-    """(CPU seconds, memory bytes) of process `pid` and its descendants, from /proc: user + system time, with that of
-    their reaped children; proportional set size (a page that n processes map counts 1/n to each, so shared and
-    copy-on-write pages count once) plus the memfd files they hold open, each file once."""
-    ticks, memory, files, pending = 0, 0, set(), [pid]
-    while pending:
-        pid = pending.pop()
-        try:
-            with open(f"/proc/{pid}/stat", "rb") as file:
-                ticks += sum(map(int, file.read().rsplit(b")", 1)[1].split()[11:15]))  # utime stime cutime cstime
-            with open(f"/proc/{pid}/smaps_rollup", "rb") as file:
-                memory += next((int(line.split()[1]) << 10 for line in file if line.startswith(b"Pss:")), 0)
-            for fd in os.scandir(f"/proc/{pid}/fd"):
-                if os.readlink(fd.path).startswith("/memfd:"):
-                    stat = os.stat(fd.path)
-                    if (stat.st_dev, stat.st_ino) not in files:
-                        files.add((stat.st_dev, stat.st_ino))
-                        memory += stat.st_blocks * 512
-            for task in os.listdir(f"/proc/{pid}/task"):  # a child is listed under the thread that forked it
-                with open(f"/proc/{pid}/task/{task}/children", "rb") as file:
-                    pending += map(int, file.read().split())
-        except (OSError, ValueError):
-            continue  # it exited meanwhile
-    return ticks / _TICKS, memory
-
-
-def _tmpfs_usage(init: int) -> int:
-    """Bytes held in the test's own /tmp and /dev/shm (seen through its pid namespace's init), once mounted."""
-    used = 0
-    for path in ("/tmp", "/dev/shm"):
-        try:
-            mine = os.stat(f"/proc/{init}/root{path}")
-            if mine.st_dev != os.stat(path).st_dev:  # the test's tmpfs, not yet the trainer's directory
-                stat = os.statvfs(f"/proc/{init}/root{path}")
-                used += (stat.f_blocks - stat.f_bfree) * stat.f_frsize
-        except OSError:
-            pass
-    return used
+        with tempfile.TemporaryFile() as source, tempfile.TemporaryFile() as fstab:
+            if workdir and plan.uid is not None:
+                os.chown(workdir, plan.uid, plan.uid)
+            source.write(program.encode("utf-8", "replace"))
+            source.flush()
+            if plan.launcher:
+                fstab.write(plan.fstab(cfg))
+                fstab.flush()
+            fds = {"program": source.fileno(), "input": input_read, "fstab": fstab.fileno()}
+            try:
+                proc = subprocess.Popen(plan.argv(cfg, fds, cgroup, test.get("fn_name") or ""),
+                                        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                        cwd=workdir or "/", env=env, start_new_session=True,
+                                        pass_fds=tuple(fds.values()))
+            except OSError as error:
+                return None, b"", b"", f"sandbox could not start: {error}"
+            os.close(input_read)
+            input_read = -1
+            stdin_fd, input_write = input_write, -1  # _communicate closes it
+            try:
+                out, err, status = _communicate(proc, stdin_fd, test["input"].encode("utf-8", "replace"), cfg,
+                                                _Meter(proc, cfg, cgroup, bool(plan.launcher)))
+            finally:
+                _stop(proc, bool(plan.launcher))
+                for pipe in (proc.stdout, proc.stderr):
+                    pipe.close()
+    finally:
+        for fd in (input_read, input_write):
+            if fd >= 0:
+                os.close(fd)
+        if workdir:
+            shutil.rmtree(workdir, ignore_errors=True)
+    return proc.returncode, out, err, status
 
 
 class _Meter:
@@ -1180,50 +1188,6 @@ def _stop(proc: subprocess.Popen, isolated: bool):
     proc.wait()
 
 
-def _run_in_sandbox(plan: _Plan, cfg: SandboxConfig, program: str, test: dict, cgroup: "_TestCgroup | None"):
-    """Run one test in a fresh sandbox; -> (returncode, stdout, stderr, status) as _communicate's, or
-    (None, b"", b"", "sandbox could not start: ...")."""
-    workdir = "" if plan.launcher else tempfile.mkdtemp(prefix="reward-sandbox-")  # namespaces: a tmpfs on /tmp
-    env = dict(_CANDIDATE_ENV, HOME=workdir or "/tmp", TMPDIR=workdir or "/tmp")
-    # Program and fstab are passed as open descriptors of unlinked files: no argv size limit, nothing on
-    # disk to go stale, readable by the dropped user only through the descriptor.
-    input_read, input_write = os.pipe()  # the test's input: an inherited descriptor the harness makes its stdin
-    try:
-        with tempfile.TemporaryFile() as source, tempfile.TemporaryFile() as fstab:
-            if workdir and plan.uid is not None:
-                os.chown(workdir, plan.uid, plan.uid)
-            source.write(program.encode("utf-8", "replace"))
-            source.flush()
-            if plan.launcher:
-                fstab.write(plan.fstab(cfg))
-                fstab.flush()
-            fds = {"program": source.fileno(), "input": input_read, "fstab": fstab.fileno()}
-            try:
-                proc = subprocess.Popen(plan.argv(cfg, fds, cgroup, test.get("fn_name") or ""),
-                                        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                        cwd=workdir or "/", env=env, start_new_session=True,
-                                        pass_fds=tuple(fds.values()))
-            except OSError as error:
-                return None, b"", b"", f"sandbox could not start: {error}"
-            os.close(input_read)
-            input_read = -1
-            stdin_fd, input_write = input_write, -1  # _communicate closes it
-            try:
-                out, err, status = _communicate(proc, stdin_fd, test["input"].encode("utf-8", "replace"), cfg,
-                                                _Meter(proc, cfg, cgroup, bool(plan.launcher)))
-            finally:
-                _stop(proc, bool(plan.launcher))
-                for pipe in (proc.stdout, proc.stderr):
-                    pipe.close()
-    finally:
-        for fd in (input_read, input_write):
-            if fd >= 0:
-                os.close(fd)
-        if workdir:
-            shutil.rmtree(workdir, ignore_errors=True)
-    return proc.returncode, out, err, status
-
-
 def _crash_reason(returncode: int, via_shell: bool, stderr: bytes) -> str:
     signum = -returncode if returncode < 0 else returncode - 128 if via_shell and returncode > 128 else 0
     if signum:
@@ -1238,96 +1202,138 @@ def _crash_reason(returncode: int, via_shell: bool, stderr: bytes) -> str:
     return f"runtime error (exit status {returncode}): {last[-200:]}"
 
 
-def _run_one_test(plan: _Plan, cfg: SandboxConfig, program: str, test: dict) -> TestResult:
-    """Run one test of one program in a fresh sandbox (and cgroups), when the process-wide budget has a slot for
-    it, and judge it here, in the parent."""
-    with _SLOTS.take(_cores(cfg)):
-        cgroup = _TestCgroup(plan.cgroups, cfg) if plan.cgroups else None
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children", "rb") as file:
+            return [int(child) for child in file.read().split()]
+    except OSError:
+        return []
+
+
+def _has_exited(proc: subprocess.Popen) -> bool:
+    """Exit check that does not reap, so the process group id cannot be reused before we kill it."""
+    try:
+        return os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:
+        return True
+
+
+def _tree_usage(pid: int) -> tuple[float, int]:
+    """(CPU seconds, memory bytes) of process `pid` and its descendants, from /proc: user + system time, with that of
+    their reaped children; proportional set size (a page that n processes map counts 1/n to each, so shared and
+    copy-on-write pages count once) plus the memfd files they hold open, each file once."""
+    ticks, memory, files, pending = 0, 0, set(), [pid]
+    while pending:
+        pid = pending.pop()
         try:
-            returncode, out, err, status = _run_in_sandbox(plan, cfg, program, test, cgroup)
-        finally:
-            memory_killed = cgroup.remove() if cgroup else False
-    if status == "memory" or memory_killed:
-        return TestResult(False, f"memory limit: the test's processes held more than {cfg.memory_mb} MB together")
-    if status == "timeout":
-        return TestResult(False, f"timeout: more than {cfg.timeout_s:g}s of CPU time")
-    if status == "wall timeout":
-        return TestResult(False, f"timeout: more than {_wall_timeout(cfg):g}s of wall-clock time")
-    if status == "overflow":
-        return TestResult(False, f"output limit exceeded ({cfg.output_mb:g} MB)")
-    if returncode is None:
-        return TestResult(False, status)
-    if returncode != 0:
-        return TestResult(False, _crash_reason(returncode, bool(plan.launcher), err))
-    got = out.decode("utf-8", "replace")
-    mismatch = functional_mismatch(got, test["output"]) if test.get("fn_name") else stdout_mismatch(got, test["output"])
-    return TestResult(mismatch is None, mismatch or "passed")
+            with open(f"/proc/{pid}/stat", "rb") as file:
+                ticks += sum(map(int, file.read().rsplit(b")", 1)[1].split()[11:15]))  # utime stime cutime cstime
+            with open(f"/proc/{pid}/smaps_rollup", "rb") as file:
+                memory += next((int(line.split()[1]) << 10 for line in file if line.startswith(b"Pss:")), 0)
+            for fd in os.scandir(f"/proc/{pid}/fd"):
+                if os.readlink(fd.path).startswith("/memfd:"):
+                    stat = os.stat(fd.path)
+                    if (stat.st_dev, stat.st_ino) not in files:
+                        files.add((stat.st_dev, stat.st_ino))
+                        memory += stat.st_blocks * 512
+            for task in os.listdir(f"/proc/{pid}/task"):  # a child is listed under the thread that forked it
+                with open(f"/proc/{pid}/task/{task}/children", "rb") as file:
+                    pending += map(int, file.read().split())
+        except (OSError, ValueError):
+            continue  # it exited meanwhile
+    return ticks / _TICKS, memory
 
 
-# ----------------------------------------------------------------------------- code: choosing the sandbox
-
-def _choose_plan(cfg: SandboxConfig) -> _Plan:
-    """The first plan that passes a probe through the real sandbox, trying modes in order (namespaces: as root with
-    a user namespace per test, then without; then plain), each with cgroups per test and then, for "auto",
-    without; each with every candidate interpreter: SandboxConfig.python, or sys.executable, python3 on a system
-    PATH, /usr/bin/python3. The interpreter must work for the sandbox user inside the sandbox (one under /root does
-    not, and the tmpfs on /tmp hides a virtualenv there); we never loosen permissions for it."""
-    if cfg.namespaces not in ("auto", "on", "off"):
-        raise ValueError(f"SandboxConfig.namespaces must be 'auto', 'on' or 'off', got {cfg.namespaces!r}")
-    if cfg.namespaces == "off" and cfg.cgroup not in ("auto", "off"):
-        raise ValueError("SandboxConfig.cgroup needs namespaces (a test joins its cgroup from the namespaces' init)")
-    unshare, root = _which("unshare"), os.geteuid() == 0
-    if root and not _which("setpriv"):
-        raise RuntimeError("reward.py refuses to run untrusted code as root and cannot drop privileges: "
-                           "`setpriv` (util-linux) was not found")
-    pythons = [os.path.abspath(cfg.python)] if cfg.python else [sys.executable, shutil.which(
-        "python3", path="/usr/local/bin:/usr/bin:/bin"), "/usr/bin/python3"]
-    pythons = list(dict.fromkeys(p for p in pythons if p and os.path.exists(p)))
-    if cfg.python and not pythons:
-        raise ValueError(f"SandboxConfig.python: {cfg.python} does not exist")
-    modes = [NAMESPACES, NAMESPACES_SHARED_UID] if root else [NAMESPACES_UNPRIVILEGED]
-    modes = (modes if cfg.namespaces != "off" and unshare else []) + ([PLAIN] if cfg.namespaces != "on" else [])
-    cgroups, no_cgroup = _find_cgroups(cfg.cgroup if cfg.namespaces != "off" else "off")
-    choices = [cgroups, None] if cgroups and cfg.cgroup == "auto" else [cgroups]  # "auto": with, then without
-    attempts = [] if unshare or cfg.namespaces == "off" else ["namespaces: `unshare` not found"]
-    no_cgroup = no_cgroup or "the probe failed with cgroups under " + " ".join(cgroups.directories())
-    for mode, test_cgroups, python in [(mode, test_cgroups, python) for mode in modes
-                                       for test_cgroups in (choices if mode != PLAIN else [None])
-                                       for python in pythons]:
-        plan = _make_plan(mode, python, cfg.uid, test_cgroups, no_cgroup)
-        result = _run_one_test(plan, SandboxConfig(timeout_s=30, cores=_cores(cfg)), _PROBE,
-                               {"input": "1 2\n", "output": "3"})
-        if result.passed:
-            gaps = _guarantees(plan, cfg)[1]
-            if gaps:
-                print(f"reward.py: WARNING: code tests run in mode {mode!r}" + (
-                      f" ({'; '.join(attempts)})" if attempts else "") + ". Not enforced: " + "; ".join(gaps),
-                      file=sys.stderr)
-            return plan
-        attempts.append(f"{mode}{' + cgroup' if test_cgroups else ''} with {python}: {result.reason}")
-    raise RuntimeError("reward.py cannot build a sandbox for code tests:\n  " + "\n  ".join(attempts or
-                       ["namespaces='on' but `unshare` was not found"]))
+def _tmpfs_usage(init: int) -> int:
+    """Bytes held in the test's own /tmp and /dev/shm (seen through its pid namespace's init), once mounted."""
+    used = 0
+    for path in ("/tmp", "/dev/shm"):
+        try:
+            mine = os.stat(f"/proc/{init}/root{path}")
+            if mine.st_dev != os.stat(path).st_dev:  # the test's tmpfs, not yet the trainer's directory
+                stat = os.statvfs(f"/proc/{init}/root{path}")
+                used += (stat.f_blocks - stat.f_bfree) * stat.f_frsize
+        except OSError:
+            pass
+    return used
 
 
-class _PlanCache:
-    """The plan of each sandbox configuration, probed on its first use and kept for the life of the process (the
-    machine does not change under a running trainer). The lock makes concurrent first calls probe once."""
+# ----------------------------------------------------------------------------- code: comparing outputs
+# Outputs are judged here, in the trainer, so the cost of judging is bounded by the expected output (the trusted
+# data), not by what a candidate prints: lines and tokens are walked one at a time and the walk stops at the first
+# difference, so memory stays a small multiple of the output cap and no per-token list is ever built.
 
-    def __init__(self):
-        self.plans: dict[tuple, _Plan] = {}
-        self.lock = threading.Lock()
+def stdout_mismatch(got: str, expected: str) -> str | None:
+    """None if `got` matches `expected` by LiveCodeBench's rule (lines after stripping; a line is equal, or both
+    lines are all numbers and equal as exact decimals: 2.0 == 2, 0.30000000000000004 != 0.3), else a reason.
+    As in LiveCodeBench, Python decides what a number is (Decimal: also Unicode digits such as `٣` and `３`, `1_000`,
+    `inf`) and what separates tokens (str.split: any Unicode whitespace, such as NBSP and U+3000)."""
+    got, expected = got.strip(), expected.strip()
+    got_count, expected_count = got.count("\n") + 1, expected.count("\n") + 1
+    if got_count != expected_count:
+        return f"wrong answer: {got_count} lines, expected {expected_count}"
+    for number, (got_line, expected_line) in enumerate(zip(_lines(got), _lines(expected)), 1):
+        got_line, expected_line = got_line.strip(), expected_line.strip()
+        if got_line != expected_line and not _same_numbers(got_line, expected_line):
+            return f"wrong answer on line {number}: got {_short(got_line)}, expected {_short(expected_line)}"
+    return None
 
-    def get(self, cfg: SandboxConfig) -> _Plan:
-        key = (cfg.namespaces, cfg.cgroup, cfg.uid, cfg.python)  # the fields that decide the plan
-        with self.lock:
-            if key not in self.plans:
-                self.plans[key] = _choose_plan(cfg)  # raises for a bad configuration: nothing is cached
-            return self.plans[key]
+
+def functional_mismatch(got: str, expected: str) -> str | None:
+    """None if the JSON text `got` decodes to the same data as `expected` (_same_json), else a reason. JSON never
+    escapes `,`, `[` or `{`, so equal data cannot hold more of them than json.dumps(expected) does: a larger
+    count is rejected before a single object is built, and what is decoded is no bigger than the expected data."""
+    structure = lambda text: text.count(",") + text.count("[") + text.count("{")  # noqa: E731
+    if structure(got) > structure(json.dumps(json.loads(expected))):
+        return f"wrong answer: got {_short(got)}, expected {_short(expected)}"
+    try:
+        same = _same_json(json.loads(got), json.loads(expected))
+    except (ValueError, RecursionError):
+        return f"functional test: the result is not JSON: {_short(got)}"
+    return None if same else f"wrong answer: got {_short(got)}, expected {_short(expected)}"
 
 
-# run_tests and sandbox_info take a SandboxConfig, not a cache (their callers should not have to keep one), so one
-# cache per process stands behind them: a probe costs a second, and every response of a run shares the result.
-_PLANS = _PlanCache()
+def _same_json(a, b) -> bool:
+    """Equality of decoded JSON values; True is not 1, 1 equals 1.0 (as in LiveCodeBench)."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return a == b
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(map(_same_json, a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same_json(a[key], b[key]) for key in a)
+    return type(a) is type(b) and a == b  # str, None
+
+
+def _short(text: str, limit: int = 60) -> str:
+    return repr(text if len(text) <= limit else text[:limit] + "...")
+
+
+def _lines(text: str):
+    """The lines of `text`, one at a time (str.split("\\n") would build them all at once)."""
+    start = 0
+    while (end := text.find("\n", start)) >= 0:
+        yield text[start:end]
+        start = end + 1
+    yield text[start:]
+
+
+_TOKEN = re.compile(r"\S+")  # \S in a str pattern is exactly what str.split() keeps (both use Unicode isspace)
+
+
+def _same_numbers(got_line: str, expected_line: str) -> bool:
+    """Both lines are all numbers and equal as exact decimals, token by token (LiveCodeBench's rule). At most one
+    token more than the expected line has is ever read from the candidate's line."""
+    got_tokens = _TOKEN.finditer(got_line)
+    try:
+        for expected in _TOKEN.finditer(expected_line):
+            got = next(got_tokens, None)
+            if got is None or decimal.Decimal(got.group()) != decimal.Decimal(expected.group()):
+                return False
+    except (decimal.DecimalException, ValueError):  # not a number, or a signalling NaN compared
+        return False
+    return next(got_tokens, None) is None
 
 
 # ----------------------------------------------------------------------------- command line
