@@ -92,35 +92,6 @@ class ChatRequest(NamedTuple):
     samples: list      # [(sample index, seed)] still wanted
 
 
-class ServerRefused(Exception):
-    """The server refuses this run as a whole (401, 403, 404: a wrong key, model name or URL): stop at once."""
-
-
-class _RequestFailed(Exception):
-    """One request failed for good (retries exhausted, or a 4xx such as a prompt longer than the server's context)."""
-
-
-def assistant_turn(message: dict) -> tuple:
-    """(content in Qwen3's form `<think>\\n…\\n</think>\\n\\n…`, reasoning closed?) of a chat-completions message.
-    Reasoning comes as `reasoning_content` (DeepSeek's API, vLLM's reasoning parsers; `reasoning` in newer vLLM) or
-    inside `content` between <think> tags (the opening tag may be in the prompt's template, so only </think> is
-    needed). A reply whose reasoning never closed comes back as it is, with closed=False."""
-    reasoning = message.get("reasoning_content") or message.get("reasoning")
-    content = message.get("content") or ""
-    if reasoning:
-        if not content.strip():   # everything went to the reasoning: it never reached </think>
-            return "<think>\n" + reasoning, False
-        return _qwen3_turn(reasoning, content), True
-    if "</think>" not in content:
-        return content, False
-    # Qwen3's chat template's reading: the reasoning ends at the first </think>, the answer follows the last one
-    return _qwen3_turn(content.split("</think>")[0].split("<think>")[-1], content.split("</think>")[-1]), True
-
-
-def _qwen3_turn(reasoning: str, answer: str) -> str:
-    return f"<think>\n{reasoning.strip()}\n</think>\n\n{answer.strip()}"
-
-
 def sample_chat(requests: list, cfg: ClientConfig, sampling: dict, on_sample, log=print) -> dict:
     """Ask the server for every (prompt, sample index) of `requests`, cfg.concurrency requests in flight, and call
     on_sample(key, index, sample) from a worker thread as each arrives; sample = {content, closed, finish_reason, seed
@@ -130,6 +101,14 @@ def sample_chat(requests: list, cfg: ClientConfig, sampling: dict, on_sample, lo
     Raises ServerRefused on 401/403/404; a request that fails for good is counted in stats["failed"] and its samples
     are left out (a rerun asks again), never raised: one bad prompt does not stop the others."""
     return _Client(cfg, sampling, on_sample, log).run(requests)
+
+
+class ServerRefused(Exception):
+    """The server refuses this run as a whole (401, 403, 404: a wrong key, model name or URL): stop at once."""
+
+
+class _RequestFailed(Exception):
+    """One request failed for good (retries exhausted, or a 4xx such as a prompt longer than the server's context)."""
 
 
 class _Client:
@@ -325,6 +304,28 @@ def _snippet(data: bytes, limit: int = 300) -> str:
     text = data.decode("utf-8", "replace").strip().replace("\n", " ")
     return text if len(text) <= limit else text[:limit] + "..."
 
+
+def assistant_turn(message: dict) -> tuple:
+    """(content in Qwen3's form `<think>\\n…\\n</think>\\n\\n…`, reasoning closed?) of a chat-completions message.
+    Reasoning comes as `reasoning_content` (DeepSeek's API, vLLM's reasoning parsers; `reasoning` in newer vLLM) or
+    inside `content` between <think> tags (the opening tag may be in the prompt's template, so only </think> is
+    needed). A reply whose reasoning never closed comes back as it is, with closed=False."""
+    reasoning = message.get("reasoning_content") or message.get("reasoning")
+    content = message.get("content") or ""
+    if reasoning:
+        if not content.strip():   # everything went to the reasoning: it never reached </think>
+            return "<think>\n" + reasoning, False
+        return _qwen3_turn(reasoning, content), True
+    if "</think>" not in content:
+        return content, False
+    # Qwen3's chat template's reading: the reasoning ends at the first </think>, the answer follows the last one
+    return _qwen3_turn(content.split("</think>")[0].split("<think>")[-1], content.split("</think>")[-1]), True
+
+
+def _qwen3_turn(reasoning: str, answer: str) -> str:
+    # data.assistant_content's form, written again here: the client imports nothing of the project
+    return f"<think>\n{reasoning.strip()}\n</think>\n\n{answer.strip()}"
+
 # ============================================================================= 2. the journal
 
 
@@ -391,15 +392,19 @@ class Journal:
 # ============================================================================= 3. prompts: duplicates, decontamination
 
 
-def words(text: str) -> list:
-    """The words of a text after normalisation: NFKC, lower case, runs of letters and digits (so punctuation, spacing
-    and line breaks do not matter)."""
-    return re.findall(r"\w+", unicodedata.normalize("NFKC", text).lower())
-
-
-def prompt_text(prompt) -> str:
-    """The text of a prompt: the string, or the contents of its messages."""
-    return prompt if isinstance(prompt, str) else "\n".join(m["content"] for m in prompt)
+def read_benchmarks(paths: list) -> list:
+    """[(benchmark name, item id, text)] of benchmark files (math or code, guessed from the first row; any layout
+    data.py's loaders read; read whole, as eval.py reads them)."""
+    import data
+    items = []
+    for path in paths:
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"{path}: no such benchmark file (--benchmarks)")
+        kind = data.guess_kind(next(data.read_rows(path))[1])
+        problems = data.load_code_jsonl(path) if kind == "code" else data.load_math_jsonl(path)
+        name = os.path.basename(path)
+        items += [(name, p["id"], prompt_text(p["prompt"])) for p in problems]
+    return items
 
 
 class Decontaminator:
@@ -432,21 +437,6 @@ class Decontaminator:
         return hits
 
 
-def read_benchmarks(paths: list) -> list:
-    """[(benchmark name, item id, text)] of benchmark files (math or code, guessed from the first row; any layout
-    data.py's loaders read; read whole, as eval.py reads them)."""
-    import data
-    items = []
-    for path in paths:
-        if not os.path.isfile(path):
-            raise FileNotFoundError(f"{path}: no such benchmark file (--benchmarks)")
-        kind = data.guess_kind(next(data.read_rows(path))[1])
-        problems = data.load_code_jsonl(path) if kind == "code" else data.load_math_jsonl(path)
-        name = os.path.basename(path)
-        items += [(name, p["id"], prompt_text(p["prompt"])) for p in problems]
-    return items
-
-
 class PromptFilter:
     """Keeps a prompt unless its normalised text was seen before (an exact duplicate) or it overlaps a benchmark item;
     counts both per source and remembers which benchmark items matched which prompts."""
@@ -477,6 +467,17 @@ class PromptFilter:
         hits = [dict(benchmark=b, item=i, prompts=len(keys), examples=keys[:5])
                 for (b, i), keys in sorted(self.hits.items(), key=lambda kv: (kv[0][0], str(kv[0][1])))]
         return dict(sources={s: dict(c) for s, c in self.counts.items()}, benchmark_items_matched=len(hits), hits=hits)
+
+
+def words(text: str) -> list:
+    """The words of a text after normalisation: NFKC, lower case, runs of letters and digits (so punctuation, spacing
+    and line breaks do not matter)."""
+    return re.findall(r"\w+", unicodedata.normalize("NFKC", text).lower())
+
+
+def prompt_text(prompt) -> str:
+    """The text of a prompt: the string, or the contents of its messages."""
+    return prompt if isinstance(prompt, str) else "\n".join(m["content"] for m in prompt)
 
 # ============================================================================= 4. the recipe's configuration
 
@@ -601,35 +602,18 @@ def sample_seed(seed: int, key: str, index: int) -> int:
 # ============================================================================= 5. reading the prompts
 
 
-def _files(option: str) -> list:
-    return [p.strip() for p in option.split(",") if p.strip()]
-
-
-def _source_name(path: str, taken: set) -> str:
-    name = os.path.splitext(os.path.basename(path))[0]
-    while name in taken:
-        name += "_"
-    taken.add(name)
-    return name
-
-
-def _messages(prompt, template: str = "{prompt}") -> list:
-    if isinstance(prompt, str):
-        return [{"role": "user", "content": template.replace("{prompt}", prompt)}]
-    return [{"role": m["role"], "content": m["content"]} for m in prompt]
-
-
 def read_prompts(cfg: DistillConfig, keep) -> tuple:
     """(prompts, loader reports). A prompt is {key, source, messages, answers (math) or None, tests (code) or None,
     k, responses (only from --responses)}; keep(source, key, text) says whether it stays (duplicates, benchmarks)."""
     import data
     prompts, reports, taken = [], {}, set()
 
-    def add(source, pid, prompt, messages, answers=None, tests=None, responses=None, toy=None, k=cfg.k):
+    def add(source, pid, prompt, messages, **given):   # given: answers, tests, responses, toy, k
         key = f"{source}/{pid}"
         if keep(source, key, prompt_text(prompt)):
-            prompts.append(dict(key=key, source=source, messages=messages, answers=answers, tests=tests,
-                                k=len(responses) if responses else k, responses=responses, toy=toy))
+            p = dict(key=key, source=source, messages=messages, answers=None, tests=None, k=cfg.k, responses=None,
+                     toy=None) | given
+            prompts.append(dict(p, k=len(p["responses"]) if p["responses"] else p["k"]))
 
     if cfg.toy:   # toy: "math" (the teacher samples a trace), or the teacher's one program (code)
         for p in data.toy_math_problems(cfg.toy_math_prompts, seed=f"distill-{cfg.seed}", split="train"):
@@ -659,6 +643,24 @@ def read_prompts(cfg: DistillConfig, keep) -> tuple:
                 add(source, p["id"], p["prompt"], _messages(p["prompt"]), answers=answers, tests=p.get("tests"),
                     responses=p["responses"] if with_responses else None)
     return prompts, reports
+
+
+def _files(option: str) -> list:
+    return [p.strip() for p in option.split(",") if p.strip()]
+
+
+def _source_name(path: str, taken: set) -> str:
+    name = os.path.splitext(os.path.basename(path))[0]
+    while name in taken:
+        name += "_"
+    taken.add(name)
+    return name
+
+
+def _messages(prompt, template: str = "{prompt}") -> list:
+    if isinstance(prompt, str):
+        return [{"role": "user", "content": template.replace("{prompt}", prompt)}]
+    return [{"role": m["role"], "content": m["content"]} for m in prompt]
 
 
 def toy_benchmarks() -> list:
@@ -762,30 +764,6 @@ def sample_local(cfg: DistillConfig, todo: list, samples: Journal) -> dict:
 # ============================================================================= 7. verification and the rule
 
 
-def verify(prompt: dict, content: str, cfg: DistillConfig) -> dict:
-    """{correct: True | False | None (nothing to verify against), reward, reason} of one finished response."""
-    import reward
-    if prompt["answers"] is not None:
-        r = max(reward.math_reward(content, answer, timeout_s=cfg.math_timeout_s) for answer in prompt["answers"])
-        return dict(correct=r == 1.0, reward=r, reason="correct" if r == 1.0 else "wrong answer")
-    if prompt["tests"]:
-        r, results = reward.code_reward_details(content, prompt["tests"],
-                                                config=reward.SandboxConfig(timeout_s=cfg.code_timeout_s))
-        if not results:
-            return dict(correct=False, reward=r, reason="no ```python block after </think>")
-        return dict(correct=reward.all_passed(results), reward=r,
-                    reason=f"{sum(t.passed for t in results)}/{len(results)} tests passed")
-    return dict(correct=None, reward=None, reason="unverified: no answer or tests")
-
-
-def _judged_part(prompt: dict, content: str):
-    """What a verdict depends on: the text after the last </think> (math), the program (code). Equal parts of one
-    prompt's responses are judged once (a real teacher rarely repeats itself; the toy teacher does)."""
-    import reward
-    return reward.extract_code(content) if prompt["tests"] and prompt["answers"] is None else \
-        reward.extract_answer_region(content)
-
-
 def verify_all(cfg: DistillConfig, prompts: list, samples: Journal, verdicts: Journal) -> None:
     """A verdict for every sample that has none yet, appended to `verdicts` (resumable like the samples). A response
     cut at max_tokens or whose reasoning never closed is wrong without a check; a source's own verdict is taken as
@@ -833,23 +811,28 @@ def verify_all(cfg: DistillConfig, prompts: list, samples: Journal, verdicts: Jo
             pass
 
 
-def keep_responses(verdicts: list, keep: str = "difficulty", hard_below: float = HARD_BELOW,
-                   drop_unsolved: bool = False) -> tuple:
-    """The rule for one prompt: (difficulty, kept flags) from its responses' verdicts (True correct, False wrong,
-    None no verdict). difficulty: "hard" or "easy" by the pass rate d = correct / verdicts (hard iff d < hard_below,
-    compared exactly: 1/2 < 0.5 is false), "unsolved" when drop_unsolved drops a prompt no response solved, or
-    "unverified" when no response has a verdict (every response is kept, under every rule)."""
-    judged = [v for v in verdicts if v is not None]
-    if not judged:
-        return "unverified", [True] * len(verdicts)
-    correct = sum(judged)
-    if drop_unsolved and correct == 0:
-        return "unsolved", [False] * len(verdicts)
-    hard = Fraction(correct, len(judged)) < Fraction(str(hard_below))
-    difficulty = "hard" if hard else "easy"
-    if keep == "all" or (keep == "difficulty" and hard):
-        return difficulty, [True] * len(verdicts)
-    return difficulty, [v is True for v in verdicts]
+def verify(prompt: dict, content: str, cfg: DistillConfig) -> dict:
+    """{correct: True | False | None (nothing to verify against), reward, reason} of one finished response."""
+    import reward
+    if prompt["answers"] is not None:
+        r = max(reward.math_reward(content, answer, timeout_s=cfg.math_timeout_s) for answer in prompt["answers"])
+        return dict(correct=r == 1.0, reward=r, reason="correct" if r == 1.0 else "wrong answer")
+    if prompt["tests"]:
+        r, results = reward.code_reward_details(content, prompt["tests"],
+                                                config=reward.SandboxConfig(timeout_s=cfg.code_timeout_s))
+        if not results:
+            return dict(correct=False, reward=r, reason="no ```python block after </think>")
+        return dict(correct=reward.all_passed(results), reward=r,
+                    reason=f"{sum(t.passed for t in results)}/{len(results)} tests passed")
+    return dict(correct=None, reward=None, reason="unverified: no answer or tests")
+
+
+def _judged_part(prompt: dict, content: str):
+    """What a verdict depends on: the text after the last </think> (math), the program (code). Equal parts of one
+    prompt's responses are judged once (a real teacher rarely repeats itself; the toy teacher does)."""
+    import reward
+    return reward.extract_code(content) if prompt["tests"] and prompt["answers"] is None else \
+        reward.extract_answer_region(content)
 
 
 def write_sft(cfg: DistillConfig, prompts: list, samples: Journal, verdicts: Journal, path: str) -> dict:
@@ -896,12 +879,78 @@ def write_sft(cfg: DistillConfig, prompts: list, samples: Journal, verdicts: Jou
     return dict(counts={s: {d: dict(c) for d, c in by.items()} for s, by in counts.items()},
                 incomplete_prompts=incomplete, verification_errors=errors)
 
+
+def keep_responses(verdicts: list, keep: str = "difficulty", hard_below: float = HARD_BELOW,
+                   drop_unsolved: bool = False) -> tuple:
+    """The rule for one prompt: (difficulty, kept flags) from its responses' verdicts (True correct, False wrong,
+    None no verdict). difficulty: "hard" or "easy" by the pass rate d = correct / verdicts (hard iff d < hard_below,
+    compared exactly: 1/2 < 0.5 is false), "unsolved" when drop_unsolved drops a prompt no response solved, or
+    "unverified" when no response has a verdict (every response is kept, under every rule)."""
+    judged = [v for v in verdicts if v is not None]
+    if not judged:
+        return "unverified", [True] * len(verdicts)
+    correct = sum(judged)
+    if drop_unsolved and correct == 0:
+        return "unsolved", [False] * len(verdicts)
+    hard = Fraction(correct, len(judged)) < Fraction(str(hard_below))
+    difficulty = "hard" if hard else "easy"
+    if keep == "all" or (keep == "difficulty" and hard):
+        return difficulty, [True] * len(verdicts)
+    return difficulty, [v is True for v in verdicts]
+
 # ============================================================================= 8. main
 
 
-def _bad_input(message: str):
-    """Bad input: one line, exit status 2 (the entry-point wrapper prints it)."""
-    raise SystemExit(f"error: {message}")
+def main(cfg: DistillConfig) -> dict:
+    import data
+    t0 = time.monotonic()
+    os.makedirs(cfg.out_dir, exist_ok=True)
+    lock, journals = _lock(cfg.out_dir), []
+    try:
+        _check_same_run(os.path.join(cfg.out_dir, "run.json"), teacher_info(cfg))
+        try:
+            items = read_benchmarks(_files(cfg.benchmarks)) + (toy_benchmarks() if cfg.toy else [])
+            prompt_filter = PromptFilter(Decontaminator(items, cfg.ngram) if items else None)
+            prompts, loader_reports = read_prompts(cfg, prompt_filter.keep)
+            journals += [Journal(os.path.join(cfg.out_dir, name)) for name in ("samples.jsonl", "verdicts.jsonl")]
+        except (data.DataError, OSError, ValueError) as e:
+            _bad_input(str(e))
+        samples, verdicts = journals
+        print(f"prompts: {len(prompts)} kept of {sum(c['read'] for c in prompt_filter.counts.values())} read "
+              f"({len(items)} benchmark items checked, n = {cfg.ngram})", flush=True)
+        if cfg.toy:
+            data.save_tokenizer(data.build_toy_tokenizer(), os.path.join(cfg.out_dir, "tokenizer"))
+        for journal in journals:
+            if journal.torn:
+                print(f"{journal.path}: dropped a last line torn by a kill ({journal.torn} bytes); it is redone")
+        t_sample = time.monotonic()
+        sampling = sample_missing(cfg, prompts, samples)
+        sample_s, t_verify = time.monotonic() - t_sample, time.monotonic()
+        verify_all(cfg, prompts, samples, verdicts)
+        verify_s = time.monotonic() - t_verify
+        written = write_sft(cfg, prompts, samples, verdicts, os.path.join(cfg.out_dir, "sft.jsonl"))
+        report = dict(teacher_info(cfg), endpoint=cfg.server or None, k=cfg.k,
+                      rule=dict(keep=cfg.keep, hard_below=cfg.hard_below, drop_unsolved=cfg.drop_unsolved),
+                      loaders=loader_reports,
+                      decontamination=dict(ngram=cfg.ngram, benchmarks=sorted({b for b, _, _ in items}),
+                                           **prompt_filter.report()),
+                      **written, **sample_totals(prompts, samples),
+                      this_run=dict(teacher={k: v for k, v in sampling.items() if k != "failures"},
+                                    failures=sampling.get("failures", []), sample_s=round(sample_s, 1),
+                                    verify_s=round(verify_s, 1), total_s=round(time.monotonic() - t0, 1)),
+                      sft_file=os.path.join(cfg.out_dir, "sft.jsonl"),
+                      sft_rows=sum(c.get("kept", 0) for by in written["counts"].values() for c in by.values()))
+        with open(os.path.join(cfg.out_dir, "report.json"), "w") as f:
+            json.dump(report, f, indent=2)
+        print_report(report)
+        print(f"wrote {report['sft_rows']} SFT rows to {report['sft_file']} and {cfg.out_dir}/report.json "
+              f"(sampling {sample_s:.1f}s, verification {verify_s:.1f}s, {time.monotonic() - t0:.1f}s in all)")
+        _check_complete(cfg, written, sampling)
+        return report
+    finally:
+        for journal in journals:
+            journal.close()
+        lock.close()
 
 
 def _lock(out_dir: str):
@@ -932,6 +981,50 @@ def _check_same_run(path: str, info: dict) -> None:
             json.dump(info, f, indent=2)
 
 
+def sample_missing(cfg: DistillConfig, prompts: list, samples: Journal) -> dict:
+    """Copy in the responses of rows that bring their own (judged later by the same rule), then ask the teacher for
+    every sample not yet in the journal. Returns the teacher's counts of this run."""
+    for p in prompts:
+        for j, r in enumerate(p["responses"] or []):
+            samples.append(dict(id=p["key"], sample=j, content=r["content"], closed=True, finish_reason=None,
+                                source_correct=r["correct"]))
+    todo = [(p, j) for p in prompts if not p["responses"] for j in range(p["k"]) if (p["key"], j) not in samples]
+    print(f"samples: {len(samples)} in {samples.path}, {len(todo)} to sample", flush=True)
+    teacher = sample_server if cfg.server else sample_local if cfg.model else sample_toy
+    try:
+        return teacher(cfg, todo, samples) if todo else {}
+    except ServerRefused as e:
+        _bad_input(str(e))
+
+
+def _check_complete(cfg: DistillConfig, written: dict, sampling: dict) -> None:
+    """Prompts that could not be verified stop the run (exit 2) unless skip_bad_rows; prompts still missing samples
+    exit 1, so a script knows to run the same command again."""
+    if written["verification_errors"] and not cfg.skip_bad_rows:
+        _bad_input(f"{len(written['verification_errors'])} prompt(s) could not be verified, e.g. "
+                   f"{written['verification_errors'][0]}; fix the data, or --skip_bad_rows=true leaves them out "
+                   "(listed in report.json)")
+    if written["incomplete_prompts"]:
+        print(f"distill.py: {written['incomplete_prompts']} prompt(s) still miss samples ({sampling.get('failed', 0)} "
+              "failed in this run, see above); run the same command again to ask for them", flush=True)
+        raise SystemExit(1)
+
+
+def sample_totals(prompts: list, samples: Journal) -> dict:
+    """Truncated and unfinished responses and the teacher's token usage over every sample of the kept prompts."""
+    usage, truncated, unfinished = Counter(), 0, 0
+    for p in prompts:
+        for j in range(p["k"]):
+            if (p["key"], j) in samples:
+                s = samples.read((p["key"], j))
+                usage["prompt_tokens"] += s.get("prompt_tokens") or 0
+                usage["completion_tokens"] += s.get("completion_tokens") or 0
+                truncated += s["finish_reason"] == "length"
+                unfinished += not s["closed"] and s["finish_reason"] != "length"
+    return dict(truncated=truncated, unfinished=unfinished,
+                teacher_usage=dict(usage) if any(usage.values()) else "not reported by this teacher")
+
+
 def print_report(report: dict) -> None:
     print(f"{'source':24s} {'difficulty':10s} {'prompts':>8s} {'responses':>9s} {'correct':>8s} {'kept':>7s} "
           f"{'kept wrong':>10s}  dropped")
@@ -949,88 +1042,9 @@ def print_report(report: dict) -> None:
         print(f"  {hit['benchmark']} item {hit['item']}: {hit['prompts']} prompt(s), e.g. {', '.join(hit['examples'])}")
 
 
-def main(cfg: DistillConfig) -> dict:
-    import data
-    t0 = time.monotonic()
-    os.makedirs(cfg.out_dir, exist_ok=True)
-    lock, journals = _lock(cfg.out_dir), []
-    try:
-        _check_same_run(os.path.join(cfg.out_dir, "run.json"), teacher_info(cfg))
-        try:
-            items = read_benchmarks(_files(cfg.benchmarks)) + (toy_benchmarks() if cfg.toy else [])
-            prompt_filter = PromptFilter(Decontaminator(items, cfg.ngram) if items else None)
-            prompts, loader_reports = read_prompts(cfg, prompt_filter.keep)
-            journals += [Journal(os.path.join(cfg.out_dir, name)) for name in ("samples.jsonl", "verdicts.jsonl")]
-        except (data.DataError, OSError, ValueError) as e:
-            _bad_input(str(e))
-        samples, verdicts = journals
-        print(f"prompts: {len(prompts)} kept of {sum(c['read'] for c in prompt_filter.counts.values())} read "
-              f"({len(items)} benchmark items checked, n = {cfg.ngram})", flush=True)
-        if cfg.toy:
-            data.save_tokenizer(data.build_toy_tokenizer(), os.path.join(cfg.out_dir, "tokenizer"))
-        for journal in journals:
-            if journal.torn:
-                print(f"{journal.path}: dropped a last line torn by a kill ({journal.torn} bytes); it is redone")
-        for p in prompts:   # rows that bring their own responses: copied in, then judged by the same rule
-            for j, r in enumerate(p["responses"] or []):
-                samples.append(dict(id=p["key"], sample=j, content=r["content"], closed=True, finish_reason=None,
-                                    source_correct=r["correct"]))
-        todo = [(p, j) for p in prompts if not p["responses"] for j in range(p["k"]) if (p["key"], j) not in samples]
-        print(f"samples: {len(samples)} in {samples.path}, {len(todo)} to sample", flush=True)
-        t_sample = time.monotonic()
-        teacher = sample_server if cfg.server else sample_local if cfg.model else sample_toy
-        try:
-            sampling = teacher(cfg, todo, samples) if todo else {}
-        except ServerRefused as e:
-            _bad_input(str(e))
-        sample_s, t_verify = time.monotonic() - t_sample, time.monotonic()
-        verify_all(cfg, prompts, samples, verdicts)
-        verify_s = time.monotonic() - t_verify
-        written = write_sft(cfg, prompts, samples, verdicts, os.path.join(cfg.out_dir, "sft.jsonl"))
-        report = dict(teacher_info(cfg), endpoint=cfg.server or None, k=cfg.k,
-                      rule=dict(keep=cfg.keep, hard_below=cfg.hard_below, drop_unsolved=cfg.drop_unsolved),
-                      loaders=loader_reports,
-                      decontamination=dict(ngram=cfg.ngram, benchmarks=sorted({b for b, _, _ in items}),
-                                           **prompt_filter.report()),
-                      **written, **sample_totals(prompts, samples),
-                      this_run=dict(teacher={k: v for k, v in sampling.items() if k != "failures"},
-                                    failures=sampling.get("failures", []), sample_s=round(sample_s, 1),
-                                    verify_s=round(verify_s, 1), total_s=round(time.monotonic() - t0, 1)),
-                      sft_file=os.path.join(cfg.out_dir, "sft.jsonl"),
-                      sft_rows=sum(c.get("kept", 0) for by in written["counts"].values() for c in by.values()))
-        with open(os.path.join(cfg.out_dir, "report.json"), "w") as f:
-            json.dump(report, f, indent=2)
-        print_report(report)
-        print(f"wrote {report['sft_rows']} SFT rows to {report['sft_file']} and {cfg.out_dir}/report.json "
-              f"(sampling {sample_s:.1f}s, verification {verify_s:.1f}s, {time.monotonic() - t0:.1f}s in all)")
-        if written["verification_errors"] and not cfg.skip_bad_rows:
-            _bad_input(f"{len(written['verification_errors'])} prompt(s) could not be verified, e.g. "
-                       f"{written['verification_errors'][0]}; fix the data, or --skip_bad_rows=true leaves them out "
-                       "(listed in report.json)")
-        if written["incomplete_prompts"]:
-            print(f"distill.py: {written['incomplete_prompts']} prompt(s) still miss samples ({sampling.get('failed', 0)} "
-                  "failed in this run, see above); run the same command again to ask for them", flush=True)
-            raise SystemExit(1)
-        return report
-    finally:
-        for journal in journals:
-            journal.close()
-        lock.close()
-
-
-def sample_totals(prompts: list, samples: Journal) -> dict:
-    """Truncated and unfinished responses and the teacher's token usage over every sample of the kept prompts."""
-    usage, truncated, unfinished = Counter(), 0, 0
-    for p in prompts:
-        for j in range(p["k"]):
-            if (p["key"], j) in samples:
-                s = samples.read((p["key"], j))
-                usage["prompt_tokens"] += s.get("prompt_tokens") or 0
-                usage["completion_tokens"] += s.get("completion_tokens") or 0
-                truncated += s["finish_reason"] == "length"
-                unfinished += not s["closed"] and s["finish_reason"] != "length"
-    return dict(truncated=truncated, unfinished=unfinished,
-                teacher_usage=dict(usage) if any(usage.values()) else "not reported by this teacher")
+def _bad_input(message: str):
+    """Bad input: one line, exit status 2 (the entry-point wrapper prints it)."""
+    raise SystemExit(f"error: {message}")
 
 
 if __name__ == "__main__":
