@@ -2029,15 +2029,20 @@ def _stats(cfg: StatsConfig) -> None:
         print(f"responses: {sum(verdicts.values())} ({verdicts.get(True, 0)} correct, {verdicts.get(False, 0)} wrong, "
               f"{verdicts.get(None, 0)} without a verdict)")
     if tok is not None and lengths:
-        if kind == "sft":
-            print(f"tokens: {sum(lengths)}, {trained / sum(lengths):.1%} trained")
-        q = np.percentile(np.frombuffer(lengths, dtype=np.int64), [0, 50, 90, 99, 100])
-        print("tokens per record: min {:.0f} median {:.0f} p90 {:.0f} p99 {:.0f} max {:.0f}".format(*q))
-        if kind == "sft":
-            fits = [k for k in lengths if k <= cfg.row_tokens]
-            rows = plan_packing(fits, cfg.row_tokens)
-            print(f"packed into {len(rows)} rows of {cfg.row_tokens}: {sum(fits) / (len(rows) * cfg.row_tokens):.2%} real "
-                  f"tokens ({len(lengths) - len(fits)} records longer than a row left out)")
+        _print_lengths(lengths, trained if kind == "sft" else None, cfg.row_tokens)
+
+
+def _print_lengths(lengths, trained: int | None, row_tokens: int) -> None:
+    """Token lengths per record; for SFT conversations (`trained`: their loss-mask tokens) also how they pack."""
+    if trained is not None:
+        print(f"tokens: {sum(lengths)}, {trained / sum(lengths):.1%} trained")
+    q = np.percentile(np.frombuffer(lengths, dtype=np.int64), [0, 50, 90, 99, 100])
+    print("tokens per record: min {:.0f} median {:.0f} p90 {:.0f} p99 {:.0f} max {:.0f}".format(*q))
+    if trained is not None:
+        fits = [k for k in lengths if k <= row_tokens]
+        rows = plan_packing(fits, row_tokens)
+        print(f"packed into {len(rows)} rows of {row_tokens}: {sum(fits) / (len(rows) * row_tokens):.2%} real "
+              f"tokens ({len(lengths) - len(fits)} records longer than a row left out)")
 
 
 def guess_kind(rec: dict) -> str:
