@@ -298,11 +298,9 @@ class UngradableRow(DataError):
 
 
 def load_sft_jsonl(path: str, skip_bad_rows: bool = False) -> Records:
-    """Conversations (lists of {"role", "content"[, "reasoning_content"]}) from OpenAI `messages`, ShareGPT /
-    OpenThoughts `conversations` (from: human/user/gpt/assistant/system; optional top-level `system`),
-    OpenThoughts-114k's metadata rows (problem, deepseek_reasoning, deepseek_solution) or OpenCodeReasoning's
-    (input, output). Each ends with the assistant turn SFT learns; OpenThoughts' reasoning markers become
-    `<think>`, and a system prompt that asks for those markers is dropped (counted)."""
+    """Conversations (lists of {"role", "content"[, "reasoning_content"]}) from the SFT formats above (ShareGPT's
+    `from` may be human/user/gpt/assistant/system), each ending with the assistant turn SFT learns. OpenThoughts'
+    reasoning markers become `<think>`, and a system prompt that asks for those markers is dropped (counted)."""
     report = _new_report(path)
     return Records(_records(path, _sft_reader(path, report), report, skip_bad_rows), report)
 
@@ -321,10 +319,8 @@ def load_responses(path: str, skip_bad_rows: bool = False) -> Records:
 
 
 def load_math_jsonl(path: str, skip_bad_rows: bool = False) -> Records:
-    """Math problems {id, prompt, answer[, answers]}. The prompt is `problem`, `question` or `prompt` (a string,
-    or a list of messages); the answer comes from `answer` (numbers become strings), verl's
-    `reward_model.ground_truth`, or the last `\\boxed{}` of a MATH `solution`; or the row is `messages` +
-    `meta.solution` (the authors' AIME files) or `messages` + `answer` (their HMMT file). `answers` (all
+    """Math problems {id, prompt, answer[, answers]} from the math formats above (`messages` + `meta.solution`: the
+    authors' AIME files; `messages` + `answer`: their HMMT file); a numeric answer becomes a string. `answers` (all
     acceptable answers, answer = answers[0]) is there only when a row gives more than one (Skywork-OR1's lists):
     a response is right if it matches any of them. A row whose answer cannot be graded (empty, a placeholder
     such as NuminaMath-1.5's "proof" / "notfound", question_type "proof") is an UngradableRow."""
@@ -334,9 +330,8 @@ def load_math_jsonl(path: str, skip_bad_rows: bool = False) -> Records:
 
 def load_code_jsonl(path: str, min_tests: int = 1, pass_rate_field: str = "", skip_bad_rows: bool = False) -> Records:
     """Code problems {id, line, prompt, tests[, solutions][, pass_rate][, contest_date]} (line: n of the row in the
-    file) from LiveCodeBench, code_contests, APPS/TACO, PrimeIntellect, verl (Skywork-OR1, KlearReasoner-CodeSub,
-    rllm DeepCoder, Code-R1), DeepCoder / rllm rows {problem, tests, solutions} or {prompt, tests} rows. The prompt
-    is the question plus its starter code in a ```python block (verl: the `prompt` messages as they are).
+    file) from the code formats above. The prompt is the question plus its starter code in a ```python block (verl:
+    the `prompt` messages as they are).
     - Problems with fewer than `min_tests` tests are dropped and counted in the report (the paper keeps only
       those with >= 16). A row whose tests cannot be run (all its asserts unconvertible, another language than
       Python, pytest files) is an UngradableRow.
