@@ -30,8 +30,8 @@ The file, top to bottom:
    read in batches of 1024 rows with pyarrow, its values decoded as their JSON twin's would be. A file of a
    million rows is never in memory whole.
 5. Format adapters, one family of formats after another (SFT, responses, math, code), as tables of field paths
-   where the formats differ only in names. Code tests come out in reward.py's format; assert programs are parsed,
-   never run.
+   where the formats differ only in names, then the checked field access they share. Code tests come out in
+   reward.py's format; assert programs are parsed, never run.
 6. Toy tasks (no download): multi-digit addition with a digit-by-digit `<think>` trace and a `\\boxed{}`
    answer (a toy teacher's traces may slip once and end wrong: distill.py samples it and keeps the slips of the
    prompts it finds hard, the paper's "mixed" data; toy_math_sft_examples is a fixed mix made without the recipe),
@@ -89,6 +89,12 @@ def load_tokenizer(path: str) -> Tokenizer:
     return tok
 
 
+def stop_token_ids(tok: Tokenizer) -> list:
+    """Generation stops at <|im_end|> (end of the assistant turn) or <|endoftext|>."""
+    ids = special_token_ids(tok)
+    return [ids["im_end"], ids["endoftext"]]
+
+
 def special_token_ids(tok: Tokenizer) -> dict:
     """Ids of the chat-control tokens: im_start, im_end, endoftext (also the pad), think, end_think."""
     names = dict(im_start="<|im_start|>", im_end="<|im_end|>", endoftext="<|endoftext|>", think="<think>",
@@ -100,10 +106,77 @@ def special_token_ids(tok: Tokenizer) -> dict:
     return ids
 
 
-def stop_token_ids(tok: Tokenizer) -> list:
-    """Generation stops at <|im_end|> (end of the assistant turn) or <|endoftext|>."""
-    ids = special_token_ids(tok)
-    return [ids["im_end"], ids["endoftext"]]
+def encode_sft_dataset(tok: Tokenizer, conversations, max_len: int, overlong: str = "truncate"):
+    """Tokenize conversations for SFT. Returns (examples, report): examples are (input_ids int32, loss_mask bool)
+    numpy pairs; a conversation longer than max_len tokens is cut to its first max_len tokens ("truncate"),
+    left out ("drop"), or raises ("error"); report counts each case (print it: nothing vanishes silently)."""
+    if overlong not in ("truncate", "drop", "error"):
+        raise ValueError(f"overlong={overlong!r}: use truncate, drop or error")
+    rendered = [_render(c, False, True) for c in conversations]
+    encodings = tok.encode_batch([text for text, _ in rendered], add_special_tokens=False)
+    examples, report = [], dict(conversations=len(conversations), kept=0, truncated=0, dropped=0,
+                                max_len=max_len, overlong=overlong)
+    for k, (enc, (_, span)) in enumerate(zip(encodings, rendered)):
+        offsets = np.asarray(enc.offsets, dtype=np.int64).reshape(-1, 2)  # same rule as _loss_mask, vectorised
+        ids, mask = np.asarray(enc.ids, dtype=np.int32), (offsets[:, 1] > span[0]) & (offsets[:, 0] < span[1])
+        if len(ids) > max_len:
+            if overlong == "error":
+                raise DataError(f"conversation {k} has {len(ids)} tokens > max_len={max_len} (overlong=error)")
+            if overlong == "drop" or not mask[:max_len].any():  # nothing left to learn from: drop, counted
+                report["dropped"] += 1
+                continue
+            ids, mask = ids[:max_len], mask[:max_len]
+            report["truncated"] += 1
+        report["kept"] += 1
+        examples.append((ids, mask))
+    return examples, report
+
+
+def encode_prompts(tok: Tokenizer, problems, max_prompt_len: int, overlong: str = "drop"):
+    """Add "prompt_ids" (with the generation prompt) to each problem. Longer prompts are left-truncated
+    ("truncate", as the paper's RL does), left out ("drop") or raise ("error"). Returns (problems, report)."""
+    if overlong not in ("truncate", "drop", "error"):
+        raise ValueError(f"overlong={overlong!r}: use truncate, drop or error")
+    kept, report = [], dict(prompts=len(problems), kept=0, truncated=0, dropped=0, max_prompt_len=max_prompt_len)
+    for p in problems:
+        ids = encode_prompt(tok, p["prompt"])
+        if len(ids) > max_prompt_len:
+            if overlong == "error":
+                raise DataError(f"prompt {p['id']} has {len(ids)} tokens > max_prompt_len={max_prompt_len}")
+            if overlong == "drop":
+                report["dropped"] += 1
+                continue
+            ids, report["truncated"] = ids[-max_prompt_len:], report["truncated"] + 1
+        kept.append({**p, "prompt_ids": ids})
+        report["kept"] += 1
+    return kept, report
+
+
+def encode_prompt(tok: Tokenizer, messages_or_text, enable_thinking: bool = True) -> list:
+    """Token ids of a prompt ending in the generation prompt `<|im_start|>assistant\\n`.
+    Takes a user message as a string, or a list of messages."""
+    return tok.encode(render_chat(chat_messages(messages_or_text), True, enable_thinking), add_special_tokens=False).ids
+
+
+def chat_messages(messages_or_text) -> list:
+    """A prompt as chat messages: a string is one user turn; a list of messages stays as it is."""
+    return [{"role": "user", "content": messages_or_text}] if isinstance(messages_or_text, str) else messages_or_text
+
+
+def encode_chat(tok: Tokenizer, messages) -> tuple:
+    """(input_ids, loss_mask) of the rendered conversation; loss_mask = 1 on the final assistant turn
+    (think block, answer, <|im_end|>). The ids are those of tokenizing render_chat(messages) whole."""
+    if messages[-1].get("role") != "assistant":
+        raise ValueError("encode_chat needs a conversation that ends with an assistant turn")
+    text, span = _render(messages, False, True)
+    enc = tok.encode(text, add_special_tokens=False)
+    return enc.ids, _loss_mask(enc.offsets, span)
+
+
+def _loss_mask(offsets, span) -> list:
+    # a token is trained if any of its characters lies in the final assistant turn's span
+    start, end = span
+    return [int(e > start and s < end) for s, e in offsets]
 
 
 def render_chat(messages, add_generation_prompt: bool = False, enable_thinking: bool = True) -> str:
@@ -161,79 +234,6 @@ def _check_messages(messages) -> None:
             raise ValueError(f"messages[{i}].content must be a string, got {type(m.get('content')).__name__}")
         if m.get("tool_calls"):
             raise ValueError(f"messages[{i}]: tool_calls are not supported by this implementation")
-
-
-def encode_chat(tok: Tokenizer, messages) -> tuple:
-    """(input_ids, loss_mask) of the rendered conversation; loss_mask = 1 on the final assistant turn
-    (think block, answer, <|im_end|>). The ids are those of tokenizing render_chat(messages) whole."""
-    if messages[-1].get("role") != "assistant":
-        raise ValueError("encode_chat needs a conversation that ends with an assistant turn")
-    text, span = _render(messages, False, True)
-    enc = tok.encode(text, add_special_tokens=False)
-    return enc.ids, _loss_mask(enc.offsets, span)
-
-
-def _loss_mask(offsets, span) -> list:
-    # a token is trained if any of its characters lies in the final assistant turn's span
-    start, end = span
-    return [int(e > start and s < end) for s, e in offsets]
-
-
-def chat_messages(messages_or_text) -> list:
-    """A prompt as chat messages: a string is one user turn; a list of messages stays as it is."""
-    return [{"role": "user", "content": messages_or_text}] if isinstance(messages_or_text, str) else messages_or_text
-
-
-def encode_prompt(tok: Tokenizer, messages_or_text, enable_thinking: bool = True) -> list:
-    """Token ids of a prompt ending in the generation prompt `<|im_start|>assistant\\n`.
-    Takes a user message as a string, or a list of messages."""
-    return tok.encode(render_chat(chat_messages(messages_or_text), True, enable_thinking), add_special_tokens=False).ids
-
-
-def encode_sft_dataset(tok: Tokenizer, conversations, max_len: int, overlong: str = "truncate"):
-    """Tokenize conversations for SFT. Returns (examples, report): examples are (input_ids int32, loss_mask bool)
-    numpy pairs; a conversation longer than max_len tokens is cut to its first max_len tokens ("truncate"),
-    left out ("drop"), or raises ("error"); report counts each case (print it: nothing vanishes silently)."""
-    if overlong not in ("truncate", "drop", "error"):
-        raise ValueError(f"overlong={overlong!r}: use truncate, drop or error")
-    rendered = [_render(c, False, True) for c in conversations]
-    encodings = tok.encode_batch([text for text, _ in rendered], add_special_tokens=False)
-    examples, report = [], dict(conversations=len(conversations), kept=0, truncated=0, dropped=0,
-                                max_len=max_len, overlong=overlong)
-    for k, (enc, (_, span)) in enumerate(zip(encodings, rendered)):
-        offsets = np.asarray(enc.offsets, dtype=np.int64).reshape(-1, 2)  # same rule as _loss_mask, vectorised
-        ids, mask = np.asarray(enc.ids, dtype=np.int32), (offsets[:, 1] > span[0]) & (offsets[:, 0] < span[1])
-        if len(ids) > max_len:
-            if overlong == "error":
-                raise DataError(f"conversation {k} has {len(ids)} tokens > max_len={max_len} (overlong=error)")
-            if overlong == "drop" or not mask[:max_len].any():  # nothing left to learn from: drop, counted
-                report["dropped"] += 1
-                continue
-            ids, mask = ids[:max_len], mask[:max_len]
-            report["truncated"] += 1
-        report["kept"] += 1
-        examples.append((ids, mask))
-    return examples, report
-
-
-def encode_prompts(tok: Tokenizer, problems, max_prompt_len: int, overlong: str = "drop"):
-    """Add "prompt_ids" (with the generation prompt) to each problem. Longer prompts are left-truncated
-    ("truncate", as the paper's RL does), left out ("drop") or raise ("error"). Returns (problems, report)."""
-    if overlong not in ("truncate", "drop", "error"):
-        raise ValueError(f"overlong={overlong!r}: use truncate, drop or error")
-    kept, report = [], dict(prompts=len(problems), kept=0, truncated=0, dropped=0, max_prompt_len=max_prompt_len)
-    for p in problems:
-        ids = encode_prompt(tok, p["prompt"])
-        if len(ids) > max_prompt_len:
-            if overlong == "error":
-                raise DataError(f"prompt {p['id']} has {len(ids)} tokens > max_prompt_len={max_prompt_len}")
-            if overlong == "drop":
-                report["dropped"] += 1
-                continue
-            ids, report["truncated"] = ids[-max_prompt_len:], report["truncated"] + 1
-        kept.append({**p, "prompt_ids": ids})
-        report["kept"] += 1
-    return kept, report
 
 
 # ----------------------------------------------------------------------------- 2. the loaders
@@ -347,30 +347,6 @@ def load_code_jsonl(path: str, min_tests: int = 1, pass_rate_field: str = "", sk
     return problems
 
 
-def read_rows(path: str):
-    """Yield (n, record) for every record of a data file, n counting from 1: the line of a JSONL file, the
-    element of a JSON array, the row of a parquet file. `.parquet` is read in batches (pyarrow); `.json` holds
-    one JSON array (one line or pretty-printed, read incrementally) or JSON lines; anything else is JSON lines.
-    A missing or empty file, malformed JSON, text that is not UTF-8, or a record that is not an object is an
-    error naming the file (and n)."""
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"{path}: no such data file")
-    if path.endswith(".parquet"):
-        rows = _parquet_rows(path)
-    elif path.endswith(".json") and _first_char(path) == "[":
-        rows = _json_array_rows(path)
-    else:
-        rows = _json_lines(path)
-    n_records = 0
-    for n, rec in rows:
-        if not isinstance(rec, dict):
-            raise DataError(f"{path}:{n}: expected a JSON object, got {type(rec).__name__}")
-        n_records += 1
-        yield n, rec
-    if not n_records:
-        raise DataError(f"{path}: no records (the file is empty)")
-
-
 def copy_rows(src: str, dst: str, keep) -> int:
     """Write the rows of src numbered in `keep` (read_rows' n) to dst, in src's own format: JSON lines byte for
     byte, a JSON array as a JSON array, parquet with src's schema. Returns how many were written."""
@@ -402,6 +378,30 @@ def copy_rows(src: str, dst: str, keep) -> int:
                 out.write(line)
                 written += 1
     return written
+
+
+def read_rows(path: str):
+    """Yield (n, record) for every record of a data file, n counting from 1: the line of a JSONL file, the
+    element of a JSON array, the row of a parquet file. `.parquet` is read in batches (pyarrow); `.json` holds
+    one JSON array (one line or pretty-printed, read incrementally) or JSON lines; anything else is JSON lines.
+    A missing or empty file, malformed JSON, text that is not UTF-8, or a record that is not an object is an
+    error naming the file (and n)."""
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{path}: no such data file")
+    if path.endswith(".parquet"):
+        rows = _parquet_rows(path)
+    elif path.endswith(".json") and _first_char(path) == "[":
+        rows = _json_array_rows(path)
+    else:
+        rows = _json_lines(path)
+    n_records = 0
+    for n, rec in rows:
+        if not isinstance(rec, dict):
+            raise DataError(f"{path}:{n}: expected a JSON object, got {type(rec).__name__}")
+        n_records += 1
+        yield n, rec
+    if not n_records:
+        raise DataError(f"{path}: no records (the file is empty)")
 
 
 # ----------------------------------------------------------------------------- 3. packing
@@ -521,26 +521,52 @@ def _build_rows(examples, rows, row_tokens: int, pad_id: int) -> list:
 PARQUET_BATCH_ROWS = 1024  # rows decoded at a time: memory stays that of one batch, however long the file
 
 
+def _parquet_rows(path: str):
+    try:
+        import pyarrow
+        import pyarrow.parquet
+    except ImportError:
+        raise DataError(f"{path}: reading parquet needs pyarrow (pip install pyarrow)") from None
+    n = 0
+    try:
+        # pre_buffer=False: with it, pyarrow keeps the buffers of every row group read so far (memory grows with
+        # the file: +60 MiB over 3M short rows, measured), without it memory stays that of one batch
+        for batch in pyarrow.parquet.ParquetFile(path, pre_buffer=False).iter_batches(batch_size=PARQUET_BATCH_ROWS):
+            for rec in batch.to_pylist():
+                n += 1
+                yield n, _plain(rec, f"{path}:{n}")
+    except (pyarrow.ArrowException, OSError) as e:
+        raise DataError(f"{path}: not a readable parquet file (after {n} rows: {e})") from None
+
+
+def _plain(value, where: str):
+    """A parquet value as its JSON twin would decode: bytes as UTF-8 text, a map's (key, value) pairs as an
+    object, dates and times in ISO format, decimals and numpy scalars as Python numbers; lists, structs and None
+    as they are."""
+    if isinstance(value, dict):
+        return {k: _plain(v, where) for k, v in value.items()}
+    if isinstance(value, list):
+        if value and all(isinstance(v, tuple) and len(v) == 2 for v in value):  # pyarrow's view of a map
+            return {_plain(k, where): _plain(v, where) for k, v in value}
+        return [_plain(v, where) for v in value]
+    if isinstance(value, bytes):
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise DataError(f"{where}: a binary value is not UTF-8 text ({e.reason} at byte {e.start})") from None
+    if isinstance(value, (datetime.date, datetime.time)):
+        return value.isoformat()
+    if isinstance(value, decimal.Decimal):
+        return float(value)
+    if type(value).__module__ == "numpy":  # half floats come back as numpy scalars
+        return value.item()
+    return value
+
+
 def _first_char(path: str) -> str:
     with open(path, "rb") as f:
         head = f.read(4096).lstrip(b" \t\r\n\xef\xbb\xbf")  # (and a UTF-8 byte-order mark)
     return head[:1].decode("latin-1")
-
-
-def _json_lines(path: str):
-    hint = " (a .json file holds one JSON array, or one JSON object per line)" if path.endswith(".json") else ""
-    with open(path, "rb") as f:
-        for n, raw in enumerate(f, 1):
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as e:
-                raise DataError(f"{path}:{n}: not UTF-8 text ({e.reason} at byte {e.start})") from None
-            if not line.strip():
-                continue
-            try:
-                yield n, json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DataError(f"{path}:{n}: malformed JSON ({e.msg} at column {e.colno}){hint}") from None
 
 
 def _json_array_rows(path: str, chunk_chars: int = 1 << 20):
@@ -595,46 +621,20 @@ def _json_array_rows(path: str, chunk_chars: int = 1 << 20):
             raise DataError(f"{path}: malformed JSON (text after the array's closing ']')")
 
 
-def _parquet_rows(path: str):
-    try:
-        import pyarrow
-        import pyarrow.parquet
-    except ImportError:
-        raise DataError(f"{path}: reading parquet needs pyarrow (pip install pyarrow)") from None
-    n = 0
-    try:
-        # pre_buffer=False: with it, pyarrow keeps the buffers of every row group read so far (memory grows with
-        # the file: +60 MiB over 3M short rows, measured), without it memory stays that of one batch
-        for batch in pyarrow.parquet.ParquetFile(path, pre_buffer=False).iter_batches(batch_size=PARQUET_BATCH_ROWS):
-            for rec in batch.to_pylist():
-                n += 1
-                yield n, _plain(rec, f"{path}:{n}")
-    except (pyarrow.ArrowException, OSError) as e:
-        raise DataError(f"{path}: not a readable parquet file (after {n} rows: {e})") from None
-
-
-def _plain(value, where: str):
-    """A parquet value as its JSON twin would decode: bytes as UTF-8 text, a map's (key, value) pairs as an
-    object, dates and times in ISO format, decimals and numpy scalars as Python numbers; lists, structs and None
-    as they are."""
-    if isinstance(value, dict):
-        return {k: _plain(v, where) for k, v in value.items()}
-    if isinstance(value, list):
-        if value and all(isinstance(v, tuple) and len(v) == 2 for v in value):  # pyarrow's view of a map
-            return {_plain(k, where): _plain(v, where) for k, v in value}
-        return [_plain(v, where) for v in value]
-    if isinstance(value, bytes):
-        try:
-            return value.decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise DataError(f"{where}: a binary value is not UTF-8 text ({e.reason} at byte {e.start})") from None
-    if isinstance(value, (datetime.date, datetime.time)):
-        return value.isoformat()
-    if isinstance(value, decimal.Decimal):
-        return float(value)
-    if type(value).__module__ == "numpy":  # half floats come back as numpy scalars
-        return value.item()
-    return value
+def _json_lines(path: str):
+    hint = " (a .json file holds one JSON array, or one JSON object per line)" if path.endswith(".json") else ""
+    with open(path, "rb") as f:
+        for n, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise DataError(f"{path}:{n}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+            if not line.strip():
+                continue
+            try:
+                yield n, json.loads(line)
+            except json.JSONDecodeError as e:
+                raise DataError(f"{path}:{n}: malformed JSON ({e.msg} at column {e.colno}){hint}") from None
 
 
 # ----------------------------------------------------------------------------- 5. the format adapters
@@ -661,94 +661,6 @@ def _records(path: str, read_row, report: dict, skip_bad_rows: bool):
 
 def _new_report(path: str) -> dict:
     return dict(file=path, rows=0, kept=0, formats={})
-
-
-def _count(report: dict, key: str, k: int = 1) -> None:
-    """A count that appears in the report only once it is not zero."""
-    if k:
-        report[key] = report.get(key, 0) + k
-
-
-def _tuple(types) -> tuple:
-    return types if isinstance(types, tuple) else (types,)
-
-
-def _field(rec, key, types, where, name=None):
-    """rec[key], checked against types (_typed); `where` is "file:n" and `name` the field's full path."""
-    return _typed(rec.get(key), types, where, name or key)
-
-
-def _typed(value, types, where, name):
-    """value, if it is one of `types` (a bool is not an int); else a DataError naming the field."""
-    if value is None:
-        raise DataError(f"{where}: missing field '{name}'")
-    if not isinstance(value, types) or (isinstance(value, bool) and bool not in _tuple(types)):
-        want = " or ".join(t.__name__ for t in _tuple(types))
-        raise DataError(f"{where}: field '{name}' must be {want}, got {type(value).__name__}")
-    return value
-
-
-def _json_value(value, types, where, name):
-    """Like _typed, for a value that public sets store either as itself or as a JSON string of it."""
-    value = _typed(value, (str, *_tuple(types)), where, name)
-    if isinstance(value, str) and str not in _tuple(types):
-        try:
-            value = json.loads(value)
-        except (json.JSONDecodeError, RecursionError):
-            raise DataError(f"{where}: field '{name}' is not valid JSON") from None
-        return _typed(value, types, where, name)
-    return value
-
-
-def _path(rec, dotted: str, where: str):
-    """rec's value at a dotted path such as "extra_info.model_difficulty.DeepSeek-R1-Distill-Qwen-1.5B"
-    (a key may itself hold dots: at each level the longest key that fits the rest of the path wins)."""
-    value, rest = rec, dotted
-    while rest:
-        keys = [k for k in value if rest == k or rest.startswith(k + ".")] if isinstance(value, dict) else []
-        if not keys:
-            raise DataError(f"{where}: missing field '{dotted}'")
-        key = max(keys, key=len)
-        value, rest = value[key], rest[len(key) + 1:]
-    return value
-
-
-def _get(rec, dotted: str):
-    """rec's value at a dotted path, or None where the path is absent."""
-    try:
-        return _path(rec, dotted, "")
-    except DataError:
-        return None
-
-
-def _record_id(rec, path: str, n: int, key: str | None = None) -> str:
-    """The row's own id (`key` if the format names one, else id, LiveCodeBench's question_id, APPS's problem_id,
-    MATH-500's unique_id, OpenR1's uuid), else file:n."""
-    keys = ((key,) if key else ()) + ("id", "question_id", "problem_id", "unique_id", "uuid")
-    pid = next((rec[k] for k in keys if rec.get(k) is not None), None)
-    return str(pid) if pid is not None else f"{os.path.basename(path)}:{n}"
-
-
-def _messages(items, where, field, role_key="role", content_key="content") -> list:
-    roles = {"system": "system", "user": "user", "human": "user", "assistant": "assistant", "gpt": "assistant"}
-    out = []
-    for i, m in enumerate(items):
-        if not isinstance(m, dict):
-            raise DataError(f"{where}: field '{field}[{i}]' must be an object, got {type(m).__name__}")
-        role = _field(m, role_key, str, where, f"{field}[{i}].{role_key}")
-        if role not in roles:
-            raise DataError(f"{where}: field '{field}[{i}].{role_key}' is {role!r}; supported: {sorted(roles)}")
-        msg = {"role": roles[role], "content": _field(m, content_key, str, where, f"{field}[{i}].{content_key}")}
-        if m.get("reasoning_content") is not None:
-            msg["reasoning_content"] = _field(m, "reasoning_content", str, where, f"{field}[{i}].reasoning_content")
-        out.append(msg)
-    return out
-
-
-def _prompt(rec, key, where):
-    """A prompt: a string (the user turn), or a list of messages (verl's `prompt`)."""
-    prompt = _field(rec, key, (str, list), where)
-    return _messages(prompt, where, key) if isinstance(prompt, list) else prompt
 
 
 # SFT. A conversation ends with the assistant turn to learn; its reasoning goes inside <think>.
@@ -825,14 +737,6 @@ def assistant_content(reasoning: str, answer: str) -> str:
     return f"<think>\n{reasoning.strip()}\n</think>\n\n{answer.strip()}"
 
 
-def split_think(content: str):
-    """(reasoning, answer) of a turn written `<think>reasoning</think>answer` (the opening tag may be missing, as
-    in generations from a prompt that ends with it), by the chat template's rule; None without `</think>`."""
-    if "</think>" not in content:
-        return None
-    return content.split("</think>")[0].rstrip("\n").split("<think>")[-1].lstrip("\n"), content.split("</think>")[-1]
-
-
 # Several responses per prompt, for SFT data built from a teacher's samples (the paper keeps all responses of
 # hard prompts, correct or not: its "mixed" data).
 
@@ -886,6 +790,14 @@ def _final_turn(messages) -> tuple:
     if len(prompt) == 1 and prompt[0]["role"] == "user":
         prompt = prompt[0]["content"]
     return prompt, [{"content": assistant_content(*parts), "correct": None}]
+
+
+def split_think(content: str):
+    """(reasoning, answer) of a turn written `<think>reasoning</think>answer` (the opening tag may be missing, as
+    in generations from a prompt that ends with it), by the chat template's rule; None without `</think>`."""
+    if "</think>" not in content:
+        return None
+    return content.split("</think>")[0].rstrip("\n").split("<think>")[-1].lstrip("\n"), content.split("</think>")[-1]
 
 
 def _response_answer(rec, where, report):
@@ -1040,18 +952,6 @@ def _code_reader(path: str, report: dict, min_tests: int = 1, pass_rate_field: s
     return read_row
 
 
-def _pass_rate(rec, spec: str, where) -> float:
-    """The value at `spec`, "FIELD" (a rate in [0, 1]) or "FIELD/N" (a count of N samples, divided by N)."""
-    field, _, scale = spec.rpartition("/")
-    if not field or not re.fullmatch(r"\d+(\.\d*)?", scale) or not float(scale):
-        field, scale = spec, "1"
-    value = _path(rec, field, where)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value / float(scale) <= 1:
-        raise DataError(f"{where}: field '{field}' must be a number in [0, {scale}] (pass_rate_field={spec!r}), "
-                        f"got {value!r}")
-    return value / float(scale)
-
-
 # Code formats, tried in order (the first whose marking keys the row has):
 # (format, marking keys, question field, test fields (? = may be absent or empty), reference programs (field, shape),
 #  id field). Schema sources: the table that opens the loaders.
@@ -1131,6 +1031,18 @@ def _solutions(rec, field, shape, where) -> list:
         if not isinstance(s, str):
             raise DataError(f"{where}: field '{field}[{i}]' must be a program (str), got {type(s).__name__}")
     return [s for s in solutions if s.strip()]
+
+
+def _pass_rate(rec, spec: str, where) -> float:
+    """The value at `spec`, "FIELD" (a rate in [0, 1]) or "FIELD/N" (a count of N samples, divided by N)."""
+    field, _, scale = spec.rpartition("/")
+    if not field or not re.fullmatch(r"\d+(\.\d*)?", scale) or not float(scale):
+        field, scale = spec, "1"
+    value = _path(rec, field, where)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value / float(scale) <= 1:
+        raise DataError(f"{where}: field '{field}' must be a number in [0, {scale}] (pass_rate_field={spec!r}), "
+                        f"got {value!r}")
+    return value / float(scale)
 
 
 class _CodeContext(NamedTuple):
@@ -1232,11 +1144,6 @@ def _tests_from_cases(cases, where, field, ctx: _CodeContext) -> list:
             out = _dumps(out, where, name + ".output")
         tests.append({"input": args, "output": out, "fn_name": fn})
     return tests
-
-
-def _call_test(fn: str, args, result) -> dict:
-    """A functional test in reward.py's format: one JSON argument per input line, the JSON result."""
-    return {"input": "\n".join(json.dumps(a) for a in args), "output": json.dumps(result), "fn_name": fn}
 
 
 def _dumps(value, where, name) -> str:
@@ -1522,6 +1429,102 @@ def _leaves(value):
             yield from _leaves(v)
     else:
         yield value
+
+
+def _call_test(fn: str, args, result) -> dict:
+    """A functional test in reward.py's format: one JSON argument per input line, the JSON result."""
+    return {"input": "\n".join(json.dumps(a) for a in args), "output": json.dumps(result), "fn_name": fn}
+
+
+# Field access shared by the adapters: every value checked, every error naming file:n and the field.
+
+
+def _count(report: dict, key: str, k: int = 1) -> None:
+    """A count that appears in the report only once it is not zero."""
+    if k:
+        report[key] = report.get(key, 0) + k
+
+
+def _field(rec, key, types, where, name=None):
+    """rec[key], checked against types (_typed); `where` is "file:n" and `name` the field's full path."""
+    return _typed(rec.get(key), types, where, name or key)
+
+
+def _typed(value, types, where, name):
+    """value, if it is one of `types` (a bool is not an int); else a DataError naming the field."""
+    if value is None:
+        raise DataError(f"{where}: missing field '{name}'")
+    if not isinstance(value, types) or (isinstance(value, bool) and bool not in _tuple(types)):
+        want = " or ".join(t.__name__ for t in _tuple(types))
+        raise DataError(f"{where}: field '{name}' must be {want}, got {type(value).__name__}")
+    return value
+
+
+def _tuple(types) -> tuple:
+    return types if isinstance(types, tuple) else (types,)
+
+
+def _json_value(value, types, where, name):
+    """Like _typed, for a value that public sets store either as itself or as a JSON string of it."""
+    value = _typed(value, (str, *_tuple(types)), where, name)
+    if isinstance(value, str) and str not in _tuple(types):
+        try:
+            value = json.loads(value)
+        except (json.JSONDecodeError, RecursionError):
+            raise DataError(f"{where}: field '{name}' is not valid JSON") from None
+        return _typed(value, types, where, name)
+    return value
+
+
+def _path(rec, dotted: str, where: str):
+    """rec's value at a dotted path such as "extra_info.model_difficulty.DeepSeek-R1-Distill-Qwen-1.5B"
+    (a key may itself hold dots: at each level the longest key that fits the rest of the path wins)."""
+    value, rest = rec, dotted
+    while rest:
+        keys = [k for k in value if rest == k or rest.startswith(k + ".")] if isinstance(value, dict) else []
+        if not keys:
+            raise DataError(f"{where}: missing field '{dotted}'")
+        key = max(keys, key=len)
+        value, rest = value[key], rest[len(key) + 1:]
+    return value
+
+
+def _get(rec, dotted: str):
+    """rec's value at a dotted path, or None where the path is absent."""
+    try:
+        return _path(rec, dotted, "")
+    except DataError:
+        return None
+
+
+def _record_id(rec, path: str, n: int, key: str | None = None) -> str:
+    """The row's own id (`key` if the format names one, else id, LiveCodeBench's question_id, APPS's problem_id,
+    MATH-500's unique_id, OpenR1's uuid), else file:n."""
+    keys = ((key,) if key else ()) + ("id", "question_id", "problem_id", "unique_id", "uuid")
+    pid = next((rec[k] for k in keys if rec.get(k) is not None), None)
+    return str(pid) if pid is not None else f"{os.path.basename(path)}:{n}"
+
+
+def _messages(items, where, field, role_key="role", content_key="content") -> list:
+    roles = {"system": "system", "user": "user", "human": "user", "assistant": "assistant", "gpt": "assistant"}
+    out = []
+    for i, m in enumerate(items):
+        if not isinstance(m, dict):
+            raise DataError(f"{where}: field '{field}[{i}]' must be an object, got {type(m).__name__}")
+        role = _field(m, role_key, str, where, f"{field}[{i}].{role_key}")
+        if role not in roles:
+            raise DataError(f"{where}: field '{field}[{i}].{role_key}' is {role!r}; supported: {sorted(roles)}")
+        msg = {"role": roles[role], "content": _field(m, content_key, str, where, f"{field}[{i}].{content_key}")}
+        if m.get("reasoning_content") is not None:
+            msg["reasoning_content"] = _field(m, "reasoning_content", str, where, f"{field}[{i}].reasoning_content")
+        out.append(msg)
+    return out
+
+
+def _prompt(rec, key, where):
+    """A prompt: a string (the user turn), or a list of messages (verl's `prompt`)."""
+    prompt = _field(rec, key, (str, list), where)
+    return _messages(prompt, where, key) if isinstance(prompt, list) else prompt
 
 
 # ----------------------------------------------------------------------------- 6. toy tasks
