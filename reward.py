@@ -19,6 +19,9 @@ How to run:
     python benchmarks/bench_reward.py                 # tests/s with 2 workers, sandbox overhead per test
 
 In code: math_reward(response, gold) and code_reward(response, tests) (code_reward_details adds per-test reasons).
+The file, top to bottom: the reward scales and sandbox settings; the public API (math, code, then the format checks
+and answer extraction both use); then what stands behind it: the math worker pool (choice 1 below) and the sandbox
+(choice 2: choosing it, a mode's plan, cgroups, running one test, comparing outputs); the command line.
 
 Two reward scales (RewardScale), and they are NOT equivalent:
     DEFAULT_SCALE  correct 1, wrong 0; every format failure 0, as a wrong answer; `<think>` is not checked. R = p.
@@ -111,34 +114,6 @@ class BadReference(ValueError):
     or one math-verify cannot parse, malformed tests (the message names test and field)."""
 
 
-# ----------------------------------------------------------------------------- format and answer extraction
-
-def format_failure(response: str, scale: RewardScale = DEFAULT_SCALE) -> float | None:
-    """The reward of a response whose thinking is malformed, or None if it is well formed (the authors'
-    order: a missing `</think>` is checked before a missing `<think>`)."""
-    if "</think>" not in response:
-        return scale.missing_think_end
-    if scale.missing_think_start is not None and "<think>" not in response:
-        return scale.missing_think_start
-    return None
-
-
-def extract_answer_region(response: str) -> str | None:
-    """Text after the last `</think>`, or None when the response never closed its thinking."""
-    end = response.rfind("</think>")
-    return None if end < 0 else response[end + len("</think>"):]
-
-
-_CODE_BLOCK = re.compile(r"```(?:python3?|py)[ \t]*\r?\n(.*?)```", re.DOTALL | re.IGNORECASE)
-
-
-def extract_code(response: str) -> str | None:
-    """The last complete ```python block after the last `</think>`, or None."""
-    region = extract_answer_region(response)
-    blocks = _CODE_BLOCK.findall(region) if region is not None else []
-    return blocks[-1] if blocks else None
-
-
 # ----------------------------------------------------------------------------- math
 
 def math_reward(response: str, answer, *, scale: RewardScale = DEFAULT_SCALE, timeout_s: float = 5.0) -> float:
@@ -167,6 +142,116 @@ def verify_math(gold, answer_text: str, timeout_s: float = 5.0) -> bool:
         raise BadReference(f"math reward: math-verify cannot parse the gold answer {gold!r}")
     return reply["equal"]
 
+
+# ----------------------------------------------------------------------------- code
+
+def code_reward(response: str, tests: list[dict], *, scale: RewardScale = DEFAULT_SCALE,
+                config: SandboxConfig | None = None) -> float:
+    """The soft code reward of code_reward_details, alone (the paper's: fraction of tests passed)."""
+    return code_reward_details(response, tests, scale=scale, config=config)[0]
+
+
+def code_reward_details(response: str, tests: list[dict], *, scale: RewardScale = DEFAULT_SCALE,
+                        config: SandboxConfig | None = None) -> tuple[float, list[TestResult]]:
+    """(reward, per-test results): wrong + (correct - wrong) * fraction passed. Format failures give their
+    reward and no results."""
+    validate_tests(tests)  # broken data fails loudly even when the response has no code
+    failure = format_failure(response, scale)
+    if failure is not None:
+        return failure, []
+    program = extract_code(response)
+    if program is None:
+        return scale.missing_code, []
+    results = run_tests(program, tests, config)
+    passed = sum(result.passed for result in results) / len(results)
+    return scale.wrong + (scale.correct - scale.wrong) * passed, results
+
+
+def all_passed(results: list[TestResult]) -> bool:
+    """True when there is at least one result and every test passed (the SFT-loss positives)."""
+    return bool(results) and all(result.passed for result in results)
+
+
+def validate_tests(tests) -> None:
+    """Raise BadReference (a ValueError) naming the test and field if `tests` is not a non-empty list of
+    {"input": str, "output": str} or {"input": str, "output": str, "fn_name": str} (JSON lines/JSON)."""
+    if not isinstance(tests, (list, tuple)) or not tests:
+        raise BadReference(f"tests must be a non-empty list of dicts, got {type(tests).__name__} {_short(str(tests))}")
+    for i, test in enumerate(tests):
+        if not isinstance(test, dict):
+            raise BadReference(f"tests[{i}]: expected a dict with 'input' and 'output', got {type(test).__name__}")
+        for field in ("input", "output"):
+            if not isinstance(test.get(field), str):
+                raise BadReference(f"tests[{i}]['{field}']: expected a string, got {type(test.get(field)).__name__}")
+        fn_name = test.get("fn_name")
+        if not fn_name:
+            continue
+        if not isinstance(fn_name, str) or not fn_name.isidentifier():
+            raise BadReference(f"tests[{i}]['fn_name']: expected a function name, got {fn_name!r}")
+        lines = [(f"['input'] line {n}", line) for n, line in enumerate(test["input"].split("\n"), 1) if line.strip()]
+        for field, text in lines + [("['output']", test["output"])]:
+            try:
+                json.loads(text)
+            except (ValueError, RecursionError) as error:
+                raise BadReference(f"tests[{i}]{field}: not JSON ({error})") from None
+
+
+def run_tests(program: str, tests: list[dict], config: SandboxConfig | None = None) -> list[TestResult]:
+    """Run `program` on every test, each in its own sandbox, up to config.workers at once (and never more than
+    config.cores tests of this whole process at once). Returns one TestResult(passed, reason) per test, in order;
+    candidate failures never raise."""
+    cfg = config or SandboxConfig()
+    validate_tests(tests)
+    if not isinstance(program, str):
+        raise TypeError(f"program must be a str, got {type(program).__name__}")
+    plan = _PLANS.get(cfg)
+    workers = max(1, min(len(tests), cfg.workers or _cores(cfg)))
+    if workers == 1:
+        return [_run_one_test(plan, cfg, program, test) for test in tests]
+    with ThreadPoolExecutor(workers) as pool:
+        return list(pool.map(lambda test: _run_one_test(plan, cfg, program, test), tests))
+
+
+def sandbox_info(config: SandboxConfig | None = None) -> dict:
+    """What the sandbox chosen on this machine runs and enforces (runs the probe on first use)."""
+    cfg = config or SandboxConfig()
+    plan = _PLANS.get(cfg)
+    enforced, not_enforced = _guarantees(plan, cfg)
+    return {"mode": plan.mode + (" + cgroup" if plan.cgroups else ""),
+            "cgroup": f"v{plan.cgroups.version}: " + " ".join(plan.cgroups.directories()) if plan.cgroups else None,
+            "python": plan.python, "uid": plan.uid if plan.uid is not None else os.geteuid(), "cores": _cores(cfg),
+            "enforced": enforced, "not_enforced": not_enforced}
+
+
+# ----------------------------------------------------------------------------- format and answer extraction
+
+def format_failure(response: str, scale: RewardScale = DEFAULT_SCALE) -> float | None:
+    """The reward of a response whose thinking is malformed, or None if it is well formed (the authors'
+    order: a missing `</think>` is checked before a missing `<think>`)."""
+    if "</think>" not in response:
+        return scale.missing_think_end
+    if scale.missing_think_start is not None and "<think>" not in response:
+        return scale.missing_think_start
+    return None
+
+
+def extract_answer_region(response: str) -> str | None:
+    """Text after the last `</think>`, or None when the response never closed its thinking."""
+    end = response.rfind("</think>")
+    return None if end < 0 else response[end + len("</think>"):]
+
+
+_CODE_BLOCK = re.compile(r"```(?:python3?|py)[ \t]*\r?\n(.*?)```", re.DOTALL | re.IGNORECASE)
+
+
+def extract_code(response: str) -> str | None:
+    """The last complete ```python block after the last `</think>`, or None."""
+    region = extract_answer_region(response)
+    blocks = _CODE_BLOCK.findall(region) if region is not None else []
+    return blocks[-1] if blocks else None
+
+
+# ----------------------------------------------------------------------------- math: the worker pool
 
 class _MathWorkers:
     """A pool of math worker processes, kept between calls (starting one takes a second), at most `size` busy at
@@ -281,86 +366,6 @@ for line in sys.stdin:
     print(json.dumps(reply), flush=True)
 """
 _MATH_WORKER_MEMORY = 4 << 30
-
-
-# ----------------------------------------------------------------------------- code: public API
-
-def code_reward(response: str, tests: list[dict], *, scale: RewardScale = DEFAULT_SCALE,
-                config: SandboxConfig | None = None) -> float:
-    """The soft code reward of code_reward_details, alone (the paper's: fraction of tests passed)."""
-    return code_reward_details(response, tests, scale=scale, config=config)[0]
-
-
-def code_reward_details(response: str, tests: list[dict], *, scale: RewardScale = DEFAULT_SCALE,
-                        config: SandboxConfig | None = None) -> tuple[float, list[TestResult]]:
-    """(reward, per-test results): wrong + (correct - wrong) * fraction passed. Format failures give their
-    reward and no results."""
-    validate_tests(tests)  # broken data fails loudly even when the response has no code
-    failure = format_failure(response, scale)
-    if failure is not None:
-        return failure, []
-    program = extract_code(response)
-    if program is None:
-        return scale.missing_code, []
-    results = run_tests(program, tests, config)
-    passed = sum(result.passed for result in results) / len(results)
-    return scale.wrong + (scale.correct - scale.wrong) * passed, results
-
-
-def all_passed(results: list[TestResult]) -> bool:
-    """True when there is at least one result and every test passed (the SFT-loss positives)."""
-    return bool(results) and all(result.passed for result in results)
-
-
-def validate_tests(tests) -> None:
-    """Raise BadReference (a ValueError) naming the test and field if `tests` is not a non-empty list of
-    {"input": str, "output": str} or {"input": str, "output": str, "fn_name": str} (JSON lines/JSON)."""
-    if not isinstance(tests, (list, tuple)) or not tests:
-        raise BadReference(f"tests must be a non-empty list of dicts, got {type(tests).__name__} {_short(str(tests))}")
-    for i, test in enumerate(tests):
-        if not isinstance(test, dict):
-            raise BadReference(f"tests[{i}]: expected a dict with 'input' and 'output', got {type(test).__name__}")
-        for field in ("input", "output"):
-            if not isinstance(test.get(field), str):
-                raise BadReference(f"tests[{i}]['{field}']: expected a string, got {type(test.get(field)).__name__}")
-        fn_name = test.get("fn_name")
-        if not fn_name:
-            continue
-        if not isinstance(fn_name, str) or not fn_name.isidentifier():
-            raise BadReference(f"tests[{i}]['fn_name']: expected a function name, got {fn_name!r}")
-        lines = [(f"['input'] line {n}", line) for n, line in enumerate(test["input"].split("\n"), 1) if line.strip()]
-        for field, text in lines + [("['output']", test["output"])]:
-            try:
-                json.loads(text)
-            except (ValueError, RecursionError) as error:
-                raise BadReference(f"tests[{i}]{field}: not JSON ({error})") from None
-
-
-def run_tests(program: str, tests: list[dict], config: SandboxConfig | None = None) -> list[TestResult]:
-    """Run `program` on every test, each in its own sandbox, up to config.workers at once (and never more than
-    config.cores tests of this whole process at once). Returns one TestResult(passed, reason) per test, in order;
-    candidate failures never raise."""
-    cfg = config or SandboxConfig()
-    validate_tests(tests)
-    if not isinstance(program, str):
-        raise TypeError(f"program must be a str, got {type(program).__name__}")
-    plan = _PLANS.get(cfg)
-    workers = max(1, min(len(tests), cfg.workers or _cores(cfg)))
-    if workers == 1:
-        return [_run_one_test(plan, cfg, program, test) for test in tests]
-    with ThreadPoolExecutor(workers) as pool:
-        return list(pool.map(lambda test: _run_one_test(plan, cfg, program, test), tests))
-
-
-def sandbox_info(config: SandboxConfig | None = None) -> dict:
-    """What the sandbox chosen on this machine runs and enforces (runs the probe on first use)."""
-    cfg = config or SandboxConfig()
-    plan = _PLANS.get(cfg)
-    enforced, not_enforced = _guarantees(plan, cfg)
-    return {"mode": plan.mode + (" + cgroup" if plan.cgroups else ""),
-            "cgroup": f"v{plan.cgroups.version}: " + " ".join(plan.cgroups.directories()) if plan.cgroups else None,
-            "python": plan.python, "uid": plan.uid if plan.uid is not None else os.geteuid(), "cores": _cores(cfg),
-            "enforced": enforced, "not_enforced": not_enforced}
 
 
 # ----------------------------------------------------------------------------- code: the sandbox
