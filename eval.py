@@ -131,19 +131,6 @@ class EvalConfig:
         pass_ks(self)  # fails now on a bad --pass_k
 
 
-def pass_ks(cfg) -> list:
-    """The j of the reported pass@j, each <= k (EvalConfig calls it to reject a bad --pass_k at once)."""
-    if not cfg.pass_k:
-        return sorted({1, cfg.k} | {4 ** i for i in range(1, 8) if 4 ** i < cfg.k})
-    try:
-        ks = sorted({int(x) for x in cfg.pass_k.split(",")})
-    except ValueError:
-        raise SystemExit(f"error: --pass_k={cfg.pass_k!r}: expected comma-separated integers like 1,4,8") from None
-    if ks[0] < 1 or ks[-1] > cfg.k:
-        raise SystemExit(f"error: --pass_k={cfg.pass_k!r}: each value must be in 1..k={cfg.k} (pass@j needs j <= k samples)")
-    return ks
-
-
 # ----------------------------------------------------------------------------- main
 
 def main(cfg: EvalConfig):
@@ -258,7 +245,7 @@ def in_date_window(problems: list, path: str, date_from: str, date_to: str) -> l
     return kept
 
 
-# ----------------------------------------------------------------------------- the evaluation loop
+# ----------------------------------------------------------------------------- sampling: the engine, a served model
 
 def evaluate_model(model, tokenizer, benchmarks: list, cfg):
     """In-process entry point: build an engine around `model` and evaluate (under torchrun: sharded)."""
@@ -324,106 +311,6 @@ def sample_share(engine, tokenizer, bench: dict, cfg, rank: int, world: int):
             print(f"{name}: {done}/{len(mine)} problems (rank 0's share of {len(problems)}) | {tokens} tokens, "
                   f"{tokens / elapsed:.0f} tok/s | ETA {elapsed / done * (len(mine) - done):.0f}s", flush=True)
 
-
-def _score_or_raise(kind, problem, text, name, sandbox=None):
-    """score(), with the data's fault (a gold answer math-verify cannot parse, malformed tests) as a DataError naming
-    benchmark and problem; any other error is a bug and keeps its traceback."""
-    try:
-        return score(kind, problem, text, sandbox)
-    except reward.BadReference as e:
-        raise data.DataError(f"{name}: problem {problem['id']}: {e}") from None
-
-
-def score(kind: str, problem: dict, text: str, sandbox: reward.SandboxConfig | None = None) -> dict:
-    """reward (code: fraction of tests passed), correct, format_failure and reason of one response."""
-    region = reward.extract_answer_region(text)
-    if kind == "math":
-        if region is None:
-            return dict(reward=0.0, correct=False, format_failure=True, reason="format: no </think>")
-        r = max(reward.math_reward(text, answer) for answer in problem.get("answers", [problem["answer"]]))
-        return dict(reward=r, correct=r == 1.0, format_failure=False, reason="correct" if r == 1.0 else "wrong answer")
-    r, results = reward.code_reward_details(text, problem["tests"], config=sandbox)
-    if not results:
-        why = "format: no </think>" if region is None else "format: no ```python block after </think>"
-        return dict(reward=r, correct=False, format_failure=True, reason=why)
-    first_failure = next((t.reason for t in results if not t.passed), None)
-    reason = f"{sum(t.passed for t in results)}/{len(results)} tests passed"
-    return dict(reward=r, correct=reward.all_passed(results), format_failure=False,
-                reason=reason + (f"; first failure: {first_failure}" if first_failure else ""))
-
-
-def scored(jobs: list) -> list:
-    """The records of [(record, scoring job)] with their scores added: record fields first, response last."""
-    samples = [{**record, **job.result()} for record, job in jobs]
-    for s in samples:
-        s["response"] = s.pop("response")
-    return samples
-
-
-def wait_for_scores(jobs: list, name: str, rank: int, every_s: float = 5.0) -> None:
-    """Wait for the scoring jobs still running after generation (code tests can take minutes), with progress."""
-    t0, pending = time.perf_counter(), jobs
-    while pending:
-        done, pending = wait(pending, timeout=every_s)
-        if pending and rank == 0:
-            scored, elapsed = len(jobs) - len(pending), time.perf_counter() - t0
-            print(f"{name}: scoring, {scored}/{len(jobs)} responses scored (rank 0) | {elapsed:.0f}s", flush=True)
-
-
-def _gather(obj, world: int) -> list:
-    if world == 1:
-        return [obj]
-    out = [None] * world
-    dist.all_gather_object(out, obj)
-    return out
-
-
-def sampling_settings(cfg, tokenizer) -> dict:
-    return dict(k=cfg.k, temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k, max_tokens=cfg.max_tokens,
-                stop_token_ids=data.stop_token_ids(tokenizer), repetition_penalty="none (not supported by rollout.py)",
-                max_prompt_len=cfg.max_prompt_len, prompt_overlong="left-truncate", seed=cfg.seed,
-                problem_seed=inspect.getsource(problem_seed), sample_seed=inspect.getsource(sample_seed))
-
-
-def problem_seed(seed: int, benchmark: str, index: int) -> int:
-    """The sampling seed of one problem: the same whichever rank or batch it lands in."""
-    return int.from_bytes(hashlib.sha256(f"{seed}/{benchmark}/{index}".encode()).digest()[:7], "little")
-
-
-# ----------------------------------------------------------------------------- the estimators
-
-def summarize(samples: list, ks: list) -> dict:
-    """Aggregate per-sample records {problem_index, problem_id, correct, reward, format_failure, length,
-    finish_reason} of one benchmark."""
-    correct, ids = {}, {}
-    for s in samples:
-        correct.setdefault(s["problem_index"], []).append(bool(s["correct"]))
-        ids[s["problem_index"]] = s["problem_id"]
-    n_problems, n = len(correct), len(samples)
-    return dict(
-        problems=n_problems, k=n // max(n_problems, 1),
-        avg_at_k=sum(sum(c) / len(c) for c in correct.values()) / n_problems,
-        pass_at_k={str(j): sum(pass_at_k(len(c), sum(c), j) for c in correct.values()) / n_problems for j in ks},
-        mean_reward=sum(s["reward"] for s in samples) / n,
-        format_failure_rate=sum(s["format_failure"] for s in samples) / n,
-        mean_length=sum(s["length"] for s in samples) / n,
-        truncated_rate=sum(s["finish_reason"] == "length" for s in samples) / n,
-        correct_per_problem=[[ids[i], sum(c)] for i, c in sorted(correct.items())])
-
-
-def pass_at_k(n: int, c: int, k: int) -> float:
-    """Unbiased pass@k of a problem with c correct out of n samples: 1 - C(n-c, k) / C(n, k), k <= n."""
-    if not 0 <= c <= n or not 1 <= k <= n:
-        raise ValueError(f"pass_at_k(n={n}, c={c}, k={k}): need 0 <= c <= n and 1 <= k <= n")
-    if n - c < k:   # every k-subset holds a correct sample
-        return 1.0
-    prod = 1.0
-    for m in range(n - c + 1, n + 1):   # C(n-c, k) / C(n, k) = prod_m (1 - k/m)
-        prod *= 1.0 - k / m
-    return 1.0 - prod
-
-
-# ----------------------------------------------------------------------------- a served model; one prompt
 
 def evaluate_served(benchmarks: list, cfg):
     """--server: sample k responses per problem from a served model (distill.py's chat-completions client, many requests
@@ -497,6 +384,119 @@ def print_samples(model, tokenizer, cfg):
         print(tokenizer.decode(s.token_ids, skip_special_tokens=False))
     generated = sum(len(s.token_ids) for s in samples)
     print(f"--- {generated} tokens in {seconds:.1f}s ({generated / seconds:.1f} tok/s); {engine.stats}")
+
+
+def sampling_settings(cfg, tokenizer) -> dict:
+    return dict(k=cfg.k, temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k, max_tokens=cfg.max_tokens,
+                stop_token_ids=data.stop_token_ids(tokenizer), repetition_penalty="none (not supported by rollout.py)",
+                max_prompt_len=cfg.max_prompt_len, prompt_overlong="left-truncate", seed=cfg.seed,
+                problem_seed=inspect.getsource(problem_seed), sample_seed=inspect.getsource(sample_seed))
+
+
+def problem_seed(seed: int, benchmark: str, index: int) -> int:
+    """The sampling seed of one problem: the same whichever rank or batch it lands in."""
+    return int.from_bytes(hashlib.sha256(f"{seed}/{benchmark}/{index}".encode()).digest()[:7], "little")
+
+
+# ----------------------------------------------------------------------------- scoring
+
+def _score_or_raise(kind, problem, text, name, sandbox=None):
+    """score(), with the data's fault (a gold answer math-verify cannot parse, malformed tests) as a DataError naming
+    benchmark and problem; any other error is a bug and keeps its traceback."""
+    try:
+        return score(kind, problem, text, sandbox)
+    except reward.BadReference as e:
+        raise data.DataError(f"{name}: problem {problem['id']}: {e}") from None
+
+
+def score(kind: str, problem: dict, text: str, sandbox: reward.SandboxConfig | None = None) -> dict:
+    """reward (code: fraction of tests passed), correct, format_failure and reason of one response."""
+    region = reward.extract_answer_region(text)
+    if kind == "math":
+        if region is None:
+            return dict(reward=0.0, correct=False, format_failure=True, reason="format: no </think>")
+        r = max(reward.math_reward(text, answer) for answer in problem.get("answers", [problem["answer"]]))
+        return dict(reward=r, correct=r == 1.0, format_failure=False, reason="correct" if r == 1.0 else "wrong answer")
+    r, results = reward.code_reward_details(text, problem["tests"], config=sandbox)
+    if not results:
+        why = "format: no </think>" if region is None else "format: no ```python block after </think>"
+        return dict(reward=r, correct=False, format_failure=True, reason=why)
+    first_failure = next((t.reason for t in results if not t.passed), None)
+    reason = f"{sum(t.passed for t in results)}/{len(results)} tests passed"
+    return dict(reward=r, correct=reward.all_passed(results), format_failure=False,
+                reason=reason + (f"; first failure: {first_failure}" if first_failure else ""))
+
+
+def wait_for_scores(jobs: list, name: str, rank: int, every_s: float = 5.0) -> None:
+    """Wait for the scoring jobs still running after generation (code tests can take minutes), with progress."""
+    t0, pending = time.perf_counter(), jobs
+    while pending:
+        done, pending = wait(pending, timeout=every_s)
+        if pending and rank == 0:
+            scored, elapsed = len(jobs) - len(pending), time.perf_counter() - t0
+            print(f"{name}: scoring, {scored}/{len(jobs)} responses scored (rank 0) | {elapsed:.0f}s", flush=True)
+
+
+def _gather(obj, world: int) -> list:
+    if world == 1:
+        return [obj]
+    out = [None] * world
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def scored(jobs: list) -> list:
+    """The records of [(record, scoring job)] with their scores added: record fields first, response last."""
+    samples = [{**record, **job.result()} for record, job in jobs]
+    for s in samples:
+        s["response"] = s.pop("response")
+    return samples
+
+
+# ----------------------------------------------------------------------------- the estimators
+
+def summarize(samples: list, ks: list) -> dict:
+    """Aggregate per-sample records {problem_index, problem_id, correct, reward, format_failure, length,
+    finish_reason} of one benchmark."""
+    correct, ids = {}, {}
+    for s in samples:
+        correct.setdefault(s["problem_index"], []).append(bool(s["correct"]))
+        ids[s["problem_index"]] = s["problem_id"]
+    n_problems, n = len(correct), len(samples)
+    return dict(
+        problems=n_problems, k=n // max(n_problems, 1),
+        avg_at_k=sum(sum(c) / len(c) for c in correct.values()) / n_problems,
+        pass_at_k={str(j): sum(pass_at_k(len(c), sum(c), j) for c in correct.values()) / n_problems for j in ks},
+        mean_reward=sum(s["reward"] for s in samples) / n,
+        format_failure_rate=sum(s["format_failure"] for s in samples) / n,
+        mean_length=sum(s["length"] for s in samples) / n,
+        truncated_rate=sum(s["finish_reason"] == "length" for s in samples) / n,
+        correct_per_problem=[[ids[i], sum(c)] for i, c in sorted(correct.items())])
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k of a problem with c correct out of n samples: 1 - C(n-c, k) / C(n, k), k <= n."""
+    if not 0 <= c <= n or not 1 <= k <= n:
+        raise ValueError(f"pass_at_k(n={n}, c={c}, k={k}): need 0 <= c <= n and 1 <= k <= n")
+    if n - c < k:   # every k-subset holds a correct sample
+        return 1.0
+    prod = 1.0
+    for m in range(n - c + 1, n + 1):   # C(n-c, k) / C(n, k) = prod_m (1 - k/m)
+        prod *= 1.0 - k / m
+    return 1.0 - prod
+
+
+def pass_ks(cfg) -> list:
+    """The j of the reported pass@j, each <= k (EvalConfig calls it to reject a bad --pass_k at once)."""
+    if not cfg.pass_k:
+        return sorted({1, cfg.k} | {4 ** i for i in range(1, 8) if 4 ** i < cfg.k})
+    try:
+        ks = sorted({int(x) for x in cfg.pass_k.split(",")})
+    except ValueError:
+        raise SystemExit(f"error: --pass_k={cfg.pass_k!r}: expected comma-separated integers like 1,4,8") from None
+    if ks[0] < 1 or ks[-1] > cfg.k:
+        raise SystemExit(f"error: --pass_k={cfg.pass_k!r}: each value must be in 1..k={cfg.k} (pass@j needs j <= k samples)")
+    return ks
 
 
 # ----------------------------------------------------------------------------- tables
