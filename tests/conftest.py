@@ -21,3 +21,18 @@ def qwen3_tokenizer_dir():
         pytest.skip("set QWEN3_TOKENIZER_DIR to a directory with Qwen3's tokenizer.json and "
                     "tokenizer_config.json (CI uses ../shared/fixtures/qwen3-tokenizer)")
     return path
+
+
+@pytest.fixture(scope="module")
+def tiny_checkpoint(tmp_path_factory):
+    """A random 1-layer Qwen3 with the toy tokenizer, saved as a Hugging Face directory (one per test module)."""
+    import data
+    from model import Qwen3, Qwen3Config, save_pretrained
+    path = str(tmp_path_factory.mktemp("tiny"))
+    tok = data.build_toy_tokenizer()
+    data.save_tokenizer(tok, path)
+    cfg = Qwen3Config(vocab_size=tok.get_vocab_size(), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                      num_attention_heads=2, num_key_value_heads=1, head_dim=16, tie_word_embeddings=True,
+                      torch_dtype="float32", max_position_embeddings=512)
+    save_pretrained(Qwen3(cfg).init_weights(seed=0), path)
+    return path

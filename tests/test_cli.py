@@ -134,20 +134,6 @@ def bad_files(tmp_path_factory):
     return d
 
 
-@pytest.fixture(scope="module")
-def toy_checkpoint(tmp_path_factory):
-    import data
-    from model import Qwen3, Qwen3Config, save_pretrained
-    path = str(tmp_path_factory.mktemp("ckpt"))
-    tok = data.build_toy_tokenizer()
-    data.save_tokenizer(tok, path)
-    cfg = Qwen3Config(vocab_size=tok.get_vocab_size(), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                      num_attention_heads=2, num_key_value_heads=1, head_dim=16, tie_word_embeddings=True,
-                      torch_dtype="float32", max_position_embeddings=512)
-    save_pretrained(Qwen3(cfg).init_weights(seed=0), path)
-    return path
-
-
 def test_sft_bad_input_is_one_line(bad_files, tmp_path):
     tok = os.environ.get("QWEN3_TOKENIZER_DIR") or ""
     out = f"--out_dir={tmp_path}/out"
@@ -169,8 +155,8 @@ def test_sft_bad_input_is_one_line(bad_files, tmp_path):
     assert "--rows_per_step=3" in line
 
 
-def test_gppo_bad_input_is_one_line(bad_files, toy_checkpoint, tmp_path):
-    out, ckpt = f"--out_dir={tmp_path}/out", f"--init_from={toy_checkpoint}"
+def test_gppo_bad_input_is_one_line(bad_files, tiny_checkpoint, tmp_path):
+    out, ckpt = f"--out_dir={tmp_path}/out", f"--init_from={tiny_checkpoint}"
     line = one_error_line(run("gppo.py", ckpt, f"--math_data={bad_files}/math_malformed.jsonl", out))
     assert "math_malformed.jsonl:2: malformed JSON" in line and "--math_data" in line
     line = one_error_line(run("gppo.py", ckpt, f"--math_data={bad_files}/math_missing.jsonl", out))

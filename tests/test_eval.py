@@ -16,7 +16,6 @@ sys.path.insert(0, ROOT)
 
 import data  # noqa: E402
 import eval as ev  # noqa: E402
-from model import Qwen3, Qwen3Config, save_pretrained  # noqa: E402
 from rollout import Sample  # noqa: E402
 from sft import InputError  # noqa: E402
 
@@ -26,18 +25,6 @@ TINY_RUN = ["--toy_math=6", "--toy_code=3", "--k=3", "--max_tokens=24", "--pass_
 @pytest.fixture(scope="module")
 def tokenizer():
     return data.build_toy_tokenizer()
-
-
-@pytest.fixture(scope="module")
-def tiny_checkpoint(tmp_path_factory, tokenizer):
-    """A random 1-layer Qwen3 with the toy tokenizer, saved as a Hugging Face directory."""
-    path = str(tmp_path_factory.mktemp("tiny"))
-    data.save_tokenizer(tokenizer, path)
-    cfg = Qwen3Config(vocab_size=tokenizer.get_vocab_size(), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                      num_attention_heads=2, num_key_value_heads=1, head_dim=16, tie_word_embeddings=True,
-                      torch_dtype="float32", max_position_embeddings=512)
-    save_pretrained(Qwen3(cfg).init_weights(seed=0), path)
-    return path
 
 
 def run_cli(*args, nproc=1):

@@ -16,24 +16,11 @@ sys.path.insert(0, ROOT)
 
 import data  # noqa: E402
 import gppo  # noqa: E402
-from model import Qwen3, Qwen3Config, from_pretrained, save_pretrained  # noqa: E402
+from model import from_pretrained  # noqa: E402
 from rollout import Sample  # noqa: E402
 
 SMALL = ["--prompts_per_step=4", "--mini_batch_prompts=2", "--group_size=4", "--max_response_len=16", "--eval_every=0",
          "--toy_problems=64", "--lr=1e-2", "--warmup_steps=1", "--reward_workers=2"]
-
-
-@pytest.fixture(scope="module")
-def tiny_checkpoint(tmp_path_factory):
-    """A random 1-layer Qwen3 with the toy tokenizer, saved as a Hugging Face directory."""
-    path = str(tmp_path_factory.mktemp("tiny"))
-    tok = data.build_toy_tokenizer()
-    data.save_tokenizer(tok, path)
-    cfg = Qwen3Config(vocab_size=tok.get_vocab_size(), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                      num_attention_heads=2, num_key_value_heads=1, head_dim=16, tie_word_embeddings=True,
-                      torch_dtype="float32", max_position_embeddings=512)
-    save_pretrained(Qwen3(cfg).init_weights(seed=0), path)
-    return path
 
 
 def run(out_dir, ckpt, *extra, nproc=1, task="even"):

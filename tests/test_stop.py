@@ -14,25 +14,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 import data  # noqa: E402
-from model import Qwen3, Qwen3Config, save_pretrained  # noqa: E402
 
 SFT = ["--toy_math_examples=240", "--toy_code_examples=40", "--row_tokens=256", "--rows_per_step=2", "--n_layer=1",
        "--hidden=32", "--n_head=2", "--n_kv_head=1", "--head_dim=16", "--intermediate=64", "--epochs=100",
        "--log_every=1", "--ckpt_every=0"]
 GPPO = ["gppo", "--prompts_per_step=4", "--mini_batch_prompts=2", "--group_size=4", "--max_response_len=16",
         "--eval_every=0", "--toy_problems=64", "--lr=1e-2", "--warmup_steps=1", "--reward_workers=2", "--ckpt_every=0"]
-
-
-@pytest.fixture(scope="module")
-def tiny_checkpoint(tmp_path_factory):
-    path = str(tmp_path_factory.mktemp("tiny"))
-    tok = data.build_toy_tokenizer()
-    data.save_tokenizer(tok, path)
-    cfg = Qwen3Config(vocab_size=tok.get_vocab_size(), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                      num_attention_heads=2, num_key_value_heads=1, head_dim=16, tie_word_embeddings=True,
-                      torch_dtype="float32", max_position_embeddings=512)
-    save_pretrained(Qwen3(cfg).init_weights(seed=0), path)
-    return path
 
 
 def start(cmd):
