@@ -102,7 +102,8 @@ def special_token_ids(tok: Tokenizer) -> dict:
     ids = {k: tok.token_to_id(v) for k, v in names.items()}
     missing = [names[k] for k, v in ids.items() if v is None]
     if missing:
-        raise DataError(f"tokenizer lacks the Qwen3 chat tokens {missing}; use a Qwen3 tokenizer or build_toy_tokenizer()")
+        raise DataError(f"tokenizer lacks the Qwen3 chat tokens {missing}; use a Qwen3 tokenizer or "
+                        "build_toy_tokenizer()")
     return ids
 
 
@@ -443,7 +444,8 @@ class PackedLoader:
         per_rank = self.rows_per_step // self.world_size
         start = step * self.rows_per_step + self.rank * per_rank
         picked = self._epoch_order(epoch)[start:start + per_rank]
-        return _build_rows(self.examples, [None if r is None else self.rows[r] for r in picked], self.row_tokens, self.pad_id)
+        rows = [None if r is None else self.rows[r] for r in picked]
+        return _build_rows(self.examples, rows, self.row_tokens, self.pad_id)
 
     def next_step(self) -> list:
         """The rows of the next step, advancing (and wrapping into the next epoch at the end)."""
@@ -832,7 +834,8 @@ def _math_reader(path: str, report: dict):
                 answer = _field(_field(rec, "meta", dict, where), "solution", (str, int, float), where, name)
             answers = [_answer_text(answer, where, name)]
         else:
-            raise DataError(f"{where}: missing field 'problem' (or 'question', 'prompt', 'messages'); keys are {sorted(rec)}")
+            raise DataError(f"{where}: missing field 'problem' (or 'question', 'prompt', 'messages'); "
+                            f"keys are {sorted(rec)}")
         answers = [_gradable(rec, a, where, name) for a in answers]
         problem = dict(id=_record_id(rec, path, n), prompt=prompt, answer=answers[0])
         if len(answers) > 1:
@@ -1066,7 +1069,8 @@ def _test_cases(raw, where, field, ctx: _CodeContext) -> list:
             try:
                 raw = json.loads(_NoGlobalsUnpickler(io.BytesIO(zlib.decompress(base64.b64decode(raw)))).load())
             except Exception as e:
-                raise DataError(f"{where}: field '{field}' is neither JSON nor LiveCodeBench's compressed form ({e})") from None
+                raise DataError(f"{where}: field '{field}' is neither JSON nor LiveCodeBench's compressed form "
+                                f"({e})") from None
     if isinstance(raw, list):
         return _tests_from_cases(raw, where, field, ctx)
     if not isinstance(raw, dict):
@@ -1092,9 +1096,11 @@ def _test_cases(raw, where, field, ctx: _CodeContext) -> list:
         if len(inputs) != len(outputs):
             raise DataError(f"{where}: field '{field}' has {len(inputs)} inputs but {len(outputs)} outputs")
         return [{"input": _typed(x, str, where, f"{field}.input[{i}]"),
-                 "output": _typed(y, str, where, f"{field}.output[{i}]")} for i, (x, y) in enumerate(zip(inputs, outputs))]
+                 "output": _typed(y, str, where, f"{field}.output[{i}]")}
+                for i, (x, y) in enumerate(zip(inputs, outputs))]
     if "pytest" in raw:
-        raise UngradableRow(where, f"field '{field}' holds pytest files, which this project does not run", "pytest tests")
+        raise UngradableRow(where, f"field '{field}' holds pytest files, which this project does not run",
+                            "pytest tests")
     raise DataError(f"{where}: field '{field}' has none of 'inputs'/'outputs', 'input'/'output', 'test_cases', "
                     f"'functional'; keys are {sorted(raw)}")
 
@@ -1234,7 +1240,8 @@ def _tests_from_asserts(programs: list, where: str, field: str, ctx: _CodeContex
         _count(ctx.report, "asserts_not_converted", missed)
     if not tests:
         raise UngradableRow(where, f"field '{field}': no assert could be turned into a test ({missed} not converted: "
-                                   "values that are not literals, tolerances, helper functions)", "no convertible assert")
+                                   "values that are not literals, tolerances, helper functions)",
+                            "no convertible assert")
     return tests
 
 
@@ -1529,7 +1536,8 @@ def _prompt(rec, key, where):
 
 # ----------------------------------------------------------------------------- 6. toy tasks
 
-def toy_math_problems(n: int, seed: int | str = 0, split: str = "train", min_digits: int = 1, max_digits: int = 4) -> list:
+def toy_math_problems(n: int, seed: int | str = 0, split: str = "train", min_digits: int = 1,
+                      max_digits: int = 4) -> list:
     """n addition problems {id, prompt, answer}; each operand has a uniform number of digits in
     [min_digits, max_digits]. 10% of all pairs are held out as "test" (distinct problems there)."""
     if split not in ("train", "test"):
@@ -1544,7 +1552,8 @@ def toy_math_problems(n: int, seed: int | str = 0, split: str = "train", min_dig
         seen.add((a, b))
         problems.append(dict(id=f"add-{a}-{b}", prompt=f"What is {a} + {b}?", answer=str(a + b)))
     if len(problems) < n:
-        raise ValueError(f"only {len(problems)} distinct {split} problems with {min_digits}-{max_digits} digits; ask for fewer")
+        raise ValueError(f"only {len(problems)} distinct {split} problems with {min_digits}-{max_digits} digits; "
+                         "ask for fewer")
     return problems
 
 
@@ -1599,7 +1608,8 @@ def toy_math_sft_examples(n: int, seed: int = 0, wrong_fraction: float = 0.6, mi
         a, b = map(int, p["id"].split("-")[1:])
         hard = max(len(str(a)), len(str(b))) >= 3
         conversations.append([{"role": "user", "content": p["prompt"]},
-                              {"role": "assistant", "content": toy_math_response(a, b, rng, wrong_fraction if hard else 0.0)}])
+                              {"role": "assistant",
+                               "content": toy_math_response(a, b, rng, wrong_fraction if hard else 0.0)}])
     return conversations
 
 
@@ -1628,9 +1638,12 @@ _CODE_FAMILIES = [
                "Read a line of integers and print the sum of those greater than {0}.",
                "Split the line, keep the numbers above {0}, add them.",
                "xs = list(map(int, input().split()))\nprint(sum(x for x in xs if x > {0}))"),
-    CodeFamily("max_plus", "ints", [(c,) for c in range(20)], "Read a line of integers and print the largest one plus {0}.",
-               "Take the max of the numbers and add {0}.", "xs = list(map(int, input().split()))\nprint(max(xs) + {0})"),
-    CodeFamily("repeat", "word", [(k,) for k in range(2, 10)], "Read a word and print it {0} times in a row, with no spaces.",
+    CodeFamily("max_plus", "ints", [(c,) for c in range(20)],
+               "Read a line of integers and print the largest one plus {0}.",
+               "Take the max of the numbers and add {0}.",
+               "xs = list(map(int, input().split()))\nprint(max(xs) + {0})"),
+    CodeFamily("repeat", "word", [(k,) for k in range(2, 10)],
+               "Read a word and print it {0} times in a row, with no spaces.",
                "String repetition: s * {0}.", "s = input().strip()\nprint(s * {0})"),
     CodeFamily("count_letter", "word", [(ch,) for ch in "abcdefghijklmnopqrstuvwxyz"],
                "Read a word and print how many times the letter {0} appears in it.", "Count the {0} characters.",
@@ -1641,10 +1654,12 @@ _CODE_FAMILIES = [
                "Write a function calc(x) that returns x * {0} - {1}.", "calc returns x * {0} - {1}.",
                "def calc(x):\n    return x * {0} - {1}"),
     CodeFamily("count_above", "fn:ints", [(t,) for t in range(10)],
-               "Write a function count_above(nums) that returns how many numbers in the list nums are greater than {0}.",
+               "Write a function count_above(nums) that returns how many numbers in the list nums are greater than "
+               "{0}.",
                "Count the numbers above {0}.", "def count_above(nums):\n    return sum(1 for x in nums if x > {0})"),
     CodeFamily("clip", "fn:int", [(m,) for m in range(1, 31)],
-               "Write a function clip(x) that returns x if x is at most {0}, and {0} otherwise.", "That is min(x, {0}).",
+               "Write a function clip(x) that returns x if x is at most {0}, and {0} otherwise.",
+               "That is min(x, {0}).",
                "def clip(x):\n    return min(x, {0})"),
 ]
 
@@ -1666,7 +1681,8 @@ def toy_code_problems(n: int, seed: int = 0, split: str = "train", num_tests: in
 
 def _code_pools(split: str) -> list:
     """Per family, the (family, params) pairs of one split (20% of all problems are held out as "test")."""
-    return [[(f, p) for p in f.params if _split_of(f"{f.name}-" + "-".join(map(str, p)), 5) == split] for f in _CODE_FAMILIES]
+    return [[(f, p) for p in f.params if _split_of(f"{f.name}-" + "-".join(map(str, p)), 5) == split]
+            for f in _CODE_FAMILIES]
 
 
 def _code_problem(family: CodeFamily, params, num_tests: int) -> dict:
@@ -1714,7 +1730,8 @@ def toy_code_sft_examples(n: int, seed: int = 0) -> list:
     conversations = []
     for _ in range(n):
         p = _code_problem(*rng.choice(rng.choice(pools)), num_tests=0)
-        conversations.append([{"role": "user", "content": p["prompt"]}, {"role": "assistant", "content": toy_code_response(p)}])
+        conversations.append([{"role": "user", "content": p["prompt"]},
+                              {"role": "assistant", "content": toy_code_response(p)}])
     return conversations
 
 
@@ -1952,15 +1969,16 @@ def write_toy_datasets(out_dir: str, **sizes) -> dict:
         with open(paths[name], "w") as f:
             f.writelines(json.dumps(r) + "\n" for r in records)
 
-    write("sft", ({"messages": c} for c in toy_sft_conversations(cfg.n_sft_math, cfg.n_sft_code, cfg.seed, cfg.wrong_fraction)))
+    conversations = toy_sft_conversations(cfg.n_sft_math, cfg.n_sft_code, cfg.seed, cfg.wrong_fraction)
+    write("sft", ({"messages": c} for c in conversations))
     for split, n in (("train", cfg.n_math_train), ("test", cfg.n_math_test)):
         write(f"math_{split}", ({"id": p["id"], "problem": p["prompt"], "answer": p["answer"]}
                                 for p in toy_math_problems(n, cfg.seed, split)))
     for split, n in (("train", cfg.n_code_train), ("test", cfg.n_code_test)):
         rows = []
         for p in toy_code_problems(n, cfg.seed, split):
-            cases = [{"input": t["input"], "output": t["output"], "testtype": "functional" if "fn_name" in t else "stdin"}
-                     for t in p["tests"]]
+            cases = [{"input": t["input"], "output": t["output"],
+                      "testtype": "functional" if "fn_name" in t else "stdin"} for t in p["tests"]]
             fn = p["tests"][0].get("fn_name")
             rows.append(dict(question_id=p["id"], question_content=p["prompt"], starter_code="",
                              public_test_cases=json.dumps(cases[:3]), private_test_cases=json.dumps(cases[3:]),
@@ -2060,7 +2078,8 @@ if __name__ == "__main__":
     cfg = parse_config({"toy": ToyConfig, "stats": StatsConfig})
     try:
         if isinstance(cfg, ToyConfig):
-            paths = write_toy_datasets(cfg.out, **{f.name: getattr(cfg, f.name) for f in fields(cfg) if f.name != "out"})
+            sizes = {f.name: getattr(cfg, f.name) for f in fields(cfg) if f.name != "out"}
+            paths = write_toy_datasets(cfg.out, **sizes)
             for name, path in paths.items():
                 print(f"{name:12s} {path}")
         else:
