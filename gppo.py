@@ -11,7 +11,9 @@ One step, in plain words:
   3. GRPO advantages per group, A = (R − mean) / (std + 1e-6); a group whose rewards are all equal (all right or
      all wrong) has no signal and is dropped. Optionally (--max_gen_rounds > 1) more prompts are sampled until
      prompts_per_step groups survive, as the authors' scripts do; the paper does not refill;
-  4. the survivors are re-packed, in stream order, into mini-batches of mini_batch_prompts groups;
+  4. the survivors are re-packed, in stream order, into mini-batches of mini_batch_prompts groups, and each
+     mini-batch into rows of train_row_tokens tokens where a group's prompt appears once and its responses attend
+     to it (share_prompts: the same attention per token, the prompt's linear layers run once, not group_size times);
   5. old logprobs are recomputed by the trainer before any update (or taken from the engine: a switch); the
      mean/max gap between the two is logged as a correctness check of the engine;
   6. one optimizer step per mini-batch (the paper: 128/16 = 8 per rollout batch), loss = GPPO + α·SFT, token-mean
@@ -79,6 +81,8 @@ class GPPOConfig:
     mini_batch_prompts: int = 4        # prompt groups per optimizer step (32/4 = 8 updates per rollout batch, as the
     #   paper's 128/16); survivors of the filter are re-packed into full mini-batches
     train_row_tokens: int = 8192       # tokens per forward/backward (packed): bounds activation memory
+    share_prompts: bool = True         # a group's prompt once per packed row, its responses attending to it: the
+    #   trainer's linear layers see each prompt once, not group_size times (equal logprobs; see row_tensors)
     lr: float = 2e-5                   # paper: 1e-6 math, 5e-7 code; constant after warmup
     warmup_steps: int = 10             # linear warmup, in RL steps
     weight_decay: float = 0.1          # AdamW (paper: 0.1)
@@ -300,7 +304,7 @@ def training_sequences(groups: list, cfg) -> list:
             if not sample.token_ids or (cfg.mask_truncated and sample.finish_reason == "length"):
                 continue
             prompt, n = g.task["prompt_ids"], len(sample.token_ids)
-            seqs.append(dict(ids=prompt + sample.token_ids, prompt_len=len(prompt), adv=[advantage] * n,
+            seqs.append(dict(ids=prompt + sample.token_ids, prompt_len=len(prompt), group=g.position, adv=[advantage] * n,
                              engine=sample.logprobs, old=sample.logprobs, sft=[float(correct)] * n))
     return seqs
 
@@ -310,12 +314,12 @@ def training_sequences(groups: list, cfg) -> list:
 def recompute_old_logprobs(run: Run, seqs: list) -> dict:
     """Old logprobs from the trainer's forward, before any update of the step; returns the sum, count and max of
     |trainer − engine| over the tokens, a check of the engine (it should sample exactly what the trainer scores)."""
-    rows = pack_micro_batches(seqs, run.cfg.train_row_tokens)
+    rows = pack_micro_batches(seqs, run.cfg.train_row_tokens, run.cfg.share_prompts)
     # FSDP's forward is a collective: a rank with fewer rows (its groups were filtered out) runs dummy forwards,
     # else the ranks wait on each other forever
     for i in range(int(global_max(len(rows), run.device))):
         if i < len(rows):
-            recompute_logprobs(run.policy, rows[i], run.cfg.temperature, run.device)
+            recompute_logprobs(run.policy, rows[i], run.cfg.temperature, run.device, run.cfg.share_prompts)
         else:
             with torch.no_grad():
                 run.policy(torch.zeros((1, 2), dtype=torch.long, device=run.device))
@@ -324,37 +328,62 @@ def recompute_old_logprobs(run: Run, seqs: list) -> dict:
                 gap_max=max((float(g.max()) for g in gaps if len(g)), default=0.0))
 
 
-def pack_micro_batches(seqs, row_tokens):
-    """Greedy, in order: sequences into rows of at most row_tokens tokens (a longer one gets its own row).
-    Each row: input_ids, position_ids, document_ids (1, T) and, per response token, where its logit is."""
-    rows, current = [], []
+def pack_micro_batches(seqs, row_tokens, share_prompts=False):
+    """Greedy, in order: sequences into rows of at most row_tokens tokens (a longer one gets its own row). With
+    share_prompts, a sequence that follows one of its group (the same prompt) in a row adds only its response."""
+    rows, current, used = [], [], 0
     for s in seqs:
-        if current and sum(len(c["ids"]) for c in current) + len(s["ids"]) > row_tokens:
+        shared = share_prompts and current and s.get("group") is not None and current[-1].get("group") == s["group"]
+        size = len(s["ids"]) - (s["prompt_len"] if shared else 0)
+        if current and used + size > row_tokens:
             rows.append(current)
-            current = []
+            current, used, size = [], 0, len(s["ids"])
         current.append(s)
+        used += size
     if current:
         rows.append(current)
     return rows
 
 
-def row_tensors(row, device):
-    ids = torch.tensor([t for s in row for t in s["ids"]], device=device)[None]
-    pos = torch.cat([torch.arange(len(s["ids"])) for s in row]).to(device)[None]
-    doc = torch.cat([torch.full((len(s["ids"]),), i) for i, s in enumerate(row)]).to(device)[None]
-    # response token j of a sequence sits at prompt_len + j and is predicted by the hidden state before it
-    offsets = np.cumsum([0] + [len(s["ids"]) for s in row[:-1]])
-    where = torch.tensor([o + s["prompt_len"] - 1 + j for o, s in zip(offsets, row) for j in range(len(s["ids"]) - s["prompt_len"])],
-                         device=device)
+def row_tensors(row, device, share_prompts=False):
+    """One packed row: input_ids, position_ids, document_ids (1, T), prefix_docs (model.py), and per response
+    token where its logit is (the hidden state before it), its target and its per-token values (old, adv, sft).
+    Without sharing, each sequence is a document [prompt; response]. With share_prompts, consecutive sequences of
+    one group put the prompt in once, as its own document, and each response is a document continuing it (positions
+    going on from the prompt's): the attention each response token sees is the same, the prompt's linear layers
+    run once. A response's first token is then predicted by the shared prompt's last hidden state."""
+    ids, pos, doc, prefixes, where, targets = [], [], [], [], [], []
+    group, prompt_doc, prompt_last = None, -1, -1
+
+    def add(tokens, positions, prefix):
+        doc.extend([len(prefixes)] * len(tokens))
+        prefixes.append(prefix)
+        ids.extend(tokens)
+        pos.extend(positions)
+
+    for s in row:
+        P, n = s["prompt_len"], len(s["ids"]) - s["prompt_len"]
+        if not share_prompts:
+            start = len(ids)
+            add(s["ids"], range(P + n), -1)
+            where.extend(range(start + P - 1, start + P - 1 + n))
+        else:
+            if s.get("group") is None or s["group"] != group:       # a new prompt: its own document
+                group, prompt_doc, prompt_last = s.get("group"), len(prefixes), len(ids) + P - 1
+                add(s["ids"][:P], range(P), -1)
+            start = len(ids)
+            add(s["ids"][P:], range(P, P + n), prompt_doc)
+            where.extend([prompt_last, *range(start, start + n - 1)])
+        targets.extend(s["ids"][P:])
     per_token = {k: torch.tensor([v for s in row for v in s[k]], device=device) for k in ("old", "adv", "sft")}
-    targets = ids[0, where + 1]
-    return ids, pos, doc, where, targets, per_token
+    tensor = lambda x: torch.tensor(x, device=device)   # noqa: E731
+    return (tensor([ids]), tensor([pos]), tensor([doc]), [prefixes], tensor(where), tensor(targets), per_token)
 
 
 @torch.no_grad()
-def recompute_logprobs(policy, row, temperature, device):
-    ids, pos, doc, where, targets, _ = row_tensors(row, device)
-    hidden = policy(ids, position_ids=pos, document_ids=doc, return_hidden=True)[0, where]   # (N, D)
+def recompute_logprobs(policy, row, temperature, device, share_prompts=False):
+    ids, pos, doc, prefixes, where, targets, _ = row_tensors(row, device, share_prompts)
+    hidden = policy(ids, position_ids=pos, document_ids=doc, prefix_docs=prefixes, return_hidden=True)[0, where]   # (N, D)
     out = []
     for s in range(0, len(where), 1024):
         logits = (hidden[s:s + 1024] @ policy.lm_head.weight.T).float() / temperature
@@ -375,18 +404,19 @@ def train_mini_batch(run: Run, seqs: list):
     counts = global_sums(dict(tokens=sum(len(s["adv"]) for s in seqs), sft_tokens=sum(sum(s["sft"]) for s in seqs)), device)
     if counts["tokens"] == 0:
         return None
-    rows = pack_micro_batches(seqs, cfg.train_row_tokens)
+    rows = pack_micro_batches(seqs, cfg.train_row_tokens, cfg.share_prompts)
     n_rows = int(global_max(len(rows), device))   # every rank runs the same number of forward/backward passes
     names = ("entropy", "clip_frac_high", "clip_frac_low", "dual_clip_frac", "ratio_mean", "approx_kl")
     sums = dict.fromkeys(("loss", "weight") + names, 0.0)
     for i in range(n_rows):
         if i < len(rows):
-            ids, pos, doc, where, targets, tok = row_tensors(rows[i], device)
+            ids, pos, doc, prefixes, where, targets, tok = row_tensors(rows[i], device, cfg.share_prompts)
         else:   # this rank has fewer rows: a dummy row keeps FSDP's collectives in step; it adds zero
             ids, pos, doc = (torch.zeros((1, 2), dtype=torch.long, device=device) for _ in range(3))
+            prefixes = None
             where, targets = torch.zeros(1, dtype=torch.long, device=device), torch.zeros(1, dtype=torch.long, device=device)
             tok = {k: torch.zeros(1, device=device) for k in ("old", "adv", "sft")}
-        hidden = run.policy(ids, position_ids=pos, document_ids=doc, return_hidden=True)[0, where]
+        hidden = run.policy(ids, position_ids=pos, document_ids=doc, prefix_docs=prefixes, return_hidden=True)[0, where]
         mask = torch.ones_like(tok["adv"]) if i < len(rows) else torch.zeros_like(tok["adv"])
         loss, m = rl_loss_from_hidden(hidden, run.policy.lm_head.weight, targets, tok["old"], tok["adv"], mask,
                                       sft_mask=tok["sft"], cfg=cfg.loss, num_tokens=counts["tokens"],

@@ -16,7 +16,9 @@ stretches the context (the paper evaluates at 64K with factor 2.5 over 32K).
 Three seams for the rest of the project:
   - packed rows (SFT and GPPO): `document_ids` (B, T), each document a contiguous run of one id, and
     `position_ids` restarting per document. Attention never crosses documents: each document gets its
-    own causal SDPA call, so no (T, T) mask is built and flash kernels stay usable at 32K tokens;
+    own causal SDPA call, so no (T, T) mask is built and flash kernels stay usable at 32K tokens.
+    `prefix_docs` lets documents share a prefix: an RL group's prompt is packed once, its n responses
+    after it, each attending to the prompt and then to itself (the linear layers see the prompt once);
   - an external KV cache: pass `kv_cache=` any object with `attend(layer_idx, q, k, v) -> out`
     (q: (B, T, Hq, hd), k/v: (B, T, Hkv, hd), after q/k norm and RoPE; out: (B, T, Hq, hd)).
     rollout.py's paged engine implements it; the model knows nothing about pages (no document_ids then);
@@ -220,21 +222,31 @@ def apply_rope(x, cos, sin):  # x: (B, T, H, hd); cos/sin: (B, T, 1, hd) fp32
     return (x * cos.to(x.dtype) + rotate_half(x) * sin.to(x.dtype))
 
 
-def causal_attention(q, k, v, doc_lengths=None):
+def causal_attention(q, k, v, docs=None):
     """softmax(q k^T / sqrt(hd) + causal mask) v, with q: (B, Hq, T, hd), k/v: (B, Hkv, T, hd) -> (B, Hq, T, hd).
 
-    doc_lengths: None (each row is one sequence) or, per row, the lengths of its documents in order;
-    then each document is its own causal attention call, which equals a block-diagonal causal mask
-    without building the (T, T) mask or computing the masked-out blocks.
+    docs: None (each row is one sequence) or, per row, (lengths, prefixes): the lengths of its documents in order
+    and, per document, the index of an earlier document it continues (-1: none). Each document is its own causal
+    SDPA call, which equals a block-diagonal causal mask without building the (T, T) mask or computing the
+    masked-out blocks. A document with a prefix attends to the prefix's tokens, then causally to its own: its call
+    runs on [prefix; document], exactly the call it would get packed with its own copy of the prefix, and keeps
+    the document's rows (the prefix's own rows come from the prefix's call).
     """
     gqa = q.shape[1] != k.shape[1]
-    if doc_lengths is None:
+    if docs is None:
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
     rows = []
-    for b, lengths in enumerate(doc_lengths):
-        docs = zip(*(t[b:b + 1].split(lengths, dim=2) for t in (q, k, v)))
-        rows.append(torch.cat([F.scaled_dot_product_attention(qd, kd, vd, is_causal=True, enable_gqa=gqa)
-                               for qd, kd, vd in docs], dim=2))
+    for b, (lengths, prefixes) in enumerate(docs):
+        parts = [t[b:b + 1].split(lengths, dim=2) for t in (q, k, v)]     # per tensor: (1, H, length, hd) per doc
+        outs = []
+        for d, prefix in enumerate(prefixes):
+            if prefix < 0:
+                outs.append(F.scaled_dot_product_attention(*(p[d] for p in parts), is_causal=True, enable_gqa=gqa))
+            else:
+                qd, kd, vd = (torch.cat([p[prefix], p[d]], dim=2) for p in parts)
+                y = F.scaled_dot_product_attention(qd, kd, vd, is_causal=True, enable_gqa=gqa)
+                outs.append(y[:, :, lengths[prefix]:])
+        rows.append(torch.cat(outs, dim=2))
     return torch.cat(rows, dim=0)
 
 
@@ -250,7 +262,7 @@ class Attention(nn.Module):
         self.q_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
         self.k_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
 
-    def forward(self, x, cos, sin, doc_lengths, kv_cache):
+    def forward(self, x, cos, sin, docs, kv_cache):
         B, T, _ = x.shape
         q = self.q_norm(self.q_proj(x).view(B, T, self.n_heads, self.head_dim))
         k = self.k_norm(self.k_proj(x).view(B, T, self.n_kv_heads, self.head_dim))
@@ -260,7 +272,7 @@ class Attention(nn.Module):
             y = kv_cache.attend(self.layer_idx, q, k, v)                     # (B, T, Hq, hd)
         else:
             q, k, v = (t.transpose(1, 2) for t in (q, k, v))                 # (B, H, T, hd)
-            y = causal_attention(q, k, v, doc_lengths).transpose(1, 2)
+            y = causal_attention(q, k, v, docs).transpose(1, 2)
         return self.o_proj(y.reshape(B, T, self.n_heads * self.head_dim))
 
 
@@ -283,15 +295,27 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.mlp = MLP(cfg)
 
-    def forward(self, x, cos, sin, doc_lengths=None, kv_cache=None):
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, doc_lengths, kv_cache)
+    def forward(self, x, cos, sin, docs=None, kv_cache=None):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, docs, kv_cache)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
-def document_lengths(document_ids: torch.Tensor) -> list[list[int]]:
-    """(B, T) ids, each document a contiguous run of one id -> per row, its documents' lengths.
-    One device-to-host copy per forward; every layer reuses the result."""
-    return [torch.unique_consecutive(row, return_counts=True)[1].tolist() for row in document_ids.cpu()]
+def documents(document_ids: torch.Tensor, prefix_docs=None) -> list[tuple[list, list]]:
+    """(B, T) ids, each document a contiguous run of one id -> per row, (its documents' lengths, their prefixes).
+    prefix_docs: None, or per row a list with one entry per document: the index of an earlier document (itself
+    without a prefix) whose tokens it continues, or -1. One device-to-host copy per forward; every layer reuses it."""
+    lengths = [torch.unique_consecutive(row, return_counts=True)[1].tolist() for row in document_ids.cpu()]
+    if prefix_docs is None:
+        return [(row, [-1] * len(row)) for row in lengths]
+    if len(prefix_docs) != len(lengths):
+        raise ValueError(f"prefix_docs has {len(prefix_docs)} rows, document_ids {len(lengths)}")
+    for b, (row, prefixes) in enumerate(zip(lengths, prefix_docs)):
+        if len(prefixes) != len(row):
+            raise ValueError(f"prefix_docs[{b}] has {len(prefixes)} entries for the row's {len(row)} documents")
+        for d, p in enumerate(prefixes):
+            if not (p == -1 or (0 <= p < d and prefixes[p] == -1)):
+                raise ValueError(f"prefix_docs[{b}][{d}] = {p}: expected -1 or an earlier document without a prefix")
+    return [(row, list(prefixes)) for row, prefixes in zip(lengths, prefix_docs)]
 
 
 # ----------------------------------------------------------------------------- the model
@@ -325,12 +349,14 @@ class Qwen3(nn.Module):
                 p.copy_(torch.randn(p.shape, generator=gen) * std)
         return self
 
-    def forward(self, input_ids, position_ids=None, document_ids=None, kv_cache=None, return_hidden=False):
+    def forward(self, input_ids, position_ids=None, document_ids=None, kv_cache=None, return_hidden=False,
+                prefix_docs=None):
         """input_ids (B, T) -> logits (B, T, V) (or final hidden (B, T, D) with return_hidden).
 
         position_ids (B, T): default 0..T-1. document_ids (B, T): packed rows, each document a contiguous
         run of one id; tokens attend only within their document (the caller restarts position_ids per
-        document). kv_cache: see module docstring.
+        document). prefix_docs: per row, per document, the earlier document it continues or -1 (see `documents`);
+        a continuing document's positions go on from its prefix's. kv_cache: see module docstring.
         """
         B, T = input_ids.shape
         if position_ids is None:
@@ -341,14 +367,16 @@ class Qwen3(nn.Module):
         if document_ids is not None and kv_cache is not None:
             raise ValueError("document_ids and kv_cache were both given: with a cache, its attend() alone "
                              "decides what each query sees; pass document_ids=None")
-        doc_lengths = document_lengths(document_ids) if document_ids is not None else None
+        if prefix_docs is not None and document_ids is None:
+            raise ValueError("prefix_docs needs document_ids: it names documents by their index in the row")
+        docs = documents(document_ids, prefix_docs) if document_ids is not None else None
         cos, sin = self.rotary(position_ids)
         x = self.embed_tokens(input_ids)                                    # (B, T, D)
         for layer in self.layers:
             if self.activation_checkpointing and self.training and torch.is_grad_enabled():
-                x = checkpoint(layer, x, cos, sin, doc_lengths, kv_cache, use_reentrant=False)
+                x = checkpoint(layer, x, cos, sin, docs, kv_cache, use_reentrant=False)
             else:
-                x = layer(x, cos, sin, doc_lengths, kv_cache)
+                x = layer(x, cos, sin, docs, kv_cache)
         x = self.norm(x)
         return x if return_hidden else self.lm_head(x)
 

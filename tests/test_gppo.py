@@ -121,10 +121,44 @@ def test_packing_and_logit_positions():
             dict(ids=[9] * 7, prompt_len=2, old=[0.0] * 5, adv=[0.5] * 5, sft=[0] * 5, engine=[0] * 5)]
     rows = gppo.pack_micro_batches(seqs, row_tokens=8)
     assert [len(r) for r in rows] == [2, 1]
-    ids, pos, doc, where, targets, tok = gppo.row_tensors(rows[0], torch.device("cpu"))
+    ids, pos, doc, prefixes, where, targets, tok = gppo.row_tensors(rows[0], torch.device("cpu"))
     assert pos.tolist() == [[0, 1, 2, 3, 4, 0, 1, 2]] and doc.tolist() == [[0, 0, 0, 0, 0, 1, 1, 1]]
     assert where.tolist() == [2, 3, 5, 6] and targets.tolist() == [4, 5, 7, 8]
     assert tok["adv"].tolist() == [1.0, 1.0, -1.0, -1.0]
+
+
+def test_shared_prompt_packing_by_hand():
+    """Two responses of group 7 share its prompt [1, 2, 3] in the row; group 8's sequence starts a new prompt."""
+    seqs = [dict(ids=[1, 2, 3, 4, 5], prompt_len=3, group=7, old=[0.1, 0.2], adv=[1.0, 1.0], sft=[0, 0], engine=[0, 0]),
+            dict(ids=[1, 2, 3, 6], prompt_len=3, group=7, old=[0.3], adv=[-1.0], sft=[1], engine=[0]),
+            dict(ids=[9, 8, 7], prompt_len=2, group=8, old=[0.5], adv=[0.5], sft=[0], engine=[0])]
+    assert [len(r) for r in gppo.pack_micro_batches(seqs, row_tokens=9, share_prompts=True)] == [3]   # 5 + 1 + 3
+    assert [len(r) for r in gppo.pack_micro_batches(seqs, row_tokens=9)] == [2, 1]                   # 5 + 4, 3
+    ids, pos, doc, prefixes, where, targets, tok = gppo.row_tensors(seqs, torch.device("cpu"), share_prompts=True)
+    assert ids.tolist() == [[1, 2, 3, 4, 5, 6, 9, 8, 7]]
+    assert pos.tolist() == [[0, 1, 2, 3, 4, 3, 0, 1, 2]] and doc.tolist() == [[0, 0, 0, 1, 1, 2, 3, 3, 4]]
+    assert prefixes == [[-1, 0, 0, -1, 3]]
+    # response tokens 4, 5 | 6 | 7: predicted by the prompt's last state (2), then by 4 (3); by 2; by 8 (7)
+    assert where.tolist() == [2, 3, 2, 7] and targets.tolist() == [4, 5, 6, 7]
+    assert tok["adv"].tolist() == [1.0, 1.0, -1.0, 0.5]
+
+
+def test_shared_prompts_give_the_logprobs_of_separate_sequences():
+    """recompute_logprobs on a real group (float64 tiny model): sharing the prompt changes no logprob beyond
+    float64 rounding (~1e-15 relative; atol 1e-10)."""
+    model = from_pretrained(os.path.join(os.path.dirname(__file__), "fixtures", "qwen3-tiny-gqa")).double()
+    gen = torch.Generator().manual_seed(0)
+    prompt = torch.randint(128, (5,), generator=gen).tolist()
+    seqs = [dict(ids=prompt + torch.randint(128, (n,), generator=gen).tolist(), prompt_len=5, group=0,
+                 old=[0.0] * n, adv=[1.0] * n, sft=[0.0] * n, engine=[0.0] * n) for n in (3, 8, 1, 5)]
+    out = {}
+    for share in (False, True):
+        copies = [dict(s) for s in seqs]
+        for row in gppo.pack_micro_batches(copies, 64, share):
+            gppo.recompute_logprobs(model, row, 1.0, torch.device("cpu"), share)
+        out[share] = torch.tensor([lp for s in copies for lp in s["old"]], dtype=torch.float64)
+    assert len(out[True]) == 17
+    torch.testing.assert_close(out[True], out[False], rtol=0, atol=1e-10)
 
 
 # ----------------------------------------------------------------------------- method fidelity

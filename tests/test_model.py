@@ -333,6 +333,59 @@ def test_packed_row_equals_separate_documents():
     assert (unpacked[7:] - separate[7:]).abs().max() > 0.1
 
 
+def test_shared_prefix_equals_each_document_with_its_own_copy_of_the_prefix():
+    """prefix_docs: [prompt][resp1][resp2] with both responses continuing the prompt gives, for every response
+    token, the hidden state and the gradients of [prompt; resp1][prompt; resp2] packed separately. The forward is the
+    same per-row arithmetic in both (float64, ~1e-15 apart: atol 1e-10). A parameter's gradient is a sum over tokens,
+    grouped differently in the two layouts, of terms that pass through RMSNorm, which runs in fp32 even in a float64
+    model (as in HF): they agree to a few fp32 ulps of the largest entry (atol 64 * 2^-23 * max|grad|, ~8e-6)."""
+    model = from_pretrained(fixture("qwen3-tiny-gqa")).double()
+    prompt, r1, r2 = tokens(128, 1, 6, seed=1), tokens(128, 1, 9, seed=2), tokens(128, 1, 4, seed=3)
+    P, n1, n2 = 6, 9, 4
+
+    def run(shared):
+        model.zero_grad(set_to_none=True)
+        if shared:
+            ids = torch.cat([prompt, r1, r2], 1)
+            pos = torch.cat([torch.arange(P), torch.arange(P, P + n1), torch.arange(P, P + n2)])[None]
+            doc = torch.tensor([0] * P + [1] * n1 + [2] * n2)[None]
+            hidden = model(ids, position_ids=pos, document_ids=doc, prefix_docs=[[-1, 0, 0]], return_hidden=True)[0]
+            prompt_h, h1, h2 = hidden[:P], hidden[P:P + n1], hidden[P + n1:]
+        else:
+            ids = torch.cat([prompt, r1, prompt, r2], 1)
+            pos = torch.cat([torch.arange(P + n1), torch.arange(P + n2)])[None]
+            doc = torch.tensor([0] * (P + n1) + [1] * (P + n2))[None]
+            hidden = model(ids, position_ids=pos, document_ids=doc, return_hidden=True)[0]
+            prompt_h, h1, h2 = hidden[:P], hidden[P:P + n1], hidden[2 * P + n1:]
+        out = torch.cat([prompt_h, h1, h2])
+        (out.sin().sum()).backward()     # any scalar that uses every state
+        return out.detach(), {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+
+    shared, shared_grads = run(True)
+    separate, separate_grads = run(False)
+    assert shared_grads.keys() == separate_grads.keys() and "layers.0.self_attn.q_proj.weight" in separate_grads
+    torch.testing.assert_close(shared, separate, rtol=0, atol=1e-10)
+    for name, grad in separate_grads.items():
+        atol = 64 * 2 ** -23 * float(grad.abs().max())
+        torch.testing.assert_close(shared_grads[name], grad, rtol=0, atol=atol, msg=lambda m: f"{name}: {m}")
+    # a response that did not see its prompt would differ by far more
+    alone = model(r1, position_ids=torch.arange(P, P + n1)[None], return_hidden=True)[0].detach()
+    assert (alone - separate[P:P + n1]).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize("prefix_docs,message", [([[-1, 0]], "2 entries for the row's 3 documents"),
+                                                 ([[-1, 2, -1]], r"prefix_docs\[0\]\[1\] = 2"),
+                                                 ([[-1, 0, 1]], r"prefix_docs\[0\]\[2\] = 1"),
+                                                 ([[-1, 0, 0], [-1]], "2 rows")])
+def test_bad_prefix_docs_are_named(prefix_docs, message):
+    model = from_pretrained(fixture("qwen3-tiny-gqa"))
+    ids, doc = tokens(128, 1, 6, seed=1), torch.tensor([[0, 0, 1, 1, 2, 2]])
+    with pytest.raises(ValueError, match=message):
+        model(ids, document_ids=doc, prefix_docs=prefix_docs)
+    with pytest.raises(ValueError, match="prefix_docs needs document_ids"):
+        model(ids, prefix_docs=[[-1]])
+
+
 def test_return_hidden_then_lm_head_equals_logits():
     for name in ["qwen3-tiny-gqa", "qwen3-tiny-tied"]:
         model = from_pretrained(fixture(name))
