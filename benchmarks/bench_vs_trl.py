@@ -19,8 +19,12 @@ site packages, so the same torch) and pip-installs them there (once; later runs 
 virtualenv as a child process (this file with --trl_worker); the split is read from hooks around its
 _generate_and_score_completions and _get_per_token_logps_and_entropies (old logprobs: the calls without gradients).
 
-Run:  python benchmarks/bench_vs_trl.py                               # both workloads, ~10-15 min on 2 cores
-      python benchmarks/bench_vs_trl.py --workloads=toy --steps=3     # the toy alone
+Threads: 1 per side by default. On a 2-core virtual machine both sides run faster on one thread than on two (the
+toy's step: gppo.py 2.4-2.9 s vs 3.1-4.2 s, TRL 3.8-5.4 s vs 4.8-5.0 s), because every small op handed to a second
+thread pays for waking it; --threads=2 gives each side two.
+
+Run:  python benchmarks/bench_vs_trl.py                               # both workloads: 17 min on an idle 2-core machine
+      python benchmarks/bench_vs_trl.py --workloads=toy --steps=5     # the toy alone, ~1.5 min
 """
 import json
 import os
@@ -48,7 +52,7 @@ class BenchConfig:
     longtail_prompts: int = 4          # of every 32 prompts, this many are long sums
     longtail_digits: int = 30          # digits of each operand of a long sum
     longtail_tokens: int = 1024        # the response limit of the longtail workload
-    threads: int = 2                   # torch threads per side (one process each)
+    threads: int = 1                   # torch threads per side (one process each); see the docstring
     trl_timeout_s: int = 3600          # TRL's side is stopped after this long; the steps it finished are kept
     out_dir: str = "out/bench_vs_trl"  # runs, the virtualenv, results.json
     venv: str = ""                     # default: out_dir/venv
