@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole Klear-Reasoner pipeline: long-CoT SFT -> GPPO RL -> evaluation of both models, one table.
 #
-#   bash train.sh                 # toy task on a CPU (tiny model from scratch): ~12 min on 2 cores
+#   bash train.sh                 # toy task on a CPU (tiny model from scratch): ~11 min on 2 idle cores
 #   bash train.sh ablate          # the off-policy sweep and the paper's ablations in miniature, 3 seeds per arm
 #                                 # (README, "Ablations"): 84 min on 2 cores; writes benchmarks/results' files
 #   bash train.sh rehearsal       # Qwen3-0.6B's exact shape through every stage, memory vs budget (README, "Rehearsal");
