@@ -144,8 +144,11 @@ def test_shared_prompt_packing_by_hand():
 
 
 def test_shared_prompts_give_the_logprobs_of_separate_sequences():
-    """recompute_logprobs on a real group (float64 tiny model): sharing the prompt changes no logprob beyond
-    float64 rounding (~1e-15 relative; atol 1e-10)."""
+    """recompute_logprobs on a real group (float64 tiny model): sharing the prompt changes no logprob beyond rounding.
+    The hidden states agree to float64 rounding (~1e-15 relative), but recompute_logprobs casts the logits to fp32
+    before its log-softmax (as training does), where two values that close can still round one fp32 ulp apart; the
+    log-softmax carries that to a few ulps of the logsumexp: atol 16 * 2^-23 * max(1, max|logprob|). A response
+    scored against the wrong position or without its prompt is off by O(1)."""
     model = from_pretrained(os.path.join(os.path.dirname(__file__), "fixtures", "qwen3-tiny-gqa")).double()
     gen = torch.Generator().manual_seed(0)
     prompt = torch.randint(128, (5,), generator=gen).tolist()
@@ -158,7 +161,8 @@ def test_shared_prompts_give_the_logprobs_of_separate_sequences():
             gppo.recompute_logprobs(model, row, 1.0, torch.device("cpu"), share)
         out[share] = torch.tensor([lp for s in copies for lp in s["old"]], dtype=torch.float64)
     assert len(out[True]) == 17
-    torch.testing.assert_close(out[True], out[False], rtol=0, atol=1e-10)
+    atol = 16 * 2 ** -23 * max(1.0, float(out[False].abs().max()))
+    torch.testing.assert_close(out[True], out[False], rtol=0, atol=atol)
 
 
 # ----------------------------------------------------------------------------- method fidelity
