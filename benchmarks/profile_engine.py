@@ -1,0 +1,202 @@
+"""Where the engine's time goes on one RL step's batch, by wall clock, and the floor its matmuls set.
+
+gppo.py's rollout batch (prompts x samples from its prompt stream, T = 1, at most max_tokens new tokens each, the
+chat template's stop tokens, gppo.py's per-prompt seeds) is generated from a Hugging Face checkpoint, a new batch
+per repeat. Plain runs give the engine's time. Then one run with timing wrappers around the model's modules and the
+engine's functions splits the wall clock into:
+  matmuls        every nn.Linear call (q/k/v/o, the MLP, lm_head)
+  attention      PagedKVCache.attend: writing the step's K/V into the pool, then the decode (or prefill) attention
+  norms, rotary  the RMSNorm calls, apply_rope
+  rest of model  embedding, residual adds, SiLU * up, reshapes, the logits' rows (the forward minus the above)
+  sampling       rollout.sample (softmax, the inverse CDF)
+  engine         scheduling, block tables, the cascade layout, appending tokens (generate minus all of the above)
+The matmul floor: the FLOPs of every Linear call (2 x rows x in x out), each at the rate its shape reaches alone in
+a hot loop. torch.profiler is not used: on small ops its per-op times disagree with the wall clock of the calls that
+contain them (the wrappers cost ~1 us a call, and their run's total is printed beside the plain one).
+With transformers importable (it is not a dependency; e.g. the virtualenv bench_vs_trl.py makes), its generate()
+on the same batches runs interleaved with the engine: each prompt repeated `samples` times, left-padded, sampling
+at T = 1 with the same stop tokens.
+
+Run:  python benchmarks/profile_engine.py --model=out/sft/hf                                   # the toy's step batch
+      out/bench_vs_trl/venv/bin/python benchmarks/profile_engine.py --model=out/sft/hf          # + transformers
+"""
+import os
+import statistics
+import sys
+import time
+from collections import Counter
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")   # as gppo.py sets it
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+import data  # noqa: E402
+import gppo  # noqa: E402
+import model as model_py  # noqa: E402
+import rollout  # noqa: E402
+
+
+@dataclass
+class ProfileConfig:
+    model: str = "out/sft/hf"     # a Hugging Face checkpoint directory (with its tokenizer)
+    math_data: str = ""           # RL prompts as gppo.py reads them; empty: gppo.py's toy problems
+    prompts: int = 32             # gppo.py's prompts_per_step
+    samples: int = 8              # gppo.py's group_size
+    max_tokens: int = 192         # gppo.py's max_response_len
+    threads: int = 1              # torch threads (bench_vs_trl.py's default)
+    repeat: int = 4               # timed batches per side, after one untimed warm-up batch
+    skip_hf: bool = False         # leave transformers' generate out even if it is importable
+
+
+def main(c: ProfileConfig):
+    torch.set_num_threads(c.threads)
+    rl = gppo.GPPOConfig(math_data=c.math_data)
+    tokenizer = data.load_tokenizer(c.model)
+    tasks = gppo.load_tasks(rl, tokenizer)
+    model = model_py.from_pretrained(c.model, dtype=torch.float32, device=torch.device("cpu")).eval()
+    engine = rollout.LLMEngine(model, max_num_seqs=c.prompts * c.samples, max_model_len=rl.max_prompt_len + c.max_tokens)
+    stop = tuple(data.stop_token_ids(tokenizer))
+    hf = None if c.skip_hf else load_hf(c.model)
+    print(f"{c.model}: {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters, fp32; {c.threads} threads; "
+          f"{c.prompts} prompts x {c.samples} samples, T = 1, <= {c.max_tokens} new tokens; "
+          f"transformers: {'not importable' if hf is None and not c.skip_hf else 'skipped' if hf is None else 'yes'}")
+
+    def batch(k):   # gppo.py's k-th rollout batch: its prompts and per-prompt seeds
+        first = k * c.prompts
+        chosen = gppo.prompts_at(tasks, first, c.prompts, rl.seed)
+        params = [rollout.SamplingParams(temperature=1.0, max_tokens=c.max_tokens, n=c.samples, stop_token_ids=stop,
+                                         seed=rl.seed * 1_000_003 + first + p) for p in range(c.prompts)]
+        return [t["prompt_ids"] for t in chosen], params
+
+    times = {"engine": [], "transformers": []}
+    for k in range(c.repeat + 1):   # batch 0 warms up both sides
+        prompts, params = batch(k)
+        start = time.perf_counter()
+        outs = engine.generate(prompts, params)
+        seconds = time.perf_counter() - start
+        lengths = [len(s.token_ids) for group in outs for s in group]
+        line = f"batch {k}: engine {seconds:.3f} s ({engine.stats.steps} steps, {sum(lengths)} tokens, longest {max(lengths)})"
+        if k:
+            times["engine"].append(seconds)
+        if hf is not None:
+            seconds, new = hf_generate(hf, prompts, c.samples, c.max_tokens, list(stop), seed=k)
+            line += f"; transformers {seconds:.3f} s ({new} steps)"
+            if k:
+                times["transformers"].append(seconds)
+        print(line + (" (warm-up)" if k == 0 else ""), flush=True)
+    plain = statistics.median(times["engine"])
+    print(f"\nengine, median of {c.repeat}: {plain:.3f} s")
+    if times["transformers"]:
+        theirs = statistics.median(times["transformers"])
+        print(f"transformers generate, median of {c.repeat}: {theirs:.3f} s: the engine is {theirs / plain:.2f}x as fast")
+
+    prompts, params = batch(1)   # the first timed batch again, now split by part
+    with split_timers() as parts:
+        start = time.perf_counter()
+        engine.generate(prompts, params)
+        total = time.perf_counter() - start
+    rows = split(parts, total)
+    print(f"\nbatch 1 with timing wrappers: {total:.3f} s (plain: {times['engine'][0]:.3f} s)")
+    print(f"{'part':<16}{'seconds':>9}{'share':>8}")
+    for name, seconds in rows:
+        print(f"{name:<16}{seconds:>9.3f}{seconds / total:>8.0%}")
+    flops, floor = matmul_floor(parts["linear_shapes"])
+    print(f"\nmatmuls: {flops / 1e9:.1f} GFLOP in {parts['matmuls']:.3f} s ({flops / parts['matmuls'] / 1e9:.0f} GFLOP/s); "
+          f"the same shapes alone in a hot loop: {floor:.3f} s ({flops / floor / 1e9:.0f} GFLOP/s), "
+          f"so the matmuls run at {floor / parts['matmuls']:.0%} of their floor")
+    print(f"everything else: {total - parts['matmuls']:.3f} s over {engine.stats.steps} engine steps "
+          f"({(total - parts['matmuls']) / engine.stats.steps * 1e3:.2f} ms a step)")
+
+
+# ----------------------------------------------------------------------------- the wrappers
+
+@contextmanager
+def split_timers():
+    """Seconds per part while inside; patches the classes and module functions the engine calls, restores them."""
+    parts = Counter()
+    parts["linear_shapes"] = Counter()   # (rows, in, out) -> calls
+    patches = []
+
+    def timed(owner, name, part, shapes=False):
+        original = getattr(owner, name)
+
+        def wrapper(*args, **kwargs):
+            start = time.perf_counter()
+            out = original(*args, **kwargs)
+            parts[part] += time.perf_counter() - start
+            if shapes:   # nn.Linear.forward(self, x)
+                layer, x = args
+                parts["linear_shapes"][x.numel() // x.shape[-1], layer.in_features, layer.out_features] += 1
+            return out
+        patches.append((owner, name, original))
+        setattr(owner, name, wrapper)
+
+    timed(torch.nn.Linear, "forward", "matmuls", shapes=True)
+    timed(rollout.PagedKVCache, "attend", "attention")
+    timed(model_py.RMSNorm, "forward", "norms")
+    timed(model_py, "apply_rope", "rotary")        # Attention.forward looks it up in model.py's namespace
+    timed(rollout, "sample", "sampling")           # so does LLMEngine._append_tokens in rollout.py's
+    timed(rollout.LLMEngine, "_forward", "forward")
+    try:
+        yield parts
+    finally:
+        for owner, name, original in reversed(patches):
+            setattr(owner, name, original)
+
+
+def split(parts, total: float) -> list:
+    """(part, seconds) rows; the model's rest and the engine's own work are what the wrappers do not cover."""
+    leaves = ["matmuls", "attention", "norms", "rotary"]
+    rest_of_model = parts["forward"] - sum(parts[p] for p in leaves)
+    engine = total - parts["forward"] - parts["sampling"]
+    return [(p, parts[p]) for p in leaves] + [("rest of model", rest_of_model), ("sampling", parts["sampling"]),
+                                              ("engine", engine)]
+
+
+def matmul_floor(shapes: Counter, repeats: int = 5) -> tuple:
+    """(FLOPs, seconds) of the recorded Linear calls, each shape timed alone (the best of `repeats` hot calls)."""
+    flops = seconds = 0.0
+    with torch.inference_mode():
+        for (rows, n_in, n_out), calls in shapes.items():
+            x, w = torch.randn(rows, n_in), torch.randn(n_out, n_in)
+            F.linear(x, w)
+            best = float("inf")
+            for _ in range(repeats):
+                start = time.perf_counter()
+                F.linear(x, w)
+                best = min(best, time.perf_counter() - start)
+            flops += 2 * rows * n_in * n_out * calls
+            seconds += best * calls
+    return flops, seconds
+
+
+# ----------------------------------------------------------------------------- transformers, if importable
+
+def load_hf(path: str):
+    try:
+        import transformers
+    except ImportError:
+        return None
+    return transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+
+
+@torch.inference_mode()
+def hf_generate(hf, prompts: list, samples: int, max_tokens: int, stop: list, seed: int) -> tuple:
+    """(seconds, decode steps) of generate() on the batch: each prompt `samples` times, left-padded."""
+    rows = [p for p in prompts for _ in range(samples)]
+    width = max(map(len, rows))
+    input_ids = torch.tensor([[stop[0]] * (width - len(r)) + r for r in rows])
+    attention_mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
+    torch.manual_seed(seed)
+    start = time.perf_counter()
+    out = hf.generate(input_ids=input_ids, attention_mask=attention_mask, do_sample=True, temperature=1.0, top_p=1.0,
+                      top_k=0, max_new_tokens=max_tokens, eos_token_id=stop, pad_token_id=stop[0])
+    return time.perf_counter() - start, out.shape[1] - width
+
+
+if __name__ == "__main__":
+    main(data.parse_config(ProfileConfig))

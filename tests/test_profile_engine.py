@@ -1,0 +1,50 @@
+"""benchmarks/profile_engine.py: its split records every matmul the engine runs (FLOPs counted by hand from the
+model's shapes and the engine's token counts), leaves the patched functions as they were, and the script runs end to
+end on a tiny checkpoint (no timing asserted)."""
+import os
+import subprocess
+import sys
+
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path[:0] = [ROOT, os.path.join(ROOT, "benchmarks")]
+
+import model as model_py  # noqa: E402
+import profile_engine  # noqa: E402
+import rollout  # noqa: E402
+
+
+def test_split_counts_every_matmul_and_restores_what_it_patched(tiny_checkpoint):
+    model = model_py.from_pretrained(tiny_checkpoint, dtype=torch.float32, device=torch.device("cpu"))
+    cfg = model.config
+    engine = rollout.LLMEngine(model, max_num_seqs=8, max_model_len=64)
+    originals = (torch.nn.Linear.forward, rollout.PagedKVCache.attend, model_py.RMSNorm.forward, model_py.apply_rope,
+                 rollout.sample, rollout.LLMEngine._forward)
+    prompts = [[1, 2, 3, 4, 5], list(range(3, 23))]
+    with profile_engine.split_timers() as parts:
+        outs = engine.generate(prompts, rollout.SamplingParams(temperature=1.0, max_tokens=6, n=3, seed=0))
+    assert originals == (torch.nn.Linear.forward, rollout.PagedKVCache.attend, model_py.RMSNorm.forward,
+                         model_py.apply_rope, rollout.sample, rollout.LLMEngine._forward)
+    # by hand: every token the layers computed meets each layer's 7 projections; lm_head meets each decoded token
+    # and each prompt's last token once (its n samples draw their first token from the same logits)
+    D, I, hd = cfg.hidden_size, cfg.intermediate_size, cfg.head_dim
+    Hq, Hkv = cfg.num_attention_heads, cfg.num_key_value_heads
+    per_token = cfg.num_hidden_layers * (D * Hq * hd + 2 * D * Hkv * hd + Hq * hd * D + 3 * D * I)
+    computed = engine.stats.prefill_tokens + engine.stats.recompute_tokens + engine.stats.decode_tokens
+    assert engine.stats.preemptions == 0 and sum(len(s.token_ids) for group in outs for s in group) == 6 * 6
+    logit_rows = engine.stats.decode_tokens + len(prompts)
+    flops, seconds = profile_engine.matmul_floor(parts["linear_shapes"], repeats=1)
+    assert flops == 2 * (computed * per_token + logit_rows * D * cfg.vocab_size)
+    assert seconds > 0 and parts["matmuls"] > 0
+    rows = dict(profile_engine.split(parts, total=1.0))
+    assert list(rows) == ["matmuls", "attention", "norms", "rotary", "rest of model", "sampling", "engine"]
+
+
+def test_script_runs_on_a_tiny_checkpoint(tiny_checkpoint):
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "profile_engine.py"),
+                          f"--model={tiny_checkpoint}", "--prompts=3", "--samples=2", "--max_tokens=5", "--repeat=1",
+                          "--skip_hf=true"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    for part in ("matmuls", "attention", "sampling", "engine", "GFLOP", "transformers: skipped"):
+        assert part in out.stdout, out.stdout
