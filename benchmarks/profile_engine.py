@@ -12,7 +12,7 @@ engine's functions splits the wall clock into:
   engine         scheduling, block tables, the cascade layout, appending tokens (generate minus all of the above)
 The matmul floor: the FLOPs of every Linear call (2 x rows x in x out), each at the rate its shape reaches alone in
 a hot loop. torch.profiler is not used: on small ops its per-op times disagree with the wall clock of the calls that
-contain them (the wrappers cost ~1 us a call, and their run's total is printed beside the plain one).
+contain them. The wrappers' own cost shows in the two totals printed: the batch with them and without.
 With transformers importable (it is not a dependency; e.g. the virtualenv bench_vs_trl.py makes), its generate()
 on the same batches runs interleaved with the engine: each prompt repeated `samples` times, left-padded, sampling
 at T = 1 with the same stop tokens.
