@@ -51,6 +51,11 @@ class ProfileConfig:
     repeat: int = 4               # timed batches per side, after one untimed warm-up batch
     skip_hf: bool = False         # leave transformers' generate out even if it is importable
 
+    def __post_init__(self):
+        for name in ("prompts", "samples", "max_tokens", "threads", "repeat"):
+            if getattr(self, name) < 1:
+                raise SystemExit(f"error: --{name}={getattr(self, name)}: must be >= 1")
+
 
 def main(c: ProfileConfig):
     torch.set_num_threads(c.threads)

@@ -48,3 +48,6 @@ def test_script_runs_on_a_tiny_checkpoint(tiny_checkpoint):
     assert out.returncode == 0, out.stderr[-3000:]
     for part in ("matmuls", "attention", "sampling", "engine", "GFLOP", "transformers: skipped"):
         assert part in out.stdout, out.stdout
+    bad = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "profile_engine.py"), "--repeat=0"],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode != 0 and "--repeat=0: must be >= 1" in bad.stderr + bad.stdout
