@@ -1,21 +1,24 @@
 """Where the engine's time goes on one RL step's batch, by wall clock, and the floor its matmuls set.
 
-gppo.py's rollout batch (prompts x samples from its prompt stream, T = 1, at most max_tokens new tokens each, the
-chat template's stop tokens, gppo.py's per-prompt seeds) is generated from a Hugging Face checkpoint, a new batch
-per repeat. Plain runs give the engine's time. Then one run with timing wrappers around the model's modules and the
-engine's functions splits the wall clock into:
+gppo.py's rollout batches (prompts x samples from its prompt stream, T = 1, at most max_tokens new tokens each, the
+chat template's stop tokens, gppo.py's per-prompt seeds) are generated from a Hugging Face checkpoint: batch 0 to warm
+up, then `repeat` timed batches, the engine's time their median. With transformers importable (it is not a dependency;
+e.g. the virtualenv bench_vs_trl.py makes), its generate() runs each batch right after the engine: each prompt repeated
+`samples` times, left-padded, sampling at T = 1 with the same stop tokens.
+Then batch 1 runs again with timing wrappers around the model's modules and the engine's functions, which split its
+wall clock into:
   matmuls        every nn.Linear call (q/k/v/o, the MLP, lm_head)
   attention      PagedKVCache.attend: writing the step's K/V into the pool, then the decode (or prefill) attention
-  norms, rotary  the RMSNorm calls, apply_rope
-  rest of model  embedding, residual adds, SiLU * up, reshapes, the logits' rows (the forward minus the above)
+  norms, rotary  the RMSNorm calls; apply_rope
+  rest of model  the forward minus the above: the input tensors, embedding, the cos/sin lookup, residual adds,
+                 SiLU * up, reshapes, the logits' rows
   sampling       rollout.sample (softmax, the inverse CDF)
-  engine         scheduling, block tables, the cascade layout, appending tokens (generate minus all of the above)
-The matmul floor: the FLOPs of every Linear call (2 x rows x in x out), each at the rate its shape reaches alone in
-a hot loop. torch.profiler is not used: on small ops its per-op times disagree with the wall clock of the calls that
-contain them. The wrappers' own cost shows in the two totals printed: the batch with them and without.
-With transformers importable (it is not a dependency; e.g. the virtualenv bench_vs_trl.py makes), its generate()
-on the same batches runs interleaved with the engine: each prompt repeated `samples` times, left-padded, sampling
-at T = 1 with the same stop tokens.
+  engine         generate minus the forward and sampling: scheduling, block tables, the cascade layout, copy-on-write,
+                 appending tokens
+The wrappers' own cost lands in "rest of model" and "engine"; it shows in the two totals printed, the batch with the
+wrappers and without. torch.profiler is not used: on small ops its per-op times disagree with the wall clock of the
+calls that contain them. Last, the matmul floor: the FLOPs of every Linear call (2 x rows x in x out), each at the
+rate its shape reaches alone in a hot loop.
 
 Run:  python benchmarks/profile_engine.py --model=out/sft/hf                                   # the toy's step batch
       out/bench_vs_trl/venv/bin/python benchmarks/profile_engine.py --model=out/sft/hf          # + transformers
@@ -38,6 +41,7 @@ import data  # noqa: E402
 import gppo  # noqa: E402
 import model as model_py  # noqa: E402
 import rollout  # noqa: E402
+from sft import run_entry_point  # noqa: E402
 
 
 @dataclass
@@ -55,6 +59,9 @@ class ProfileConfig:
         for name in ("prompts", "samples", "max_tokens", "threads", "repeat"):
             if getattr(self, name) < 1:
                 raise SystemExit(f"error: --{name}={getattr(self, name)}: must be >= 1")
+        if not os.path.isfile(os.path.join(self.model, "config.json")):
+            raise SystemExit(f"error: --model={self.model!r} has no config.json (give a Hugging Face checkpoint "
+                             "directory, e.g. sft.py's out_dir/hf)")
 
 
 def main(c: ProfileConfig):
@@ -124,6 +131,7 @@ def split_timers():
     """Seconds per part while inside; patches the classes and module functions the engine calls, restores them."""
     parts = Counter()
     parts["linear_shapes"] = Counter()   # (rows, in, out) -> calls
+    parts["calls"] = Counter()           # part -> calls
     patches = []
 
     def timed(owner, name, part, shapes=False):
@@ -133,6 +141,7 @@ def split_timers():
             start = time.perf_counter()
             out = original(*args, **kwargs)
             parts[part] += time.perf_counter() - start
+            parts["calls"][part] += 1
             if shapes:   # nn.Linear.forward(self, x)
                 layer, x = args
                 parts["linear_shapes"][x.numel() // x.shape[-1], layer.in_features, layer.out_features] += 1
@@ -140,13 +149,13 @@ def split_timers():
         patches.append((owner, name, original))
         setattr(owner, name, wrapper)
 
-    timed(torch.nn.Linear, "forward", "matmuls", shapes=True)
-    timed(rollout.PagedKVCache, "attend", "attention")
-    timed(model_py.RMSNorm, "forward", "norms")
-    timed(model_py, "apply_rope", "rotary")        # Attention.forward looks it up in model.py's namespace
-    timed(rollout, "sample", "sampling")           # so does LLMEngine._append_tokens in rollout.py's
-    timed(rollout.LLMEngine, "_forward", "forward")
     try:
+        timed(torch.nn.Linear, "forward", "matmuls", shapes=True)
+        timed(rollout.PagedKVCache, "attend", "attention")
+        timed(model_py.RMSNorm, "forward", "norms")
+        timed(model_py, "apply_rope", "rotary")        # Attention.forward looks it up in model.py's namespace
+        timed(rollout, "sample", "sampling")           # so does LLMEngine._append_tokens in rollout.py's
+        timed(rollout.LLMEngine, "_forward", "forward")
         yield parts
     finally:
         for owner, name, original in reversed(patches):
@@ -204,4 +213,4 @@ def hf_generate(hf, prompts: list, samples: int, max_tokens: int, stop: list, se
 
 
 if __name__ == "__main__":
-    main(data.parse_config(ProfileConfig))
+    run_entry_point(main, data.parse_config(ProfileConfig))   # bad --math_data: one line, not a traceback

@@ -1,6 +1,6 @@
-"""benchmarks/profile_engine.py: its split records every matmul the engine runs (FLOPs counted by hand from the
-model's shapes and the engine's token counts), leaves the patched functions as they were, and the script runs end to
-end on a tiny checkpoint (no timing asserted)."""
+"""benchmarks/profile_engine.py: its wrappers see every call of what they time (call counts and matmul FLOPs counted
+by hand from the model's shapes and the engine's step and token counts), the patched functions are restored (also
+after an error), and the script runs end to end on a tiny checkpoint (no timing asserted)."""
 import os
 import subprocess
 import sys
@@ -37,8 +37,25 @@ def test_split_counts_every_matmul_and_restores_what_it_patched(tiny_checkpoint)
     flops, seconds = profile_engine.matmul_floor(parts["linear_shapes"], repeats=1)
     assert flops == 2 * (computed * per_token + logit_rows * D * cfg.vocab_size)
     assert seconds > 0 and parts["matmuls"] > 0
+    # every call reached its wrapper: per engine step one forward and one sample(); per layer 7 projections, 4 norms
+    # (input, q, k, post-attention), 2 apply_rope, 1 attend; lm_head and the final norm once per forward
+    L, steps = cfg.num_hidden_layers, engine.stats.steps
+    assert parts["calls"] == dict(forward=steps, sampling=steps, matmuls=steps * (7 * L + 1), norms=steps * (4 * L + 1),
+                                  rotary=steps * 2 * L, attention=steps * L)
+    assert parts["forward"] > parts["matmuls"] + parts["attention"] + parts["norms"] + parts["rotary"]
     rows = dict(profile_engine.split(parts, total=1.0))
     assert list(rows) == ["matmuls", "attention", "norms", "rotary", "rest of model", "sampling", "engine"]
+
+
+def test_split_restores_the_patched_functions_after_an_error():
+    originals = (torch.nn.Linear.forward, model_py.apply_rope, rollout.sample, rollout.LLMEngine._forward)
+    try:
+        with profile_engine.split_timers():
+            assert torch.nn.Linear.forward is not originals[0]
+            raise KeyError("inside")
+    except KeyError:
+        pass
+    assert (torch.nn.Linear.forward, model_py.apply_rope, rollout.sample, rollout.LLMEngine._forward) == originals
 
 
 def test_script_runs_on_a_tiny_checkpoint(tiny_checkpoint):
@@ -48,6 +65,7 @@ def test_script_runs_on_a_tiny_checkpoint(tiny_checkpoint):
     assert out.returncode == 0, out.stderr[-3000:]
     for part in ("matmuls", "attention", "sampling", "engine", "GFLOP", "transformers: skipped"):
         assert part in out.stdout, out.stdout
-    bad = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "profile_engine.py"), "--repeat=0"],
-                         capture_output=True, text=True, timeout=120)
-    assert bad.returncode != 0 and "--repeat=0: must be >= 1" in bad.stderr + bad.stdout
+    for option, message in (("--repeat=0", "--repeat=0: must be >= 1"), ("--model=/nonexistent", "has no config.json")):
+        bad = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "profile_engine.py"), option],
+                             capture_output=True, text=True, timeout=120)
+        assert bad.returncode != 0 and message in bad.stderr + bad.stdout and "Traceback" not in bad.stderr
