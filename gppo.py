@@ -207,9 +207,7 @@ def sample_groups(run: Run, first: int, count: int) -> tuple:
     cfg, tokenizer = run.cfg, run.tokenizer
     positions = list(range(first + run.rank, first + count, run.world))
     chosen = prompts_at(run.tasks, first, count, cfg.seed)[run.rank::run.world]
-    stop_ids = tuple(data.stop_token_ids(tokenizer))
-    params = [SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_response_len, n=cfg.group_size,
-                             stop_token_ids=stop_ids, seed=cfg.seed * 1_000_003 + p) for p in positions]
+    params = sampling_params(cfg, positions, tuple(data.stop_token_ids(tokenizer)))
     jobs = {}   # (prompt, sample) -> its score, computed by the pool while the engine decodes the other samples
 
     def score_when_done(prompt: int, sample: int, out):
@@ -226,6 +224,12 @@ def sample_groups(run: Run, first: int, count: int) -> tuple:
         groups.append(Group(position, task, samples, [r for r, _ in scored], [c for _, c in scored], advantages[0],
                             bool(keep[0]) or not cfg.filter_zero_adv))
     return groups, engine_s
+
+
+def sampling_params(cfg, positions: list, stop_ids: tuple) -> list:
+    """SamplingParams of the prompts at these stream positions: group_size samples each, seeded by the position."""
+    return [SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_response_len,
+                           n=cfg.group_size, stop_token_ids=stop_ids, seed=cfg.seed * 1_000_003 + p) for p in positions]
 
 
 @dataclass

@@ -56,9 +56,11 @@ class ProfileConfig:
     skip_hf: bool = False         # leave transformers' generate out even if it is importable
 
     def __post_init__(self):
-        for name in ("prompts", "samples", "max_tokens", "threads", "repeat"):
+        for name in ("prompts", "max_tokens", "threads", "repeat"):
             if getattr(self, name) < 1:
                 raise SystemExit(f"error: --{name}={getattr(self, name)}: must be >= 1")
+        if self.samples < 2:
+            raise SystemExit(f"error: --samples={self.samples}: must be >= 2 (gppo.py's group_size)")
         if not os.path.isfile(os.path.join(self.model, "config.json")):
             raise SystemExit(f"error: --model={self.model!r} has no config.json (give a Hugging Face checkpoint "
                              "directory, e.g. sft.py's out_dir/hf)")
@@ -66,7 +68,7 @@ class ProfileConfig:
 
 def main(c: ProfileConfig):
     torch.set_num_threads(c.threads)
-    rl = gppo.GPPOConfig(math_data=c.math_data)
+    rl = gppo.GPPOConfig(math_data=c.math_data, group_size=c.samples, max_response_len=c.max_tokens)
     tokenizer = data.load_tokenizer(c.model)
     tasks = gppo.load_tasks(rl, tokenizer)
     model = model_py.from_pretrained(c.model, dtype=torch.float32, device=torch.device("cpu")).eval()
@@ -80,9 +82,7 @@ def main(c: ProfileConfig):
     def batch(k):   # gppo.py's k-th rollout batch: its prompts and per-prompt seeds
         first = k * c.prompts
         chosen = gppo.prompts_at(tasks, first, c.prompts, rl.seed)
-        params = [rollout.SamplingParams(temperature=1.0, max_tokens=c.max_tokens, n=c.samples, stop_token_ids=stop,
-                                         seed=rl.seed * 1_000_003 + first + p) for p in range(c.prompts)]
-        return [t["prompt_ids"] for t in chosen], params
+        return [t["prompt_ids"] for t in chosen], gppo.sampling_params(rl, range(first, first + c.prompts), stop)
 
     times = {"engine": [], "transformers": []}
     for k in range(c.repeat + 1):   # batch 0 warms up both sides
