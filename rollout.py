@@ -11,10 +11,12 @@ follows in this order after the config (the engine first, then what it calls):
      token t lives in slot  block_table[t // block_size] * block_size + t % block_size.  Blocks are reference-counted:
      the n samples of a prompt share its blocks (prefilled once); a shared last block is copied on its first write.
   3. Attention on pages. Prefill: causal attention inside each new sequence. Decode: one query per sequence against
-     its blocks, bound by the bytes of K/V read, in three versions that tests/test_rollout.py holds against a
+     its blocks, bound by the bytes of K/V read, in four versions that tests/test_rollout.py holds against a
      per-token loop: a readable PyTorch reference (gather, masked SDPA); on CPU, shared-prefix ("cascade")
-     attention, which reads a prompt's keys once for all its samples; on CUDA, a Triton kernel (K/V read in place, once per
-     KV head for its whole query group, long contexts split over programs: flash-decoding).
+     attention in PyTorch ops, which reads a prompt's keys once for all its samples, and a fused C++ kernel that
+     reads K/V in place (built on first use by torch.utils.cpp_extension where a compiler is found, else the
+     cascade path runs); on CUDA, a Triton kernel (K/V read in place, once per KV head for its whole query group,
+     long contexts split over programs: flash-decoding).
   4. Sampling. Each sample draws from its own random stream, seeded by the request's seed and the sample's index,
      so its tokens depend on nothing else (not on the batch, nor on preemption). Its logprobs are those of the
      distribution actually sampled from (temperature 0: the argmax, with log_softmax(logits)[argmax]):
@@ -34,7 +36,11 @@ Run it on a Hugging Face Qwen3 checkpoint (eval.py's one-prompt mode: the chat t
 Tests (every attention path against a per-token loop, sampling, preemption): python -m pytest tests/test_rollout.py
 """
 import dataclasses
+import hashlib
 import math
+import os
+import platform
+import sys
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -112,11 +118,14 @@ class LLMEngine:
     scheduler. max_num_seqs: sequences decoded together; max_model_len: prompt + output tokens of one sequence
     (default: the model's max_position_embeddings); num_blocks: pool size, or None to derive it from kv_cache_memory
     bytes (default: 90% of free CUDA memory; on CPU 512 MiB, or one max_model_len sequence if that is larger), capped
-    at what max_num_seqs full-length sequences need. use_triton: None = on CUDA."""
+    at what max_num_seqs full-length sequences need. use_triton: None = on CUDA. cpu_kernel: decode attention on CPU
+    with the fused C++ kernel (paged_decode_cpu); None = if the model is fp32 with a supported head_dim and the
+    kernel builds (else the PyTorch cascade path, with a one-line notice), False = never, True = required."""
 
     def __init__(self, model, *, max_num_seqs: int = 256, max_model_len: int | None = None,
                  num_blocks: int | None = None, block_size: int = 16, max_num_batched_tokens: int = 16384,
-                 kv_cache_memory: int | None = None, use_triton: bool | None = None):
+                 kv_cache_memory: int | None = None, use_triton: bool | None = None,
+                 cpu_kernel: bool | None = None):
         cfg, param = model.config, next(model.parameters())
         self.model, self.device, self.dtype, self.vocab_size = model, param.device, param.dtype, cfg.vocab_size
         self.max_model_len = cfg.max_position_embeddings if max_model_len is None else max_model_len
@@ -136,8 +145,14 @@ class LLMEngine:
         self.blocks = BlockManager(num_blocks, block_size)
         use_triton = self.device.type == "cuda" and triton is not None if use_triton is None else use_triton
         _require(not (use_triton and triton is None), "LLMEngine(use_triton=True): triton is not installed")
+        on_cpu_kernel = self.device.type == "cpu" and not use_triton and cpu_kernel is not False
+        if on_cpu_kernel:
+            fits = self.dtype == torch.float32 and cfg.head_dim in CPU_KERNEL_HEAD_DIMS
+            _require(fits or not cpu_kernel, f"LLMEngine(cpu_kernel=True): the CPU kernel takes fp32 and head_dim in "
+                     f"{CPU_KERNEL_HEAD_DIMS}, not {self.dtype} and {cfg.head_dim}")
+            on_cpu_kernel = fits and load_cpu_kernel(required=bool(cpu_kernel)) is not None
         self.cache = PagedKVCache(cfg, num_blocks, block_size, dtype=self.dtype, device=self.device,
-                                  use_triton=use_triton)
+                                  use_triton=use_triton, cpu_kernel=on_cpu_kernel)
         self.stats = EngineStats()
         self.num_prefixes = 0          # prefix ids handed out (a group's samples share one)
 
@@ -242,7 +257,7 @@ class LLMEngine:
             return
         self.cache.copy_blocks(copies)   # before the forward writes into the copies
         step = StepBatch(False, torch.tensor(slots, device=self.device))
-        if self.cache.use_triton:
+        if self.cache.use_triton or self.cache.cpu_kernel:
             max_blocks = max(len(seq.block_table) for seq in running)
             step.block_tables = torch.tensor([seq.block_table + [0] * (max_blocks - len(seq.block_table))
                                               for seq in running], dtype=torch.int32, device=self.device)
@@ -417,21 +432,22 @@ class StepBatch:
     is_prefill: bool
     slot_mapping: torch.Tensor                   # (N,) pool slot of each token's K/V
     cu_seqlens: list | None = None               # prefill: sequence i is tokens cu_seqlens[i]:cu_seqlens[i+1]
-    block_tables: torch.Tensor | None = None     # decode, Triton: (B, max_blocks) int32, padded with 0
-    context_lens: torch.Tensor | None = None     # decode, Triton: (B,) int32, tokens to attend to (the new one too)
+    block_tables: torch.Tensor | None = None     # decode, kernels: (B, max_blocks) int32, padded with 0
+    context_lens: torch.Tensor | None = None     # decode, kernels: (B,) int32, tokens to attend to (the new one too)
     cascade: "CascadeBatch | None" = None          # decode, CPU
 
 
 class PagedKVCache:
     """The block pools of every layer (cfg: the model's config); model.py calls attend() in every attention layer."""
 
-    def __init__(self, cfg, num_blocks: int, block_size: int, *, dtype, device, use_triton: bool):
+    def __init__(self, cfg, num_blocks: int, block_size: int, *, dtype, device, use_triton: bool,
+                 cpu_kernel: bool = False):
         # head-major: gathering blocks of one head yields (Hkv, B, L, hd), ready for a batched matmul, no transpose
         shape = (cfg.num_hidden_layers, cfg.num_key_value_heads, num_blocks, block_size, cfg.head_dim)
         # zeros, not empty: padded slots are read (and masked) by the PyTorch paths; NaN * 0 would be NaN
         self.k_pool = torch.zeros(shape, dtype=dtype, device=device)
         self.v_pool = torch.zeros(shape, dtype=dtype, device=device)
-        self.use_triton = use_triton
+        self.use_triton, self.cpu_kernel = use_triton, cpu_kernel   # decode: Triton, the C++ kernel, else cascade
         self.workspace = self.k_pool.new_empty(0)   # cascade_decode's gather buffer, grown on demand
         self.step: StepBatch | None = None
 
@@ -461,6 +477,8 @@ class PagedKVCache:
             return torch.cat(outs).unsqueeze(0)
         if self.use_triton:
             return paged_decode_triton(q, k_pool, v_pool, step.block_tables, step.context_lens).unsqueeze(0)
+        if self.cpu_kernel:
+            return paged_decode_cpu(q, k_pool, v_pool, step.block_tables, step.context_lens).unsqueeze(0)
         if len(self.workspace) < cascade_workspace_size(k_pool, step.cascade):
             self.workspace = k_pool.new_empty(cascade_workspace_size(k_pool, step.cascade) * 5 // 4)
         return cascade_decode(q, k_pool, v_pool, step.cascade, self.workspace).unsqueeze(0)
@@ -606,6 +624,153 @@ def _gather_keys(k_pool, batch: CascadeBatch, workspace=None) -> tuple:
     k_pre = torch.index_select(k_pool, 1, batch.prefix_blocks, out=workspace[:n_pre].view(Hkv, -1, bs, hd))
     k_own = torch.index_select(k_pool, 1, batch.own_blocks, out=workspace[n_pre:n_pre + n_own].view(Hkv, -1, bs, hd))
     return k_pre.view(Hkv * batch.P, batch.L_pre, hd), k_own.view(Hkv * len(batch.seq_rows), batch.L_own, hd)
+
+
+def paged_decode_cpu(q, k_pool, v_pool, block_tables, context_lens):
+    """Same contract as paged_decode_reference, fp32 only: a fused C++ kernel (below) that reads each sequence's K/V
+    in place from the pool, no gather and no padding. Why C++: the cascade path's dozen ops per layer (index_select,
+    two bmm of 2-row matrices, masked softmax, embedding_bag) take several times what reading the step's K/V once
+    costs, and Triton has no CPU backend. block_tables (B, max_blocks), context_lens (B,): int32."""
+    kernel = load_cpu_kernel(required=True)
+    if not (q.dtype == k_pool.dtype == v_pool.dtype == torch.float32 and q.shape[2] in CPU_KERNEL_HEAD_DIMS):
+        _require(False, f"paged_decode_cpu: fp32 and head_dim in {CPU_KERNEL_HEAD_DIMS} only "
+                 f"(got {q.dtype}, {q.shape[2]})")
+    assert k_pool.is_contiguous() and v_pool.is_contiguous() and block_tables.dtype == context_lens.dtype == torch.int32
+    return kernel.paged_decode(q.contiguous(), k_pool, v_pool, block_tables.contiguous(), context_lens.contiguous())
+
+
+CPU_KERNEL_HEAD_DIMS = (16, 32, 64, 128, 256)   # compile-time in the kernel: the dot products unroll into registers
+# One (sequence, KV head) per task: its G queries meet its L tokens in three passes over the block table
+# (scores, softmax, the weighted sum of V). The group runs in chunks of 4, 2 or 1 query heads, sizes fixed at compile
+# time so that a chunk's queries stay in registers; each chunk reads the K/V rows once. Tasks run on torch's threads.
+CPU_KERNEL_SOURCE = r"""
+#include <torch/extension.h>
+#include <ATen/Parallel.h>
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+template <int HD, int G>   // head dim, query heads in this chunk
+static void attend(const float* q, const float* k_head, const float* v_head, const int32_t* table, int64_t L,
+                   int64_t bs, float scale, float* scores, float* out) {
+  float qs[G * HD], acc[G * HD], total[G];
+  for (int i = 0; i < G * HD; ++i) { qs[i] = q[i] * scale; acc[i] = 0.f; }
+  for (int64_t t0 = 0, j = 0; t0 < L; t0 += bs, ++j) {            // 1. s[g, t] = q_g . k_t / sqrt(HD)
+    const float* k_block = k_head + (int64_t)table[j] * bs * HD;
+    for (int64_t i = 0, n = std::min(bs, L - t0); i < n; ++i)
+      for (int g = 0; g < G; ++g) {
+        float s = 0.f;
+        #pragma omp simd reduction(+:s)
+        for (int d = 0; d < HD; ++d) s += qs[g * HD + d] * k_block[i * HD + d];
+        scores[g * L + t0 + i] = s;
+      }
+  }
+  for (int g = 0; g < G; ++g) {                                   // 2. p[g, t] = exp(s - max), total = sum p
+    float *s = scores + g * L, m = s[0], sum = 0.f;               //    (max from a real score: no infinities)
+    for (int64_t t = 1; t < L; ++t) m = std::max(m, s[t]);
+    #pragma omp simd reduction(+:sum)
+    for (int64_t t = 0; t < L; ++t) { s[t] = std::exp(s[t] - m); sum += s[t]; }
+    total[g] = sum;
+  }
+  for (int64_t t0 = 0, j = 0; t0 < L; t0 += bs, ++j) {            // 3. out_g = sum_t p[g, t] v_t / total_g
+    const float* v_block = v_head + (int64_t)table[j] * bs * HD;
+    for (int64_t i = 0, n = std::min(bs, L - t0); i < n; ++i)
+      for (int g = 0; g < G; ++g) {
+        const float p = scores[g * L + t0 + i];
+        #pragma omp simd
+        for (int d = 0; d < HD; ++d) acc[g * HD + d] += p * v_block[i * HD + d];
+      }
+  }
+  for (int g = 0; g < G; ++g)
+    for (int d = 0; d < HD; ++d) out[g * HD + d] = acc[g * HD + d] / total[g];
+}
+
+template <int HD>
+static void run(const torch::Tensor& q, const torch::Tensor& k_pool, const torch::Tensor& v_pool,
+                const torch::Tensor& tables, const torch::Tensor& lens, torch::Tensor& out) {
+  const int64_t B = q.size(0), Hq = q.size(1), Hkv = k_pool.size(0), bs = k_pool.size(2), G = Hq / Hkv;
+  const int64_t num_blocks = k_pool.size(1), head_stride = num_blocks * bs * HD, W = tables.size(1);
+  const float *qp = q.data_ptr<float>(), *kp = k_pool.data_ptr<float>(), *vp = v_pool.data_ptr<float>();
+  const int32_t *tp = tables.data_ptr<int32_t>(), *lp = lens.data_ptr<int32_t>();
+  float* op = out.data_ptr<float>();
+  const float scale = 1.f / std::sqrt((float)HD);
+  at::parallel_for(0, B * Hkv, 16, [&](int64_t begin, int64_t end) {
+    std::vector<float> scores;
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t b = task / Hkv, h = task % Hkv, L = lp[b];
+      TORCH_CHECK(L >= 1 && L <= W * bs, "paged_decode: context length ", L, " outside 1..", W * bs);
+      for (int64_t j = 0; j < (L + bs - 1) / bs; ++j)
+        TORCH_CHECK(tp[b * W + j] >= 0 && tp[b * W + j] < num_blocks, "paged_decode: block id ", tp[b * W + j]);
+      const float *k_head = kp + h * head_stride, *v_head = vp + h * head_stride;
+      scores.resize(4 * L);
+      for (int64_t g = 0; g < G;) {
+        const int64_t at = (b * Hq + h * G + g) * HD;   // query heads h*G + g... of sequence b
+        if (G - g >= 4) { attend<HD, 4>(qp + at, k_head, v_head, tp + b * W, L, bs, scale, scores.data(), op + at); g += 4; }
+        else if (G - g >= 2) { attend<HD, 2>(qp + at, k_head, v_head, tp + b * W, L, bs, scale, scores.data(), op + at); g += 2; }
+        else { attend<HD, 1>(qp + at, k_head, v_head, tp + b * W, L, bs, scale, scores.data(), op + at); g += 1; }
+      }
+    }
+  });
+}
+
+torch::Tensor paged_decode(torch::Tensor q, torch::Tensor k_pool, torch::Tensor v_pool, torch::Tensor tables,
+                           torch::Tensor lens) {
+  auto out = torch::empty_like(q);
+  switch (q.size(2)) {
+    case 16: run<16>(q, k_pool, v_pool, tables, lens, out); break;
+    case 32: run<32>(q, k_pool, v_pool, tables, lens, out); break;
+    case 64: run<64>(q, k_pool, v_pool, tables, lens, out); break;
+    case 128: run<128>(q, k_pool, v_pool, tables, lens, out); break;
+    case 256: run<256>(q, k_pool, v_pool, tables, lens, out); break;
+    default: TORCH_CHECK(false, "paged_decode: head_dim must be 16, 32, 64, 128 or 256");
+  }
+  return out;
+}
+"""
+# -ffast-math at compile time only (the link step does not see it, so loading the kernel does not flush denormals
+# in the process): it lets exp and the sums vectorize; the kernel never meets an infinity or a NaN of its own.
+CPU_KERNEL_FLAGS = ["-O3", "-march=native", "-fopenmp-simd", "-ffast-math"]
+_cpu_kernel = None   # the loaded module, or the one-line reason it could not be built
+
+
+def load_cpu_kernel(required: bool = False):
+    """Build the CPU kernel with torch.utils.cpp_extension (a C++ compiler and ninja; ~40 s, once per machine: the
+    build is cached under torch's extensions directory, named by a hash of source, flags, torch and CPU, since
+    -march=native code must not run on another CPU) and load it (~0.2 s). Returns the module, or None with a
+    one-line notice on stderr if it cannot be built; required=True raises instead."""
+    global _cpu_kernel
+    if _cpu_kernel is None:
+        try:
+            _cpu_kernel = _build_cpu_kernel()
+        except Exception as e:   # no compiler, no ninja, a failed compile: the PyTorch paths remain
+            _cpu_kernel = f"{type(e).__name__}: {str(e).strip().splitlines()[-1] if str(e).strip() else ''}"[:300]
+            if not required:
+                print(f"rollout.py: the CPU attention kernel could not be built ({_cpu_kernel}); decoding with the "
+                      f"slower PyTorch path (LLMEngine(cpu_kernel=False) skips the attempt)", file=sys.stderr)
+    if isinstance(_cpu_kernel, str):
+        _require(not required, f"rollout.py: the CPU attention kernel could not be built ({_cpu_kernel})")
+        return None
+    return _cpu_kernel
+
+
+def _build_cpu_kernel():
+    from torch.utils import cpp_extension
+    try:
+        with open("/proc/cpuinfo") as fh:   # the flags -march=native compiles for
+            cpu = next((line for line in fh if line.startswith("flags")), platform.processor())
+    except OSError:
+        cpu = platform.processor()
+    key = "\n".join([CPU_KERNEL_SOURCE, *CPU_KERNEL_FLAGS, torch.__version__, cpu])
+    name = "klear_paged_decode_" + hashlib.sha1(key.encode()).hexdigest()[:12]
+    build_dir = os.path.join(cpp_extension.get_default_build_root(), name)
+    os.makedirs(build_dir, exist_ok=True)
+    lock = os.path.join(build_dir, "lock")   # left behind by a build that was killed: torch would wait on it forever
+    if os.path.exists(lock) and time.time() - os.path.getmtime(lock) > 600:
+        os.remove(lock)
+    if not os.path.exists(os.path.join(build_dir, name + ".so")):
+        print(f"rollout.py: building the CPU attention kernel in {build_dir} (once per machine, ~40 s)", file=sys.stderr)
+    return cpp_extension.load_inline(name, cpp_sources=CPU_KERNEL_SOURCE, functions=["paged_decode"],
+                                     extra_cflags=CPU_KERNEL_FLAGS, build_directory=build_dir)
 
 
 def paged_decode_triton(q, k_pool, v_pool, block_tables, context_lens, num_splits: int | None = None):

@@ -46,6 +46,7 @@ class BenchConfig:
     threads: int = 1          # torch threads; 1 is steadiest on a shared 2-core machine (0 = torch default)
     repeat: int = 3           # timed runs of each implementation, interleaved; the table shows the fastest
     skip_hf: bool = False     # leave transformers' generate out (it is not a project dependency)
+    cpu_kernel: bool = True   # the engine's decode attention in its C++ kernel if it builds; False: the cascade path
 
 
 class ContiguousKVCache:
@@ -123,7 +124,7 @@ def main(b: BenchConfig):
     runs = {}   # name -> (function that generates the whole workload and returns its peak KV bytes)
 
     engine = LLMEngine(model, max_num_seqs=b.prompts * b.samples, max_model_len=b.max_prompt_len + b.new_tokens,
-                       block_size=b.block_size)
+                       block_size=b.block_size, cpu_kernel=None if b.cpu_kernel else False)
     block_bytes = engine.cache.nbytes // engine.blocks.num_blocks
     engine.generate(prompts[:2], SamplingParams(temperature=1.0, max_tokens=4, n=2))            # warm-up
 
@@ -167,7 +168,8 @@ def main(b: BenchConfig):
             t0, c0 = time.perf_counter(), time.process_time()
             peak_kv = run()
             times[name].append((time.perf_counter() - t0, time.process_time() - c0, peak_kv))
-    print(f"engine stats (last run): {engine.stats}; pool allocated {engine.cache.nbytes / 2**20:.1f} MiB")
+    print(f"engine stats (last run): {engine.stats}; pool allocated {engine.cache.nbytes / 2**20:.1f} MiB; decode "
+          f"attention: {'C++ kernel' if engine.cache.cpu_kernel else 'PyTorch cascade'}")
 
     # CPU seconds (all threads) are less disturbed than wall seconds when others share the machine
     print(f"\nfastest of {b.repeat} interleaved runs each (all wall times in brackets)")

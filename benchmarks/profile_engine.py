@@ -9,11 +9,12 @@ Then batch 1 runs again with timing wrappers around the model's modules and the 
 wall clock into:
   matmuls        every nn.Linear call (q/k/v/o, the MLP, lm_head)
   attention      PagedKVCache.attend: writing the step's K/V into the pool, then the decode (or prefill) attention
+                 (decode: rollout.py's C++ kernel, or with --cpu_kernel=False its PyTorch cascade path)
   norms, rotary  the RMSNorm calls; apply_rope
   rest of model  the forward minus the above: the input tensors, embedding, the cos/sin lookup, residual adds,
                  SiLU * up, reshapes, the logits' rows
   sampling       rollout.sample (softmax, the inverse CDF)
-  engine         generate minus the forward and sampling: scheduling, block tables, the cascade layout, copy-on-write,
+  engine         generate minus the forward and sampling: scheduling, block tables (or the cascade layout), copy-on-write,
                  appending tokens
 The wrappers' own cost lands in "rest of model" and "engine"; it shows in the two totals printed, the batch with the
 wrappers and without. torch.profiler is not used: on small ops its per-op times disagree with the wall clock of the
@@ -54,6 +55,7 @@ class ProfileConfig:
     threads: int = 1              # torch threads (bench_vs_trl.py's default)
     repeat: int = 4               # timed batches per side, after one untimed warm-up batch
     skip_hf: bool = False         # leave transformers' generate out even if it is importable
+    cpu_kernel: bool = True       # decode attention in rollout.py's C++ kernel if it builds; False: the cascade path
 
     def __post_init__(self):
         for name in ("prompts", "max_tokens", "threads", "repeat"):
@@ -72,12 +74,14 @@ def main(c: ProfileConfig):
     tokenizer = data.load_tokenizer(c.model)
     tasks = gppo.load_tasks(rl, tokenizer)
     model = model_py.from_pretrained(c.model, dtype=torch.float32, device=torch.device("cpu")).eval()
-    engine = rollout.LLMEngine(model, max_num_seqs=c.prompts * c.samples, max_model_len=rl.max_prompt_len + c.max_tokens)
+    engine = rollout.LLMEngine(model, max_num_seqs=c.prompts * c.samples, max_model_len=rl.max_prompt_len + c.max_tokens,
+                               cpu_kernel=None if c.cpu_kernel else False)
     stop = tuple(data.stop_token_ids(tokenizer))
     hf = None if c.skip_hf else load_hf(c.model)
     print(f"{c.model}: {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters, fp32; {c.threads} threads; "
           f"{c.prompts} prompts x {c.samples} samples, T = 1, <= {c.max_tokens} new tokens; "
-          f"transformers: {'not importable' if hf is None and not c.skip_hf else 'skipped' if hf is None else 'yes'}")
+          f"transformers: {'not importable' if hf is None and not c.skip_hf else 'skipped' if hf is None else 'yes'}; "
+          f"decode attention: {'C++ kernel' if engine.cache.cpu_kernel else 'PyTorch cascade'}")
 
     def batch(k):   # gppo.py's k-th rollout batch: its prompts and per-prompt seeds
         first = k * c.prompts

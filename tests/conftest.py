@@ -36,3 +36,11 @@ def tiny_checkpoint(tmp_path_factory):
                       torch_dtype="float32", max_position_embeddings=512)
     save_pretrained(Qwen3(cfg).init_weights(seed=0), path)
     return path
+
+
+@pytest.fixture(scope="session", autouse=True)
+def cpu_kernel_built():
+    """Build rollout.py's C++ decode kernel (or learn that it cannot be built) once, before any test: the first
+    build takes ~40 s, and a test's subprocess with its own timeout should not be the one that pays it."""
+    import rollout
+    rollout.load_cpu_kernel()

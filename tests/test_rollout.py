@@ -3,13 +3,16 @@ teacher-forced logprobs of model.py with a separately written top-k/top-p filter
 block tables for the paged attention kernels. A tiny random fp32 Qwen3 keeps everything fast on a CPU."""
 import dataclasses
 import math
+import os
+import shutil
 
 import pytest
 import torch
 
+import rollout
 from model import Qwen3, Qwen3Config, save_pretrained
 from rollout import (LLMEngine, SamplingParams, Sequence, cascade_batch, cascade_decode, cascade_workspace_size,
-                     inverse_cdf, paged_decode_reference, paged_decode_triton)
+                     inverse_cdf, paged_decode_cpu, paged_decode_reference, paged_decode_triton)
 
 V = 97
 
@@ -28,6 +31,22 @@ def model():
     cfg = Qwen3Config(vocab_size=V, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                       num_key_value_heads=2, head_dim=16, max_position_embeddings=256, tie_word_embeddings=False)
     return Qwen3(cfg).init_weights(std=0.2, seed=0)   # std 0.2: peaked enough that greedy has no near-ties
+
+
+def require_cpu_kernel():
+    """The C++ decode kernel must build wherever a compiler and ninja exist (a failed build fails the test)."""
+    from torch.utils import cpp_extension
+    if shutil.which(os.environ.get("CXX", "c++")) is None or not cpp_extension.is_ninja_available():
+        pytest.skip("no C++ compiler or ninja: the engine decodes on CPU with its PyTorch cascade path")
+    rollout.load_cpu_kernel(required=True)
+
+
+@pytest.fixture(params=[True, False], ids=["cpu_kernel", "cascade"])
+def cpu_kernel(request):
+    """Engine tests run with each CPU decode path: the C++ kernel and the PyTorch cascade attention."""
+    if request.param:
+        require_cpu_kernel()
+    return request.param
 
 
 def prompts_of(lengths, seed=0):
@@ -75,9 +94,9 @@ def assert_no_leaks(engine):
     assert all(c == 0 for c in engine.blocks.ref_counts)
 
 
-def test_greedy_equals_no_cache_reference_mixed_lengths(model):
+def test_greedy_equals_no_cache_reference_mixed_lengths(model, cpu_kernel):
     prompts = prompts_of([1, 5, 15, 16, 17, 33])          # around block boundaries of block_size 16
-    engine = LLMEngine(model, max_num_seqs=8, max_model_len=128)
+    engine = LLMEngine(model, max_num_seqs=8, max_model_len=128, cpu_kernel=cpu_kernel)
     params = [SamplingParams(temperature=0, max_tokens=k) for k in (24, 3, 20, 17, 1, 30)]
     out = engine.generate(prompts, params)
     for prompt, p, samples in zip(prompts, params, out):
@@ -87,20 +106,23 @@ def test_greedy_equals_no_cache_reference_mixed_lengths(model):
         # greedy logprob: the unscaled log_softmax at the argmax
         assert samples[0].logprobs == pytest.approx(teacher_forced_logprobs(model, prompt, ref, 1.0), abs=1e-4)
     assert engine.stats.prefill_tokens == sum(map(len, prompts)) and engine.stats.preemptions == 0
+    assert engine.cache.cpu_kernel == cpu_kernel
     assert_no_leaks(engine)
 
 
-def test_greedy_under_preemption(model):
+def test_greedy_under_preemption(model, cpu_kernel):
     prompts = prompts_of([3, 9, 14, 20, 6, 11], seed=1)
     max_model_len = 40
     # the pool holds one full-length sequence (10 blocks of 4): most sequences must be preempted and recomputed
-    engine = LLMEngine(model, max_num_seqs=6, max_model_len=max_model_len, num_blocks=10, block_size=4)
+    engine = LLMEngine(model, max_num_seqs=6, max_model_len=max_model_len, num_blocks=10, block_size=4,
+                       cpu_kernel=cpu_kernel)
     out = engine.generate(prompts, SamplingParams(temperature=0, max_tokens=25, n=2))
     assert engine.stats.preemptions > 0 and engine.stats.recompute_tokens > 0
     assert engine.stats.peak_blocks_used <= 10
     for prompt, samples in zip(prompts, out):
         ref = reference_greedy(model, prompt, min(25, max_model_len - len(prompt)))
         assert [s.token_ids for s in samples] == [ref, ref]
+    assert engine.cache.cpu_kernel == cpu_kernel
     assert_no_leaks(engine)
 
 
@@ -123,11 +145,11 @@ def test_logprobs_equal_teacher_forced(model, temperature, top_k, top_p):
     assert_no_leaks(engine)
 
 
-def test_n_samples_share_the_prompt(model):
+def test_n_samples_share_the_prompt(model, cpu_kernel):
     """Prefill computes each prompt once; the partly filled last block is copied on write, and the samples'
     logprobs (which read that block) still match teacher forcing, so no sample overwrote another's K/V."""
     prompts = prompts_of([21, 40], seed=3)                 # 21 = one full block + a shared partial block
-    engine = LLMEngine(model, max_num_seqs=16, max_model_len=80)
+    engine = LLMEngine(model, max_num_seqs=16, max_model_len=80, cpu_kernel=cpu_kernel)
     out = engine.generate(prompts, SamplingParams(temperature=1.0, max_tokens=10, n=4, seed=0))
     assert engine.stats.prefill_tokens == 21 + 40          # not 4x
     assert engine.stats.decode_tokens == 8 * 9             # the first token of each sample comes from the prefill
@@ -137,15 +159,16 @@ def test_n_samples_share_the_prompt(model):
     for prompt, samples in zip(prompts, out):
         for s in samples:
             assert s.logprobs == pytest.approx(teacher_forced_logprobs(model, prompt, s.token_ids, 1.0), abs=1e-4)
+    assert engine.cache.cpu_kernel == cpu_kernel
     assert_no_leaks(engine)
 
 
-def test_groups_that_shrink_unevenly_stay_exact(model):
+def test_groups_that_shrink_unevenly_stay_exact(model, cpu_kernel):
     """Samples of a prompt stop at different steps (stop tokens), so decode steps see groups of different sizes
     (padded group rows in the shared-prefix attention) next to singletons after preemption; every logprob must
     still be the teacher-forced one."""
     prompts = prompts_of([35, 18, 50, 3], seed=9)          # 2, 1, 3 and 0 full blocks of 16 to share
-    engine = LLMEngine(model, max_num_seqs=12, max_model_len=96, num_blocks=12, block_size=16)
+    engine = LLMEngine(model, max_num_seqs=12, max_model_len=96, num_blocks=12, block_size=16, cpu_kernel=cpu_kernel)
     params = SamplingParams(temperature=1.0, max_tokens=40, n=4, seed=3, stop_token_ids=list(range(0, V, 16)))
     out = engine.generate(prompts, params)
     lengths = [len(s.token_ids) for samples in out for s in samples]
@@ -153,6 +176,7 @@ def test_groups_that_shrink_unevenly_stay_exact(model):
     for prompt, samples in zip(prompts, out):
         for s in samples:
             assert s.logprobs == pytest.approx(teacher_forced_logprobs(model, prompt, s.token_ids, 1.0), abs=1e-4)
+    assert engine.cache.cpu_kernel == cpu_kernel
     assert_no_leaks(engine)
 
 
@@ -287,6 +311,73 @@ def test_paged_decode_kernel_equals_reference(block_size, head_dim, group):
     for splits in (1, 2, 3):
         torch.testing.assert_close(paged_decode_triton(q, k_pool, v_pool, block_tables, context_lens, splits),
                                    expected, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("block_size,head_dim,group", [(16, 16, 2), (4, 32, 1), (8, 64, 3), (1, 128, 8),
+                                                       (16, 256, 5)])
+def test_paged_decode_cpu_kernel_equals_float64_loop(block_size, head_dim, group):
+    """The C++ kernel vs the per-token loop in float64. Its query group runs in chunks of 4, 2 and 1 heads (3 = 2 + 1,
+    5 = 4 + 1, 8 = 4 + 4); contexts of 1 token, exactly one block, one more, and a partial last block, with the
+    blocks scattered through the pool. Bound, from fp32 rounding (u = 2^-24): a score sums hd products, so it is off
+    by at most hd u |q||k| / sqrt(hd); a weight p_t = exp(s_t - m) / sum is then off by a relative
+    2 (that + 4u for exp) + L u for the sum; the output, a weighted mean of V rows, by that times max |V| plus the
+    L u max |V| of its own sum."""
+    g = torch.Generator().manual_seed(head_dim + group)
+    num_blocks, Hkv, B = 40, 2, 5
+    k_pool = torch.randn(Hkv, num_blocks, block_size, head_dim, generator=g)
+    v_pool = torch.randn(Hkv, num_blocks, block_size, head_dim, generator=g)
+    q = torch.randn(B, Hkv * group, head_dim, generator=g)
+    max_blocks = -(-(3 * block_size + 5) // block_size)
+    context_lens = torch.tensor([1, block_size, block_size + 1, 2 * block_size + 3, 3 * block_size + 5],
+                                dtype=torch.int32)
+    block_tables = torch.randperm(num_blocks, generator=g)[:B * max_blocks].view(B, max_blocks).to(torch.int32)
+    require_cpu_kernel()
+    out = paged_decode_cpu(q, k_pool, v_pool, block_tables, context_lens)
+    expected = paged_attention_by_hand(q.double(), k_pool.double(), v_pool.double(), block_tables, context_lens)
+    u, L = 2.0 ** -24, int(context_lens.max())
+    score_err = head_dim * u * float(q.norm(dim=-1).max() * k_pool.norm(dim=-1).max()) / math.sqrt(head_dim)
+    bound = float(v_pool.abs().max()) * (2 * (score_err + 4 * u) + 2 * L * u)
+    err = float((out.double() - expected).abs().max())
+    assert err <= bound, (err, bound)
+    assert err > 0   # fp32 arithmetic, not a float64 path in disguise
+
+
+def test_cpu_kernel_fallback_and_errors(model, monkeypatch, capsys):
+    """Without a working compiler the engine says so in one line and decodes with the cascade path (same tokens);
+    cpu_kernel=True then fails in one line, as it does for a model the kernel does not take (bf16). Loading the
+    kernel (built with -ffast-math) leaves denormals alone in the process."""
+    require_cpu_kernel()
+    tiny = torch.tensor([1e-40])
+    assert float(tiny * 1.0) > 0, "loading the CPU kernel switched on flush-to-zero"
+    prompts = prompts_of([5, 18], seed=11)
+    params = SamplingParams(temperature=0, max_tokens=6)
+    with_kernel = LLMEngine(model, max_num_seqs=4, max_model_len=32)
+    assert with_kernel.cache.cpu_kernel
+    expected = with_kernel.generate(prompts, params)
+    pool, q = torch.zeros(1, 2, 4, 16), torch.zeros(1, 2, 16)   # a kernel copied elsewhere checks what it is given
+    one = torch.tensor([1], dtype=torch.int32)
+    with pytest.raises(RuntimeError, match="block id 2"):
+        paged_decode_cpu(q, pool, pool, torch.tensor([[2]], dtype=torch.int32), one)
+    with pytest.raises(RuntimeError, match="context length 5 outside 1..4"):
+        paged_decode_cpu(q, pool, pool, torch.tensor([[0]], dtype=torch.int32), one * 5)
+    with pytest.raises(ValueError, match="fp32 and head_dim"):
+        paged_decode_cpu(q.double(), pool.double(), pool.double(), torch.tensor([[0]], dtype=torch.int32), one)
+    with pytest.raises(ValueError, match="cpu_kernel=True.*fp32"):
+        LLMEngine(Qwen3(model.config).init_weights(seed=0).to(torch.bfloat16), max_model_len=32, cpu_kernel=True)
+
+    def no_compiler():
+        raise RuntimeError("Error building extension 'x'\nc++: command not found")
+    monkeypatch.setattr(rollout, "_cpu_kernel", None)
+    monkeypatch.setattr(rollout, "_build_cpu_kernel", no_compiler)
+    engine = LLMEngine(model, max_num_seqs=4, max_model_len=32)
+    err = capsys.readouterr().err
+    assert not engine.cache.cpu_kernel and err.count("\n") == 1 and "c++: command not found" in err, err
+    out = engine.generate(prompts, params)
+    assert [[s.token_ids for s in g] for g in out] == [[s.token_ids for s in g] for g in expected]
+    LLMEngine(model, max_num_seqs=4, max_model_len=32)
+    assert capsys.readouterr().err == ""          # said once per process
+    with pytest.raises(ValueError, match=r"could not be built \(RuntimeError: c\+\+: command not found\)"):
+        LLMEngine(model, max_model_len=32, cpu_kernel=True)
 
 
 @pytest.mark.parametrize("prompt_lens", [(9, 3, 14), (2, 3, 1)])   # second: no group has a full prompt block
