@@ -145,6 +145,8 @@ class LLMEngine:
         self.blocks = BlockManager(num_blocks, block_size)
         use_triton = self.device.type == "cuda" and triton is not None if use_triton is None else use_triton
         _require(not (use_triton and triton is None), "LLMEngine(use_triton=True): triton is not installed")
+        _require(not (cpu_kernel and (self.device.type != "cpu" or use_triton)),
+                 "LLMEngine(cpu_kernel=True): the C++ kernel is for CPU engines without use_triton")
         on_cpu_kernel = self.device.type == "cpu" and not use_triton and cpu_kernel is not False
         if on_cpu_kernel:
             fits = self.dtype == torch.float32 and cfg.head_dim in CPU_KERNEL_HEAD_DIMS
@@ -635,14 +637,13 @@ def paged_decode_cpu(q, k_pool, v_pool, block_tables, context_lens):
     if not (q.dtype == k_pool.dtype == v_pool.dtype == torch.float32 and q.shape[2] in CPU_KERNEL_HEAD_DIMS):
         _require(False, f"paged_decode_cpu: fp32 and head_dim in {CPU_KERNEL_HEAD_DIMS} only "
                  f"(got {q.dtype}, {q.shape[2]})")
-    assert k_pool.is_contiguous() and v_pool.is_contiguous() and block_tables.dtype == context_lens.dtype == torch.int32
     return kernel.paged_decode(q.contiguous(), k_pool, v_pool, block_tables.contiguous(), context_lens.contiguous())
 
 
 CPU_KERNEL_HEAD_DIMS = (16, 32, 64, 128, 256)   # compile-time in the kernel: the dot products unroll into registers
 # One (sequence, KV head) per task: its G queries meet its L tokens in three passes over the block table
 # (scores, softmax, the weighted sum of V). The group runs in chunks of 4, 2 or 1 query heads, sizes fixed at compile
-# time so that a chunk's queries stay in registers; each chunk reads the K/V rows once. Tasks run on torch's threads.
+# time so that a chunk's queries stay in registers; each chunk reads the K/V rows once. Tasks run on torch's threads (OpenMP).
 CPU_KERNEL_SOURCE = r"""
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
@@ -715,7 +716,17 @@ static void run(const torch::Tensor& q, const torch::Tensor& k_pool, const torch
 
 torch::Tensor paged_decode(torch::Tensor q, torch::Tensor k_pool, torch::Tensor v_pool, torch::Tensor tables,
                            torch::Tensor lens) {
+  for (const auto& t : {q, k_pool, v_pool})
+    TORCH_CHECK(t.device().is_cpu() && t.scalar_type() == torch::kFloat && t.is_contiguous(),
+                "paged_decode: q and the pools must be contiguous fp32 CPU tensors");
+  TORCH_CHECK(tables.scalar_type() == torch::kInt && lens.scalar_type() == torch::kInt && tables.is_contiguous() &&
+              lens.is_contiguous(), "paged_decode: block tables and lengths must be contiguous int32");
+  TORCH_CHECK(q.dim() == 3 && k_pool.dim() == 4 && k_pool.sizes() == v_pool.sizes() && k_pool.size(3) == q.size(2) &&
+              q.size(1) % k_pool.size(0) == 0 && tables.dim() == 2 && tables.size(0) == q.size(0) &&
+              lens.dim() == 1 && lens.size(0) == q.size(0), "paged_decode: shapes do not match: q (B, Hq, hd), pools "
+              "(Hkv, num_blocks, block_size, hd) with Hkv dividing Hq, tables (B, max_blocks), lengths (B,)");
   auto out = torch::empty_like(q);
+  pybind11::gil_scoped_release no_gil;   // other Python threads (gppo.py's scoring) run meanwhile
   switch (q.size(2)) {
     case 16: run<16>(q, k_pool, v_pool, tables, lens, out); break;
     case 32: run<32>(q, k_pool, v_pool, tables, lens, out); break;
@@ -726,51 +737,81 @@ torch::Tensor paged_decode(torch::Tensor q, torch::Tensor k_pool, torch::Tensor 
   }
   return out;
 }
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("paged_decode", &paged_decode); }
 """
 # -ffast-math at compile time only (the link step does not see it, so loading the kernel does not flush denormals
 # in the process): it lets exp and the sums vectorize; the kernel never meets an infinity or a NaN of its own.
-CPU_KERNEL_FLAGS = ["-O3", "-march=native", "-fopenmp-simd", "-ffast-math"]
+CPU_KERNEL_FLAGS = ["-O3", "-march=native", "-fopenmp", "-ffast-math"]   # -fopenmp: at::parallel_for's threads
 _cpu_kernel = None   # the loaded module, or the one-line reason it could not be built
+_cpu_kernel_notice_shown = False
 
 
 def load_cpu_kernel(required: bool = False):
-    """Build the CPU kernel with torch.utils.cpp_extension (a C++ compiler and ninja; ~40 s, once per machine: the
-    build is cached under torch's extensions directory, named by a hash of source, flags, torch and CPU, since
-    -march=native code must not run on another CPU) and load it (~0.2 s). Returns the module, or None with a
-    one-line notice on stderr if it cannot be built; required=True raises instead."""
-    global _cpu_kernel
+    """Build the CPU kernel with torch.utils.cpp_extension (a C++ compiler, ninja and Python's headers; ~40 s, once
+    per machine: the build is cached in $TORCH_EXTENSIONS_DIR or torch's default extensions directory, under a hash
+    of source, flags, compiler, Python, torch and CPU, since -march=native code must not run on another CPU) and load
+    it (~0.1 s). Returns the module, or None after a one-line notice on stderr if it cannot be built (once per
+    process); required=True raises instead."""
+    global _cpu_kernel, _cpu_kernel_notice_shown
     if _cpu_kernel is None:
         try:
             _cpu_kernel = _build_cpu_kernel()
         except Exception as e:   # no compiler, no ninja, a failed compile: the PyTorch paths remain
-            _cpu_kernel = f"{type(e).__name__}: {str(e).strip().splitlines()[-1] if str(e).strip() else ''}"[:300]
-            if not required:
-                print(f"rollout.py: the CPU attention kernel could not be built ({_cpu_kernel}); decoding with the "
-                      f"slower PyTorch path (LLMEngine(cpu_kernel=False) skips the attempt)", file=sys.stderr)
+            lines = str(e).strip().splitlines() or [""]
+            cause = next((line for line in lines if "error" in line.lower() and "Error building" not in line),
+                         lines[0])   # the compiler's first error, not ninja's closing "subcommand failed"
+            _cpu_kernel = f"{type(e).__name__}: {cause.strip()}"[:300]
     if isinstance(_cpu_kernel, str):
         _require(not required, f"rollout.py: the CPU attention kernel could not be built ({_cpu_kernel})")
+        if not _cpu_kernel_notice_shown:
+            _cpu_kernel_notice_shown = True
+            print(f"rollout.py: the CPU attention kernel could not be built ({_cpu_kernel}); decoding with the "
+                  f"slower PyTorch path (LLMEngine(cpu_kernel=False) skips the attempt)", file=sys.stderr)
         return None
     return _cpu_kernel
 
 
 def _build_cpu_kernel():
+    import fcntl
+    import logging
+    import shutil
+    import sysconfig
     from torch.utils import cpp_extension
+    compiler = shutil.which(os.environ.get("CXX", "c++"))
+    if compiler is None:
+        raise RuntimeError(f"no C++ compiler: {os.environ.get('CXX', 'c++')} is not on PATH")
+    if not cpp_extension.is_ninja_available():
+        raise RuntimeError("ninja is not on PATH (pip install ninja)")
     try:
-        with open("/proc/cpuinfo") as fh:   # the flags -march=native compiles for
+        with open("/proc/cpuinfo") as fh:   # the instruction sets -march=native compiles for
             cpu = next((line for line in fh if line.startswith("flags")), platform.processor())
     except OSError:
         cpu = platform.processor()
-    key = "\n".join([CPU_KERNEL_SOURCE, *CPU_KERNEL_FLAGS, torch.__version__, cpu])
+    key = "\n".join([CPU_KERNEL_SOURCE, *CPU_KERNEL_FLAGS, compiler, sys.version, str(sysconfig.get_config_var(
+        "EXT_SUFFIX")), torch.__version__, cpu])
     name = "klear_paged_decode_" + hashlib.sha1(key.encode()).hexdigest()[:12]
-    build_dir = os.path.join(cpp_extension.get_default_build_root(), name)
+    root = os.environ.get("TORCH_EXTENSIONS_DIR") or cpp_extension.get_default_build_root()
+    build_dir = os.path.join(root, name)
     os.makedirs(build_dir, exist_ok=True)
-    lock = os.path.join(build_dir, "lock")   # left behind by a build that was killed: torch would wait on it forever
-    if os.path.exists(lock) and time.time() - os.path.getmtime(lock) > 600:
-        os.remove(lock)
-    if not os.path.exists(os.path.join(build_dir, name + ".so")):
-        print(f"rollout.py: building the CPU attention kernel in {build_dir} (once per machine, ~40 s)", file=sys.stderr)
-    return cpp_extension.load_inline(name, cpp_sources=CPU_KERNEL_SOURCE, functions=["paged_decode"],
-                                     extra_cflags=CPU_KERNEL_FLAGS, build_directory=build_dir)
+    # One builder at a time (torchrun ranks start together), through a lock the kernel releases when its process
+    # dies. Whoever holds it may delete torch's own lock file: only a killed build can have left that behind, and
+    # torch would wait on it forever.
+    with open(os.path.join(build_dir, "build.flock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if os.path.exists(os.path.join(build_dir, "lock")):
+            os.remove(os.path.join(build_dir, "lock"))
+        if not os.path.exists(os.path.join(build_dir, name + ".so")):
+            print(f"rollout.py: building the CPU attention kernel in {build_dir} (once per machine, ~40 s)",
+                  file=sys.stderr)
+        torch_log = logging.getLogger("torch.utils.cpp_extension")
+        level = torch_log.level
+        torch_log.setLevel(logging.ERROR)   # its compiler-ABI warnings: a failed build is reported in one line
+        try:
+            return cpp_extension.load_inline(name, cpp_sources=CPU_KERNEL_SOURCE, extra_cflags=CPU_KERNEL_FLAGS,
+                                             build_directory=build_dir)
+        finally:
+            torch_log.setLevel(level)
 
 
 def paged_decode_triton(q, k_pool, v_pool, block_tables, context_lens, num_splits: int | None = None):

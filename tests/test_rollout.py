@@ -342,9 +342,10 @@ def test_paged_decode_cpu_kernel_equals_float64_loop(block_size, head_dim, group
     assert err > 0   # fp32 arithmetic, not a float64 path in disguise
 
 
-def test_cpu_kernel_fallback_and_errors(model, monkeypatch, capsys):
-    """Without a working compiler the engine says so in one line and decodes with the cascade path (same tokens);
-    cpu_kernel=True then fails in one line, as it does for a model the kernel does not take (bf16). Loading the
+def test_cpu_kernel_fallback_and_errors(model, monkeypatch, capsys, tmp_path):
+    """The kernel checks its inputs. Without a working compiler the engine says why in one line and decodes with the
+    cascade path (same tokens); cpu_kernel=True then fails in one line, as it does for a model the kernel does not
+    take (bf16) and on a Triton engine; a failed compile is reported by the compiler's first error. Loading the
     kernel (built with -ffast-math) leaves denormals alone in the process."""
     require_cpu_kernel()
     tiny = torch.tensor([1e-40])
@@ -360,24 +361,41 @@ def test_cpu_kernel_fallback_and_errors(model, monkeypatch, capsys):
         paged_decode_cpu(q, pool, pool, torch.tensor([[2]], dtype=torch.int32), one)
     with pytest.raises(RuntimeError, match="context length 5 outside 1..4"):
         paged_decode_cpu(q, pool, pool, torch.tensor([[0]], dtype=torch.int32), one * 5)
+    with pytest.raises(RuntimeError, match="shapes do not match"):
+        paged_decode_cpu(q, pool, pool, torch.tensor([[0], [0]], dtype=torch.int32), one)
     with pytest.raises(ValueError, match="fp32 and head_dim"):
         paged_decode_cpu(q.double(), pool.double(), pool.double(), torch.tensor([[0]], dtype=torch.int32), one)
     with pytest.raises(ValueError, match="cpu_kernel=True.*fp32"):
         LLMEngine(Qwen3(model.config).init_weights(seed=0).to(torch.bfloat16), max_model_len=32, cpu_kernel=True)
 
-    def no_compiler():
-        raise RuntimeError("Error building extension 'x'\nc++: command not found")
+    # no compiler: the engine says why in one line (once per process) and decodes with the cascade path
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))     # nothing here touches the real build cache
+    monkeypatch.setenv("CXX", str(tmp_path / "no-such-c++"))
     monkeypatch.setattr(rollout, "_cpu_kernel", None)
-    monkeypatch.setattr(rollout, "_build_cpu_kernel", no_compiler)
+    monkeypatch.setattr(rollout, "_cpu_kernel_notice_shown", False)
     engine = LLMEngine(model, max_num_seqs=4, max_model_len=32)
     err = capsys.readouterr().err
-    assert not engine.cache.cpu_kernel and err.count("\n") == 1 and "c++: command not found" in err, err
+    assert not engine.cache.cpu_kernel and err.count("\n") == 1 and "no-such-c++ is not on PATH" in err, err
     out = engine.generate(prompts, params)
     assert [[s.token_ids for s in g] for g in out] == [[s.token_ids for s in g] for g in expected]
     LLMEngine(model, max_num_seqs=4, max_model_len=32)
-    assert capsys.readouterr().err == ""          # said once per process
-    with pytest.raises(ValueError, match=r"could not be built \(RuntimeError: c\+\+: command not found\)"):
+    assert capsys.readouterr().err == ""
+    with pytest.raises(ValueError, match="could not be built .RuntimeError: no C.. compiler"):
         LLMEngine(model, max_model_len=32, cpu_kernel=True)
+    # a failed compile: the compiler's first error is the reason given, not ninja's closing line
+    monkeypatch.delenv("CXX")
+    monkeypatch.setattr(rollout, "_cpu_kernel", None)
+
+    def failed_build(*args, **kwargs):
+        raise RuntimeError("Error building extension 'k': [1/2] c++ -MMD -c main.cpp -o main.o\nFAILED: main.o\n"
+                           "main.cpp:3:1: error: 'x' was not declared in this scope\n"
+                           "ninja: build stopped: subcommand failed.")
+    from torch.utils import cpp_extension
+    monkeypatch.setattr(cpp_extension, "load_inline", failed_build)
+    with pytest.raises(ValueError, match="could not be built .RuntimeError: main.cpp:3:1: error: 'x' was not"):
+        LLMEngine(model, max_model_len=32, cpu_kernel=True)
+    with pytest.raises(ValueError, match="for CPU engines without use_triton"):
+        LLMEngine(model, max_model_len=32, cpu_kernel=True, use_triton=True)
 
 
 @pytest.mark.parametrize("prompt_lens", [(9, 3, 14), (2, 3, 1)])   # second: no group has a full prompt block
