@@ -783,6 +783,8 @@ def _build_cpu_kernel():
         raise RuntimeError(f"no C++ compiler: {os.environ.get('CXX', 'c++')} is not on PATH")
     if not cpp_extension.is_ninja_available():
         raise RuntimeError("ninja is not on PATH (pip install ninja)")
+    if not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")):
+        raise RuntimeError(f"no Python.h in {sysconfig.get_paths()['include']} (install Python's development headers)")
     try:
         with open("/proc/cpuinfo") as fh:   # the instruction sets -march=native compiles for
             cpu = next((line for line in fh if line.startswith("flags")), platform.processor())

@@ -35,9 +35,11 @@ def model():
 
 def require_cpu_kernel():
     """The C++ decode kernel must build wherever a compiler and ninja exist (a failed build fails the test)."""
+    import sysconfig
     from torch.utils import cpp_extension
-    if shutil.which(os.environ.get("CXX", "c++")) is None or not cpp_extension.is_ninja_available():
-        pytest.skip("no C++ compiler or ninja: the engine decodes on CPU with its PyTorch cascade path")
+    if (shutil.which(os.environ.get("CXX", "c++")) is None or not cpp_extension.is_ninja_available()
+            or not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h"))):
+        pytest.skip("no C++ compiler, ninja or Python.h: the engine decodes on CPU with its PyTorch cascade path")
     rollout.load_cpu_kernel(required=True)
 
 
@@ -334,12 +336,37 @@ def test_paged_decode_cpu_kernel_equals_float64_loop(block_size, head_dim, group
     require_cpu_kernel()
     out = paged_decode_cpu(q, k_pool, v_pool, block_tables, context_lens)
     expected = paged_attention_by_hand(q.double(), k_pool.double(), v_pool.double(), block_tables, context_lens)
-    u, L = 2.0 ** -24, int(context_lens.max())
-    score_err = head_dim * u * float(q.norm(dim=-1).max() * k_pool.norm(dim=-1).max()) / math.sqrt(head_dim)
-    bound = float(v_pool.abs().max()) * (2 * (score_err + 4 * u) + 2 * L * u)
-    err = float((out.double() - expected).abs().max())
+    err, bound = float((out.double() - expected).abs().max()), fp32_attention_bound(q, k_pool, v_pool, context_lens)
     assert err <= bound, (err, bound)
     assert err > 0   # fp32 arithmetic, not a float64 path in disguise
+
+
+def fp32_attention_bound(q, k_pool, v_pool, context_lens):
+    """The fp32 rounding bound of the docstring above, for these inputs."""
+    u, L, hd = 2.0 ** -24, int(context_lens.max()), q.shape[-1]
+    score_err = hd * u * float(q.norm(dim=-1).max() * k_pool.norm(dim=-1).max()) / math.sqrt(hd)
+    return float(v_pool.abs().max()) * (2 * (score_err + 4 * u) + 2 * L * u)
+
+
+def test_paged_decode_cpu_kernel_is_the_same_on_two_threads():
+    """128 (sequence, KV head) tasks split over torch's threads: each is computed alone, so the result is bitwise
+    the same on 1 and 2 threads."""
+    require_cpu_kernel()
+    g = torch.Generator().manual_seed(1)
+    k_pool, v_pool = torch.randn(2, 64, 16, 32, generator=g), torch.randn(2, 64, 16, 32, generator=g)
+    q = torch.randn(64, 4, 32, generator=g)
+    block_tables = torch.randint(64, (64, 3), generator=g, dtype=torch.int32)
+    context_lens = torch.randint(1, 48, (64,), generator=g, dtype=torch.int32)
+    one = paged_decode_cpu(q, k_pool, v_pool, block_tables, context_lens)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        two = paged_decode_cpu(q, k_pool, v_pool, block_tables, context_lens)
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(one, two)
+    expected = paged_attention_by_hand(q.double(), k_pool.double(), v_pool.double(), block_tables, context_lens)
+    assert float((two.double() - expected).abs().max()) <= fp32_attention_bound(q, k_pool, v_pool, context_lens)
 
 
 def test_cpu_kernel_fallback_and_errors(model, monkeypatch, capsys, tmp_path):
