@@ -641,9 +641,9 @@ def paged_decode_cpu(q, k_pool, v_pool, block_tables, context_lens):
 
 
 CPU_KERNEL_HEAD_DIMS = (16, 32, 64, 128, 256)   # compile-time in the kernel: the dot products unroll into registers
-# One (sequence, KV head) per task: its G queries meet its L tokens in three passes over the block table
-# (scores, softmax, the weighted sum of V). The group runs in chunks of 4, 2 or 1 query heads, sizes fixed at compile
-# time so that a chunk's queries stay in registers; each chunk reads the K/V rows once. Tasks run on torch's threads (OpenMP).
+# One (sequence, KV head) per task: its G queries meet its L tokens in three passes over the block table (scores,
+# softmax, the weighted sum of V). The group runs in chunks of 4, 2 or 1 query heads, sizes fixed at compile time so
+# a chunk's queries stay in registers; each chunk reads the K/V rows once. Tasks run on torch's (OpenMP) threads.
 CPU_KERNEL_SOURCE = r"""
 #include <torch/extension.h>
 #include <ATen/Parallel.h>

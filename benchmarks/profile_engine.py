@@ -14,8 +14,8 @@ wall clock into:
   rest of model  the forward minus the above: the input tensors, embedding, the cos/sin lookup, residual adds,
                  SiLU * up, reshapes, the logits' rows
   sampling       rollout.sample (softmax, the inverse CDF)
-  engine         generate minus the forward and sampling: scheduling, block tables (or the cascade layout), copy-on-write,
-                 appending tokens
+  engine         generate minus the forward and sampling: scheduling, block tables (or the cascade layout),
+                 copy-on-write, appending tokens
 The wrappers' own cost lands in "rest of model" and "engine"; it shows in the two totals printed, the batch with the
 wrappers and without. torch.profiler is not used: on small ops its per-op times disagree with the wall clock of the
 calls that contain them. Last, the matmul floor: the FLOPs of every Linear call (2 x rows x in x out), each at the
@@ -74,8 +74,8 @@ def main(c: ProfileConfig):
     tokenizer = data.load_tokenizer(c.model)
     tasks = gppo.load_tasks(rl, tokenizer)
     model = model_py.from_pretrained(c.model, dtype=torch.float32, device=torch.device("cpu")).eval()
-    engine = rollout.LLMEngine(model, max_num_seqs=c.prompts * c.samples, max_model_len=rl.max_prompt_len + c.max_tokens,
-                               cpu_kernel=None if c.cpu_kernel else False)
+    engine = rollout.LLMEngine(model, max_num_seqs=c.prompts * c.samples,
+                               max_model_len=rl.max_prompt_len + c.max_tokens, cpu_kernel=None if c.cpu_kernel else False)
     stop = tuple(data.stop_token_ids(tokenizer))
     hf = None if c.skip_hf else load_hf(c.model)
     print(f"{c.model}: {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters, fp32; {c.threads} threads; "
