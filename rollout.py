@@ -649,6 +649,7 @@ CPU_KERNEL_SOURCE = r"""
 #include <ATen/Parallel.h>
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 template <int HD, int G>   // head dim, query heads in this chunk
@@ -705,10 +706,14 @@ static void run(const torch::Tensor& q, const torch::Tensor& k_pool, const torch
       const float *k_head = kp + h * head_stride, *v_head = vp + h * head_stride;
       scores.resize(4 * L);
       for (int64_t g = 0; g < G;) {
-        const int64_t at = (b * Hq + h * G + g) * HD;   // query heads h*G + g... of sequence b
-        if (G - g >= 4) { attend<HD, 4>(qp + at, k_head, v_head, tp + b * W, L, bs, scale, scores.data(), op + at); g += 4; }
-        else if (G - g >= 2) { attend<HD, 2>(qp + at, k_head, v_head, tp + b * W, L, bs, scale, scores.data(), op + at); g += 2; }
-        else { attend<HD, 1>(qp + at, k_head, v_head, tp + b * W, L, bs, scale, scores.data(), op + at); g += 1; }
+        auto chunk = [&](auto size) {   // query heads h*G + g .. + size of sequence b
+          const int64_t at = (b * Hq + h * G + g) * HD;
+          attend<HD, decltype(size)::value>(qp + at, k_head, v_head, tp + b * W, L, bs, scale, scores.data(), op + at);
+          g += decltype(size)::value;
+        };
+        if (G - g >= 4) chunk(std::integral_constant<int, 4>{});
+        else if (G - g >= 2) chunk(std::integral_constant<int, 2>{});
+        else chunk(std::integral_constant<int, 1>{});
       }
     }
   });
