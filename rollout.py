@@ -203,8 +203,8 @@ class LLMEngine:
             num_seqs, num_tokens, free = num_seqs + len(group), num_tokens + len(group[0]), free - need
         return admitted
 
-    def _forward(self, input_ids: list, positions: list, step: "StepBatch", rows: list):
-        """Run the model on one flattened row of tokens; return the logits (len(rows), V) fp32 at `rows`."""
+    def _forward(self, input_ids: list, positions: list, step: "StepBatch", rows: list | None = None):
+        """Run the model on one flattened row of tokens; return the logits (len(rows), V) fp32 at `rows` (None: all)."""
         self.cache.step = step
         try:
             hidden = self.model(torch.tensor([input_ids], device=self.device),
@@ -212,7 +212,7 @@ class LLMEngine:
                                 kv_cache=self.cache, return_hidden=True)[0]               # (N, D)
         finally:
             self.cache.step = None
-        return self.model.lm_head(hidden[rows]).float()   # only the rows we sample from: no (N, V) logits
+        return self.model.lm_head(hidden if rows is None else hidden[rows]).float()   # only the rows sampled from
 
     def _prefill(self, groups: list) -> list:
         """Compute each group's prompt once, share its blocks with the group's other samples, sample each one."""
@@ -259,15 +259,15 @@ class LLMEngine:
             return
         self.cache.copy_blocks(copies)   # before the forward writes into the copies
         step = StepBatch(False, torch.tensor(slots, device=self.device))
+        lengths = [len(seq.token_ids) for seq in running]
         if self.cache.use_triton or self.cache.cpu_kernel:
             max_blocks = max(len(seq.block_table) for seq in running)
             step.block_tables = torch.tensor([seq.block_table + [0] * (max_blocks - len(seq.block_table))
                                               for seq in running], dtype=torch.int32, device=self.device)
-            step.context_lens = torch.tensor([len(seq) for seq in running], dtype=torch.int32, device=self.device)
+            step.context_lens = torch.tensor(lengths, dtype=torch.int32, device=self.device)
         else:
             step.cascade = self._cascade = cascade_batch(running, self.blocks.block_size, self.device, self._cascade)
-        logits = self._forward([seq.token_ids[-1] for seq in running], [len(seq) - 1 for seq in running], step,
-                               list(range(len(running))))
+        logits = self._forward([seq.token_ids[-1] for seq in running], [n - 1 for n in lengths], step)
         self.stats.decode_tokens += len(running)
         self._append_tokens(running, logits)
 
@@ -468,6 +468,8 @@ class PagedKVCache:
         q, k, v = q[0], k[0], v[0]
         k_pool, v_pool = self.k_pool[layer_idx], self.v_pool[layer_idx]       # (Hkv, num_blocks, bs, hd)
         Hkv, _, _, hd = k_pool.shape
+        if self.cpu_kernel and not step.is_prefill:   # the kernel writes the new K/V itself (see paged_decode_cpu)
+            return paged_decode_cpu(q, k_pool, v_pool, step.block_tables, step.context_lens, k, v).unsqueeze(0)
         k_pool.view(Hkv, -1, hd).index_copy_(1, step.slot_mapping, k.transpose(0, 1).to(k_pool.dtype))
         v_pool.view(Hkv, -1, hd).index_copy_(1, step.slot_mapping, v.transpose(0, 1).to(v_pool.dtype))
         if step.is_prefill:   # no cached prefix: causal attention inside each new sequence
@@ -479,8 +481,6 @@ class PagedKVCache:
             return torch.cat(outs).unsqueeze(0)
         if self.use_triton:
             return paged_decode_triton(q, k_pool, v_pool, step.block_tables, step.context_lens).unsqueeze(0)
-        if self.cpu_kernel:
-            return paged_decode_cpu(q, k_pool, v_pool, step.block_tables, step.context_lens).unsqueeze(0)
         if len(self.workspace) < cascade_workspace_size(k_pool, step.cascade):
             self.workspace = k_pool.new_empty(cascade_workspace_size(k_pool, step.cascade) * 5 // 4)
         return cascade_decode(q, k_pool, v_pool, step.cascade, self.workspace).unsqueeze(0)
@@ -628,16 +628,21 @@ def _gather_keys(k_pool, batch: CascadeBatch, workspace=None) -> tuple:
     return k_pre.view(Hkv * batch.P, batch.L_pre, hd), k_own.view(Hkv * len(batch.seq_rows), batch.L_own, hd)
 
 
-def paged_decode_cpu(q, k_pool, v_pool, block_tables, context_lens):
+def paged_decode_cpu(q, k_pool, v_pool, block_tables, context_lens, k_new=None, v_new=None):
     """Same contract as paged_decode_reference, fp32 only: a fused C++ kernel (below) that reads each sequence's K/V
     in place from the pool, no gather and no padding. Why C++: the cascade path's dozen ops per layer (index_select,
     two bmm of 2-row matrices, masked softmax, embedding_bag) take several times what reading the step's K/V once
-    costs, and Triton has no CPU backend. block_tables (B, max_blocks), context_lens (B,): int32."""
+    costs, and Triton has no CPU backend. block_tables (B, max_blocks), context_lens (B,): int32.
+    k_new, v_new (B, Hkv, hd), optional: first write them at each sequence's position context_len - 1 (what
+    PagedKVCache's index_copy_ does), inside the same pass: the slot's line is one the task reads next."""
     kernel = load_cpu_kernel(required=True)
     if not (q.dtype == k_pool.dtype == v_pool.dtype == torch.float32 and q.shape[2] in CPU_KERNEL_HEAD_DIMS):
         _require(False, f"paged_decode_cpu: fp32 and head_dim in {CPU_KERNEL_HEAD_DIMS} only "
                  f"(got {q.dtype}, {q.shape[2]})")
-    return kernel.paged_decode(q.contiguous(), k_pool, v_pool, block_tables.contiguous(), context_lens.contiguous())
+    _require((k_new is None) == (v_new is None), "paged_decode_cpu: give both k_new and v_new, or neither")
+    k_new, v_new = (q.new_empty(0), q.new_empty(0)) if k_new is None else (k_new.contiguous(), v_new.contiguous())
+    return kernel.paged_decode(q.contiguous(), k_pool, v_pool, block_tables.contiguous(), context_lens.contiguous(),
+                               k_new, v_new)
 
 
 CPU_KERNEL_HEAD_DIMS = (16, 32, 64, 128, 256)   # compile-time in the kernel: the dot products unroll into registers
@@ -655,30 +660,33 @@ CPU_KERNEL_SOURCE = r"""
 template <int HD, int G>   // head dim, query heads in this chunk
 static void attend(const float* q, const float* k_head, const float* v_head, const int32_t* table, int64_t L,
                    int64_t bs, float scale, float* scores, float* out) {
+  const int64_t Lp = (L + 15) / 16 * 16;   // score rows padded to 16: the vectorized exp then has no scalar tail
   float qs[G * HD], acc[G * HD], total[G];
   for (int i = 0; i < G * HD; ++i) { qs[i] = q[i] * scale; acc[i] = 0.f; }
   for (int64_t t0 = 0, j = 0; t0 < L; t0 += bs, ++j) {            // 1. s[g, t] = q_g . k_t / sqrt(HD)
-    const float* k_block = k_head + (int64_t)table[j] * bs * HD;
-    for (int64_t i = 0, n = std::min(bs, L - t0); i < n; ++i)
+    const float* k_block = k_head + (int64_t)table[j] * bs * HD;  //    (no omp simd: -O3 -ffast-math vectorizes
+    for (int64_t i = 0, n = std::min(bs, L - t0); i < n; ++i)     //    these sums with the G rows in registers)
       for (int g = 0; g < G; ++g) {
         float s = 0.f;
-        #pragma omp simd reduction(+:s)
         for (int d = 0; d < HD; ++d) s += qs[g * HD + d] * k_block[i * HD + d];
-        scores[g * L + t0 + i] = s;
+        scores[g * Lp + t0 + i] = s;
       }
   }
   for (int g = 0; g < G; ++g) {                                   // 2. p[g, t] = exp(s - max), total = sum p
-    float *s = scores + g * L, m = s[0], sum = 0.f;               //    (max from a real score: no infinities)
+    float *s = scores + g * Lp, m = s[0], sum = 0.f;              //    (max from a real score: no infinities)
     for (int64_t t = 1; t < L; ++t) m = std::max(m, s[t]);
+    for (int64_t t = L; t < Lp; ++t) s[t] = m - 80.f;             //    padding, never summed or used; its exp is a
+    #pragma omp simd                                              //    normal float (far below -80 the vector exp
+    for (int64_t t = 0; t < Lp; ++t) s[t] = std::exp(s[t] - m);   //    takes a slow path)
     #pragma omp simd reduction(+:sum)
-    for (int64_t t = 0; t < L; ++t) { s[t] = std::exp(s[t] - m); sum += s[t]; }
+    for (int64_t t = 0; t < L; ++t) sum += s[t];
     total[g] = sum;
   }
   for (int64_t t0 = 0, j = 0; t0 < L; t0 += bs, ++j) {            // 3. out_g = sum_t p[g, t] v_t / total_g
     const float* v_block = v_head + (int64_t)table[j] * bs * HD;
     for (int64_t i = 0, n = std::min(bs, L - t0); i < n; ++i)
       for (int g = 0; g < G; ++g) {
-        const float p = scores[g * L + t0 + i];
+        const float p = scores[g * Lp + t0 + i];
         #pragma omp simd
         for (int d = 0; d < HD; ++d) acc[g * HD + d] += p * v_block[i * HD + d];
       }
@@ -689,13 +697,29 @@ static void attend(const float* q, const float* k_head, const float* v_head, con
 
 template <int HD>
 static void run(const torch::Tensor& q, const torch::Tensor& k_pool, const torch::Tensor& v_pool,
-                const torch::Tensor& tables, const torch::Tensor& lens, torch::Tensor& out) {
+                const torch::Tensor& tables, const torch::Tensor& lens, const torch::Tensor& k_new,
+                const torch::Tensor& v_new, torch::Tensor& out) {
   const int64_t B = q.size(0), Hq = q.size(1), Hkv = k_pool.size(0), bs = k_pool.size(2), G = Hq / Hkv;
   const int64_t num_blocks = k_pool.size(1), head_stride = num_blocks * bs * HD, W = tables.size(1);
   const float *qp = q.data_ptr<float>(), *kp = k_pool.data_ptr<float>(), *vp = v_pool.data_ptr<float>();
   const int32_t *tp = tables.data_ptr<int32_t>(), *lp = lens.data_ptr<int32_t>();
-  float* op = out.data_ptr<float>();
+  const float *knp = k_new.numel() ? k_new.data_ptr<float>() : nullptr, *vnp = knp ? v_new.data_ptr<float>() : nullptr;
+  float *op = out.data_ptr<float>(), *kp_w = k_pool.data_ptr<float>(), *vp_w = v_pool.data_ptr<float>();
   const float scale = 1.f / std::sqrt((float)HD);
+  // A task's blocks lie scattered over the pool, where the hardware prefetcher (it follows sequential streams)
+  // cannot guess them: while one task computes, the next one's K/V rows are fetched.
+  auto prefetch = [&](int64_t task) {
+    const int64_t b = task / Hkv, h = task % Hkv, L = std::min<int64_t>(lp[b], W * bs);
+    for (int64_t t0 = 0, j = 0; t0 < L; t0 += bs, ++j) {
+      const int64_t block = tp[b * W + j];
+      if (block < 0 || block >= num_blocks) continue;   // reported when the task runs
+      const float *k_rows = kp + h * head_stride + block * bs * HD, *v_rows = vp + h * head_stride + block * bs * HD;
+      for (int64_t x = 0, n = std::min(bs, L - t0) * HD; x < n; x += 16) {   // 16 floats: one 64-byte line
+        __builtin_prefetch(k_rows + x);
+        __builtin_prefetch(v_rows + x);
+      }
+    }
+  };
   at::parallel_for(0, B * Hkv, 16, [&](int64_t begin, int64_t end) {
     std::vector<float> scores;
     for (int64_t task = begin; task < end; ++task) {
@@ -703,8 +727,14 @@ static void run(const torch::Tensor& q, const torch::Tensor& k_pool, const torch
       TORCH_CHECK(L >= 1 && L <= W * bs, "paged_decode: context length ", L, " outside 1..", W * bs);
       for (int64_t j = 0; j < (L + bs - 1) / bs; ++j)
         TORCH_CHECK(tp[b * W + j] >= 0 && tp[b * W + j] < num_blocks, "paged_decode: block id ", tp[b * W + j]);
+      if (task + 1 < end) prefetch(task + 1);
+      if (knp) {   // the newest token's K/V into its slot (position L - 1), on a line this task reads next anyway
+        const int64_t slot = (int64_t)tp[b * W + (L - 1) / bs] * bs + (L - 1) % bs, from = (b * Hkv + h) * HD;
+        std::copy(knp + from, knp + from + HD, kp_w + h * head_stride + slot * HD);
+        std::copy(vnp + from, vnp + from + HD, vp_w + h * head_stride + slot * HD);
+      }
       const float *k_head = kp + h * head_stride, *v_head = vp + h * head_stride;
-      scores.resize(4 * L);
+      scores.resize(4 * ((L + 15) / 16 * 16));
       for (int64_t g = 0; g < G;) {
         auto chunk = [&](auto size) {   // query heads h*G + g .. + size of sequence b
           const int64_t at = (b * Hq + h * G + g) * HD;
@@ -720,24 +750,27 @@ static void run(const torch::Tensor& q, const torch::Tensor& k_pool, const torch
 }
 
 torch::Tensor paged_decode(torch::Tensor q, torch::Tensor k_pool, torch::Tensor v_pool, torch::Tensor tables,
-                           torch::Tensor lens) {
-  for (const auto& t : {q, k_pool, v_pool})
+                           torch::Tensor lens, torch::Tensor k_new, torch::Tensor v_new) {
+  for (const auto& t : {q, k_pool, v_pool, k_new, v_new})
     TORCH_CHECK(t.device().is_cpu() && t.scalar_type() == torch::kFloat && t.is_contiguous(),
-                "paged_decode: q and the pools must be contiguous fp32 CPU tensors");
+                "paged_decode: q, the pools and the new K/V must be contiguous fp32 CPU tensors");
   TORCH_CHECK(tables.scalar_type() == torch::kInt && lens.scalar_type() == torch::kInt && tables.is_contiguous() &&
               lens.is_contiguous(), "paged_decode: block tables and lengths must be contiguous int32");
   TORCH_CHECK(q.dim() == 3 && k_pool.dim() == 4 && k_pool.sizes() == v_pool.sizes() && k_pool.size(3) == q.size(2) &&
               q.size(1) % k_pool.size(0) == 0 && tables.dim() == 2 && tables.size(0) == q.size(0) &&
               lens.dim() == 1 && lens.size(0) == q.size(0), "paged_decode: shapes do not match: q (B, Hq, hd), pools "
               "(Hkv, num_blocks, block_size, hd) with Hkv dividing Hq, tables (B, max_blocks), lengths (B,)");
+  TORCH_CHECK((k_new.numel() == 0 && v_new.numel() == 0) || (k_new.dim() == 3 && k_new.sizes() == v_new.sizes() &&
+              k_new.size(0) == q.size(0) && k_new.size(1) == k_pool.size(0) && k_new.size(2) == q.size(2)),
+              "paged_decode: the new K/V must both be empty or (B, Hkv, hd)");
   auto out = torch::empty_like(q);
   pybind11::gil_scoped_release no_gil;   // other Python threads (gppo.py's scoring) run meanwhile
   switch (q.size(2)) {
-    case 16: run<16>(q, k_pool, v_pool, tables, lens, out); break;
-    case 32: run<32>(q, k_pool, v_pool, tables, lens, out); break;
-    case 64: run<64>(q, k_pool, v_pool, tables, lens, out); break;
-    case 128: run<128>(q, k_pool, v_pool, tables, lens, out); break;
-    case 256: run<256>(q, k_pool, v_pool, tables, lens, out); break;
+    case 16: run<16>(q, k_pool, v_pool, tables, lens, k_new, v_new, out); break;
+    case 32: run<32>(q, k_pool, v_pool, tables, lens, k_new, v_new, out); break;
+    case 64: run<64>(q, k_pool, v_pool, tables, lens, k_new, v_new, out); break;
+    case 128: run<128>(q, k_pool, v_pool, tables, lens, k_new, v_new, out); break;
+    case 256: run<256>(q, k_pool, v_pool, tables, lens, k_new, v_new, out); break;
     default: TORCH_CHECK(false, "paged_decode: head_dim must be 16, 32, 64, 128 or 256");
   }
   return out;

@@ -369,6 +369,34 @@ def test_paged_decode_cpu_kernel_is_the_same_on_two_threads():
     assert float((two.double() - expected).abs().max()) <= fp32_attention_bound(q, k_pool, v_pool, context_lens)
 
 
+@pytest.mark.parametrize("block_size,group", [(4, 2), (1, 3), (16, 1)])
+def test_paged_decode_cpu_kernel_writes_the_new_token_first(block_size, group):
+    """With k_new/v_new the kernel first writes each sequence's newest K/V at position context_len - 1 (the first
+    slot of a fresh block, the middle or the end of one), then attends: the same pools and, bitwise, the same output
+    as writing them by hand through the block table and calling it without."""
+    require_cpu_kernel()
+    g = torch.Generator().manual_seed(block_size)
+    Hkv, B, hd, width = 2, 6, 32, 4
+    k_pool, v_pool = torch.randn(Hkv, 30, block_size, hd, generator=g), torch.randn(Hkv, 30, block_size, hd, generator=g)
+    q = torch.randn(B, Hkv * group, hd, generator=g)
+    k_new, v_new = torch.randn(B, Hkv, hd, generator=g), torch.randn(B, Hkv, hd, generator=g)
+    block_tables = torch.randperm(30, generator=g)[:B * width].view(B, width).to(torch.int32)
+    context_lens = torch.tensor([1, block_size, block_size + 1, 2 * block_size, 3 * block_size + 1,
+                                 width * block_size], dtype=torch.int32).clamp(max=width * block_size)
+    k_hand, v_hand = k_pool.clone(), v_pool.clone()
+    for b, n in enumerate(context_lens.tolist()):
+        block, offset = int(block_tables[b, (n - 1) // block_size]), (n - 1) % block_size
+        k_hand[:, block, offset], v_hand[:, block, offset] = k_new[b], v_new[b]
+    expected = paged_decode_cpu(q, k_hand, v_hand, block_tables, context_lens)
+    out = paged_decode_cpu(q, k_pool, v_pool, block_tables, context_lens, k_new, v_new)
+    assert torch.equal(k_pool, k_hand) and torch.equal(v_pool, v_hand)
+    assert torch.equal(out, expected)
+    with pytest.raises(ValueError, match="both k_new and v_new"):
+        paged_decode_cpu(q, k_pool, v_pool, block_tables, context_lens, k_new)
+    with pytest.raises(RuntimeError, match="new K/V must both be empty or"):
+        paged_decode_cpu(q, k_pool, v_pool, block_tables, context_lens, k_new[:, :1], v_new[:, :1])
+
+
 def test_cpu_kernel_fallback_and_errors(model, monkeypatch, capsys, tmp_path):
     """The kernel checks its inputs. Without a working compiler the engine says why in one line and decodes with the
     cascade path (same tokens); cpu_kernel=True then fails in one line, as it does for a model the kernel does not
