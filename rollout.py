@@ -244,16 +244,18 @@ class LLMEngine:
         slots, copies, i = [], [], 0
         while i < len(running):
             seq = running[i]
-            if self.blocks.blocks_to_append(seq) > self.blocks.num_free:
+            appended = self.blocks.append(seq)
+            if appended is None:                         # it needs a block and none is free
                 victim = running.pop()                   # the youngest (if it is seq, the loop ends; else seq retries)
                 self.blocks.release(victim)
                 victim.preempted = True
                 waiting.appendleft([victim])             # recomputed first when blocks free up
                 self.stats.preemptions += 1
                 continue
-            slot, copy = self.blocks.append(seq)
+            slot, copy = appended
             slots.append(slot)
-            copies += [copy] if copy else []
+            if copy:
+                copies.append(copy)
             i += 1
         if not running:
             return
@@ -409,21 +411,23 @@ class BlockManager:
     def slot(self, seq: "Sequence", pos: int) -> int:
         return seq.block_table[pos // self.block_size] * self.block_size + pos % self.block_size
 
-    def blocks_to_append(self, seq: "Sequence") -> int:
-        """Blocks needed to write the KV of seq's last token: 1 if it starts a block or its block is shared, else 0."""
-        starts_block = (len(seq) - 1) // self.block_size == len(seq.block_table)
-        return int(starts_block or self.ref_counts[seq.block_table[-1]] > 1)
-
-    def append(self, seq: "Sequence") -> tuple[int, tuple | None]:
-        """Make the last token's slot writable. Returns (slot, (src, dst) block copy or None)."""
-        pos, copy = len(seq) - 1, None
-        if pos // self.block_size == len(seq.block_table):
+    def append(self, seq: "Sequence") -> tuple[int, tuple | None] | None:
+        """Make the last token's slot writable: a new block if the token starts one, a private copy if its block is
+        shared. Returns (slot, (src, dst) block copy or None), or None if that needs a block and none is free.
+        (Called for every sequence at every step: the common case, neither, costs a few list lookups.)"""
+        index, offset = divmod(len(seq.token_ids) - 1, self.block_size)
+        copy = None
+        if index == len(seq.block_table):
+            if not self.free_ids:
+                return None
             seq.block_table.append(self.allocate())
         elif self.ref_counts[seq.block_table[-1]] > 1:
+            if not self.free_ids:
+                return None
             src, dst = seq.block_table[-1], self.allocate()
             self.ref_counts[src] -= 1                       # the other owners keep src as it is
             seq.block_table[-1], copy = dst, (src, dst)
-        return self.slot(seq, pos), copy
+        return seq.block_table[index] * self.block_size + offset, copy
 
 
 # ----------------------------------------------------------------------------- 3. attention on pages
