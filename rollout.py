@@ -14,8 +14,8 @@ follows in this order after the config (the engine first, then what it calls):
      its blocks, bound by the bytes of K/V read, in four versions that tests/test_rollout.py holds against a
      per-token loop: a readable PyTorch reference (gather, masked SDPA); on CPU, shared-prefix ("cascade")
      attention in PyTorch ops, which reads a prompt's keys once for all its samples, and a fused C++ kernel that
-     reads K/V in place (built on first use by torch.utils.cpp_extension where a compiler is found, else the
-     cascade path runs); on CUDA, a Triton kernel (K/V read in place, once per KV head for its whole query group,
+     writes the step's new K/V and reads K/V in place (built on first use by torch.utils.cpp_extension where a
+     compiler is found, else the cascade path runs); on CUDA, a Triton kernel (K/V read in place, once per KV head for its whole query group,
      long contexts split over programs: flash-decoding).
   4. Sampling. Each sample draws from its own random stream, seeded by the request's seed and the sample's index,
      so its tokens depend on nothing else (not on the batch, nor on preemption). Its logprobs are those of the
@@ -650,9 +650,10 @@ def paged_decode_cpu(q, k_pool, v_pool, block_tables, context_lens, k_new=None, 
 
 
 CPU_KERNEL_HEAD_DIMS = (16, 32, 64, 128, 256)   # compile-time in the kernel: the dot products unroll into registers
-# One (sequence, KV head) per task: its G queries meet its L tokens in three passes over the block table (scores,
-# softmax, the weighted sum of V). The group runs in chunks of 4, 2 or 1 query heads, sizes fixed at compile time so
-# a chunk's queries stay in registers; each chunk reads the K/V rows once. Tasks run on torch's (OpenMP) threads.
+# One (sequence, KV head) per task: it writes the sequence's new K/V row (decode), then its G queries meet its L tokens
+# in three passes over the block table (scores, softmax, the weighted sum of V), while the next task's rows are
+# prefetched. The group runs in chunks of 4, 2 or 1 query heads, sizes fixed at compile time so a chunk's queries stay
+# in registers; each chunk reads the K/V rows once. Tasks run on torch's (OpenMP) threads.
 CPU_KERNEL_SOURCE = r"""
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
