@@ -638,7 +638,8 @@ def paged_decode_cpu(q, k_pool, v_pool, block_tables, context_lens, k_new=None, 
     two bmm of 2-row matrices, masked softmax, embedding_bag) take several times what reading the step's K/V once
     costs, and Triton has no CPU backend. block_tables (B, max_blocks), context_lens (B,): int32.
     k_new, v_new (B, Hkv, hd), optional: first write them at each sequence's position context_len - 1 (what
-    PagedKVCache's index_copy_ does), inside the same pass: the slot's line is one the task reads next."""
+    PagedKVCache's index_copy_ does), inside the same pass: the slot's line is one the task reads next. Tasks run
+    in parallel, so no other sequence of the call may read a written slot (the engine's are in unshared blocks)."""
     kernel = load_cpu_kernel(required=True)
     if not (q.dtype == k_pool.dtype == v_pool.dtype == torch.float32 and q.shape[2] in CPU_KERNEL_HEAD_DIMS):
         _require(False, f"paged_decode_cpu: fp32 and head_dim in {CPU_KERNEL_HEAD_DIMS} only "
