@@ -7,7 +7,8 @@ One step, in plain words:
      with rollout.py (seeded by the prompt's position in the run's prompt stream, so any number of ranks samples
      the same responses);
   2. rewards: math-verify on the text after </think>, or the fraction of a program's tests it passes (reward.py),
-     each response scored by a pool of threads as soon as it finishes, while the engine decodes the others;
+     each response scored by a pool of threads as soon as it finishes, while the engine decodes the others
+     (math-verify's worker processes get the cores this rank's own threads leave, so they do not slow it down);
   3. GRPO advantages per group, A = (R − mean) / (std + 1e-6); a group whose rewards are all equal (all right or
      all wrong) has no signal and is dropped. Optionally (--max_gen_rounds > 1) more prompts are sampled until
      prompts_per_step groups survive, as the authors' scripts do; the paper does not refill;
@@ -110,6 +111,7 @@ class GPPOConfig:
     check_references: bool = False     # run each code prompt's reference solutions first; drop it if none passes
     #   its own tests (broken tests). Costly at start-up: prefer `python gppo.py filter_code` once, offline.
     reward_workers: int = 8            # threads scoring responses (code runs in sandboxed processes)
+    math_workers: int = 0              # math-verify processes busy at once; 0 = the cores this rank's threads leave
     sandbox_cores: int = 0             # code tests running at once in this rank, on as many cores; 0 = usable cores /
     #   ranks on this machine (reward.SandboxConfig.cores: tests are timed in CPU time, a wall-clock limit backs it)
     sandbox_python: str = ""           # interpreter for candidate programs, e.g. a virtualenv with numpy (README)
@@ -134,7 +136,8 @@ class GPPOConfig:
                   (self.reward_scale in ("default", "authors"), "reward_scale must be default or authors"),
                   (self.prompts_per_step % self.mini_batch_prompts == 0, "prompts_per_step must be a multiple of mini_batch_prompts"),
                   (self.oversample >= 1 and self.max_gen_rounds >= 1, "oversample and max_gen_rounds must be >= 1"),
-                  (self.group_size >= 2, "group_size must be >= 2 (GRPO advantages compare the samples of a prompt)")]
+                  (self.group_size >= 2, "group_size must be >= 2 (GRPO advantages compare the samples of a prompt)"),
+                  (self.math_workers >= 0, "math_workers must be >= 0 (0: the cores this rank's threads leave)")]
         for ok, why in checks:
             if not ok:
                 raise SystemExit(f"error: GPPOConfig: {why}")
@@ -605,7 +608,13 @@ def build_run(cfg: GPPOConfig, reward_fn, rank: int, world: int, device) -> tupl
                                           cfg.check_references, rank=rank, world=world)
         tasks = [t for t in tasks if t["kind"] != "code"] + code
         print0(f"code prompts: {counts}")
-    print0(f"reward: {cfg.reward_workers} scoring threads")
+    # math-verify runs in worker processes while the engine decodes: on the engine's cores they would slow it down
+    # (the toy's rollout batch on 2 cores: 12-17% slower with 2 workers, 5-9% with 1)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    own = torch.get_num_threads() if device.type == "cpu" else 1   # on GPU: the engine's Python loop
+    math_workers = cfg.math_workers or max(1, cores // int(os.environ.get("LOCAL_WORLD_SIZE", 1)) - own)
+    reward.set_math_workers(math_workers)
+    print0(f"reward: {cfg.reward_workers} scoring threads, at most {math_workers} math-verify processes at once")
     score_fn = reward_fn or (lambda task, text, ids: score(task, text, cfg))
     run = Run(cfg, policy, optimizer, engine, engine_model, tokenizer, tasks, score_fn,
               ThreadPoolExecutor(cfg.reward_workers), rank, world, device)

@@ -311,6 +311,15 @@ class _MathWorkers:
 _MATH_WORKERS = _MathWorkers(size=max(2, os.cpu_count() or 2))
 
 
+def set_math_workers(n: int) -> None:
+    """At most n math-verify worker processes busy at once (default: the machine's cores, at least 2). A trainer
+    that scores while it generates gives them the cores its own threads leave free: workers on the cores the
+    generation runs on slow it down."""
+    if not (isinstance(n, int) and not isinstance(n, bool) and n >= 1):
+        raise ValueError(f"set_math_workers({n!r}): must be an int >= 1")
+    _MATH_WORKERS.slots = threading.BoundedSemaphore(n)   # callers already waiting keep the one they entered
+
+
 def _read_reply(worker: subprocess.Popen, deadline: float) -> dict | None:
     """The worker's next JSON line, or None if it died or passed the deadline. It writes one line per request,
     so nothing is left over after the newline."""

@@ -315,8 +315,8 @@ def print_table(name: str, ours: dict, trl: dict, checks: dict, goal: float):
     per_update = ours["updates"] / max(ours["num_updates"], 1)
     print(f"{'one update':22s} {per_update:9.3f} {trl['updates'] / 8:9.3f} {trl['updates'] / 8 / per_update:10.2f}x")
     speedup = trl["step"] / ours["step"]
-    print("(generate(): ours scores each finished response in threads meanwhile, which take the GIL from the engine "
-          "now and then; TRL scores after. The engine alone against transformers: benchmarks/profile_engine.py)")
+    print("(generate(): ours scores each finished response meanwhile (threads; math-verify in processes on the cores "
+          "the engine leaves), TRL scores after it. The engine alone against transformers: benchmarks/profile_engine.py)")
     print(f"responses: mean {ours['response_len_mean']:.0f} tokens, longest {ours['response_len_max']:.0f}, "
           f"{ours['truncated']:.0f} of 256 at the limit (ours, median step)")
     print(f"goal: RL step >= {goal}x TRL's speed: {speedup:.2f}x -> {'met' if speedup >= goal else 'NOT met'}")

@@ -180,6 +180,26 @@ def test_math_works_from_threads_where_math_verify_alone_fails():
     assert got == [1.0] * len(EQUAL) + [0.0] * len(UNEQUAL)
 
 
+def test_set_math_workers_bounds_the_busy_workers(monkeypatch):
+    """At most n math-verify processes at once: with n = 1, eight threads' requests queue for one worker (only one is
+    ever started, where a pool of 4 starts one per waiting request up to 4); a bad n is an error."""
+    pool = reward._MathWorkers(size=4)
+    monkeypatch.setattr(reward, "_MATH_WORKERS", pool)
+    reward.set_math_workers(1)
+    started, start = [], pool._start
+    monkeypatch.setattr(pool, "_start", lambda: started.append(1) or start())
+    pairs = (EQUAL * 8)[:8]
+    try:
+        with ThreadPoolExecutor(8) as threads:
+            got = list(threads.map(lambda pair: math_reward(boxed(pair[1]), pair[0]), pairs))
+    finally:
+        pool.close()
+    assert got == [1.0] * 8 and len(started) == 1
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match="set_math_workers"):
+            reward.set_math_workers(bad)
+
+
 @pytest.mark.parametrize("answer", ["9^{9^{9^{9}}}", "(10^{10})!", "(" * 5000, "\\frac{1}{" * 400 + "2" + "}" * 400,
                                     "9" * 200_000])
 def test_math_pathological_input_finishes(answer):
