@@ -61,7 +61,8 @@ import distill
 import reward
 from model import from_pretrained
 from rollout import LLMEngine, SamplingParams, sample_seed
-from sft import InputError, agree_on_inputs, init_distributed, print0, read_input, run_entry_point, set_threads
+from sft import (InputError, agree_on_inputs, cores_per_rank, init_distributed, print0, read_input, run_entry_point,
+                 set_threads)
 
 
 @dataclass
@@ -259,7 +260,7 @@ def evaluate(engine, tokenizer, benchmarks: list, cfg, rank: int = 0, world: int
     and aggregate. Every rank gets the same (results, samples); samples are sorted by benchmark, problem, sample."""
     ks = pass_ks(cfg)
     results, all_samples = dict(sampling=sampling_settings(cfg, tokenizer), world_size=world, benchmarks={}), []
-    cores = cfg.sandbox_cores or max(1, len(os.sched_getaffinity(0)) // int(os.environ.get("LOCAL_WORLD_SIZE", 1)))
+    cores = cfg.sandbox_cores or cores_per_rank()
     sandbox = reward.SandboxConfig(cores=cores, python=cfg.sandbox_python)  # the tests of all scoring threads
     with ThreadPoolExecutor(cfg.reward_workers) as pool:
         for bench in benchmarks:

@@ -52,7 +52,8 @@ from gppo_loss import MODES, LossConfig, rl_loss_from_hidden
 from model import from_pretrained
 from rollout import LLMEngine, SamplingParams
 from sft import (GracefulStop, InputError, agree_on_inputs, export_hf, init_distributed, load_checkpoint,
-                 open_metrics, print0, read_input, run_entry_point, save_checkpoint, set_threads, shard_model)
+                 cores_per_rank, open_metrics, print0, read_input, run_entry_point, save_checkpoint, set_threads,
+                 shard_model)
 
 
 @dataclass
@@ -262,9 +263,7 @@ def prompts_at(tasks, first: int, count: int, seed: int) -> list:
 
 def sandbox_config(cfg) -> reward.SandboxConfig:
     """The code sandbox of this rank: the tests of all its scoring threads share sandbox_cores cores."""
-    ranks_here = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
-    cores = cfg.sandbox_cores or max(1, len(os.sched_getaffinity(0)) // ranks_here)
-    return reward.SandboxConfig(cores=cores, python=cfg.sandbox_python)
+    return reward.SandboxConfig(cores=cfg.sandbox_cores or cores_per_rank(), python=cfg.sandbox_python)
 
 
 def score(task, text, cfg):
@@ -610,9 +609,8 @@ def build_run(cfg: GPPOConfig, reward_fn, rank: int, world: int, device) -> tupl
         print0(f"code prompts: {counts}")
     # math-verify runs in worker processes while the engine decodes: on the engine's cores they would slow it down
     # (the toy's rollout batch on 2 cores: 12-17% slower with 2 workers, 5-9% with 1)
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     own = torch.get_num_threads() if device.type == "cpu" else 1   # on GPU: the engine's Python loop
-    math_workers = cfg.math_workers or max(1, cores // int(os.environ.get("LOCAL_WORLD_SIZE", 1)) - own)
+    math_workers = cfg.math_workers or max(1, cores_per_rank() - own)
     reward.set_math_workers(math_workers)
     print0(f"reward: {cfg.reward_workers} scoring threads, at most {math_workers} math-verify processes at once")
     score_fn = reward_fn or (lambda task, text, ids: score(task, text, cfg))

@@ -15,8 +15,8 @@ follows in this order after the config (the engine first, then what it calls):
      per-token loop: a readable PyTorch reference (gather, masked SDPA); on CPU, shared-prefix ("cascade")
      attention in PyTorch ops, which reads a prompt's keys once for all its samples, and a fused C++ kernel that
      writes the step's new K/V and reads K/V in place (built on first use by torch.utils.cpp_extension where a
-     compiler is found, else the cascade path runs); on CUDA, a Triton kernel (K/V read in place, once per KV head for its whole query group,
-     long contexts split over programs: flash-decoding).
+     compiler is found, else the cascade path runs); on CUDA, a Triton kernel (K/V read in place, once per KV head
+     for its whole query group, long contexts split over programs: flash-decoding).
   4. Sampling. Each sample draws from its own random stream, seeded by the request's seed and the sample's index,
      so its tokens depend on nothing else (not on the batch, nor on preemption). Its logprobs are those of the
      distribution actually sampled from (temperature 0: the argmax, with log_softmax(logits)[argmax]):
@@ -260,7 +260,8 @@ class LLMEngine:
         if not running:
             return
         self.cache.copy_blocks(copies)   # before the forward writes into the copies
-        step = StepBatch(False, torch.tensor(slots, device=self.device))
+        # (the CPU kernel writes the new K/V at each sequence's last position itself: no slots to hand it)
+        step = StepBatch(False, None if self.cache.cpu_kernel else torch.tensor(slots, device=self.device))
         lengths = [len(seq.token_ids) for seq in running]
         if self.cache.use_triton or self.cache.cpu_kernel:
             max_blocks = max(len(seq.block_table) for seq in running)
@@ -436,7 +437,7 @@ class BlockManager:
 class StepBatch:
     """What attend() needs to know about the tokens of one step (all flattened into one row of N tokens)."""
     is_prefill: bool
-    slot_mapping: torch.Tensor                   # (N,) pool slot of each token's K/V
+    slot_mapping: torch.Tensor | None            # (N,) pool slot of each token's K/V (None: CPU kernel decode)
     cu_seqlens: list | None = None               # prefill: sequence i is tokens cu_seqlens[i]:cu_seqlens[i+1]
     block_tables: torch.Tensor | None = None     # decode, kernels: (B, max_blocks) int32, padded with 0
     context_lens: torch.Tensor | None = None     # decode, kernels: (B,) int32, tokens to attend to (the new one too)
@@ -707,10 +708,10 @@ static void run(const torch::Tensor& q, const torch::Tensor& k_pool, const torch
                 const torch::Tensor& v_new, torch::Tensor& out) {
   const int64_t B = q.size(0), Hq = q.size(1), Hkv = k_pool.size(0), bs = k_pool.size(2), G = Hq / Hkv;
   const int64_t num_blocks = k_pool.size(1), head_stride = num_blocks * bs * HD, W = tables.size(1);
-  const float *qp = q.data_ptr<float>(), *kp = k_pool.data_ptr<float>(), *vp = v_pool.data_ptr<float>();
-  const int32_t *tp = tables.data_ptr<int32_t>(), *lp = lens.data_ptr<int32_t>();
+  const float* qp = q.data_ptr<float>();
+  float *kp = k_pool.data_ptr<float>(), *vp = v_pool.data_ptr<float>(), *op = out.data_ptr<float>();   // (pools: the
+  const int32_t *tp = tables.data_ptr<int32_t>(), *lp = lens.data_ptr<int32_t>();                    // new K/V)
   const float *knp = k_new.numel() ? k_new.data_ptr<float>() : nullptr, *vnp = knp ? v_new.data_ptr<float>() : nullptr;
-  float *op = out.data_ptr<float>(), *kp_w = k_pool.data_ptr<float>(), *vp_w = v_pool.data_ptr<float>();
   const float scale = 1.f / std::sqrt((float)HD);
   // A task's blocks lie scattered over the pool, where the hardware prefetcher (it follows sequential streams)
   // cannot guess them: while one task computes, the next one's K/V rows are fetched.
@@ -736,8 +737,8 @@ static void run(const torch::Tensor& q, const torch::Tensor& k_pool, const torch
       if (task + 1 < end) prefetch(task + 1);
       if (knp) {   // the newest token's K/V into its slot (position L - 1), on a line this task reads next anyway
         const int64_t slot = (int64_t)tp[b * W + (L - 1) / bs] * bs + (L - 1) % bs, from = (b * Hkv + h) * HD;
-        std::copy(knp + from, knp + from + HD, kp_w + h * head_stride + slot * HD);
-        std::copy(vnp + from, vnp + from + HD, vp_w + h * head_stride + slot * HD);
+        std::copy(knp + from, knp + from + HD, kp + h * head_stride + slot * HD);
+        std::copy(vnp + from, vnp + from + HD, vp + h * head_stride + slot * HD);
       }
       const float *k_head = kp + h * head_stride, *v_head = vp + h * head_stride;
       scores.resize(4 * ((L + 15) / 16 * 16));

@@ -343,17 +343,21 @@ def set_threads(threads: int, device: torch.device) -> int:
     default) crawl when a core is busy with other work: one RL step's generation on 2 cores beside a busy
     process took 62 s with 2 threads, 4.8 s with 1, 7.2 s with 2 and OMP_WAIT_POLICY=PASSIVE, which every
     entry point therefore sets before torch loads (unless the environment sets it)."""
-    local_ranks = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     if threads:
         n, why = threads, "--threads"
     elif os.environ.get("OMP_NUM_THREADS", "").isdigit():
         n, why = int(os.environ["OMP_NUM_THREADS"]), "$OMP_NUM_THREADS"
     else:
-        n, why = max(1, cores // local_ranks), f"{cores} usable cores / {local_ranks} local rank(s)"
+        n, why = cores_per_rank(), f"usable cores / {os.environ.get('LOCAL_WORLD_SIZE', 1)} local rank(s)"
     torch.set_num_threads(n)
     print0(f"threads: {n} per rank ({why}; OpenMP wait policy {os.environ.get('OMP_WAIT_POLICY', 'default')}) on {device}")
     return n
+
+
+def cores_per_rank() -> int:
+    """This machine's usable cores (its CPU affinity) shared out among the ranks it runs, at least 1."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, cores // int(os.environ.get("LOCAL_WORLD_SIZE", 1)))
 
 
 def print0(*args, **kwargs):
