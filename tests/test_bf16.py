@@ -137,9 +137,10 @@ def test_engine_bf16_copy_loads_samples_and_syncs(tmp_path):
         assert compared >= 12, f"only {compared} steps compared"
 
     check_greedy_and_logprobs()
+    step = torch.Generator().manual_seed(2)                 # its own stream: the same weights whatever ran before
     with torch.no_grad():                                   # a training step moves the fp32 policy ...
         for p in policy.parameters():
-            p.add_(torch.randn_like(p) * 0.05)
+            p.add_(torch.randn(p.shape, generator=step) * 0.05)
     gppo.sync_engine(policy, engine_model)                  # ... and the bf16 engine copy follows, in place
     for (name, p), (_, q) in zip(policy.named_parameters(), engine_model.named_parameters()):
         assert q.dtype == torch.bfloat16 and torch.equal(q, p.detach().to(torch.bfloat16)), name
