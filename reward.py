@@ -738,7 +738,8 @@ def _guarantees(plan: _Plan, cfg: SandboxConfig) -> tuple[list[str], list[str]]:
                      f"{_TMPFS_INODES} files), with a writable /dev/shm of its own ({_TMPFS_INODES} files) and a "
                      f"devpts of its own ({_PTYS} pseudo-terminals); covered (empty): " + " ".join(plan.covered())]
     else:
-        gaps += ["network access", f"pid isolation: kill(-1) reaches {who}",
+        gaps += ["network access", f"pid isolation: kill(-1) reaches {who}, and /proc/PID/fd their input and "
+                 "output pipes",
                  "if the trainer dies mid-test, nothing kills a sleeping candidate",
                  "processes that setsid and double-fork outlive the test (CPU-limited, not time-limited) and "
                  "escape its memory and CPU count", "files readable by the candidate's user (datasets, test "
@@ -1029,8 +1030,15 @@ def _run_one_test(plan: _Plan, cfg: SandboxConfig, program: str, test: dict) -> 
         return TestResult(False, status)
     if returncode != 0:
         return TestResult(False, _crash_reason(returncode, bool(plan.launcher), err))
+    expected = test["output"]
+    if not out.isascii() and len(out) > 4 * len(expected.encode()) + (64 << 10):
+        # Decoded, one character beyond U+FFFF makes Python store every character in 4 bytes (4x the output). A
+        # match is the expected text up to white space and number formatting: judged wrong without decoding it.
+        return TestResult(False, f"wrong answer: {len(out)} bytes of non-ASCII output, "
+                                 f"{len(expected.encode())} expected")
     got = out.decode("utf-8", "replace")
-    mismatch = functional_mismatch(got, test["output"]) if test.get("fn_name") else stdout_mismatch(got, test["output"])
+    del out, err  # judged from `got` alone: the raw bytes would double the memory a long output costs
+    mismatch = functional_mismatch(got, expected) if test.get("fn_name") else stdout_mismatch(got, expected)
     return TestResult(mismatch is None, mismatch or "passed")
 
 
@@ -1064,10 +1072,18 @@ def _run_in_sandbox(plan: _Plan, cfg: SandboxConfig, program: str, test: dict, c
     (None, b"", b"", "sandbox could not start: ...")."""
     workdir = "" if plan.launcher else tempfile.mkdtemp(prefix="reward-sandbox-")  # namespaces: a tmpfs on /tmp
     env = dict(_CANDIDATE_ENV, HOME=workdir or "/tmp", TMPDIR=workdir or "/tmp")
-    # Program and fstab are passed as open descriptors of unlinked files: no argv size limit, nothing on
-    # disk to go stale, readable by the dropped user only through the descriptor.
-    input_read, input_write = os.pipe()  # the test's input: an inherited descriptor the harness makes its stdin
+    # The test's stdin, stdout and stderr are pipes of our own, given to the candidate's user: a program may reopen
+    # them by path (open('/dev/stdin'), '/proc/self/fd/1'), and the kernel then checks the pipe's owner and mode
+    # (0600), which would refuse a root-owned pipe to the dropped user. The harness makes the input pipe its stdin.
+    pipes = [os.pipe() for _ in range(3)]  # (read, write) of stdin, stdout, stderr
+    (input_read, input_write), (out_read, out_write), (err_read, err_write) = pipes
+    ours, theirs = [input_write, out_read, err_read], [input_read, out_write, err_write]
     try:
+        if plan.uid is not None:
+            for read_end, _ in pipes:
+                os.fchown(read_end, plan.uid, plan.uid)  # a pipe is one inode: both ends change owner
+        # Program and fstab are passed as open descriptors of unlinked files: no argv size limit, nothing on
+        # disk to go stale, readable by the dropped user only through the descriptor.
         with tempfile.TemporaryFile() as source, tempfile.TemporaryFile() as fstab:
             if workdir and plan.uid is not None:
                 os.chown(workdir, plan.uid, plan.uid)
@@ -1079,25 +1095,24 @@ def _run_in_sandbox(plan: _Plan, cfg: SandboxConfig, program: str, test: dict, c
             fds = {"program": source.fileno(), "input": input_read, "fstab": fstab.fileno()}
             try:
                 proc = subprocess.Popen(plan.argv(cfg, fds, cgroup, test.get("fn_name") or ""),
-                                        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                        stdin=subprocess.DEVNULL, stdout=out_write, stderr=err_write,
                                         cwd=workdir or "/", env=env, start_new_session=True,
                                         pass_fds=tuple(fds.values()))
             except OSError as error:
                 return None, b"", b"", f"sandbox could not start: {error}"
-            os.close(input_read)
-            input_read = -1
-            stdin_fd, input_write = input_write, -1  # _communicate closes it
+            for fd in theirs:  # the candidate holds them now; its pipes close when its last process exits
+                os.close(fd)
+            theirs = []
+            stdin_fd = ours.pop(0)  # _communicate closes it
             try:
-                out, err, status = _communicate(proc, stdin_fd, test["input"].encode("utf-8", "replace"), cfg,
+                out, err, status = _communicate(proc, stdin_fd, out_read, err_read,
+                                                test["input"].encode("utf-8", "replace"), cfg,
                                                 _Meter(proc, cfg, cgroup, bool(plan.launcher)))
             finally:
                 _stop(proc, bool(plan.launcher))
-                for pipe in (proc.stdout, proc.stderr):
-                    pipe.close()
     finally:
-        for fd in (input_read, input_write):
-            if fd >= 0:
-                os.close(fd)
+        for fd in ours + theirs:
+            os.close(fd)
         if workdir:
             shutil.rmtree(workdir, ignore_errors=True)
     return proc.returncode, out, err, status
@@ -1125,14 +1140,16 @@ class _Meter:
         return "memory" if memory > self.cfg.memory_mb << 20 else None
 
 
-def _communicate(proc: subprocess.Popen, stdin_fd: int, data: bytes, cfg: SandboxConfig, meter: _Meter):
-    """Feed `data` to stdin_fd (closed on return), read stdout/stderr up to cfg.output_mb in all, and check every
-    20 ms that the test is within its CPU time and memory; -> (stdout, stderr, status), status in "exited",
-    "timeout", "wall timeout", "overflow", "memory". Never waits past the wall-clock deadline."""
+def _communicate(proc: subprocess.Popen, stdin_fd: int, stdout_fd: int, stderr_fd: int, data: bytes,
+                 cfg: SandboxConfig, meter: _Meter):
+    """Feed `data` to stdin_fd (closed on return), read stdout_fd/stderr_fd up to cfg.output_mb in all, and check
+    every 20 ms that the test is within its CPU time and memory; -> (stdout, stderr, status), the outputs as the
+    bytearrays they were read into (no copy), status in "exited", "timeout", "wall timeout", "overflow", "memory".
+    Never waits past the wall-clock deadline."""
     deadline, next_check = time.monotonic() + _wall_timeout(cfg), time.monotonic() + _POLL_S
     cap = int(cfg.output_mb * 2**20)
     stdout, stderr = bytearray(), bytearray()
-    output, sent, exited = {proc.stdout.fileno(): stdout, proc.stderr.fileno(): stderr}, 0, False
+    output, sent, exited = {stdout_fd: stdout, stderr_fd: stderr}, 0, False
     with contextlib.closing(os.fdopen(stdin_fd, "wb", buffering=0)) as stdin, \
             selectors.DefaultSelector() as selector:  # stdin: written with os.write, closed once all is sent
         for fd in output:
@@ -1145,11 +1162,11 @@ def _communicate(proc: subprocess.Popen, stdin_fd: int, data: bytes, cfg: Sandbo
         while True:
             now = time.monotonic()
             if now >= deadline:
-                return bytes(stdout), bytes(stderr), "wall timeout"
+                return stdout, stderr, "wall timeout"
             if now >= next_check and not exited:
                 next_check = now + _POLL_S
                 if over := meter.over():
-                    return bytes(stdout), bytes(stderr), over
+                    return stdout, stderr, over
             if not selector.get_map():  # all pipes closed: wait for the exit itself
                 if exited:
                     break
@@ -1174,11 +1191,11 @@ def _communicate(proc: subprocess.Popen, stdin_fd: int, data: bytes, cfg: Sandbo
                 elif chunk := os.read(key.fd, 1 << 16):
                     output[key.fd] += chunk
                     if len(stdout) + len(stderr) > cap:
-                        return bytes(stdout), bytes(stderr), "overflow"
+                        return stdout, stderr, "overflow"
                 else:
                     selector.unregister(key.fd)
             exited = exited or _has_exited(proc)
-    return bytes(stdout), bytes(stderr), "exited"
+    return stdout, stderr, "exited"
 
 
 def _stop(proc: subprocess.Popen, isolated: bool):
@@ -1202,7 +1219,9 @@ def _stop(proc: subprocess.Popen, isolated: bool):
     proc.wait()
 
 
-def _crash_reason(returncode: int, via_shell: bool, stderr: bytes) -> str:
+def _crash_reason(returncode: int, via_shell: bool, stderr) -> str:
+    """Why a test crashed: the signal that killed it, or its exit status and the end of the last line of its stderr.
+    Only the tail of stderr is looked at, so judging a crash costs no more than the output read (up to output_mb)."""
     signum = -returncode if returncode < 0 else returncode - 128 if via_shell and returncode > 128 else 0
     if signum:
         hints = {signal.SIGKILL: "memory or process limit?", signal.SIGXCPU: "CPU time limit",
@@ -1212,8 +1231,21 @@ def _crash_reason(returncode: int, via_shell: bool, stderr: bytes) -> str:
         except ValueError:
             name = f"signal {signum}"
         return f"killed by {name}" + (f" ({hints[signum]})" if signum in hints else "")
-    last = stderr.decode("utf-8", "replace").strip().split("\n")[-1]
-    return f"runtime error (exit status {returncode}): {last[-200:]}"
+    return f"runtime error (exit status {returncode}): {_last_line(stderr)[-200:]}"
+
+
+def _last_line(output, tail: int = 4096) -> str:
+    """The last non-blank line of `output` (bytes), stripped, its last `tail` bytes at most: what decoding, stripping
+    and splitting the whole output would give, without a copy or decode of it (trailing white space is skipped a
+    block at a time, the line found by rfind)."""
+    end = len(output)
+    while end and not (block := bytes(output[max(0, end - tail):end]).rstrip()):
+        end = max(0, end - tail)   # a block of white space only
+    if not end:
+        return ""
+    end = max(0, end - tail) + len(block)
+    start = max(output.rfind(b"\n", 0, end) + 1, end - tail)
+    return bytes(output[start:end]).decode("utf-8", "replace").strip()
 
 
 def _children(pid: int) -> list[int]:

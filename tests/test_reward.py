@@ -385,6 +385,103 @@ def test_tests_of_one_program_run_in_parallel(namespaced):
     assert all(r.passed for r in results) and time.monotonic() - start < 4 * 1.0
 
 
+@pytest.mark.parametrize("program", [
+    "print(sum(map(int, open(0).read().split())))",
+    "print(sum(map(int, open('/dev/stdin').read().split())))",
+    "print(sum(map(int, open('/proc/self/fd/0').read().split())))",
+    "print(sum(map(int, open('/dev/fd/0').read().split())))",
+    "out = open('/dev/stdout', 'w')\nout.write(str(sum(map(int, input().split()))) + '\\n')\nout.close()",
+    "err = open('/dev/stderr', 'w')\nerr.write('working\\n')\nerr.close()\nprint(sum(map(int, input().split())))",
+])
+def test_programs_reopening_their_streams_by_path_pass(namespaced, program):
+    """Competitive-programming templates reopen stdin/stdout by path; the kernel then checks the pipe's owner and
+    mode, so the pipes must belong to the candidate's user, not to the (root) trainer."""
+    assert code_reward(respond(program), ADD, config=FAST) == 1.0, run_tests(program, ADD, FAST)
+
+
+def test_a_test_cannot_reach_another_tests_pipes_through_proc(namespaced):
+    """With the pipes given to the candidates' user, a test running beside another must still find none of its
+    pipes under /proc (its own pid namespace): it can neither read the other's input nor write into its output."""
+    secret = f"secret-{uuid.uuid4().hex}"
+    holder = "import time\ntime.sleep(3)\nprint(input())"   # its input waits in the pipe for 3 s
+    prober = ("import os, time\nme, found = os.getpid(), set()\nend = time.time() + 2\n"
+              "while time.time() < end:\n"
+              "    for pid in [p for p in os.listdir('/proc') if p.isdigit() and int(p) != me]:\n"
+              "        for fd, mode in (('0', os.O_RDONLY), ('1', os.O_WRONLY)):\n"
+              "            try:\n                f = os.open(f'/proc/{pid}/fd/{fd}', mode | os.O_NONBLOCK)\n"
+              "            except OSError:\n                continue\n"
+              "            found.add(pid + '/' + fd)\n"
+              "            try:\n                os.read(f, 100) if fd == '0' else os.write(f, b'forged\\n')\n"
+              "            except OSError:\n                pass\n"
+              "            os.close(f)\n"
+              "    time.sleep(0.05)\nprint('found', len(found))")
+    config = SandboxConfig(timeout_s=5, memory_mb=256)
+    held, probed = run_side_by_side((holder, [{"input": secret, "output": secret}]),
+                                    (prober, [{"input": "", "output": "found 0"}]), config)
+    assert held[0].passed, held        # its input was not read, nor its output forged...
+    assert probed[0].passed, probed    # ...and no other process's pipe could be opened at all
+    assert_no_leftovers()
+
+
+CRASH_OUTPUT = 2_700_000   # repetitions of 'ab\n': 7.7 MB, under output_mb
+
+
+@pytest.mark.parametrize("program", [
+    f"import sys\nsys.stderr.write('ab\\n' * {CRASH_OUTPUT})\nsys.exit(1)",   # a crash with a long traceback
+    f"import sys\nsys.stderr.write('ab\\n' * {CRASH_OUTPUT})\nprint(3)",      # the same stderr, exit 0
+    f"import sys\nsys.stdout.write('ab\\n' * {CRASH_OUTPUT})",                 # a long wrong answer
+    f"import sys\nsys.stdout.write('ab\\n' * {CRASH_OUTPUT} + '3')",           # ... ending in the right number
+    f"import sys\nsys.stdout.write('\\U0001F600' + 'ab\\n' * {CRASH_OUTPUT})",  # one 4-byte character
+    f"import sys\nsys.stdout.buffer.write(b'\\xff' * {3 * CRASH_OUTPUT})",     # not UTF-8
+])
+def test_judging_an_output_costs_at_most_3x_its_size(namespaced, program):
+    """The trainer's memory for judging one test (reading its output, finding a crash's reason, comparing) stays
+    within 3x the bytes the candidate wrote, measured by tracemalloc over the whole run_tests call."""
+    import tracemalloc
+    config = SandboxConfig(timeout_s=5, memory_mb=256, output_mb=8.0)
+    tests = [{"input": "", "output": "3"}]
+    run_tests("print(3)", tests, config)   # the plan's probe, outside the measurement
+    tracemalloc.start()
+    try:
+        result = run_tests(program, tests, config)[0]
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    written = 3 * CRASH_OUTPUT
+    assert peak <= 3 * written, f"peak {peak / written:.2f}x the output ({result.reason[:80]})"
+    assert not result.passed or "print(3)" in program, result
+    if "exit(1)" in program:
+        assert result.reason == "runtime error (exit status 1): ab", result
+
+
+def test_a_crash_reason_reads_only_the_end_of_stderr():
+    """_last_line gives what decoding, stripping and splitting the whole stderr gives (the old way), on hand-made
+    and random outputs, and on 7.7 MB of stderr allocates a few kilobytes, not a copy per line."""
+    import random
+    import tracemalloc
+    old = lambda output: output.decode("utf-8", "replace").strip().split("\n")[-1].strip()   # noqa: E731
+    cases = [b"", b"  \n\n ", b"x", b"  only line  \n", b"a\nb\n", b"Traceback\n  File x\nValueError: bad\n\n",
+             b"a\n  indented last  \n", "é\n€ end\n".encode(), b"\xff\xfe\n\xff", b"a" * 10_000 + b"\n", b"\n" * 9000]
+    rng = random.Random(0)
+    cases += [bytes(rng.choice(b"ab \n\t\xc3\xa9") for _ in range(rng.randint(0, 60))) for _ in range(500)]
+    for output in cases:
+        expected = old(output)
+        for tail in (16, 4096):
+            line = reward._last_line(output, tail=tail)
+            if len(output.rstrip().rsplit(b"\n", 1)[-1]) <= tail:   # the whole line fits in the tail
+                assert line == expected, (output, tail)
+            else:   # its last `tail` bytes (the first character may be a cut one, replaced)
+                assert expected.endswith(line[1:]) and len(line.encode()) >= tail - 8, (output, tail)
+    big = bytearray(b"ab\n" * CRASH_OUTPUT + b"ValueError: the end\n" + b" \n" * 5000)
+    tracemalloc.start()
+    try:
+        line = reward._last_line(big)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert line == "ValueError: the end" and peak < 64 << 10, peak
+
+
 # ----------------------------------------------------------------------------- adversarial suite
 
 TAG = f"reward-escape-{uuid.uuid4().hex[:8]}"
@@ -487,7 +584,8 @@ def run_side_by_side(first: tuple, second: tuple, config: SandboxConfig):
     """Run two programs' tests at the same time, as the RL loop scores many responses at once; -> their results."""
     with ThreadPoolExecutor(1) as pool:
         future = pool.submit(run_tests, *first, config)
-        return future.result(), run_tests(*second, config)
+        second_results = run_tests(*second, config)   # while the first runs (not after: result() would wait)
+        return future.result(), second_results
 
 
 def test_ipc_objects_and_keyrings_belong_to_one_test(namespaced):
