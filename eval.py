@@ -97,6 +97,7 @@ class EvalConfig:
     device: str = "auto"             # auto | cpu | cuda
     dtype: str = "auto"              # auto (bfloat16 on GPU, float32 on CPU) | bfloat16 | float32
     threads: int = 0                 # CPU threads per rank; 0 = usable cores / ranks on this machine
+    dist_timeout_minutes: float = 120.0  # how long a rank may wait for the others (ranks sample on their own)
     out_dir: str = "out/eval"        # results.json and samples.jsonl
     # one-prompt mode: a look at what a model says, with the sampling options above; evaluates nothing
     prompt: str = ""                 # one user turn (Qwen3 chat template): print its k samples and their logprobs
@@ -148,7 +149,7 @@ def main(cfg: EvalConfig):
         return write_results(cfg, dict(endpoint=cfg.server, served_model=cfg.served_model, model_label=cfg.served_model,
                                        command=shlex.join(sys.argv), started=started, wall_s=time.perf_counter() - t0,
                                        config=dataclasses.asdict(cfg), **results), samples)
-    rank, world, device = init_distributed(cfg.device)
+    rank, world, device = init_distributed(cfg.device, cfg.dist_timeout_minutes)
     set_threads(cfg.threads, device)
     dtype = {"auto": torch.bfloat16 if device.type == "cuda" else torch.float32,
              "bfloat16": torch.bfloat16, "float32": torch.float32}[cfg.dtype]

@@ -49,11 +49,11 @@ import torch.distributed as dist
 import data
 import reward
 from gppo_loss import MODES, LossConfig, rl_loss_from_hidden
-from model import from_pretrained
-from rollout import LLMEngine, SamplingParams
-from sft import (GracefulStop, InputError, agree_on_inputs, export_hf, init_distributed, load_checkpoint,
-                 cores_per_rank, open_metrics, print0, read_input, run_entry_point, save_checkpoint, set_threads,
-                 shard_model)
+from model import check_checkpoint, from_pretrained
+from rollout import LLMEngine, SamplingParams, free_memory
+from sft import (EXPORT_DTYPES, GracefulStop, InputError, agree_on_inputs, checkpointing_on, cores_per_rank,
+                 export_dtype_of, export_hf, init_distributed, load_checkpoint, load_sharded, open_metrics, print0,
+                 read_input, run_entry_point, save_checkpoint, set_threads)
 
 
 @dataclass
@@ -89,7 +89,10 @@ class GPPOConfig:
     warmup_steps: int = 10             # linear warmup, in RL steps
     weight_decay: float = 0.1          # AdamW (paper: 0.1)
     grad_clip: float = 1.0             # max global grad norm
-    activation_checkpointing: bool = False  # recompute each layer in the backward (long responses)
+    activation_checkpointing: str = "auto"  # recompute each layer in the backward: auto (on GPU: a 36K-token row
+    #   saves 7.7 GiB per layer of Qwen3-8B otherwise) | true | false
+    export_dtype: str = "auto"         # the Hugging Face export's dtype: auto (the --init_from checkpoint's) | bfloat16 |
+    #   float32 (the master weights)
     # the loss (gppo_loss.py: the formula and its per-case table; paper §3, App. A.2 for beta1, beta2)
     loss_mode: str = "gppo"            # gppo | grpo | cispo
     eps_low: float = 0.2               # r is clipped to [1 - eps_low, 1 + eps_high]
@@ -129,6 +132,8 @@ class GPPOConfig:
     device: str = "auto"               # auto | cpu | cuda
     threads: int = 0                   # CPU threads per rank; 0 = usable cores / ranks on this machine
     kv_cache_fraction: float = 0.3     # GPU: share of free memory for the engine's KV pool
+    dist_timeout_minutes: float = 120.0  # how long a rank may wait for the others in a collective: as long as the
+    #   slowest rank's rollout takes beyond its own (NCCL's default, 10 minutes, is too short for 32K responses)
 
     def __post_init__(self):
         checks = [(self.loss_mode in MODES, f"loss_mode must be one of {MODES}"),
@@ -138,7 +143,10 @@ class GPPOConfig:
                   (self.prompts_per_step % self.mini_batch_prompts == 0, "prompts_per_step must be a multiple of mini_batch_prompts"),
                   (self.oversample >= 1 and self.max_gen_rounds >= 1, "oversample and max_gen_rounds must be >= 1"),
                   (self.group_size >= 2, "group_size must be >= 2 (GRPO advantages compare the samples of a prompt)"),
-                  (self.math_workers >= 0, "math_workers must be >= 0 (0: the cores this rank's threads leave)")]
+                  (self.math_workers >= 0, "math_workers must be >= 0 (0: the cores this rank's threads leave)"),
+                  (self.activation_checkpointing in ("auto", "true", "false"), "activation_checkpointing must be auto, "
+                   "true or false"),
+                  (self.export_dtype in EXPORT_DTYPES, f"export_dtype must be one of {', '.join(EXPORT_DTYPES)}")]
         for ok, why in checks:
             if not ok:
                 raise SystemExit(f"error: GPPOConfig: {why}")
@@ -166,6 +174,7 @@ class Run:
     rank: int
     world: int
     device: torch.device
+    export_dtype: torch.dtype = torch.float32   # the Hugging Face export's (--export_dtype)
 
 
 # ----------------------------------------------------------------------------- one RL step: the docstring's 1-7
@@ -523,7 +532,7 @@ def evaluate(run: Run, problems: list) -> float:
 
 def main(cfg: GPPOConfig, reward_fn=None):
     """reward_fn(task, text, token_ids) -> (reward, fully_correct) replaces `score` (tests use a simple task)."""
-    rank, world, device = init_distributed(cfg.device)
+    rank, world, device = init_distributed(cfg.device, cfg.dist_timeout_minutes)
     set_threads(cfg.threads, device)
     if cfg.mini_batch_prompts % world:
         raise InputError(f"--mini_batch_prompts={cfg.mini_batch_prompts} must be a multiple of world size {world}")
@@ -567,7 +576,7 @@ def main(cfg: GPPOConfig, reward_fn=None):
             if stopping:
                 stop.exit(step, ckpt_dir)
             if (cfg.export_every and step % cfg.export_every == 0) or step == cfg.steps:
-                export_hf(run.policy, os.path.join(cfg.out_dir, "hf"), cfg.init_from)
+                export_hf(run.policy, os.path.join(cfg.out_dir, "hf"), cfg.init_from, run.export_dtype)
     finally:
         stop.close()
         run.pool.shutdown(cancel_futures=True)
@@ -590,16 +599,17 @@ def build_run(cfg: GPPOConfig, reward_fn, rank: int, world: int, device) -> tupl
                                    max_digits=cfg.toy_max_digits)
         eval_problems = [dict(p, kind="math") for p in data.encode_prompts(
             tokenizer, eval_problems[:cfg.eval_problems], cfg.max_prompt_len, "truncate")[0]]
-        # the trained policy (fp32 master weights, FSDP2) and the engine's own full copy (bf16 on GPU)
-        policy = read_input(f"--init_from={cfg.init_from}", from_pretrained, cfg.init_from, dtype=torch.float32, device=device)
-        engine_model = from_pretrained(cfg.init_from, dtype=torch.bfloat16 if device.type == "cuda" else torch.float32,
-                                       device=device)
-        return tokenizer, tasks, eval_problems, policy, engine_model
-    tokenizer, tasks, eval_problems, policy, engine_model = agree_on_inputs(load)
-    policy.activation_checkpointing = cfg.activation_checkpointing
-    shard_model(policy, device)
+        stored_dtype = read_input(f"--init_from={cfg.init_from}", check_checkpoint, cfg.init_from)
+        return tokenizer, tasks, eval_problems, stored_dtype
+    tokenizer, tasks, eval_problems, stored_dtype = agree_on_inputs(load)
+    # the trained policy: fp32 master weights, FSDP2-sharded as it loads (no rank holds a full fp32 copy); the
+    # engine's own full copy, bf16 on GPU; then the KV pool, from the memory left once the allocator's cache is empty
+    policy = load_sharded(cfg.init_from, device)
+    policy.activation_checkpointing = checkpointing_on(cfg.activation_checkpointing, device)
+    engine_model = from_pretrained(cfg.init_from, dtype=torch.bfloat16 if device.type == "cuda" else torch.float32,
+                                   device=device)
     optimizer = torch.optim.AdamW(policy.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.999))
-    kv_bytes = int(cfg.kv_cache_fraction * torch.cuda.mem_get_info(device)[0]) if device.type == "cuda" else None
+    kv_bytes = kv_cache_bytes(cfg.kv_cache_fraction, device)
     engine = LLMEngine(engine_model, max_num_seqs=256, max_model_len=cfg.max_prompt_len + cfg.max_response_len,
                        kv_cache_memory=kv_bytes)
     if any(t["kind"] == "code" for t in tasks) and (cfg.pass_rate_field or cfg.check_references):
@@ -615,8 +625,16 @@ def build_run(cfg: GPPOConfig, reward_fn, rank: int, world: int, device) -> tupl
     print0(f"reward: {cfg.reward_workers} scoring threads, at most {math_workers} math-verify processes at once")
     score_fn = reward_fn or (lambda task, text, ids: score(task, text, cfg))
     run = Run(cfg, policy, optimizer, engine, engine_model, tokenizer, tasks, score_fn,
-              ThreadPoolExecutor(cfg.reward_workers), rank, world, device)
+              ThreadPoolExecutor(cfg.reward_workers), rank, world, device, export_dtype_of(cfg.export_dtype, stored_dtype))
     return run, eval_problems
+
+
+def kv_cache_bytes(fraction: float, device, free: int | None = None) -> int | None:
+    """The engine's KV pool in bytes: `fraction` of the device memory still free once the policy and the engine's
+    weights are in place (free: given, or measured by rollout.free_memory); None on CPU (the engine's default)."""
+    if device.type != "cuda" and free is None:
+        return None
+    return int(fraction * (free if free is not None else free_memory(device)))
 
 
 def load_tasks(cfg, tokenizer):

@@ -462,38 +462,65 @@ def from_pretrained(path: str, dtype: torch.dtype | None = None, device=None) ->
     process holds one copy of the weights as loaded, plus at most one tensor as stored; no file is
     memory-mapped (a mapping would keep the file's pages in this process's resident set while it lives).
     """
+    model = on_meta(path, dtype)
+    model.load_state_dict(read_weights(path, model, dtype, device), strict=False, assign=True)
+    model.tie_weights()   # assign=True replaced the tied Parameter object; tie again
+    return model
+
+
+def on_meta(path: str, dtype: torch.dtype | None = None) -> Qwen3:
+    """The model of a checkpoint directory's config.json, on the meta device (no storage): shapes and names only."""
     if not os.path.isdir(path):
         raise FileNotFoundError(f"{path}: checkpoint directory does not exist")
-    device = torch.device(device if device is not None else "cpu")
     cfg = Qwen3Config.from_json(os.path.join(path, "config.json"))
     if dtype is not None:
         cfg.torch_dtype = str(dtype).removeprefix("torch.")
     with torch.device("meta"):
-        model = Qwen3(cfg)
+        return Qwen3(cfg)
+
+
+def read_weights(path: str, model: Qwen3, dtype: torch.dtype | None = None, device=None) -> dict:
+    """{our parameter name: tensor} of a checkpoint, checked against `model`'s names and shapes (a meta model will
+    do), each read into fresh memory and converted to dtype (None: as stored) and device (None: CPU) in turn."""
+    device = torch.device(device if device is not None else "cpu")
+    loaded = {}
+    for file, name, stored_dtype, shape, offset, nbytes in _weight_entries(path, model):
+        with open(file, "rb") as fh:
+            t = read_tensor(fh, stored_dtype, shape, offset, nbytes)
+        loaded[name] = t.to(device=device, dtype=dtype if dtype is not None else stored_dtype)
+        del t   # the stored-dtype buffer goes before the next tensor is read
+    return loaded
+
+
+def check_checkpoint(path: str) -> torch.dtype:
+    """Raise CheckpointError / FileNotFoundError, naming the file, unless `path` holds a loadable Qwen3 checkpoint
+    (config.json, every tensor's name and shape, the files' sizes); reads headers only. Returns the weights' dtype
+    as stored (the most common one, should a file mix them)."""
+    dtypes = [entry[2] for entry in _weight_entries(path, on_meta(path))]
+    return max(set(dtypes), key=dtypes.count)
+
+
+def _weight_entries(path: str, model: Qwen3) -> list:
+    """[(file, our name, stored dtype, shape, offset, nbytes)] of a checkpoint's tensors, checked against `model`."""
     expected = {hf_name(n): p for n, p in model.named_parameters()}   # tied weights appear once
     ours = {hf_name(n): n for n, _ in model.named_parameters()}
-    loaded: dict[str, torch.Tensor] = {}
+    entries = []
     for file in _checkpoint_files(path):
-        with open(file, "rb") as fh:
-            for key, (stored_dtype, shape, offset, nbytes) in read_safetensors_header(file).items():
-                if key.endswith("rotary_emb.inv_freq"):
-                    continue   # old checkpoints stored this buffer; we recompute it
-                if key == "lm_head.weight" and cfg.tie_word_embeddings:
-                    continue   # tied: lm_head is embed_tokens
-                if key not in expected:
-                    raise CheckpointError(f"{file}: unexpected tensor {key!r} (not a parameter of Qwen3 with this config.json)")
-                if shape != tuple(expected[key].shape):
-                    raise CheckpointError(f"{file}: tensor {key!r} has shape {shape}, "
-                                     f"config.json implies {tuple(expected[key].shape)}")
-                t = read_tensor(fh, stored_dtype, shape, offset, nbytes)
-                loaded[key] = t.to(device=device, dtype=dtype if dtype is not None else stored_dtype)   # no copy if nothing changes
-                del t   # the stored-dtype buffer goes before the next tensor is read
-    missing = sorted(set(expected) - set(loaded))
+        for key, (stored_dtype, shape, offset, nbytes) in read_safetensors_header(file).items():
+            if key.endswith("rotary_emb.inv_freq"):
+                continue   # old checkpoints stored this buffer; we recompute it
+            if key == "lm_head.weight" and model.config.tie_word_embeddings:
+                continue   # tied: lm_head is embed_tokens
+            if key not in expected:
+                raise CheckpointError(f"{file}: unexpected tensor {key!r} (not a parameter of Qwen3 with this config.json)")
+            if shape != tuple(expected[key].shape):
+                raise CheckpointError(f"{file}: tensor {key!r} has shape {shape}, "
+                                      f"config.json implies {tuple(expected[key].shape)}")
+            entries.append((file, ours[key], stored_dtype, shape, offset, nbytes))
+    missing = sorted(set(expected) - {hf_name(e[1]) for e in entries})
     if missing:
         raise CheckpointError(f"{path}: missing tensor(s) {missing[:5]}{' ...' if len(missing) > 5 else ''}")
-    model.load_state_dict({ours[k]: v for k, v in loaded.items()}, strict=False, assign=True)
-    model.tie_weights()   # assign=True replaced the tied Parameter object; tie again
-    return model
+    return entries
 
 
 def save_pretrained(model: Qwen3, path: str, state_dict: dict | None = None,

@@ -136,7 +136,7 @@ class LLMEngine:
         blocks_per_seq, block_bytes = -(-self.max_model_len // block_size), kv_block_bytes(cfg, param.dtype, block_size)
         if num_blocks is None:
             if kv_cache_memory is None:
-                kv_cache_memory = int(0.9 * torch.cuda.mem_get_info(self.device)[0]) if self.device.type == "cuda" \
+                kv_cache_memory = int(0.9 * free_memory(self.device)) if self.device.type == "cuda" \
                     else max(512 * 2**20, blocks_per_seq * block_bytes)   # ~1 GB for Qwen3-0.6B's 4K tokens in fp32
             num_blocks = kv_cache_blocks(cfg, param.dtype, kv_cache_memory, block_size, max_num_seqs, self.max_model_len)
         _require(num_blocks >= blocks_per_seq, f"LLMEngine: a pool of {num_blocks} blocks x {block_size} tokens cannot "
@@ -329,6 +329,13 @@ def print_progress(engine, all_seqs, running, waiting, elapsed):
           f"{len(running)}, waiting {sum(len(g) for g in waiting)} | KV blocks {blocks.num_blocks - blocks.num_free}/"
           f"{blocks.num_blocks} | preemptions {engine.stats.preemptions} | ETA <= {left / max(rate, 1e-9):.0f}s",
           flush=True)
+
+
+def free_memory(device) -> int:
+    """Bytes free on a CUDA device once PyTorch's caching allocator has returned the blocks it holds unused (a model
+    loaded and freed stays cached otherwise, invisible to mem_get_info)."""
+    torch.cuda.empty_cache()
+    return torch.cuda.mem_get_info(device)[0]
 
 
 def kv_block_bytes(cfg, dtype: torch.dtype, block_size: int) -> int:

@@ -34,12 +34,14 @@ import os
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # read when torch loads OpenMP: see sft.set_threads
 
+import datetime
 import json
 import math
 import shutil
 import signal
 import sys
 import time
+import traceback
 from dataclasses import dataclass
 
 import torch
@@ -48,7 +50,7 @@ import torch.nn.functional as F
 
 import data
 from data import parse_config
-from model import CheckpointError, Qwen3, Qwen3Config, from_pretrained, save_pretrained
+from model import CheckpointError, Qwen3, Qwen3Config, check_checkpoint, on_meta, read_weights, save_pretrained
 
 
 @dataclass
@@ -85,7 +87,10 @@ class SFTConfig:
     beta1: float = 0.9               # AdamW beta1
     beta2: float = 0.95              # AdamW beta2
     grad_clip: float = 1.0           # max global gradient norm
-    activation_checkpointing: bool = False  # recompute each layer in the backward (long rows: 32K tokens)
+    activation_checkpointing: str = "auto"  # recompute each layer in the backward: auto (on GPU, where rows are
+    #   32K tokens: 7.7 GiB per layer saved otherwise) | true | false
+    export_dtype: str = "auto"       # dtype of the Hugging Face export: auto (the --init_from checkpoint's, bf16 for
+    #   Qwen3 base models; float32 from scratch) | bfloat16 | float32
     loss_chunk: int = 4096           # tokens per LM-head chunk in the loss
     # bookkeeping
     out_dir: str = "out/sft"         # checkpoint/, metrics.jsonl, hf/ (the trained model + tokenizer)
@@ -96,9 +101,13 @@ class SFTConfig:
     resume: bool = True              # continue from out_dir/checkpoint if it exists
     device: str = "auto"             # auto | cpu | cuda
     threads: int = 0                 # CPU threads per rank; 0 = usable cores / ranks on this machine
+    dist_timeout_minutes: float = 120.0  # how long a rank may wait for the others in a collective (NCCL's default: 10)
 
     def __post_init__(self):
         checks = [(self.overlong in ("truncate", "drop", "error"), "overlong must be truncate, drop or error"),
+                  (self.activation_checkpointing in ("auto", "true", "false"), "activation_checkpointing must be auto, "
+                   "true or false"),
+                  (self.export_dtype in EXPORT_DTYPES, f"export_dtype must be one of {', '.join(EXPORT_DTYPES)}"),
                   (self.n_head % self.n_kv_head == 0, "n_head must be a multiple of n_kv_head (GQA)"),
                   (self.micro_rows >= 1 and self.rows_per_step >= 1, "micro_rows and rows_per_step must be >= 1")]
         for ok, why in checks:
@@ -109,7 +118,7 @@ class SFTConfig:
 # ----------------------------------------------------------------------------- the SFT story: main, then what it calls
 
 def main(cfg: SFTConfig):
-    rank, world, device = init_distributed(cfg.device)
+    rank, world, device = init_distributed(cfg.device, cfg.dist_timeout_minutes)
     set_threads(cfg.threads, device)
     torch.manual_seed(cfg.seed)
     if cfg.rows_per_step % (world * cfg.micro_rows):
@@ -119,15 +128,16 @@ def main(cfg: SFTConfig):
 
     def load():
         tokenizer, tokenizer_dir, loader = load_sft_data(cfg, rank, world)
-        model = read_input(f"--init_from={cfg.init_from}", build_model, cfg, tokenizer.get_vocab_size(), device)
-        return tokenizer_dir, loader, model
-    tokenizer_dir, loader, model = agree_on_inputs(load)
+        stored = read_input(f"--init_from={cfg.init_from}", check_checkpoint, cfg.init_from) if cfg.init_from else None
+        return tokenizer.get_vocab_size(), tokenizer_dir, loader, stored
+    vocab_size, tokenizer_dir, loader, stored_dtype = agree_on_inputs(load)
+    model = build_model(cfg, vocab_size, device)   # collectives: only once every rank has its inputs
+    export_dtype = export_dtype_of(cfg.export_dtype, stored_dtype or torch.float32)
     total_steps = loader.steps_per_epoch * cfg.epochs          # the LR schedule always spans all epochs
     stop_step = total_steps if cfg.max_steps < 0 else min(cfg.max_steps, total_steps)
     print0(f"packing: {loader.num_rows} rows of {cfg.row_tokens} tokens, {loader.efficiency:.1%} real tokens; "
            f"{loader.steps_per_epoch} steps/epoch, {total_steps} steps" + (f", stopping after {stop_step}" if stop_step < total_steps else ""))
-    n_params = sum(p.numel() for p in model.parameters())
-    shard_model(model, device)
+    n_params = sum(p.numel() for p in model.parameters())   # a shard's numel() is its whole parameter's
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(cfg.beta1, cfg.beta2),
                                   weight_decay=cfg.weight_decay, foreach=True)
     print0(f"model: {n_params / 1e6:.2f}M parameters, world size {world}, device {device}")
@@ -170,7 +180,7 @@ def main(cfg: SFTConfig):
         stop.close()
         if metrics_file:
             metrics_file.close()
-    export_hf(model, os.path.join(cfg.out_dir, "hf"), tokenizer_dir)
+    export_hf(model, os.path.join(cfg.out_dir, "hf"), tokenizer_dir, export_dtype)
     print0(f"done: {step} steps in {(time.time() - t_start) / 60:.1f} min; Hugging Face export in {cfg.out_dir}/hf")
 
 
@@ -201,16 +211,17 @@ def load_sft_data(cfg: SFTConfig, rank: int, world: int):
 
 
 def build_model(cfg, vocab_size: int, device: torch.device) -> Qwen3:
-    """The trainable model in fp32 master weights: a Hugging Face checkpoint, or a tiny one from scratch."""
+    """The trainable model in fp32 master weights, FSDP2-sharded: a Hugging Face checkpoint, or a tiny one from
+    scratch."""
     if cfg.init_from:
-        model = from_pretrained(cfg.init_from, dtype=torch.float32, device=device)
+        model = load_sharded(cfg.init_from, device)
     else:
         mcfg = Qwen3Config(vocab_size=vocab_size, hidden_size=cfg.hidden, intermediate_size=cfg.intermediate,
                            num_hidden_layers=cfg.n_layer, num_attention_heads=cfg.n_head,
                            num_key_value_heads=cfg.n_kv_head, head_dim=cfg.head_dim, max_position_embeddings=4096,
                            tie_word_embeddings=True, torch_dtype="float32", bos_token_id=None, eos_token_id=None)
-        model = Qwen3(mcfg).to(device).init_weights(seed=cfg.seed)
-    model.activation_checkpointing = cfg.activation_checkpointing
+        model = shard_model(Qwen3(mcfg).to(device).init_weights(seed=cfg.seed), device)
+    model.activation_checkpointing = checkpointing_on(cfg.activation_checkpointing, device)
     return model
 
 
@@ -312,21 +323,34 @@ def run_entry_point(main, cfg, **kwargs):
         if isinstance(e.code, str):
             print0(e.code, file=sys.stderr)
         status = e.code if isinstance(e.code, int) else 2
+    except BaseException:     # a bug, or this rank ran out of memory: its traceback, then leave at once
+        if not (dist.is_initialized() and dist.get_world_size() > 1):
+            raise
+        # The other ranks may be waiting for this one in a collective (for --dist_timeout_minutes): tearing the
+        # process group down could wait on them too. Exiting ends the job: torchrun stops the others.
+        traceback.print_exc()
+        print(f"rank {dist.get_rank()}: stopped by the error above; torchrun stops the other ranks", file=sys.stderr,
+              flush=True)
+        sys.stdout.flush()
+        os._exit(1)
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
     sys.exit(status)
 
 
-def init_distributed(device: str = "auto"):
+def init_distributed(device: str = "auto", timeout_minutes: float = 120.0):
     """One code path for 1 and N processes: always a process group (gloo on CPU, nccl on CUDA).
-    Returns (rank, world_size, device)."""
+    timeout_minutes: how long a rank may wait in a collective for the others. Ranks decode their rollouts on their
+    own and meet afterwards, so a rank waits as long as the slowest one's rollout takes beyond its own; NCCL's
+    default of 10 minutes would abort a run with 32K-token responses. Returns (rank, world_size, device)."""
     use_cuda = torch.cuda.is_available() if device == "auto" else device == "cuda"
+    timeout = datetime.timedelta(minutes=timeout_minutes)
     if not dist.is_initialized():
         if "RANK" in os.environ:   # launched by torchrun
-            dist.init_process_group("nccl" if use_cuda else "gloo")
+            dist.init_process_group("nccl" if use_cuda else "gloo", timeout=timeout)
         else:                      # plain `python x.py`: a world of one, no ports
-            dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+            dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1, timeout=timeout)
     rank = dist.get_rank()
     if use_cuda:
         local_rank = int(os.environ.get("LOCAL_RANK", 0))
@@ -420,6 +444,27 @@ def shard_model(model: Qwen3, device: torch.device, param_dtype: torch.dtype | N
     return model
 
 
+def load_sharded(path: str, device: torch.device, param_dtype: torch.dtype | None = None) -> Qwen3:
+    """A Hugging Face checkpoint as fp32 master weights, FSDP2-sharded (shard_model), without any rank ever holding a
+    full fp32 copy: the model is built on the meta device and sharded, rank 0 reads the checkpoint in its stored dtype
+    (host memory), and each tensor is broadcast in turn; every rank keeps its shard, cast to fp32 (torch's
+    set_model_state_dict, broadcast_from_rank0). Per GPU, an 8B model then costs its 1/N fp32 shard and one tensor in
+    flight, not 30.5 GiB. One rank without a cast: the plain module, read straight into fp32."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+    model = shard_model(on_meta(path, torch.float32), device, param_dtype)
+    if not hasattr(next(model.parameters()), "full_tensor"):   # not sharded (one CPU rank): read in place
+        model.load_state_dict(read_weights(path, model, torch.float32, device), strict=False, assign=True)
+        model.tie_weights()
+        return model
+    model.to_empty(device=device)
+    weights = read_weights(path, model) if dist.get_rank() == 0 else {}   # errors: every rank reads the header
+    if model.config.tie_word_embeddings:
+        weights.pop("lm_head.weight", None)
+    set_model_state_dict(model, weights, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True,
+                                                                  strict=False))
+    return model
+
+
 def save_checkpoint(path: str, model, optimizer, trainer_state: dict):
     """Sharded DCP checkpoint written to a temp dir and renamed, so a kill never leaves half a checkpoint."""
     import torch.distributed.checkpoint as dcp
@@ -510,12 +555,29 @@ class GracefulStop:
             signal.signal(s, handler)
 
 
-def export_hf(model, out_dir: str, tokenizer_dir: str | None = None):
-    """Gather the full weights on rank 0 and write a Hugging Face directory (+ tokenizer files)."""
+def checkpointing_on(setting: str, device: torch.device) -> bool:
+    """--activation_checkpointing: auto is on on a GPU (a 32K-token row saves 7.7 GiB per layer of Qwen3-8B for the
+    backward without it) and off on CPU (the toy's rows are short); said once at start."""
+    on = device.type == "cuda" if setting == "auto" else setting == "true"
+    print0(f"activation checkpointing: {'on' if on else 'off'}" + (f" (auto, on {device.type})" if setting == "auto" else ""))
+    return on
+
+
+EXPORT_DTYPES = {"auto": None, "bfloat16": torch.bfloat16, "float32": torch.float32}
+
+
+def export_dtype_of(setting: str, stored: torch.dtype) -> torch.dtype:
+    """--export_dtype: auto exports in the dtype the run started from (a Qwen3 base model's bf16, not the fp32 master
+    weights: 16 GB instead of 33 for 8B; float32 for a model trained from scratch)."""
+    return EXPORT_DTYPES[setting] or stored
+
+
+def export_hf(model, out_dir: str, tokenizer_dir: str | None = None, dtype: torch.dtype = torch.float32):
+    """Gather the full weights on rank 0 and write a Hugging Face directory (+ tokenizer files), in `dtype`."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
     sd = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
     if dist.get_rank() == 0:
-        save_pretrained(model, out_dir, state_dict=sd)
+        save_pretrained(model, out_dir, state_dict={name: t.to(dtype) for name, t in sd.items()})
         if tokenizer_dir:
             for name in ("tokenizer.json", "tokenizer_config.json"):
                 src = os.path.join(tokenizer_dir, name)

@@ -200,6 +200,7 @@ def gppo_step_setup(dry: bool, device, config):
     memory, as gppo.py sizes it) samples, recompute_old_logprobs, train_mini_batch (rl_loss_from_hidden, Triton on
     CUDA), sync_engine. Returns (step() -> (sequences, metrics, seconds per part), gppo.Run, free bytes)."""
     import gppo
+    import rollout
     import sft
     from rollout import LLMEngine, SamplingParams
     policy = random_qwen3(config, torch.float32, device, seed=1)
@@ -207,11 +208,11 @@ def gppo_step_setup(dry: bool, device, config):
     engine_model = random_qwen3(config, torch.bfloat16, device, seed=2)   # gppo.py's engine copy on a GPU: bf16
     sft.shard_model(policy, device, param_dtype=torch.bfloat16)
     optimizer = torch.optim.AdamW(policy.parameters(), lr=1e-6, weight_decay=0.1)
-    free = torch.cuda.mem_get_info(device) if device.type == "cuda" else 2**28   # CPU: a given 256 MiB "free"
     gcfg = gppo.GPPOConfig(group_size=4, train_row_tokens=64 if dry else 8192, max_prompt_len=16 if dry else 256,
                            max_response_len=4 if dry else 128, kv_cache_fraction=0.3)
+    free = rollout.free_memory(device) if device.type == "cuda" else 2**28   # CPU: a given 256 MiB "free"
     engine = LLMEngine(engine_model, max_num_seqs=256, max_model_len=gcfg.max_prompt_len + gcfg.max_response_len,
-                       kv_cache_memory=int(gcfg.kv_cache_fraction * free))        # Triton decode on CUDA only
+                       kv_cache_memory=gppo.kv_cache_bytes(gcfg.kv_cache_fraction, device, free))   # as gppo.py does
     run = gppo.Run(gcfg, policy, optimizer, engine, engine_model, tokenizer=None, tasks=[], score_fn=None, pool=None,
                    rank=0, world=1, device=device)   # what train_mini_batch and recompute_old_logprobs use
     gen = torch.Generator().manual_seed(0)

@@ -9,9 +9,17 @@ import os
 import sys
 import time
 import tracemalloc
+from dataclasses import dataclass
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import reward  # noqa: E402
+from data import parse_config  # noqa: E402
+
+
+@dataclass
+class Config:
+    """Judging memory and time for outputs near the output cap, and programs that reopen their streams by path."""
+    timeout_s: float = 5.0       # CPU time per test
 
 N = 2_700_000   # repetitions of 'ab\n': 7.7 MB
 OUTPUTS = {
@@ -30,8 +38,8 @@ REOPEN = {
 }
 
 
-def main():
-    config = reward.SandboxConfig(timeout_s=5, memory_mb=256, output_mb=8.0)
+def main(cfg: Config):
+    config = reward.SandboxConfig(timeout_s=cfg.timeout_s, memory_mb=256, output_mb=8.0)
     tests = [{"input": "", "output": "3"}]
     print(f"sandbox: {reward.sandbox_info(config)['mode']}")
     for name, program in OUTPUTS.items():
@@ -50,4 +58,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    main(parse_config(Config))

@@ -95,6 +95,29 @@ def test_kv_pool_sized_from_given_free_memory():
         LLMEngine(engine_model, max_num_seqs=64, max_model_len=128, kv_cache_memory=7 * 2048)   # 7 < 8 blocks
 
 
+def test_pool_is_sized_from_free_memory_after_emptying_the_cache(monkeypatch):
+    """On a GPU, gppo.py sizes the pool from torch.cuda.mem_get_info, a (free, total) tuple, after the caching
+    allocator has returned what it holds (a model loaded and dropped stays in its cache, unseen by mem_get_info). The
+    GPU check's workload sizes its pool through the same function (it once took the tuple as a number)."""
+    import gppo
+    import rollout
+    calls = []
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: calls.append("empty_cache"))
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: calls.append("mem_get_info") or (10_000, 80_000))
+    cuda = torch.device("cuda", 0)   # only a name here: nothing is allocated on it
+    assert rollout.free_memory(cuda) == 10_000 and calls == ["empty_cache", "mem_get_info"]
+    assert gppo.kv_cache_bytes(0.3, cuda) == 3_000 and gppo.kv_cache_bytes(0.3, torch.device("cpu")) is None
+    assert gppo.kv_cache_bytes(0.3, torch.device("cpu"), free=2**28) == int(0.3 * 2**28)
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    import gpu_workloads
+    sized = []
+    real = gppo.kv_cache_bytes
+    monkeypatch.setattr(gppo, "kv_cache_bytes", lambda *args: sized.append(args) or real(*args))
+    gpu_workloads.process_group(dry=True)
+    _, run, free = gpu_workloads.gppo_step_setup(True, torch.device("cpu"), gpu_workloads.model_config(True))
+    assert sized == [(0.3, torch.device("cpu"), free)] and run.engine.cache.nbytes <= int(0.3 * free)
+
+
 def test_cpu_default_pool_holds_at_least_one_full_sequence(monkeypatch):
     """The CPU default is 512 MiB, unless one max_model_len sequence needs more (a real model at eval.py's 4K prompt
     limit does: the rehearsal found eval.py refusing to start). The pool itself is not allocated here."""

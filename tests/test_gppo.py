@@ -23,8 +23,8 @@ SMALL = ["--prompts_per_step=4", "--mini_batch_prompts=2", "--group_size=4", "--
          "--toy_problems=64", "--lr=1e-2", "--warmup_steps=1", "--reward_workers=2"]
 
 
-def run(out_dir, ckpt, *extra, nproc=1, task="even"):
-    env = dict(os.environ, OMP_NUM_THREADS="1")
+def run(out_dir, ckpt, *extra, nproc=1, task="even", env=None):
+    env = dict(os.environ, OMP_NUM_THREADS="1", **(env or {}))
     launcher = [sys.executable] if nproc == 1 else [sys.executable, "-m", "torch.distributed.run", "--standalone",
                                                      f"--nproc_per_node={nproc}"]
     cmd = launcher + [os.path.join(ROOT, "tests", "driver.py"), "gppo", f"--task={task}", f"--init_from={ckpt}",
@@ -67,6 +67,29 @@ def test_one_process_equals_two_processes(tiny_checkpoint, tmp_path, task):
         assert a["updates"] == b["updates"] and a["groups_trained"] == b["groups_trained"]
     w0 = {n: p.detach().clone() for n, p in from_pretrained(tiny_checkpoint).named_parameters()}
     assert_same_updates(w0, weights(tmp_path / "one"), weights(tmp_path / "two"), rel=1e-3)
+
+
+def test_a_rank_may_wait_longer_than_the_default_timeout(tiny_checkpoint, tmp_path):
+    """Ranks decode on their own and meet afterwards: rank 0 waits in the step's first collective as long as rank 1's
+    rollout takes beyond its own. Here torch's default process-group timeout is cut to 2 s (standing in for NCCL's
+    10 minutes) and rank 1's scoring sleeps twice that: the step completes because gppo.py sets its own timeout
+    (--dist_timeout_minutes); a process group made with the default would abort it."""
+    from driver import SLOW_RANK_S
+    records, _ = run(tmp_path / "slow", tiny_checkpoint, "--steps=1", nproc=2, task="slow",
+                     env=dict(DEFAULT_PG_TIMEOUT_S=str(SLOW_RANK_S / 2)))
+    assert [r["step"] for r in records] == [1]
+
+
+def test_an_error_on_one_rank_ends_the_job_promptly(tiny_checkpoint, tmp_path):
+    """A bug or an out-of-memory error on one rank while the other waits in a collective: the job ends with that
+    rank's traceback, well before the collective's timeout (two hours), instead of the other rank waiting it out."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+           os.path.join(ROOT, "tests", "driver.py"), "gppo", "--task=crash", f"--init_from={tiny_checkpoint}",
+           f"--out_dir={tmp_path}", *SMALL, "--steps=2"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=300,
+                          cwd=ROOT)
+    assert proc.returncode != 0
+    assert "simulated out-of-memory on rank 1" in proc.stderr and "rank 1: stopped by the error above" in proc.stderr
 
 
 @pytest.mark.parametrize("task,extra", [("even", []), ("half", ["--max_gen_rounds=3"])])

@@ -110,8 +110,10 @@ def test_hf_export_reloads_with_same_logits(tmp_path):
 
 
 def test_config_parser_fails_loudly():
-    cfg = data.parse_config(sft.SFTConfig, ["--lr=0.5", "--activation_checkpointing=true", "--data=x.jsonl"])
-    assert cfg.lr == 0.5 and cfg.activation_checkpointing is True and cfg.data == "x.jsonl"
+    cfg = data.parse_config(sft.SFTConfig, ["--lr=0.5", "--resume=false", "--data=x.jsonl"])
+    assert cfg.lr == 0.5 and cfg.resume is False and cfg.data == "x.jsonl"
+    with pytest.raises(SystemExit, match="activation_checkpointing must be auto, true or false"):
+        data.parse_config(sft.SFTConfig, ["--activation_checkpointing=yes"])
     with pytest.raises(SystemExit, match="unknown option --learning_rate"):
         data.parse_config(sft.SFTConfig, ["--learning_rate=1"])
     with pytest.raises(SystemExit, match="not a valid int"):
@@ -149,3 +151,68 @@ def test_resumed_metrics_drop_steps_after_the_checkpoint(tmp_path):
     fh.write(json.dumps({"step": 4, "loss": 0.5}) + "\n")
     fh.close()
     assert [json.loads(line)["step"] for line in path.read_text().splitlines()] == [0, 1, 2, 3, 4]
+
+
+SHARDED_LOAD = r"""
+import os, sys
+import torch
+sys.path.insert(0, os.environ["ROOT"])
+import sft
+from model import from_pretrained
+rank, world, device = sft.init_distributed("cpu")
+reads, read_weights = [], sft.read_weights
+sft.read_weights = lambda path, model, dtype=None, device=None: reads.append(dtype) or read_weights(path, model, dtype)
+for path, param_dtype in [(p, d) for p in sys.argv[1:] for d in (None, torch.bfloat16)]:
+    reads.clear()
+    sharded = sft.load_sharded(path, device, param_dtype)
+    assert reads == ([None] if rank == 0 else []), reads   # rank 0 alone reads, in the stored dtype
+    reference = from_pretrained(path, dtype=torch.float32)
+    params = dict(sharded.named_parameters())
+    assert all(hasattr(p, "full_tensor") and p.dtype == torch.float32 for p in params.values()), path
+    assert all(torch.equal(params[n].full_tensor(), q) for n, q in reference.named_parameters()), path
+    assert sharded.lm_head.weight is sharded.embed_tokens.weight, "tied weights came apart"
+print("rank", rank, "ok")
+"""
+
+
+def test_sharded_load_equals_a_full_load(tmp_path):
+    """sft.load_sharded (what sft.py and gppo.py load checkpoints with) gives every rank the fp32 shard of what
+    from_pretrained reads, for a checkpoint stored in fp32 and one in bf16 (the base models' dtype), with and without
+    FSDP's bf16 compute cast, on 2 ranks; tied embeddings stay tied. No rank builds the full fp32 model."""
+    from model import save_pretrained
+    fp32, bf16 = tmp_path / "fp32", tmp_path / "bf16"
+    save_pretrained(tiny_model(seed=3), str(fp32))
+    save_pretrained(tiny_model(seed=4).to(torch.bfloat16), str(bf16))
+    script = tmp_path / "load.py"
+    script.write_text(SHARDED_LOAD)
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                           str(script), str(fp32), str(bf16)], capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, ROOT=ROOT, OMP_NUM_THREADS="1"))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert proc.stdout.count("ok") == 2, proc.stdout
+
+
+def test_export_keeps_the_dtype_the_run_started_from(tmp_path):
+    """--export_dtype=auto writes the checkpoint's own dtype (a bf16 base model's export is bf16: 16 GB for Qwen3-8B,
+    not 33), float32 for a model trained from scratch; the fp32 master weights round to bf16 exactly as a cast."""
+    from model import check_checkpoint, save_pretrained
+    model = tiny_model(seed=5)
+    save_pretrained(model.to(torch.bfloat16), str(tmp_path / "base"))
+    stored = check_checkpoint(str(tmp_path / "base"))
+    assert stored == torch.bfloat16 and check_checkpoint(str(save_dir(tmp_path / "fp32", tiny_model()))) == torch.float32
+    assert sft.export_dtype_of("auto", stored) == torch.bfloat16 and sft.export_dtype_of("float32", stored) == torch.float32
+    master = tiny_model(seed=6)
+    sft.init_distributed("cpu")
+    sft.export_hf(master, str(tmp_path / "hf"), dtype=torch.bfloat16)
+    exported = from_pretrained(str(tmp_path / "hf"))
+    assert exported.config.torch_dtype == "bfloat16"
+    for (name, p), q in zip(master.named_parameters(), exported.parameters()):
+        assert q.dtype == torch.bfloat16 and torch.equal(q, p.to(torch.bfloat16)), name
+    assert sft.checkpointing_on("auto", torch.device("cpu")) is False and sft.checkpointing_on("true", torch.device("cpu"))
+    assert sft.checkpointing_on("auto", torch.device("cuda")) is True
+
+
+def save_dir(path, model):
+    from model import save_pretrained
+    save_pretrained(model, str(path))
+    return path
