@@ -51,280 +51,22 @@ Run:
   python distill.py --toy=true --out_dir=out/distill
 Interrupted (Ctrl-C, a kill, a server that went away)? Run the same command again: only missing samples are asked for.
 """
-import email.utils
 import hashlib
-import http.client
 import json
 import os
-import queue
 import random
 import re
 import threading
 import time
 import unicodedata
-import urllib.parse
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from fractions import Fraction
-from typing import NamedTuple
 
-# ============================================================================= 1. the chat-completions client
-
-
-@dataclass
-class ClientConfig:
-    url: str                              # the server's base URL, e.g. http://localhost:8000/v1
-    model: str                            # the model name the server serves
-    api_key_env: str = "OPENAI_API_KEY"   # the environment variable holding the key (sent as a Bearer token)
-    concurrency: int = 64                 # requests in flight
-    timeout_s: float = 3600.0             # longest wait for the server's answer; a slower request is retried
-    max_retries: int = 8                  # retries of one request: 429, 5xx, timeouts, dropped connections, bad JSON
-    backoff_s: float = 1.0                # the first retry waits 0.5-1 x this, each later one twice as long ...
-    max_backoff_s: float = 60.0           # ... up to this; a Retry-After header is waited out as the server asks
-    n_per_request: int = 1                # samples asked for per request (`n`); any the server leaves out are asked
-    #                                       for one by one (each with its own seed)
-    progress_s: float = 10.0              # seconds between progress lines; 0 = none
-
-
-class ChatRequest(NamedTuple):
-    key: str           # the prompt's id
-    messages: list     # [{"role", "content"}]
-    samples: list      # [(sample index, seed)] still wanted
-
-
-def sample_chat(requests: list, cfg: ClientConfig, sampling: dict, on_sample, log=print) -> dict:
-    """Ask the server for every (prompt, sample index) of `requests`, cfg.concurrency requests in flight, and call
-    on_sample(key, index, sample) from a worker thread as each arrives; sample = {content, closed, finish_reason, seed
-    (the request's), choice (its place among the request's choices, only when n > 1), prompt_tokens, completion_tokens}
-    (token counts per sample when one sample is asked per request, else None).
-    `sampling` goes into every request body (temperature, top_p, max_tokens, ...). Returns the counts of the run.
-    Raises ServerRefused on 401/403/404; a request that fails for good is counted in stats["failed"] and its samples
-    are left out (a rerun asks again), never raised: one bad prompt does not stop the others."""
-    return _Client(cfg, sampling, on_sample, log).run(requests)
-
-
-class ServerRefused(Exception):
-    """The server refuses this run as a whole (401, 403, 404: a wrong key, model name or URL): stop at once."""
-
-
-class _RequestFailed(Exception):
-    """One request failed for good (retries exhausted, or a 4xx such as a prompt longer than the server's context)."""
-
-
-class _Client:
-    def __init__(self, cfg: ClientConfig, sampling: dict, on_sample, log):
-        self.cfg, self.sampling, self.on_sample, self.log = cfg, sampling, on_sample, log
-        url = urllib.parse.urlsplit(cfg.url)
-        if url.scheme not in ("http", "https") or not url.hostname:
-            raise ValueError(f"server URL {cfg.url!r}: expected http(s)://host[:port]/v1")
-        self.scheme, self.host, self.port = url.scheme, url.hostname, url.port
-        self.path = url.path.rstrip("/") + "/chat/completions"
-        self.headers = {"Content-Type": "application/json"}
-        key = os.environ.get(cfg.api_key_env, "") if cfg.api_key_env else ""
-        if key:
-            self.headers["Authorization"] = f"Bearer {key}"   # kept here only: never logged, never written
-        self.local, self.lock, self.stop = threading.local(), threading.Lock(), threading.Event()
-        self.units, self.outstanding, self.fatal = queue.Queue(), 0, None
-        self.stats = dict(requests=0, samples=0, prompt_tokens=0, completion_tokens=0, truncated=0,
-                          retries=Counter(), failed=0, failures=[], refilled=0)
-
-    def run(self, requests: list) -> dict:
-        n = max(1, self.cfg.n_per_request)
-        units = [(r.key, r.messages, r.samples[i:i + n]) for r in requests for i in range(0, len(r.samples), n)]
-        total = sum(len(r.samples) for r in requests)
-        if not units:
-            return self.stats
-        self.outstanding = len(units)
-        for unit in units:
-            self.units.put(unit)
-        workers = [threading.Thread(target=self._worker, daemon=True) for _ in range(min(self.cfg.concurrency, len(units)))]
-        t0 = last = time.monotonic()
-        for w in workers:
-            w.start()
-        try:
-            for w in workers:
-                while w.is_alive():
-                    w.join(timeout=0.2)
-                    if self.cfg.progress_s and time.monotonic() - last >= self.cfg.progress_s:
-                        last = time.monotonic()
-                        self.log(self._progress(total, last - t0))
-        except KeyboardInterrupt:
-            self.stop.set()       # the workers are daemons: what arrived is written, what is in flight is lost
-            raise
-        if self.fatal:
-            raise self.fatal
-        if self.cfg.progress_s:
-            self.log(self._progress(total, time.monotonic() - t0))
-        return self.stats
-
-    def _progress(self, total: int, elapsed: float) -> str:
-        s = self.stats
-        rate = s["samples"] / max(elapsed, 1e-9)
-        eta = (total - s["samples"] - s["failed"]) / rate if rate else float("inf")
-        retries = ", ".join(f"{k}: {v}" for k, v in sorted(s["retries"].items())) or "none"
-        return (f"samples {s['samples']}/{total} | {s['requests'] / max(elapsed, 1e-9):.1f} req/s, "
-                f"{s['completion_tokens'] / max(elapsed, 1e-9):.0f} tok/s | tokens in {s['prompt_tokens']} out "
-                f"{s['completion_tokens']} | truncated {s['truncated']} | retries ({retries}) | failed {s['failed']} | "
-                f"ETA {eta:.0f}s")
-
-    def _worker(self):
-        while True:
-            unit = self.units.get()
-            if unit is None:
-                return
-            try:
-                if not self.stop.is_set():
-                    self._do(unit)
-            except ServerRefused as e:
-                with self.lock:
-                    self.fatal = self.fatal or e
-                self.stop.set()
-            except _RequestFailed as e:
-                with self.lock:
-                    self.stats["failed"] += len(unit[2])
-                    if len(self.stats["failures"]) < 20:
-                        self.stats["failures"].append(f"{unit[0]}: {e}")
-                self.log(f"request for {unit[0]} (samples {[i for i, _ in unit[2]]}) failed: {e}")
-            finally:
-                with self.lock:
-                    self.outstanding -= 1
-                    finished = self.outstanding == 0 or self.stop.is_set()
-                if finished:   # wake every worker: nothing is left to do
-                    for _ in range(self.cfg.concurrency):
-                        self.units.put(None)
-
-    def _do(self, unit):
-        key, messages, samples = unit
-        body = dict(self.sampling, model=self.cfg.model, messages=messages, n=len(samples), seed=samples[0][1])
-        answer = self._post(json.dumps(body).encode())
-        choices = sorted(answer["choices"], key=lambda c: c.get("index", 0))[:len(samples)]
-        usage = answer.get("usage") or {}
-        one = len(samples) == 1
-        for position, ((index, _), choice) in enumerate(zip(samples, choices)):
-            content, closed = assistant_turn(choice["message"])
-            finish = choice.get("finish_reason")
-            # what the sample came from: the request's seed (and, with n > 1, its place among the request's choices)
-            origin = dict(seed=samples[0][1]) if one else dict(seed=samples[0][1], choice=position)
-            self.on_sample(key, index, dict(content=content, closed=closed, finish_reason=finish, **origin,
-                                            prompt_tokens=usage.get("prompt_tokens") if one else None,
-                                            completion_tokens=usage.get("completion_tokens") if one else None))
-            with self.lock:
-                self.stats["samples"] += 1
-                self.stats["truncated"] += finish == "length"
-        with self.lock:
-            self.stats["prompt_tokens"] += usage.get("prompt_tokens") or 0
-            self.stats["completion_tokens"] += usage.get("completion_tokens") or 0
-            missing = samples[len(choices):]   # a server that ignores `n`: the rest one by one, each with its seed
-            self.stats["refilled"] += len(missing)
-            self.outstanding += len(missing)
-        for sample in missing:
-            self.units.put((key, messages, [sample]))
-
-    def _post(self, body: bytes) -> dict:
-        """The server's JSON answer to one request, retried as the server and the network require."""
-        for attempt in range(self.cfg.max_retries + 1):
-            wait = None
-            try:
-                status, retry_after, data = self._send(body)
-            except TimeoutError:
-                reason = "timeout"
-                self._drop_connection()
-            except (OSError, http.client.HTTPException):   # refused, reset, dropped mid-answer
-                reason = "connection"
-                self._drop_connection()
-            else:
-                with self.lock:
-                    self.stats["requests"] += 1
-                if status == 200:
-                    try:
-                        return _checked_answer(json.loads(data))
-                    except (ValueError, TypeError, AttributeError) as e:
-                        reason = "malformed answer"
-                        last_error = str(e)
-                elif status in (401, 403, 404):
-                    raise ServerRefused(f"{self.cfg.url} answered {status} {_snippet(data)} (check the URL, "
-                                        f"--served_model, and the key in ${self.cfg.api_key_env})")
-                elif status in (408, 429) or status >= 500:
-                    reason, wait = str(status), retry_after
-                else:
-                    raise _RequestFailed(f"HTTP {status} {_snippet(data)}")
-            with self.lock:
-                self.stats["retries"][reason] += 1
-            if attempt == self.cfg.max_retries or self.stop.is_set():
-                detail = f": {last_error}" if reason == "malformed answer" else ""
-                raise _RequestFailed(f"gave up after {attempt} retries (last: {reason}{detail})")
-            if wait is None:   # exponential backoff with jitter, so retries from many threads do not arrive together
-                cap = min(self.cfg.max_backoff_s, self.cfg.backoff_s * 2 ** attempt)
-                wait = cap * (0.5 + 0.5 * random.random())
-            self.stop.wait(wait)
-
-    def _send(self, body: bytes) -> tuple:
-        conn = getattr(self.local, "conn", None)
-        if conn is None:
-            cls = http.client.HTTPSConnection if self.scheme == "https" else http.client.HTTPConnection
-            conn = self.local.conn = cls(self.host, self.port, timeout=self.cfg.timeout_s)
-        conn.request("POST", self.path, body=body, headers=self.headers)
-        response = conn.getresponse()
-        data = response.read()
-        return response.status, _retry_after(response.getheader("Retry-After")), data
-
-    def _drop_connection(self):
-        conn = getattr(self.local, "conn", None)
-        if conn is not None:
-            conn.close()
-            self.local.conn = None
-
-
-def _checked_answer(answer) -> dict:
-    """The answer if it has the shape of a chat completion, else ValueError (retried as a malformed answer)."""
-    choices = answer.get("choices")
-    if not isinstance(choices, list) or not choices:
-        raise ValueError("no 'choices' list")
-    for c in choices:
-        message = c.get("message")
-        if not isinstance(message, dict) or not isinstance(message.get("content") or "", str):
-            raise ValueError("a choice without a message holding text content")
-    return answer
-
-
-def _retry_after(value) -> float | None:
-    """Seconds to wait from a Retry-After header: a number of seconds or an HTTP date."""
-    if value is None:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        try:
-            return max(0.0, email.utils.parsedate_to_datetime(value).timestamp() - time.time())
-        except (TypeError, ValueError):
-            return None
-
-
-def _snippet(data: bytes, limit: int = 300) -> str:
-    text = data.decode("utf-8", "replace").strip().replace("\n", " ")
-    return text if len(text) <= limit else text[:limit] + "..."
-
-
-def assistant_turn(message: dict) -> tuple:
-    """(content in Qwen3's form `<think>\\n…\\n</think>\\n\\n…`, reasoning closed?) of a chat-completions message.
-    Reasoning comes as `reasoning_content` (DeepSeek's API, vLLM's reasoning parsers; `reasoning` in newer vLLM) or
-    inside `content` between <think> tags (the opening tag may be in the prompt's template, so only </think> is
-    needed). A reply whose reasoning never closed comes back as it is, with closed=False."""
-    reasoning = message.get("reasoning_content") or message.get("reasoning")
-    content = message.get("content") or ""
-    if reasoning:
-        if not content.strip():   # everything went to the reasoning: it never reached </think>
-            return "<think>\n" + reasoning, False
-        return _qwen3_turn(reasoning, content), True
-    if "</think>" not in content:
-        return content, False
-    # Qwen3's chat template's reading: the reasoning ends at the first </think>, the answer follows the last one
-    return _qwen3_turn(content.split("</think>")[0].split("<think>")[-1], content.split("</think>")[-1]), True
-
-
-def _qwen3_turn(reasoning: str, answer: str) -> str:
-    # data.assistant_content's form, written again here: the client imports nothing of the project
-    return f"<think>\n{reasoning.strip()}\n</think>\n\n{answer.strip()}"
+import data
+import reward
+from parts import toy
+from parts.chat_client import ChatRequest, ClientConfig, ServerRefused, assistant_turn, sample_chat
 
 # ============================================================================= 2. the journal
 
@@ -395,7 +137,6 @@ class Journal:
 def read_benchmarks(paths: list) -> list:
     """[(benchmark name, item id, text)] of benchmark files (math or code, guessed from the first row; any layout
     data.py's loaders read; read whole, as eval.py reads them)."""
-    import data
     items = []
     for path in paths:
         if not os.path.isfile(path):
@@ -605,7 +346,6 @@ def sample_seed(seed: int, key: str, index: int) -> int:
 def read_prompts(cfg: DistillConfig, keep) -> tuple:
     """(prompts, loader reports). A prompt is {key, source, messages, answers (math) or None, tests (code) or None,
     k, responses (only from --responses)}; keep(source, key, text) says whether it stays (duplicates, benchmarks)."""
-    import data
     prompts, reports, taken = [], {}, set()
 
     def add(source, pid, prompt, messages, **given):   # given: answers, tests, responses, toy, k
@@ -616,10 +356,10 @@ def read_prompts(cfg: DistillConfig, keep) -> tuple:
             prompts.append(dict(p, k=len(p["responses"]) if p["responses"] else p["k"]))
 
     if cfg.toy:   # toy: "math" (the teacher samples a trace), or the teacher's one program (code)
-        for p in data.toy_math_problems(cfg.toy_math_prompts, seed=f"distill-{cfg.seed}", split="train"):
+        for p in toy.math_problems(cfg.toy_math_prompts, seed=f"distill-{cfg.seed}", split="train"):
             add("toy_math", p["id"], p["prompt"], _messages(p["prompt"]), answers=[p["answer"]], toy="math")
-        for p in data.toy_code_problems(cfg.toy_code_prompts, seed=cfg.seed, split="train", num_tests=cfg.toy_code_tests):
-            add("toy_code", p["id"], p["prompt"], _messages(p["prompt"]), tests=p["tests"], toy=data.toy_code_response(p),
+        for p in toy.code_problems(cfg.toy_code_prompts, seed=cfg.seed, split="train", num_tests=cfg.toy_code_tests):
+            add("toy_code", p["id"], p["prompt"], _messages(p["prompt"]), tests=p["tests"], toy=toy.code_response(p),
                 k=cfg.toy_code_k)
     for path in _files(cfg.math_prompts):
         records = data.load_math_jsonl(path, skip_bad_rows=cfg.skip_bad_rows)
@@ -667,10 +407,9 @@ def toy_benchmarks() -> list:
     """The toy's held-out sums that eval.py and gppo.py evaluate on, as benchmark items. The toy's train and test
     problems are split by a hash, so none should match. (The toy programming problems are left out: they are
     templates, and every problem of a family shares its n-grams with its held-out siblings by design.)"""
-    import data
     return [(name, p["id"], p["prompt"]) for name, problems in (
-        ("toy_math_test", data.toy_math_problems(200, seed=0, split="test")),
-        ("toy_math_test_3digit", data.toy_math_problems(200, seed=0, split="test", min_digits=3, max_digits=3)))
+        ("toy_math_test", toy.math_problems(200, seed=0, split="test")),
+        ("toy_math_test_3digit", toy.math_problems(200, seed=0, split="test", min_digits=3, max_digits=3)))
         for p in problems]
 
 # ============================================================================= 6. the teachers
@@ -700,12 +439,11 @@ def sample_toy(cfg: DistillConfig, todo: list, samples: Journal) -> dict:
     """The toy teacher: an addition trace that slips once with probability toy_slip_hard on sums with a 3+ digit
     operand (toy_slip_easy otherwise), the reference program for code. Sample j of a prompt has its own random
     stream, so a rerun writes the same samples."""
-    import data
     for p, j in todo:
         if p["toy"] == "math":
             a, b = map(int, p["key"].split("/")[-1].split("-")[1:])
             slip = cfg.toy_slip_hard if max(len(str(a)), len(str(b))) >= 3 else cfg.toy_slip_easy
-            content = data.toy_math_response(a, b, random.Random(sample_seed(cfg.seed, p["key"], j)), slip)
+            content = toy.math_response(a, b, random.Random(sample_seed(cfg.seed, p["key"], j)), slip)
         else:
             content = p["toy"]
         samples.append(dict(id=p["key"], sample=j, content=content, closed=True, finish_reason="stop", seed=None,
@@ -719,7 +457,6 @@ def sample_local(cfg: DistillConfig, todo: list, samples: Journal) -> dict:
     written again, so a rerun writes the same samples."""
     import torch
 
-    import data
     from model import from_pretrained
     from rollout import LLMEngine, SamplingParams
     use_cuda = torch.cuda.is_available() if cfg.device == "auto" else cfg.device == "cuda"
@@ -770,7 +507,6 @@ def verify_all(cfg: DistillConfig, prompts: list, samples: Journal, verdicts: Jo
     it is; a gold answer math-verify cannot read is recorded as an error of its prompt."""
     from concurrent.futures import ThreadPoolExecutor
 
-    import reward
     todo = [p for p in prompts if any((p["key"], j) in samples and (p["key"], j) not in verdicts for j in range(p["k"]))]
     if not todo:
         return
@@ -813,24 +549,18 @@ def verify_all(cfg: DistillConfig, prompts: list, samples: Journal, verdicts: Jo
 
 def verify(prompt: dict, content: str, cfg: DistillConfig) -> dict:
     """{correct: True | False | None (nothing to verify against), reward, reason} of one finished response."""
-    import reward
-    if prompt["answers"] is not None:
-        r = max(reward.math_reward(content, answer, timeout_s=cfg.math_timeout_s) for answer in prompt["answers"])
-        return dict(correct=r == 1.0, reward=r, reason="correct" if r == 1.0 else "wrong answer")
-    if prompt["tests"]:
-        r, results = reward.code_reward_details(content, prompt["tests"],
-                                                config=reward.SandboxConfig(timeout_s=cfg.code_timeout_s))
-        if not results:
-            return dict(correct=False, reward=r, reason="no ```python block after </think>")
-        return dict(correct=reward.all_passed(results), reward=r,
-                    reason=f"{sum(t.passed for t in results)}/{len(results)} tests passed")
-    return dict(correct=None, reward=None, reason="unverified: no answer or tests")
+    if prompt["answers"] is None and not prompt["tests"]:
+        return dict(correct=None, reward=None, reason="unverified: no answer or tests")
+    task = dict(kind="math", answer=prompt["answers"][0], answers=prompt["answers"]) if prompt["answers"] is not None \
+        else dict(kind="code", tests=prompt["tests"])
+    v = reward.judge(task, content, sandbox=reward.SandboxConfig(timeout_s=cfg.code_timeout_s),
+                     math_timeout_s=cfg.math_timeout_s)
+    return dict(correct=v.correct, reward=v.reward, reason=v.reason)
 
 
 def _judged_part(prompt: dict, content: str):
     """What a verdict depends on: the text after the last </think> (math), the program (code). Equal parts of one
     prompt's responses are judged once (a real teacher rarely repeats itself; the toy teacher does)."""
-    import reward
     return reward.extract_code(content) if prompt["tests"] and prompt["answers"] is None else \
         reward.extract_answer_region(content)
 
@@ -902,7 +632,6 @@ def keep_responses(verdicts: list, keep: str = "difficulty", hard_below: float =
 
 
 def main(cfg: DistillConfig) -> dict:
-    import data
     t0 = time.monotonic()
     os.makedirs(cfg.out_dir, exist_ok=True)
     lock, journals = _lock(cfg.out_dir), []
@@ -1048,7 +777,7 @@ def _bad_input(message: str):
 
 
 if __name__ == "__main__":
-    from data import parse_config                  # the project's one option parser
-    from sft import run_entry_point                # bad input as one line, exit status 2 (imports torch)
+    from parts.cli import parse_config             # the project's one option parser
+    from parts.trainer import run_entry_point      # bad input as one line, exit status 2 (imports torch)
     run_entry_point(main, parse_config(DistillConfig, usage="usage: python distill.py [--key=value ...]   (examples at "
                                                             "the top of distill.py; booleans: --toy=true)"))

@@ -39,10 +39,11 @@ In Python:  results, samples = evaluate_model(model, tokenizer, load_benchmarks(
 """
 import os
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # read when torch loads OpenMP: see sft.set_threads
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # read when torch loads OpenMP: see trainer.set_threads
 
 import dataclasses
 import datetime
+import functools
 import hashlib
 import inspect
 import json
@@ -57,12 +58,18 @@ import torch
 import torch.distributed as dist
 
 import data
-import distill
+from parts import toy
 import reward
-from model import from_pretrained
+from model import CheckpointError, from_pretrained
+from parts.cli import parse_config
 from rollout import LLMEngine, SamplingParams, sample_seed
-from sft import (InputError, agree_on_inputs, cores_per_rank, init_distributed, print0, read_input, run_entry_point,
-                 set_threads)
+from parts import chat_client, trainer
+from parts.trainer import (InputError, agree_on_inputs, cores_per_rank, init_distributed, print0, run_entry_point,
+                           set_threads)
+
+
+INPUT_ERRORS = (*data.INPUT_ERRORS, CheckpointError)   # bad input: one line naming the option; the rest are bugs
+read = functools.partial(trainer.read_input, errors=INPUT_ERRORS)   # read(option, load, *args): load(*args), checked
 
 
 @dataclass
@@ -101,7 +108,7 @@ class EvalConfig:
     out_dir: str = "out/eval"        # results.json and samples.jsonl
     # one-prompt mode: a look at what a model says, with the sampling options above; evaluates nothing
     prompt: str = ""                 # one user turn (Qwen3 chat template): print its k samples and their logprobs
-    # a served model instead of --model: OpenAI chat completions (vLLM, SGLang, a hosted API), distill.py's client
+    # a served model instead of --model: OpenAI chat completions (vLLM, SGLang, a hosted API), chat_client.py's client
     server: str = ""                 # base URL, e.g. http://localhost:8000/v1; sampled there, scored here
     served_model: str = ""           # the model name the server serves (recorded in results.json with the URL)
     api_key_env: str = "OPENAI_API_KEY"  # name of the environment variable holding the API key (never printed or written)
@@ -141,7 +148,7 @@ def main(cfg: EvalConfig):
         return
     started, t0 = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), time.perf_counter()
     if cfg.server:
-        benchmarks = read_input("--math_data/--code_data", load_benchmarks, cfg)
+        benchmarks = read("--math_data/--code_data", load_benchmarks, cfg)
         try:
             results, samples = evaluate_served(benchmarks, cfg)
         except data.DataError as e:
@@ -158,9 +165,9 @@ def main(cfg: EvalConfig):
         if not os.path.isfile(os.path.join(cfg.model, "config.json")):
             raise InputError(f"--model={cfg.model}: no checkpoint there (no config.json): run sft.py / gppo.py, "
                              "or `bash train.sh`, or pass --model=DIR (a Hugging Face Qwen3 directory)")
-        tokenizer = read_input(f"--tokenizer={cfg.tokenizer or cfg.model}", data.load_tokenizer, cfg.tokenizer or cfg.model)
-        benchmarks = [] if cfg.prompt else read_input("--math_data/--code_data", load_benchmarks, cfg)
-        return tokenizer, benchmarks, read_input(f"--model={cfg.model}", from_pretrained, cfg.model, dtype=dtype, device=device)
+        tokenizer = read(f"--tokenizer={cfg.tokenizer or cfg.model}", data.load_tokenizer, cfg.tokenizer or cfg.model)
+        benchmarks = [] if cfg.prompt else read("--math_data/--code_data", load_benchmarks, cfg)
+        return tokenizer, benchmarks, read(f"--model={cfg.model}", from_pretrained, cfg.model, dtype=dtype, device=device)
     tokenizer, benchmarks, model = agree_on_inputs(load)
     if cfg.prompt:
         return print_samples(model, tokenizer, cfg) if rank == 0 else None
@@ -220,12 +227,12 @@ def load_benchmarks(cfg) -> list:
             benchmarks.append(dict(bench, problems=problems))
     if not benchmarks:
         if cfg.toy_math:
-            benchmarks.append(dict(name="toy_math", kind="math", source="data.toy_math_problems(split=test)",
-                                   problems=data.toy_math_problems(cfg.toy_math, cfg.toy_seed, "test",
+            benchmarks.append(dict(name="toy_math", kind="math", source="toy.math_problems(split=test)",
+                                   problems=toy.math_problems(cfg.toy_math, cfg.toy_seed, "test",
                                                                    cfg.toy_min_digits, cfg.toy_max_digits)))
         if cfg.toy_code:
-            benchmarks.append(dict(name="toy_code", kind="code", source="data.toy_code_problems(split=test)",
-                                   problems=data.toy_code_problems(cfg.toy_code, cfg.toy_seed, "test")))
+            benchmarks.append(dict(name="toy_code", kind="code", source="toy.code_problems(split=test)",
+                                   problems=toy.code_problems(cfg.toy_code, cfg.toy_seed, "test")))
     if not benchmarks:
         raise InputError("nothing to evaluate: give --math_data / --code_data, or --toy_math / --toy_code > 0")
     return benchmarks
@@ -315,10 +322,10 @@ def sample_share(engine, tokenizer, bench: dict, cfg, rank: int, world: int):
 
 
 def evaluate_served(benchmarks: list, cfg):
-    """--server: sample k responses per problem from a served model (distill.py's chat-completions client, many requests
+    """--server: sample k responses per problem from a served model (chat_client.py's chat-completions client, many requests
     in flight, retries), each sample with the seed the engine would use, then score and aggregate as evaluate() does.
     Returns (results, samples); a sample the server never answered stops the run (an estimate needs all k)."""
-    client = distill.ClientConfig(url=cfg.server, model=cfg.served_model, api_key_env=cfg.api_key_env,
+    client = chat_client.ClientConfig(url=cfg.server, model=cfg.served_model, api_key_env=cfg.api_key_env,
                                   concurrency=cfg.concurrency, timeout_s=cfg.request_timeout_s, max_retries=cfg.max_retries)
     request = dict(temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens)
     if cfg.top_k:
@@ -350,7 +357,7 @@ def sample_served(bench: dict, client, request: dict, cfg, pool) -> tuple:
     """(scoring jobs [(record, future)], the client's counts) of one benchmark: cfg.k samples per problem from the
     server, each scored in `pool` as soon as it arrives. A sample the server never answered is an InputError."""
     name, problems, jobs, lock = bench["name"], bench["problems"], [], threading.Lock()
-    requests = [distill.ChatRequest(str(i), data.chat_messages(p["prompt"]),
+    requests = [chat_client.ChatRequest(str(i), data.chat_messages(p["prompt"]),
                                     [(j, sample_seed(problem_seed(cfg.seed, name, i), j)) for j in range(cfg.k)])
                 for i, p in enumerate(problems)]
 
@@ -362,8 +369,8 @@ def sample_served(bench: dict, client, request: dict, cfg, pool) -> tuple:
             jobs.append((record, pool.submit(_score_or_raise, bench["kind"], problems[i], s["content"], name)))
 
     try:
-        stats = distill.sample_chat(requests, client, request, on_sample, log=lambda line: print(f"{name}: {line}", flush=True))
-    except distill.ServerRefused as e:
+        stats = chat_client.sample_chat(requests, client, request, on_sample, log=lambda line: print(f"{name}: {line}", flush=True))
+    except chat_client.ServerRefused as e:
         raise InputError(f"--server={cfg.server}: {e}") from None
     if stats["failed"]:
         raise InputError(f"--server={cfg.server}: {stats['failed']} samples of {name} got no answer, e.g. "
@@ -413,20 +420,7 @@ def _score_or_raise(kind, problem, text, name, sandbox=None):
 
 def score(kind: str, problem: dict, text: str, sandbox: reward.SandboxConfig | None = None) -> dict:
     """reward (code: fraction of tests passed), correct, format_failure and reason of one response."""
-    region = reward.extract_answer_region(text)
-    if kind == "math":
-        if region is None:
-            return dict(reward=0.0, correct=False, format_failure=True, reason="format: no </think>")
-        r = max(reward.math_reward(text, answer) for answer in problem.get("answers", [problem["answer"]]))
-        return dict(reward=r, correct=r == 1.0, format_failure=False, reason="correct" if r == 1.0 else "wrong answer")
-    r, results = reward.code_reward_details(text, problem["tests"], config=sandbox)
-    if not results:
-        why = "format: no </think>" if region is None else "format: no ```python block after </think>"
-        return dict(reward=r, correct=False, format_failure=True, reason=why)
-    first_failure = next((t.reason for t in results if not t.passed), None)
-    reason = f"{sum(t.passed for t in results)}/{len(results)} tests passed"
-    return dict(reward=r, correct=reward.all_passed(results), format_failure=False,
-                reason=reason + (f"; first failure: {first_failure}" if first_failure else ""))
+    return reward.judge(dict(problem, kind=kind), text, sandbox=sandbox)._asdict()
 
 
 def wait_for_scores(jobs: list, name: str, rank: int, every_s: float = 5.0) -> None:
@@ -546,5 +540,5 @@ def compare_files(paths: str, labels: str = "") -> str:
 
 
 if __name__ == "__main__":
-    run_entry_point(main, data.parse_config(EvalConfig, usage="usage: python eval.py [--key=value ...]   "
+    run_entry_point(main, parse_config(EvalConfig, usage="usage: python eval.py [--key=value ...]   "
                                                               "(torchrun --nproc_per_node=N eval.py ... for N processes)"))

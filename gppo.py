@@ -1,42 +1,23 @@
-"""GPPO reinforcement learning for reasoning models (Klear-Reasoner, arXiv 2508.07629): the RL loop.
-
-The loss is in gppo_loss.py (GPPO = PPO's clipped objective whose clipped tokens keep a bounded gradient; its
-docstring has the formula and the per-case table). This file samples responses, scores them, and trains on them.
-One step, in plain words:
-  1. prompts_per_step prompts are dealt round-robin to the ranks; each samples group_size responses per prompt
-     with rollout.py (seeded by the prompt's position in the run's prompt stream, so any number of ranks samples
-     the same responses);
-  2. rewards: math-verify on the text after </think>, or the fraction of a program's tests it passes (reward.py),
-     each response scored by a pool of threads as soon as it finishes, while the engine decodes the others
-     (math-verify's worker processes get the cores this rank's own threads leave, so they do not slow it down);
-  3. GRPO advantages per group, A = (R − mean) / (std + 1e-6); a group whose rewards are all equal (all right or
-     all wrong) has no signal and is dropped. Optionally (--max_gen_rounds > 1) more prompts are sampled until
-     prompts_per_step groups survive, as the authors' scripts do; the paper does not refill;
-  4. the survivors are re-packed, in stream order, into mini-batches of mini_batch_prompts groups, and each
-     mini-batch into rows of train_row_tokens tokens where a group's prompt appears once and its responses attend
-     to it (share_prompts: the same attention per token, the prompt's linear layers run once, not group_size times);
-  5. old logprobs are recomputed by the trainer before any update (or taken from the engine: a switch); the
-     mean/max gap between the two is logged as a correctness check of the engine;
-  6. one optimizer step per mini-batch (the paper: 128/16 = 8 per rollout batch), loss = GPPO + α·SFT, token-mean
-     over the mini-batch on all ranks: the policy moves away from the sampler, so the clipping rule matters;
-  7. FSDP2 (fp32 master weights; bf16 compute on GPU); after the step the engine's own copy of the weights is
-     overwritten in place, so nothing sampled later comes from stale weights.
-GPU memory: each rank holds its FSDP shard of the fp32 policy + AdamW state, the engine's full bf16 copy of the
-weights, and a KV pool of kv_cache_fraction x the free memory measured after both are built; the rest is for
-training activations (use activation_checkpointing and a smaller train_row_tokens if it does not fit).
-
-Run:
-  python gppo.py                            # CPU toy task, after `python sft.py`
-  torchrun --nproc_per_node=2 gppo.py       # the same with 2 processes (gloo)
-  torchrun --nproc_per_node=8 gppo.py --init_from=out/sft/hf --math_data=math.jsonl --prompts_per_step=128 \
-      --mini_batch_prompts=16 --lr=1e-6 --max_response_len=32768 --activation_checkpointing=true
-  python gppo.py filter_code --code_data=code.jsonl --out=code.filtered.jsonl   # code prompts with working tests
+"""GPPO reinforcement learning for reasoning models (Klear-Reasoner, arXiv 2508.07629): the RL loop. One step:
+  1. prompts_per_step prompts, dealt round-robin to the ranks, group_size responses each (rollout.py; seeded by the
+     prompt's position in the run's prompt stream, so any number of ranks samples the same responses);
+  2. rewards (reward.py), each response scored by a thread as soon as it finishes, while the engine decodes the rest;
+  3. GRPO advantages per group, A = (R − mean) / (std + 1e-6); a group whose rewards are all equal has no signal and
+     is dropped (--max_gen_rounds > 1 samples more prompts until prompts_per_step groups survive, as the authors do);
+  4. the survivors, re-packed into mini-batches of mini_batch_prompts groups, each into rows of train_row_tokens tokens
+     where a group's prompt appears once and its responses attend to it;
+  5. the old logprobs, recomputed by the trainer before any update (their gap to the engine's is logged);
+  6. one optimizer step per mini-batch (the paper: 128/16 = 8 per rollout batch), L = GPPO + α·SFT (gppo_loss.py), a
+     token-mean over the mini-batch on all ranks: the policy moves away from the sampler, so the clipping rule matters;
+  7. the trained weights copied into the engine's own copy, in place.
+Run:  python gppo.py                          # CPU toy task, after `python sft.py` (or bash train.sh)
+      torchrun --nproc_per_node=8 gppo.py --init_from=out/sft/hf --math_data=math.jsonl --prompts_per_step=128 \
+          --mini_batch_prompts=16 --lr=1e-6 --max_response_len=32768 --train_row_tokens=36864
 """
 import os
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # read when torch loads OpenMP: see sft.set_threads
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # read when torch loads OpenMP: see trainer.set_threads
 
-import json
 import math
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -50,22 +31,25 @@ import data
 import reward
 from gppo_loss import MODES, LossConfig, rl_loss_from_hidden
 from model import check_checkpoint, from_pretrained
-from rollout import LLMEngine, SamplingParams, free_memory
-from sft import (EXPORT_DTYPES, GracefulStop, InputError, agree_on_inputs, checkpointing_on, cores_per_rank,
-                 export_dtype_of, export_hf, init_distributed, load_checkpoint, load_sharded, open_metrics, print0,
-                 read_input, run_entry_point, save_checkpoint, set_threads)
+from parts import math_checker, toy
+from parts.cli import parse_config
+from parts.trainer import (GracefulStop, InputError, MetricsLog, agree_on_inputs, checkpointing_on, cores_per_rank,
+                           global_max, global_sums, init_distributed, load_checkpoint, print0, run_entry_point,
+                           save_checkpoint, set_threads)
+from rollout import LLMEngine, SamplingParams, kv_cache_bytes
+from sft import EXPORT_DTYPES, export_hf, load_sharded, read
 
 
 @dataclass
 class GPPOConfig:
-    # data: JSONL prompts (math: problem/question + answer; code: LiveCodeBench style); none given = toy math
-    math_data: str = ""                # math RL prompts (.jsonl, .json or .parquet, as published)
-    code_data: str = ""                # code RL prompts (.jsonl, .json or .parquet, as published)
+    # data (the formats data.py reads: .jsonl, .json or .parquet); none given = the toy task
+    math_data: str = ""                # math RL prompts (problem + answer)
+    code_data: str = ""                # code RL prompts (with tests)
     skip_bad_rows: bool = False        # skip rows that cannot be graded ("proof" answers, no runnable test), counted
     eval_data: str = ""                # held-out math JSONL; empty = the toy held-out split
     toy_problems: int = 2000           # toy RL prompts (addition with toy_min..toy_max digits); 0 = none
     toy_min_digits: int = 3            # fewest digits of a toy operand (the SFT model slips on 3+ digits at T=1)
-    toy_max_digits: int = 3            # most digits of a toy operand (3-digit sums: the SFT model starts near 0.5 at T=1)
+    toy_max_digits: int = 3            # most digits of a toy operand
     toy_code_prompts: int = 0          # also mix in this many toy code prompts (code only: --toy_problems=0)
     init_from: str = "out/sft/hf"      # the SFT checkpoint (a Hugging Face directory with tokenizer.json)
     out_dir: str = "out/gppo"          # checkpoint/, metrics.jsonl, hf/ (the trained policy)
@@ -77,28 +61,23 @@ class GPPOConfig:
     max_prompt_len: int = 4096         # longer prompts are left-truncated
     max_response_len: int = 192        # new tokens per response
     oversample: float = 1.0            # each generation round samples oversample x prompts_per_step prompts
-    max_gen_rounds: int = 1            # rounds until prompts_per_step groups survive the zero-advantage filter
-    #   (1 = no refill, as the paper; the authors' scripts refill: --oversample=2 --max_gen_rounds=3 or so)
+    max_gen_rounds: int = 1            # rounds until prompts_per_step groups survive the zero-advantage filter (1: no
+    #   refill, as the paper; the authors' scripts refill: --oversample=2 --max_gen_rounds=3 or so)
     # update (paper, math: 16 prompts per mini-batch, i.e. 8 optimizer steps per rollout batch)
-    mini_batch_prompts: int = 4        # prompt groups per optimizer step (32/4 = 8 updates per rollout batch, as the
-    #   paper's 128/16); survivors of the filter are re-packed into full mini-batches
+    mini_batch_prompts: int = 4        # prompt groups per optimizer step: 32/4 = 8 per batch, as the paper's 128/16
     train_row_tokens: int = 8192       # tokens per forward/backward (packed): bounds activation memory
-    share_prompts: bool = True         # a group's prompt once per packed row, its responses attending to it: the
-    #   trainer's linear layers see each prompt once, not group_size times (equal logprobs; see row_tensors)
+    share_prompts: bool = True         # a group's prompt once per packed row, its responses attending to it
     lr: float = 2e-5                   # paper: 1e-6 math, 5e-7 code; constant after warmup
     warmup_steps: int = 10             # linear warmup, in RL steps
     weight_decay: float = 0.1          # AdamW (paper: 0.1)
     grad_clip: float = 1.0             # max global grad norm
-    activation_checkpointing: str = "auto"  # recompute each layer in the backward: auto (on GPU: a 36K-token row
-    #   saves 7.7 GiB per layer of Qwen3-8B otherwise) | true | false
-    export_dtype: str = "auto"         # the Hugging Face export's dtype: auto (the --init_from checkpoint's) | bfloat16 |
-    #   float32 (the master weights)
+    activation_checkpointing: str = "auto"  # recompute each layer in the backward: auto (on GPU) | true | false
     # the loss (gppo_loss.py: the formula and its per-case table; paper §3, App. A.2 for beta1, beta2)
     loss_mode: str = "gppo"            # gppo | grpo | cispo
     eps_low: float = 0.2               # r is clipped to [1 - eps_low, 1 + eps_high]
     eps_high: float = 0.28             # Clip-Higher (DAPO)
     dual_clip: float = 10.0            # c: for A < 0 the loss is at most -A*c (no gradient beyond)
-    beta1: float = 1.0                 # GPPO: scale of the low-side clipped tokens (A<0, r<1-eps_low); authors: 0.25-0.5 against entropy collapse
+    beta1: float = 1.0                 # GPPO: scale of the low-side clipped tokens (A<0, r<1-eps_low)
     beta2: float = 1.0                 # GPPO: scale of the high-side clipped tokens (A>0, r>1+eps_high)
     high_side_only: bool = False       # GPPO variant: low-side clipped tokens get no gradient
     alpha: float = 0.1                 # weight of the SFT term on fully correct responses
@@ -106,18 +85,14 @@ class GPPOConfig:
     filter_zero_adv: bool = True       # drop groups whose rewards are all equal (all right / all wrong)
     mask_truncated: bool = False       # leave responses cut at max_response_len out of the loss (overlong filter)
     # rewards
-    reward_scale: str = "default"      # default: 1 right, 0 wrong or unformatted | authors: +1 / -1, no </think> -0.5,
-    #   no <think> -2, no code block -1, code 2p-1 (the authors' code; see reward.py for how the two differ)
+    reward_scale: str = "default"      # default (1 right, 0 wrong or unformatted) | authors (reward.RewardScale)
     code_reward: str = "soft"          # soft (fraction of tests passed) | binary (all pass or not)
     min_tests: int = 16                # code prompts with fewer tests are dropped (paper: 16)
-    pass_rate_field: str = ""          # a stronger model's pass rate in the code data (see data.load_code_jsonl)
-    min_pass_rate: float = 0.5         # ... keep a code prompt only if that rate is >= this (paper: 0.5 of 16)
-    check_references: bool = False     # run each code prompt's reference solutions first; drop it if none passes
-    #   its own tests (broken tests). Costly at start-up: prefer `python gppo.py filter_code` once, offline.
+    pass_rate_field: str = ""          # a stronger model's pass rate in the code data (data.load_code_jsonl); ...
+    min_pass_rate: float = 0.5         # ... prompts below this are dropped (paper: 0.5 of 16; tools/filter_code.py)
     reward_workers: int = 8            # threads scoring responses (code runs in sandboxed processes)
     math_workers: int = 0              # math-verify processes busy at once; 0 = the cores this rank's threads leave
-    sandbox_cores: int = 0             # code tests running at once in this rank, on as many cores; 0 = usable cores /
-    #   ranks on this machine (reward.SandboxConfig.cores: tests are timed in CPU time, a wall-clock limit backs it)
+    sandbox_cores: int = 0             # code tests running at once in this rank; 0 = usable cores / local ranks
     sandbox_python: str = ""           # interpreter for candidate programs, e.g. a virtualenv with numpy (README)
     # bookkeeping
     steps: int = 60                    # RL steps
@@ -126,26 +101,27 @@ class GPPOConfig:
     eval_problems: int = 200           # held-out problems
     eval_seed: int = 0                 # the toy held-out set; fixed, so every run (any --seed) sees the same problems
     ckpt_every: int = 20               # DCP checkpoint (exact resume) every k steps; always at the end
-    ckpt_minutes: float = 5.0          # ... and every this many minutes (0 = off); SIGTERM/Ctrl-C also save one
+    ckpt_minutes: float = 30.0         # ... and every this many minutes (0 = off); SIGTERM/Ctrl-C also save one
     export_every: int = 0              # Hugging Face export every k steps; always at the end
+    export_dtype: str = "auto"         # the export's dtype: auto (the --init_from checkpoint's) | bfloat16 | float32
     resume: bool = True                # continue from out_dir/checkpoint if it exists
     device: str = "auto"               # auto | cpu | cuda
     threads: int = 0                   # CPU threads per rank; 0 = usable cores / ranks on this machine
     kv_cache_fraction: float = 0.3     # GPU: share of free memory for the engine's KV pool
-    dist_timeout_minutes: float = 120.0  # how long a rank may wait for the others in a collective: as long as the
-    #   slowest rank's rollout takes beyond its own (NCCL's default, 10 minutes, is too short for 32K responses)
+    dist_timeout_minutes: float = 120.0  # how long a rank may wait in a collective (for the slowest rank's rollout)
 
     def __post_init__(self):
         checks = [(self.loss_mode in MODES, f"loss_mode must be one of {MODES}"),
                   (self.old_logprobs in ("recompute", "engine"), "old_logprobs must be recompute or engine"),
                   (self.code_reward in ("soft", "binary"), "code_reward must be soft or binary"),
                   (self.reward_scale in ("default", "authors"), "reward_scale must be default or authors"),
-                  (self.prompts_per_step % self.mini_batch_prompts == 0, "prompts_per_step must be a multiple of mini_batch_prompts"),
+                  (self.prompts_per_step % self.mini_batch_prompts == 0, "prompts_per_step must be a multiple of "
+                   "mini_batch_prompts"),
                   (self.oversample >= 1 and self.max_gen_rounds >= 1, "oversample and max_gen_rounds must be >= 1"),
                   (self.group_size >= 2, "group_size must be >= 2 (GRPO advantages compare the samples of a prompt)"),
                   (self.math_workers >= 0, "math_workers must be >= 0 (0: the cores this rank's threads leave)"),
-                  (self.activation_checkpointing in ("auto", "true", "false"), "activation_checkpointing must be auto, "
-                   "true or false"),
+                  (self.activation_checkpointing in ("auto", "true", "false"), "activation_checkpointing: auto|true|"
+                   "false"),
                   (self.export_dtype in EXPORT_DTYPES, f"export_dtype must be one of {', '.join(EXPORT_DTYPES)}")]
         for ok, why in checks:
             if not ok:
@@ -277,15 +253,9 @@ def sandbox_config(cfg) -> reward.SandboxConfig:
 
 def score(task, text, cfg):
     """(reward, fully correct?) of one response, on the scale of --reward_scale. Never raises for a bad response."""
-    scale = reward.AUTHORS_SCALE if cfg.reward_scale == "authors" else reward.DEFAULT_SCALE
-    if task["kind"] == "math":   # some data sets list several acceptable answers: any of them is right
-        r = max(reward.math_reward(text, answer, scale=scale) for answer in task.get("answers", [task["answer"]]))
-        return r, r == scale.correct
-    r, results = reward.code_reward_details(text, task["tests"], scale=scale, config=sandbox_config(cfg))
-    passed = reward.all_passed(results)
-    if cfg.code_reward == "binary" and results:   # format failures keep their penalty
-        r = scale.correct if passed else scale.wrong
-    return r, passed
+    verdict = reward.judge(task, text, scale=reward.AUTHORS_SCALE if cfg.reward_scale == "authors" else
+                           reward.DEFAULT_SCALE, sandbox=sandbox_config(cfg), binary_code=cfg.code_reward == "binary")
+    return verdict.reward, verdict.correct
 
 
 def group_advantages(rewards):
@@ -310,49 +280,40 @@ def mini_batches_of(kept: list, cfg, world: int) -> list:
     return [[mine[p] for p in used[i:i + M] if p in mine] for i in range(0, len(used), M)]
 
 
+@dataclass
+class TrainSeq:
+    """One sampled response as a training sequence."""
+    ids: list                # prompt + response token ids
+    prompt_len: int
+    group: int               # its prompt's stream position: responses of one group share the prompt in a row
+    advantage: float         # its group advantage, the same for each of its tokens
+    correct: bool            # fully correct: its tokens are the SFT term's
+    engine_logprobs: list    # per response token, the sampler's logprob
+    old_logprobs: list       # per response token, the trainer's (recomputed in step 5; the engine's until then)
+
+    @property
+    def response_len(self) -> int:
+        return len(self.ids) - self.prompt_len
+
+
 def training_sequences(groups: list, cfg) -> list:
-    """Every kept response as one training sequence: prompt + response, and per response token its advantage,
-    old logprob (the engine's until recomputed) and SFT flag (fully correct response)."""
-    seqs = []
-    for g in groups:
-        for sample, advantage, correct in zip(g.samples, g.advantages.tolist(), g.correct):
-            if not sample.token_ids or (cfg.mask_truncated and sample.finish_reason == "length"):
-                continue
-            prompt, n = g.task["prompt_ids"], len(sample.token_ids)
-            seqs.append(dict(ids=prompt + sample.token_ids, prompt_len=len(prompt), group=g.position, adv=[advantage] * n,
-                             engine=sample.logprobs, old=sample.logprobs, sft=[float(correct)] * n))
-    return seqs
+    """Every kept response of these groups as a TrainSeq (empty ones, and with mask_truncated cut ones, left out)."""
+    return [TrainSeq(g.task["prompt_ids"] + s.token_ids, len(g.task["prompt_ids"]), g.position, advantage, correct,
+                     s.logprobs, s.logprobs)
+            for g in groups for s, advantage, correct in zip(g.samples, g.advantages.tolist(), g.correct)
+            if s.token_ids and not (cfg.mask_truncated and s.finish_reason == "length")]
 
 
-# ----------------------------------------------------------------------------- 5. old logprobs, recomputed by the trainer
-
-def recompute_old_logprobs(run: Run, seqs: list) -> dict:
-    """Old logprobs from the trainer's forward, before any update of the step; returns the sum, count and max of
-    |trainer − engine| over the tokens, a check of the engine (it should sample exactly what the trainer scores)."""
-    rows = pack_micro_batches(seqs, run.cfg.train_row_tokens, run.cfg.share_prompts)
-    # FSDP's forward is a collective: a rank with fewer rows (its groups were filtered out) runs dummy forwards,
-    # else the ranks wait on each other forever
-    for i in range(int(global_max(len(rows), run.device))):
-        if i < len(rows):
-            recompute_logprobs(run.policy, rows[i], run.cfg.temperature, run.device, run.cfg.share_prompts)
-        else:
-            with torch.no_grad():
-                run.policy(torch.zeros((1, 2), dtype=torch.long, device=run.device))
-    gaps = [np.abs(np.asarray(s["old"]) - np.asarray(s["engine"])) for s in seqs]
-    return dict(gap_sum=sum(float(g.sum()) for g in gaps), gap_tokens=sum(len(g) for g in gaps),
-                gap_max=max((float(g.max()) for g in gaps if len(g)), default=0.0))
-
-
-def pack_micro_batches(seqs, row_tokens, share_prompts=False):
+def pack_micro_batches(seqs: list, row_tokens: int, share_prompts: bool = False) -> list:
     """Greedy, in order: sequences into rows of at most row_tokens tokens (a longer one gets its own row). With
     share_prompts, a sequence that follows one of its group (the same prompt) in a row adds only its response."""
     rows, current, used = [], [], 0
     for s in seqs:
-        shared = share_prompts and current and s.get("group") is not None and current[-1].get("group") == s["group"]
-        size = len(s["ids"]) - (s["prompt_len"] if shared else 0)
+        shared = share_prompts and current and current[-1].group == s.group
+        size = len(s.ids) - (s.prompt_len if shared else 0)
         if current and used + size > row_tokens:
             rows.append(current)
-            current, used, size = [], 0, len(s["ids"])
+            current, used, size = [], 0, len(s.ids)
         current.append(s)
         used += size
     if current:
@@ -360,13 +321,25 @@ def pack_micro_batches(seqs, row_tokens, share_prompts=False):
     return rows
 
 
-def row_tensors(row, device, share_prompts=False):
-    """One packed row: input_ids, position_ids, document_ids (1, T), prefix_docs (model.py), and per response
-    token where its logit is (the hidden state before it), its target and its per-token values (old, adv, sft).
-    Without sharing, each sequence is a document [prompt; response]. With share_prompts, consecutive sequences of
-    one group put the prompt in once, as its own document, and each response is a document continuing it (positions
-    going on from the prompt's): the attention each response token sees is the same, the prompt's linear layers
-    run once. A response's first token is then predicted by the shared prompt's last hidden state."""
+def lockstep(rows: list, device) -> list:
+    """This rank's rows, then None as many times as the busiest rank has more: FSDP's forward and backward are
+    collectives, so every rank runs the same number of passes (a rank whose groups were dropped runs dummy rows)."""
+    return rows + [None] * (int(global_max(len(rows), device)) - len(rows))
+
+
+def row_tensors(row, device, share_prompts: bool = False) -> dict:
+    """One packed row (None: a dummy row of 2 tokens that adds nothing): input_ids, position_ids, document_ids (1, T),
+    prefix_docs (model.py); per response token where its logit is (the hidden state before it), its target, and its
+    old logprob, advantage and SFT flag; num_tokens (host). Without sharing, each sequence is a document [prompt;
+    response]. With share_prompts, consecutive sequences of one group put the prompt in once, as its own document,
+    and each response is a document continuing it (positions going on from the prompt's): each response token sees
+    the same attention, and the prompt's linear layers run once. document_ids stay on the CPU: model.py reads the
+    documents' lengths from them, and a copy from the GPU would wait for it."""
+    if row is None:
+        zeros = torch.zeros((1, 2), dtype=torch.long, device=device)
+        one = torch.zeros(1, device=device)
+        return dict(input_ids=zeros, position_ids=zeros, document_ids=zeros.cpu(), prefix_docs=None,
+                    where=one.long(), targets=one.long(), old=one, adv=one, sft=one, num_tokens=0)
     ids, pos, doc, prefixes, where, targets = [], [], [], [], [], []
     group, prompt_doc, prompt_last = None, -1, -1
 
@@ -377,79 +350,92 @@ def row_tensors(row, device, share_prompts=False):
         pos.extend(positions)
 
     for s in row:
-        P, n = s["prompt_len"], len(s["ids"]) - s["prompt_len"]
+        P, n = s.prompt_len, s.response_len
         if not share_prompts:
             start = len(ids)
-            add(s["ids"], range(P + n), -1)
+            add(s.ids, range(P + n), -1)
             where.extend(range(start + P - 1, start + P - 1 + n))
         else:
-            if s.get("group") is None or s["group"] != group:       # a new prompt: its own document
-                group, prompt_doc, prompt_last = s.get("group"), len(prefixes), len(ids) + P - 1
-                add(s["ids"][:P], range(P), -1)
+            if s.group != group:                                     # a new prompt: its own document
+                group, prompt_doc, prompt_last = s.group, len(prefixes), len(ids) + P - 1
+                add(s.ids[:P], range(P), -1)
             start = len(ids)
-            add(s["ids"][P:], range(P, P + n), prompt_doc)
+            add(s.ids[P:], range(P, P + n), prompt_doc)
             where.extend([prompt_last, *range(start, start + n - 1)])
-        targets.extend(s["ids"][P:])
-    per_token = {k: torch.tensor([v for s in row for v in s[k]], device=device) for k in ("old", "adv", "sft")}
-    tensor = lambda x: torch.tensor(x, device=device)   # noqa: E731
-    return (tensor([ids]), tensor([pos]), tensor([doc]), [prefixes], tensor(where), tensor(targets), per_token)
+        targets.extend(s.ids[P:])
+    tensor = lambda x, **kw: torch.tensor(x, device=device, **kw)   # noqa: E731
+    return dict(input_ids=tensor([ids]), position_ids=tensor([pos]), document_ids=torch.tensor([doc]),
+                prefix_docs=[prefixes], where=tensor(where), targets=tensor(targets),
+                old=tensor([v for s in row for v in s.old_logprobs]),
+                adv=tensor([s.advantage for s in row for _ in range(s.response_len)]),
+                sft=tensor([float(s.correct) for s in row for _ in range(s.response_len)]),
+                num_tokens=len(targets))
+
+
+def hidden_at_targets(policy, t: dict):
+    """The final hidden state before each response token of a row: (N, D)."""
+    return policy(t["input_ids"], position_ids=t["position_ids"], document_ids=t["document_ids"],
+                  prefix_docs=t["prefix_docs"], return_hidden=True)[0, t["where"]]
+
+
+# ----------------------------------------------------------------------------- 5. old logprobs, by the trainer
+
+@torch.no_grad()
+def recompute_old_logprobs(run: Run, seqs: list) -> dict:
+    """Old logprobs from the trainer's forward, before any update of the step; returns the sum, count and max of
+    |trainer − engine| over the tokens, a check of the engine (it should sample exactly what the trainer scores)."""
+    cfg = run.cfg
+    for row in lockstep(pack_micro_batches(seqs, cfg.train_row_tokens, cfg.share_prompts), run.device):
+        k, logprobs = 0, row_logprobs(run.policy, row_tensors(row, run.device, cfg.share_prompts), cfg.temperature)
+        for s in row or []:
+            s.old_logprobs, k = logprobs[k:k + s.response_len], k + s.response_len
+    gaps = [np.abs(np.asarray(s.old_logprobs) - np.asarray(s.engine_logprobs)) for s in seqs]
+    return dict(gap_sum=sum(float(g.sum()) for g in gaps), gap_tokens=sum(len(g) for g in gaps),
+                gap_max=max((float(g.max()) for g in gaps if len(g)), default=0.0))
 
 
 @torch.no_grad()
-def recompute_logprobs(policy, row, temperature, device, share_prompts=False):
-    ids, pos, doc, prefixes, where, targets, _ = row_tensors(row, device, share_prompts)
-    hidden = policy(ids, position_ids=pos, document_ids=doc, prefix_docs=prefixes, return_hidden=True)[0, where]   # (N, D)
-    out = []
-    for s in range(0, len(where), 1024):
-        logits = (hidden[s:s + 1024] @ policy.lm_head.weight.T).float() / temperature
-        out.append(torch.log_softmax(logits, -1).gather(1, targets[s:s + 1024, None])[:, 0])
-    lp = torch.cat(out).tolist()
-    k = 0
-    for s in row:
-        m = len(s["ids"]) - s["prompt_len"]
-        s["old"], k = lp[k:k + m], k + m
+def row_logprobs(policy, t: dict, temperature: float) -> list:
+    """logπ of each response token of a row (row_tensors): fp32 log-softmax of logits / T, 1024 tokens at a time."""
+    hidden, weight = hidden_at_targets(policy, t), policy.lm_head.weight
+    return torch.cat([torch.log_softmax((hidden[i:i + 1024] @ weight.T).float() / temperature, -1)
+                      .gather(1, t["targets"][i:i + 1024, None])[:, 0] for i in range(0, len(hidden), 1024)]).tolist()
 
 
 # ----------------------------------------------------------------------------- 6. one optimizer step per mini-batch
 
+METRICS = ("entropy", "clip_frac_high", "clip_frac_low", "dual_clip_frac", "ratio_mean", "approx_kl")
+
+
 def train_mini_batch(run: Run, seqs: list):
-    """One optimizer step on this rank's sequences of a mini-batch; token-mean over all ranks' tokens.
-    Returns the step's metrics (loss, grad_norm, entropy, clip fractions, ...) or None if no rank has a token."""
+    """One optimizer step on this rank's sequences of a mini-batch; token-mean over all ranks' tokens. Returns the
+    step's metrics (loss, grad_norm, entropy, clip fractions, ...) or None if no rank has a token. The metrics stay
+    on the device until one transfer at the end."""
     cfg, device = run.cfg, run.device
-    counts = global_sums(dict(tokens=sum(len(s["adv"]) for s in seqs), sft_tokens=sum(sum(s["sft"]) for s in seqs)), device)
+    counts = global_sums(dict(tokens=sum(s.response_len for s in seqs),
+                              sft_tokens=sum(s.response_len for s in seqs if s.correct)), device)
     if counts["tokens"] == 0:
         return None
-    rows = pack_micro_batches(seqs, cfg.train_row_tokens, cfg.share_prompts)
-    n_rows = int(global_max(len(rows), device))   # every rank runs the same number of forward/backward passes
-    names = ("entropy", "clip_frac_high", "clip_frac_low", "dual_clip_frac", "ratio_mean", "approx_kl")
-    sums = dict.fromkeys(("loss", "weight") + names, 0.0)
-    for i in range(n_rows):
-        if i < len(rows):
-            ids, pos, doc, prefixes, where, targets, tok = row_tensors(rows[i], device, cfg.share_prompts)
-        else:   # this rank has fewer rows: a dummy row keeps FSDP's collectives in step; it adds zero
-            ids, pos, doc = (torch.zeros((1, 2), dtype=torch.long, device=device) for _ in range(3))
-            prefixes = None
-            where, targets = torch.zeros(1, dtype=torch.long, device=device), torch.zeros(1, dtype=torch.long, device=device)
-            tok = {k: torch.zeros(1, device=device) for k in ("old", "adv", "sft")}
-        hidden = run.policy(ids, position_ids=pos, document_ids=doc, prefix_docs=prefixes, return_hidden=True)[0, where]
-        mask = torch.ones_like(tok["adv"]) if i < len(rows) else torch.zeros_like(tok["adv"])
-        loss, m = rl_loss_from_hidden(hidden, run.policy.lm_head.weight, targets, tok["old"], tok["adv"], mask,
-                                      sft_mask=tok["sft"], cfg=cfg.loss, num_tokens=counts["tokens"],
-                                      num_sft_tokens=max(counts["sft_tokens"], 1.0))
+    sums = dict.fromkeys(("loss", "weight") + METRICS, 0.0)
+    for row in lockstep(pack_micro_batches(seqs, cfg.train_row_tokens, cfg.share_prompts), device):
+        t = row_tensors(row, device, cfg.share_prompts)
+        mask = torch.full_like(t["adv"], row is not None, dtype=torch.bool)   # a dummy row adds zero
+        loss, m = rl_loss_from_hidden(hidden_at_targets(run.policy, t), run.policy.lm_head.weight, t["targets"],
+                                      t["old"], t["adv"], mask, sft_mask=t["sft"], cfg=cfg.loss,
+                                      num_tokens=counts["tokens"], num_sft_tokens=max(counts["sft_tokens"], 1.0))
         (loss * run.world).backward()   # FSDP averages gradients over ranks; the loss is already a global mean
-        w = float(mask.sum())
-        for k in names:
-            sums[k] += float(m[k]) * w
-        sums["loss"] += float(loss.detach())
-        sums["weight"] += w
+        for k in METRICS:
+            sums[k] = sums[k] + m[k] * t["num_tokens"]
+        sums["loss"], sums["weight"] = sums["loss"] + loss.detach(), sums["weight"] + t["num_tokens"]
     grad_norm = torch.nn.utils.clip_grad_norm_(run.policy.parameters(), cfg.grad_clip)
-    grad_norm = float(grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm)
+    grad_norm = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm
+    sums = global_sums(dict(sums, grad_norm=grad_norm), device)   # one transfer for the metrics and the norm
+    grad_norm = sums.pop("grad_norm") / run.world                 # every rank added the same global norm
     if not math.isfinite(grad_norm):
         raise SystemExit(f"error: grad norm {grad_norm}: stopping before the update (the last checkpoint is intact)")
     run.optimizer.step()
     run.optimizer.zero_grad(set_to_none=True)
-    sums = global_sums(sums, device)
-    return dict(loss=sums["loss"], grad_norm=grad_norm, **{k: sums[k] / max(sums["weight"], 1.0) for k in names})
+    return dict(loss=sums["loss"], grad_norm=grad_norm, **{k: sums[k] / max(sums["weight"], 1.0) for k in METRICS})
 
 
 # ----------------------------------------------------------------------------- 7. the engine's copy of the weights
@@ -475,32 +461,21 @@ def step_metrics(run: Run, sampled: list, kept: list, seqs_by_mb: list, gap: dic
         reward=sum(r for g in sampled for r in g.rewards), correct=sum(c for g in sampled for c in g.correct),
         responses=len(samples), tokens=sum(lengths), truncated=sum(s.finish_reason == "length" for s in samples),
         kept=len(kept), sampled=len(sampled), gap_sum=gap["gap_sum"], gap_tokens=gap["gap_tokens"],
-        train_tokens=sum(len(s["ids"]) for seqs in seqs_by_mb for s in seqs)), run.device)
+        train_tokens=sum(len(s.ids) for seqs in seqs_by_mb for s in seqs)), run.device)
     n = max(total["responses"], 1)
     rec = dict(reward=total["reward"] / n, accuracy=total["correct"] / n, prompts_sampled=int(total["sampled"]),
-               groups_kept=total["kept"] / max(total["sampled"], 1), groups_dropped=int(total["sampled"] - total["kept"]),
+               groups_kept=total["kept"] / max(total["sampled"], 1),
+               groups_dropped=int(total["sampled"] - total["kept"]),
                groups_trained=min(int(total["kept"]), cfg.prompts_per_step),
-               response_len_mean=total["tokens"] / n, response_len_max=int(global_max(max(lengths, default=0), run.device)),
+               response_len_mean=total["tokens"] / n,
+               response_len_max=int(global_max(max(lengths, default=0), run.device)),
                truncated=int(total["truncated"]), logprob_diff_mean=total["gap_sum"] / max(total["gap_tokens"], 1),
                logprob_diff_max=global_max(gap["gap_max"], run.device), updates=len(updates),
                lr=run.optimizer.param_groups[0]["lr"])
-    for k in ("loss", "grad_norm", "entropy", "clip_frac_high", "clip_frac_low", "dual_clip_frac", "ratio_mean", "approx_kl"):
+    for k in ("loss", "grad_norm") + METRICS:
         if updates:
             rec[k] = sum(u[k] for u in updates) / len(updates)
     return rec, total
-
-
-def global_sums(values: dict, device) -> dict:
-    """{name: number} summed over all ranks (one all-reduce, float64)."""
-    t = torch.tensor(list(values.values()), dtype=torch.float64, device=device)
-    dist.all_reduce(t)
-    return dict(zip(values, t.tolist()))
-
-
-def global_max(x, device):
-    t = torch.tensor([x], dtype=torch.float64, device=device)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return t.item()
 
 
 def print_step(rec, cfg, eta_s):
@@ -541,22 +516,15 @@ def main(cfg: GPPOConfig, reward_fn=None):
     run, eval_problems = build_run(cfg, reward_fn, rank, world, device)
     ckpt_dir, step, prompt_cursor = os.path.join(cfg.out_dir, "checkpoint"), 0, 0
     if cfg.resume and os.path.exists(ckpt_dir):
-        state = read_input(f"{ckpt_dir} (--resume=true)", load_checkpoint, ckpt_dir, run.policy, run.optimizer)
+        state = read(f"{ckpt_dir} (--resume=true)", load_checkpoint, ckpt_dir, run.policy, run.optimizer)
         step, prompt_cursor = state["step"], state.get("prompt_cursor", state["step"] * cfg.prompts_per_step)
         sync_engine(run.policy, run.engine_model)
         print0(f"resumed from {ckpt_dir} at step {step}")
-    metrics_file = open_metrics(os.path.join(cfg.out_dir, "metrics.jsonl"), step)
-
-    def log(rec):
-        if metrics_file:
-            metrics_file.write(json.dumps(rec) + "\n")
-            metrics_file.flush()
-
+    metrics, stop = MetricsLog(os.path.join(cfg.out_dir, "metrics.jsonl"), step), GracefulStop(cfg.ckpt_minutes, device)
     if cfg.eval_every and step == 0:
         acc = evaluate(run, eval_problems)
         print0(f"step 0 held-out greedy accuracy {acc:.3f}")
-        log({"step": 0, "eval_accuracy": acc})
-    stop = GracefulStop(cfg.ckpt_minutes, device)
+        metrics.write({"step": 0, "eval_accuracy": acc})
     t_run, start_step = time.time(), step
     try:
         while step < cfg.steps:
@@ -568,20 +536,16 @@ def main(cfg: GPPOConfig, reward_fn=None):
             if cfg.eval_every and (step % cfg.eval_every == 0 or step == cfg.steps):
                 rec["eval_accuracy"] = evaluate(run, eval_problems)
                 print0(f"step {step} held-out greedy accuracy {rec['eval_accuracy']:.3f}")
-            log(rec)
-            stopping, checkpoint_now = stop.poll()
-            if checkpoint_now or (cfg.ckpt_every and step % cfg.ckpt_every == 0) or step == cfg.steps:
-                save_checkpoint(ckpt_dir, run.policy, run.optimizer, {"step": step, "prompt_cursor": prompt_cursor})
-                stop.checkpointed()
-            if stopping:
-                stop.exit(step, ckpt_dir)
+            metrics.write(rec)
+            state = dict(step=step, prompt_cursor=prompt_cursor)
+            stop.step_done(step, (cfg.ckpt_every and step % cfg.ckpt_every == 0) or step == cfg.steps,
+                           lambda: save_checkpoint(ckpt_dir, run.policy, run.optimizer, state), ckpt_dir)
             if (cfg.export_every and step % cfg.export_every == 0) or step == cfg.steps:
                 export_hf(run.policy, os.path.join(cfg.out_dir, "hf"), cfg.init_from, run.export_dtype)
     finally:
         stop.close()
         run.pool.shutdown(cancel_futures=True)
-        if metrics_file:
-            metrics_file.close()
+        metrics.close()
     print0(f"done: {step} steps; Hugging Face export in {cfg.out_dir}/hf")
 
 
@@ -590,16 +554,16 @@ def build_run(cfg: GPPOConfig, reward_fn, rank: int, world: int, device) -> tupl
     the scoring pool. Returns (Run, held-out problems)."""
     def load():
         if not os.path.isfile(os.path.join(cfg.init_from, "config.json")):
-            raise InputError(f"--init_from={cfg.init_from}: no SFT checkpoint there (no config.json): run `python sft.py` "
-                             "first (or `bash train.sh`), or pass --init_from=DIR (a Hugging Face Qwen3 directory)")
-        tokenizer = read_input(f"--init_from={cfg.init_from} (its tokenizer)", data.load_tokenizer, cfg.init_from)
+            raise InputError(f"--init_from={cfg.init_from}: no SFT checkpoint there (no config.json): run `python "
+                             "sft.py` first (or `bash train.sh`), or pass --init_from=DIR (a Hugging Face directory)")
+        tokenizer = read(f"--init_from={cfg.init_from} (its tokenizer)", data.load_tokenizer, cfg.init_from)
         tasks = load_tasks(cfg, tokenizer)
-        eval_problems = read_input("--eval_data", data.load_math_jsonl, cfg.eval_data) if cfg.eval_data else \
-            data.toy_math_problems(cfg.eval_problems, seed=cfg.eval_seed, split="test", min_digits=cfg.toy_min_digits,
+        eval_problems = read("--eval_data", data.load_math_jsonl, cfg.eval_data) if cfg.eval_data else \
+            toy.math_problems(cfg.eval_problems, seed=cfg.eval_seed, split="test", min_digits=cfg.toy_min_digits,
                                    max_digits=cfg.toy_max_digits)
         eval_problems = [dict(p, kind="math") for p in data.encode_prompts(
             tokenizer, eval_problems[:cfg.eval_problems], cfg.max_prompt_len, "truncate")[0]]
-        stored_dtype = read_input(f"--init_from={cfg.init_from}", check_checkpoint, cfg.init_from)
+        stored_dtype = read(f"--init_from={cfg.init_from}", check_checkpoint, cfg.init_from)
         return tokenizer, tasks, eval_problems, stored_dtype
     tokenizer, tasks, eval_problems, stored_dtype = agree_on_inputs(load)
     # the trained policy: fp32 master weights, FSDP2-sharded as it loads (no rank holds a full fp32 copy); the
@@ -609,51 +573,39 @@ def build_run(cfg: GPPOConfig, reward_fn, rank: int, world: int, device) -> tupl
     engine_model = from_pretrained(cfg.init_from, dtype=torch.bfloat16 if device.type == "cuda" else torch.float32,
                                    device=device)
     optimizer = torch.optim.AdamW(policy.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.999))
-    kv_bytes = kv_cache_bytes(cfg.kv_cache_fraction, device)
+    kv_bytes = kv_cache_bytes(cfg.kv_cache_fraction, device)   # None on CPU: the engine's default
     engine = LLMEngine(engine_model, max_num_seqs=256, max_model_len=cfg.max_prompt_len + cfg.max_response_len,
                        kv_cache_memory=kv_bytes)
-    if any(t["kind"] == "code" for t in tasks) and (cfg.pass_rate_field or cfg.check_references):
-        code, counts = check_code_prompts([t for t in tasks if t["kind"] == "code"], cfg.min_pass_rate,
-                                          cfg.check_references, rank=rank, world=world)
-        tasks = [t for t in tasks if t["kind"] != "code"] + code
-        print0(f"code prompts: {counts}")
     # math-verify runs in worker processes while the engine decodes: on the engine's cores they would slow it down
-    # (the toy's rollout batch on 2 cores: 12-17% slower with 2 workers, 5-9% with 1)
     own = torch.get_num_threads() if device.type == "cpu" else 1   # on GPU: the engine's Python loop
     math_workers = cfg.math_workers or max(1, cores_per_rank() - own)
-    reward.set_math_workers(math_workers)
+    math_checker.set_workers(math_workers)
     print0(f"reward: {cfg.reward_workers} scoring threads, at most {math_workers} math-verify processes at once")
     score_fn = reward_fn or (lambda task, text, ids: score(task, text, cfg))
     run = Run(cfg, policy, optimizer, engine, engine_model, tokenizer, tasks, score_fn,
-              ThreadPoolExecutor(cfg.reward_workers), rank, world, device, export_dtype_of(cfg.export_dtype, stored_dtype))
+              ThreadPoolExecutor(cfg.reward_workers), rank, world, device,
+              EXPORT_DTYPES[cfg.export_dtype] or stored_dtype)
     return run, eval_problems
-
-
-def kv_cache_bytes(fraction: float, device, free: int | None = None) -> int | None:
-    """The engine's KV pool in bytes: `fraction` of the device memory still free once the policy and the engine's
-    weights are in place (free: given, or measured by rollout.free_memory); None on CPU (the engine's default)."""
-    if device.type != "cuda" and free is None:
-        return None
-    return int(fraction * (free if free is not None else free_memory(device)))
 
 
 def load_tasks(cfg, tokenizer):
     """RL prompts as dicts {id, kind: math|code, prompt, answer|tests, prompt_ids}."""
     tasks = []
     if cfg.math_data:
-        problems = read_input("--math_data", data.load_math_jsonl, cfg.math_data, skip_bad_rows=cfg.skip_bad_rows)
+        problems = read("--math_data", data.load_math_jsonl, cfg.math_data, skip_bad_rows=cfg.skip_bad_rows)
         print0(f"math data: {problems.report}")
         tasks += [dict(p, kind="math") for p in problems]
     if cfg.code_data:
-        problems = read_input("--code_data", data.load_code_jsonl, cfg.code_data, min_tests=cfg.min_tests,
-                              pass_rate_field=cfg.pass_rate_field, skip_bad_rows=cfg.skip_bad_rows)
-        print0(f"code data: {problems.report}")
-        tasks += [dict(p, kind="code") for p in problems]
+        problems = read("--code_data", data.load_code_jsonl, cfg.code_data, min_tests=cfg.min_tests,
+                        pass_rate_field=cfg.pass_rate_field, skip_bad_rows=cfg.skip_bad_rows)
+        trusted = [p for p in problems if p.get("pass_rate", 1.0) >= cfg.min_pass_rate]   # the paper's filter
+        print0(f"code data: {problems.report}; {len(problems) - len(trusted)} below --min_pass_rate")
+        tasks += [dict(p, kind="code") for p in trusted]
     if not (cfg.math_data or cfg.code_data):
-        tasks = [dict(p, kind="math") for p in data.toy_math_problems(cfg.toy_problems, seed=cfg.seed, split="train",
+        tasks = [dict(p, kind="math") for p in toy.math_problems(cfg.toy_problems, seed=cfg.seed, split="train",
                                                                      min_digits=cfg.toy_min_digits, max_digits=cfg.toy_max_digits)]
     if cfg.toy_code_prompts:
-        tasks += [dict(p, kind="code") for p in data.toy_code_problems(cfg.toy_code_prompts, seed=cfg.seed, split="train")]
+        tasks += [dict(p, kind="code") for p in toy.code_problems(cfg.toy_code_prompts, seed=cfg.seed, split="train")]
     if not tasks:
         raise InputError("no RL prompts: give --math_data / --code_data, or --toy_problems / --toy_code_prompts > 0")
     tasks, report = data.encode_prompts(tokenizer, tasks, cfg.max_prompt_len, overlong="truncate")
@@ -661,83 +613,6 @@ def load_tasks(cfg, tokenizer):
     return tasks
 
 
-def check_code_prompts(problems, min_pass_rate: float, check_references: bool, *, timeout_s: float = 6.0,
-                       workers: int = 0, rank: int = 0, world: int = 1, max_references: int = 3):
-    """Keep the code prompts whose tests can be trusted. The paper keeps a prompt only if a strong model passes all
-    its tests in >= 50% of 16 samples: the point is to drop prompts with *broken tests*, not hard ones (sampling
-    the policy being trained instead would drop exactly the prompts RL can learn from). With what a user has:
-      - problem["pass_rate"], a stronger model's precomputed rate (data.load_code_jsonl's pass_rate_field), must be
-        >= min_pass_rate;
-      - with check_references, a reference solution (problem["solutions"], as APPS/TACO ship them) must pass all
-        the prompt's tests: the first of up to max_references that does keeps it; if all fail, the tests are broken.
-    A prompt with neither is kept. Reference runs are sharded over ranks, `workers` prompts at a time (0 = usable
-    cores), each prompt's tests in turn, timeout_s per test. Returns (kept problems, counts)."""
-    counts = dict(code_prompts=len(problems), dropped_pass_rate=0, dropped_references_fail=0, references_checked=0,
-                  kept=0)
-    trusted = [p for p in problems if p.get("pass_rate", 1.0) >= min_pass_rate]
-    counts["dropped_pass_rate"] = len(problems) - len(trusted)
-    if check_references:
-        checked = [p for p in trusted if p.get("solutions")]
-        mine = checked[rank::world]
-        t0, broken = time.time(), []
-        sandbox = reward.SandboxConfig(timeout_s=timeout_s, workers=1)
-        with ThreadPoolExecutor(workers or len(os.sched_getaffinity(0))) as pool:
-            verdicts = pool.map(lambda p: any(reward.all_passed(reward.run_tests(s, p["tests"], sandbox))
-                                              for s in p["solutions"][:max_references]), mine)
-            for i, (problem, ok) in enumerate(zip(mine, verdicts), 1):
-                if not ok:
-                    broken.append(problem["id"])
-                if i % 50 == 0 or i == len(mine):
-                    print0(f"checking reference solutions: {i}/{len(mine)} prompts (rank 0) in {time.time() - t0:.0f}s, "
-                           f"{len(broken)} with broken tests so far")
-        if dist.is_initialized() and world > 1:
-            gathered = [None] * world
-            dist.all_gather_object(gathered, broken)
-            broken = [b for part in gathered for b in part]
-        broken = set(broken)
-        counts.update(references_checked=len(checked), dropped_references_fail=len(broken))
-        trusted = [p for p in trusted if p["id"] not in broken]
-    counts["kept"] = len(trusted)
-    return trusted, counts
-
-
-# ----------------------------------------------------------------------------- the offline code-prompt filter
-
-@dataclass
-class CodeFilterConfig:
-    """Keeps the code prompts whose tests can be trusted (check_code_prompts) and copies their rows to --out:
-    python gppo.py filter_code --code_data=IN.jsonl --out=OUT.jsonl"""
-    code_data: str = ""                # the code prompts (.jsonl, .json or .parquet; the formats data.py reads)
-    out: str = ""                      # where the rows that pass every check are written, in the input's format
-    skip_bad_rows: bool = False        # skip rows whose tests cannot be run (counted) instead of stopping
-    min_tests: int = 16                # drop problems with fewer tests (paper: 16)
-    pass_rate_field: str = ""          # a stronger model's pass rate per row (see data.load_code_jsonl); empty = none
-    min_pass_rate: float = 0.5         # keep rows whose pass rate is >= this (paper: 0.5 of 16 samples)
-    check_references: bool = True      # run each row's reference solutions on its tests; drop it if none passes
-    timeout_s: float = 6.0             # per test
-    workers: int = 0                   # prompts checked at once; 0 = usable cores
-
-
-def filter_code_main(cfg: CodeFilterConfig):
-    """`python gppo.py filter_code --code_data=IN --out=OUT`: the code-prompt filter, once, offline; the kept rows
-    are written to OUT in IN's own format (data.copy_rows: JSON lines byte for byte, a JSON array, parquet)."""
-    if not cfg.code_data or not cfg.out:
-        raise InputError("filter_code needs --code_data=IN.jsonl and --out=OUT.jsonl")
-    if os.path.splitext(cfg.code_data)[1] != os.path.splitext(cfg.out)[1]:
-        raise InputError(f"--out={cfg.out}: use the extension of --code_data ({cfg.code_data}): rows keep their format")
-    problems = read_input("--code_data", data.load_code_jsonl, cfg.code_data, min_tests=cfg.min_tests,
-                          pass_rate_field=cfg.pass_rate_field, skip_bad_rows=cfg.skip_bad_rows)
-    print0(f"code data: {problems.report}")
-    kept, counts = check_code_prompts(problems, cfg.min_pass_rate, cfg.check_references, timeout_s=cfg.timeout_s,
-                                      workers=cfg.workers)
-    data.copy_rows(cfg.code_data, cfg.out, {p["line"] for p in kept})
-    counts = dict(rows=problems.report["rows"], dropped_few_tests=problems.report["dropped_few_tests"], **counts)
-    print0(f"wrote {cfg.out}: {counts}")
-    return counts
-
-
 if __name__ == "__main__":
-    cfg = data.parse_config({"": GPPOConfig, "filter_code": CodeFilterConfig}, usage=(
-        "usage: python gppo.py [--key=value ...]   (torchrun --nproc_per_node=N gppo.py ... for N processes; "
-        "python gppo.py filter_code --help: the offline code-prompt filter)"))
-    run_entry_point(filter_code_main if isinstance(cfg, CodeFilterConfig) else main, cfg)
+    run_entry_point(main, parse_config(GPPOConfig, usage="usage: python gppo.py [--key=value ...]   "
+                                                         "(torchrun --nproc_per_node=N gppo.py ... for N processes)"))

@@ -1,49 +1,16 @@
-"""The GPPO loss (Klear-Reasoner, arXiv 2508.07629): a readable reference, and a fused path for 150K vocabularies.
+"""The GPPO loss (Klear-Reasoner, arXiv 2508.07629): one readable definition of the rule, and a fused evaluation of it.
 
-PPO and GRPO clip the importance ratio r_t = π_θ(o_t)/π_old(o_t) to [1−ε_low, 1+ε_high]: a token whose ratio left
-that range on the side its advantage A pushes it keeps a constant loss and gets *no* gradient. High-entropy
-exploratory tokens (A>0, r large) and the mistakes of bad responses (A<0, r small) then stop teaching the model.
-GPPO (Gradient-Preserving clipping Policy Optimization) keeps PPO's forward value but lets the gradient through:
-
-    ℓ_t = max(−A·r, −A·clip(r, (1−ε_low)·r/sg(r), (1+ε_high)·r/sg(r)))  then, for A<0: min(ℓ_t, −A·c)
-    L   = Σ_t ℓ_t / num_tokens  +  α · (−Σ_{t in responses with reward 1} logπ_t) / num_sft_tokens
-
-sg = stop-gradient. r/sg(r) is 1 in value, so the forward equals PPO Clip-Higher with dual-clip c exactly, but a
-clipped token's gradient is ∂ℓ_t/∂logπ_t = −F·A with F = 1+ε_high (A>0, r above) or 1−ε_low (A<0, r below)
-instead of 0. The whole per-token table, for GPPO, GRPO (PPO with Clip-Higher) and CISPO (MiniMax-M1):
-
-    case                    F (GPPO)      F (GRPO)   F (CISPO)
-    A>0, r ≤ 1+ε_high       r             r          clip(r)
-    A>0, r > 1+ε_high       β2·(1+ε_high) 0          clip(r)
-    A<0, 1−ε_low ≤ r ≤ c    r             r          clip(r)
-    A<0, r < 1−ε_low        β1·(1−ε_low)  0          clip(r)     (0 in GPPO's high-side-only variant)
-    A<0, r > c (dual-clip)  0             0          clip(r)
-
-β1, β2 (paper App. A.2) scale the clipped rows' value and gradient; the paper uses β1 = β2 = 1 (the authors later
-recommend β1 = 0.25-0.5 against entropy collapse). Every term is a per-token scalar g_t = ∂L/∂logπ_t times
-∂logπ_t/∂z = (onehot(o_t) − softmax(z/T))/T (z = logits, T = sampling temperature). So the fused path needs only
-logπ_t in the forward and g_t in the backward, and never holds an fp32 copy of the (tokens × 151,936) logits.
-
-Why a file of its own: the loss is the piece a verl or TRL user wants to copy. It needs torch only (and triton for
-the CUDA kernel, optional); `python -c "import gppo_loss"` works in an empty directory. gppo.py (the RL loop)
-imports it. Top to bottom, the reference first, then the fused path in the order a call runs through it:
-  1. policy_loss, sft_loss: the readable PyTorch reference (autograd through the formula above).
-  2. rl_loss_from_logits, rl_loss_from_hidden: what a training loop calls, and their autograd Functions. The second
-     never builds (N, V) logits: it applies the LM head a chunk of tokens at a time, in the forward and again in
-     the backward.
-  3. objective, token_loss_and_grad: the same loss in closed form, ℓ_t and g_t per token (the table), NaN-free
-     for any r.
-  4. logits -> (logπ, log-sum-exp, entropy) and the backward g_t·(onehot − softmax)/T: chunked PyTorch, and
-     Triton kernels (online log-sum-exp over vocabulary blocks) used on CUDA.
-
-Use:
-    cfg = LossConfig(mode="gppo", alpha=0.1, temperature=1.0)       # the paper's constants by default
+With r = π_θ(o_t)/π_old(o_t), advantage A and sg = stop-gradient, per response token t:
+    ℓ_t = max(−A·r, −A·clip(r, (1−ε_low)·r/sg(r), (1+ε_high)·r/sg(r)))   then, for A < 0: min(ℓ_t, −A·c)
+    L   = Σ_t ℓ_t / num_tokens  +  α · (−Σ_{t in fully correct responses} logπ_t) / num_sft_tokens
+r/sg(r) is 1 in value, so the forward is PPO with Clip-Higher and dual-clip c, but a clipped token keeps a bounded
+gradient ∂ℓ_t/∂logπ_t = −F·A instead of 0 (token_losses: the per-case table of F for GPPO, GRPO and CISPO).
+token_losses is the rule; policy_loss and sft_loss average it. What a training loop calls, rl_loss_from_hidden (and
+_from_logits), takes ∂L/∂logπ_t by autograd through that same rule on the N log-probabilities, then applies
+∂logπ_t/∂z = (onehot(o_t) − softmax(z/T))/T a chunk of rows at a time (Triton on CUDA): no (N, V) fp32 logits.
     loss, metrics = rl_loss_from_hidden(hidden, lm_head.weight, targets, old_logprobs, advantages, response_mask,
-                                        sft_mask=sft_mask, cfg=cfg)   # hidden: (N, D)
-    loss.backward()
-Run:
-    pytest tests/test_gppo_loss.py            # the table by hand; kernels under TRITON_INTERPRET=1 on the CPU
-    python benchmarks/bench_gppo_loss.py      # memory (CPU) and speed (CUDA) of the three paths
+                                        sft_mask=sft_mask, cfg=LossConfig(mode="gppo", alpha=0.1))   # hidden: (N, D)
+Copy it alone: torch only (triton optional). Tests: tests/test_gppo_loss.py; speed: benchmarks/bench_gppo_loss.py.
 """
 from dataclasses import dataclass
 
@@ -86,38 +53,52 @@ class LossConfig:
             raise ValueError(f"gppo_loss: temperature={self.temperature} must be > 0")
 
 
-# ----------------------------------------------------------------------------- 1. the readable reference
+# ----------------------------------------------------------------------------- 1. the rule
+
+def token_losses(logprobs, old_logprobs, advantages, cfg: LossConfig = LossConfig()):
+    """ℓ_t of every token (any one shape), differentiable in logprobs; old_logprobs (the sampler's, after temperature)
+    and advantages are constants. Autograd through it gives ∂ℓ_t/∂logπ_t = −F·A, the table:
+
+        case                    F (GPPO)        F (GRPO)   F (CISPO)
+        A>0, r ≤ 1+ε_high       r               r          clip(r)
+        A>0, r > 1+ε_high       β2·(1+ε_high)   0          clip(r)
+        A<0, 1−ε_low ≤ r ≤ c    r               r          clip(r)
+        A<0, r < 1−ε_low        β1·(1−ε_low)    0          clip(r)     (0 in GPPO's high-side-only variant)
+        A<0, r > c (dual-clip)  0               0          clip(r)
+    β1, β2 (paper App. A.2) scale the clipped rows' value and gradient: the paper uses 1, the authors later recommend
+    β1 = 0.25-0.5 against entropy collapse. CISPO (MiniMax-M1) is REINFORCE weighted by the clipped, detached ratio."""
+    logp, A = logprobs.float(), advantages.float()
+    # log r above 80 is clamped: no case of the table reads r beyond max(1+ε_high, c), and exp(80) stays finite in
+    # fp32, so no gradient becomes 0·inf (NaN) for a ratio that overflowed
+    ratio = torch.exp((logp - old_logprobs.float()).clamp(max=80.0))
+    low_bound, high_bound = 1 - cfg.eps_low, 1 + cfg.eps_high
+    if cfg.mode == "cispo":   # (grouped so that its gradient rounds as GPPO's: the same bits when on-policy)
+        return -A * (ratio.detach().clamp(low_bound, high_bound) * logp)
+    # PPO's max/min picks the clipped term exactly in these three cases (strict inequalities).
+    clipped_high = (A > 0) & (ratio > high_bound)
+    clipped_low = (A < 0) & (ratio < low_bound)
+    dual_clipped = (A < 0) & (ratio > cfg.dual_clip)
+    if cfg.mode == "grpo":   # constant bounds: no gradient through a clipped token
+        high, low = high_bound, low_bound
+    else:                    # GPPO: bound·r/sg(r); r/sg(r) = exp(logπ − sg(logπ)) is exactly 1, with gradient 1
+        r_over_sg_r = torch.exp(logp - logp.detach())
+        high = cfg.beta2 * high_bound * r_over_sg_r
+        low = low_bound if cfg.high_side_only else cfg.beta1 * low_bound * r_over_sg_r
+    clipped_ratio = torch.where(clipped_high, high, torch.where(clipped_low, low, ratio))
+    return torch.where(dual_clipped, -A * cfg.dual_clip, -A * clipped_ratio)
+
 
 def policy_loss(logprobs, old_logprobs, advantages, response_mask, cfg: LossConfig = LossConfig(), *, num_tokens=None):
-    """Per-token tensors of any one shape, e.g. (N,) or (B, T) -> (loss, metrics); cfg: the rule and its constants.
-
-    logprobs carries the gradient; old_logprobs (the sampler's, after temperature) and advantages are constants.
-    loss = Σ ℓ_t·mask / num_tokens (default: mask.sum()). Autograd on this function gives the table's gradient;
-    extreme ratios (r = inf) can make its gradient NaN — the fused paths use the NaN-free closed form instead.
-    metrics (0-dim tensors): clip_frac_high, clip_frac_low, dual_clip_frac, ratio_mean, approx_kl.
-    """
+    """Per-token tensors of one shape, e.g. (N,) or (B, T) -> (loss, metrics): loss = Σ_mask ℓ_t / num_tokens (default
+    mask.sum(): pass the global count when the batch is split over ranks and micro-batches). Tokens outside the mask
+    may hold anything (padding): they get r = 1 and A = 0. metrics (0-dim tensors): clip_frac_high, clip_frac_low,
+    dual_clip_frac, ratio_mean, approx_kl."""
     _same_shape(logprobs=logprobs, old_logprobs=old_logprobs, advantages=advantages, response_mask=response_mask)
-    logp, A = logprobs.float(), advantages.float()
-    ratio = torch.exp(logp - old_logprobs.float())
-    low_bound, high_bound = 1 - cfg.eps_low, 1 + cfg.eps_high
-    if cfg.mode == "cispo":  # REINFORCE weighted by the clipped, detached ratio
-        token_loss = -A * ratio.detach().clamp(low_bound, high_bound) * logp
-    else:
-        # PPO's max/min picks the clipped term exactly in these three cases (strict inequalities).
-        clipped_high = (A > 0) & (ratio > high_bound)
-        clipped_low = (A < 0) & (ratio < low_bound)
-        dual_clipped = (A < 0) & (ratio > cfg.dual_clip)
-        if cfg.mode == "grpo":  # constant bounds: no gradient through a clipped token
-            high, low = high_bound, low_bound
-        else:  # GPPO: bound·r/sg(r); r/sg(r) = exp(logπ − sg(logπ)) is exactly 1 with gradient 1
-            r_over_sg_r = torch.exp(logp - logp.detach())
-            high = cfg.beta2 * high_bound * r_over_sg_r
-            low = low_bound if cfg.high_side_only else cfg.beta1 * low_bound * r_over_sg_r
-        clipped_ratio = torch.where(clipped_high, high, torch.where(clipped_low, low, ratio))
-        token_loss = torch.where(dual_clipped, -A * cfg.dual_clip, -A * clipped_ratio)
     mask = response_mask.bool()
-    loss = torch.where(mask, token_loss, 0.0).sum() / _count(mask, num_tokens)
-    return loss, policy_metrics(logp, old_logprobs, A, mask, cfg)
+    old = torch.where(mask, old_logprobs.float(), logprobs.detach().float())
+    A = torch.where(mask, advantages.float(), 0.0)
+    loss = torch.where(mask, token_losses(logprobs, old, A, cfg), 0.0).sum() / _count(mask, num_tokens)
+    return loss, policy_metrics(logprobs, old, A, mask, cfg)
 
 
 def sft_loss(logprobs, sft_mask, num_tokens=None):
@@ -314,46 +295,19 @@ def _with_metrics(outputs, batch: TokenBatch, cfg: LossConfig):
     return loss, metrics
 
 
-# ----------------------------------------------------------------------------- 3. the same loss in closed form
+# ----------------------------------------------------------------------------- 3. the rule on the N log-probabilities
 
-@torch.no_grad()
 def objective(logprobs, batch: TokenBatch, cfg: LossConfig) -> tuple:
-    """(N,) logπ -> (loss, coef (N,) = ∂loss/∂logπ, policy part, sft part), all detached fp32."""
-    token_loss, token_grad = token_loss_and_grad(logprobs, batch.old_logprobs, batch.advantages, cfg)
-    response, sft = batch.response_mask, batch.sft_mask
-    n_policy, n_sft = _count(response, batch.num_tokens), _count(sft, batch.num_sft_tokens)
-    policy = torch.where(response, token_loss, 0.0).sum() / n_policy
-    sft_value = -torch.where(sft, logprobs, 0.0).sum() / n_sft
-    coef = torch.where(response, token_grad, 0.0) / n_policy - cfg.alpha * sft.float() / n_sft
-    return policy + cfg.alpha * sft_value, coef, policy, sft_value
-
-
-@torch.no_grad()
-def token_loss_and_grad(logprobs, old_logprobs, advantages, cfg: LossConfig = LossConfig()):
-    """Closed form of policy_loss per token: (ℓ_t, g_t = ∂ℓ_t/∂logπ_t = −F·A), fp32, no autograd; the table above,
-    row by row. The fused paths use it; it is finite for any ratio in [0, inf]."""
-    logp, A = logprobs.float(), advantages.float()
-    ratio = torch.exp(logp - old_logprobs.float())
-    low_bound, high_bound = 1 - cfg.eps_low, 1 + cfg.eps_high
-    if cfg.mode == "cispo":
-        F = ratio.clamp(low_bound, high_bound)
-        token_loss = -A * F * logp
-    else:
-        clipped_high = (A > 0) & (ratio > high_bound)
-        clipped_low = (A < 0) & (ratio < low_bound)
-        dual_clipped = (A < 0) & (ratio > cfg.dual_clip)
-        F = torch.where(clipped_high | clipped_low | dual_clipped, 0.0, ratio)  # GRPO (PPO)
-        value_high, value_low = high_bound, low_bound
-        if cfg.mode == "gppo":
-            value_high = cfg.beta2 * high_bound
-            F = torch.where(clipped_high, value_high, F)
-            if not cfg.high_side_only:
-                value_low = cfg.beta1 * low_bound
-                F = torch.where(clipped_low, value_low, F)
-        value_ratio = torch.where(clipped_high, value_high, torch.where(clipped_low, value_low, ratio))
-        token_loss = torch.where(dual_clipped, -A * cfg.dual_clip, -A * value_ratio)
-    # A = 0 contributes nothing (guards 0·inf when r overflows).
-    return torch.where(A == 0, 0.0, token_loss), torch.where(A == 0, 0.0, -A * F)
+    """(N,) logπ -> (loss, coef (N,) = ∂loss/∂logπ, policy part, sft part), detached fp32: policy_loss + α·sft_loss,
+    the readable definition itself, differentiated by autograd on N scalars (the (N, V) part is the caller's)."""
+    with torch.enable_grad():
+        logp = logprobs.detach().float().requires_grad_()
+        policy = policy_loss(logp, batch.old_logprobs, batch.advantages, batch.response_mask, cfg,
+                             num_tokens=batch.num_tokens)[0]
+        sft = sft_loss(logp, batch.sft_mask, batch.num_sft_tokens)
+        loss = policy + cfg.alpha * sft
+        coef, = torch.autograd.grad(loss, logp)
+    return loss.detach(), coef, policy.detach(), sft.detach()
 
 
 # ----------------------------------------------------------------------------- 4. logits -> logπ, and back

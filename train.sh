@@ -71,7 +71,7 @@ if [ -n "${BASE_MODEL:-}" ]; then
   if [ -n "${CODE_DATA:-}" ]; then
     # code prompts whose tests can be trusted (reference solutions pass them; a stronger model's pass rate if the
     # data has one, e.g. PASS_RATE_FIELD=extra_info.model_difficulty.DeepSeek-R1-Distill-Qwen-32B/16), >= 16 tests
-    stage filter-code python gppo.py filter_code --code_data="$CODE_DATA" --out="$OUT/code.filtered.jsonl" \
+    stage filter-code python tools/filter_code.py --code_data="$CODE_DATA" --out="$OUT/code.filtered.jsonl" \
         --min_tests=16 ${PASS_RATE_FIELD:+--pass_rate_field="$PASS_RATE_FIELD"}
     stage gppo-code "${LAUNCH[@]}" gppo.py --init_from="$FINAL" --code_data="$OUT/code.filtered.jsonl" --out_dir="$OUT/gppo-code" \
         --prompts_per_step=128 --group_size=8 --mini_batch_prompts=32 --lr=5e-7 --warmup_steps=10 \

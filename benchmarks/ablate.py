@@ -56,7 +56,7 @@ from dataclasses import asdict, dataclass
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-from data import parse_config  # noqa: E402
+from parts.cli import parse_config  # noqa: E402
 
 from gppo import GPPOConfig  # noqa: E402
 

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-import distill  # noqa: E402
-from data import parse_config  # noqa: E402
+from parts import chat_client  # noqa: E402
+from parts.cli import parse_config  # noqa: E402
 
 
 @dataclass
@@ -34,11 +34,11 @@ def main(concurrency=(16, 64, 256), delay=0.5, rounds=6):
         print(f"server {url}, answering after {delay} s; load average {open('/proc/loadavg').read().split()[:3]}")
         for c in concurrency:
             n = rounds * c
-            requests = [distill.ChatRequest(f"p{i}", [{"role": "user", "content": f"What is {i} + {i}?"}], [(0, i)])
+            requests = [chat_client.ChatRequest(f"p{i}", [{"role": "user", "content": f"What is {i} + {i}?"}], [(0, i)])
                         for i in range(n)]
             got = []
             t0 = time.perf_counter()
-            stats = distill.sample_chat(requests, distill.ClientConfig(url, "bench", concurrency=c, progress_s=0),
+            stats = chat_client.sample_chat(requests, chat_client.ClientConfig(url, "bench", concurrency=c, progress_s=0),
                                         {"max_tokens": 16}, lambda *a: got.append(a))
             seconds = time.perf_counter() - t0
             rate, ideal = n / seconds, c / delay

@@ -1,7 +1,7 @@
 """
 Benchmark of data.py's streaming reader: peak resident memory of `python data.py stats FILE` on parquet files of
 growing length. Flat memory means the peak stays put as the file grows from 10k to 1M rows: rows are decoded
-in batches of data.PARQUET_BATCH_ROWS and only a few numbers per row are kept. For contrast, the peak of
+in batches of formats.PARQUET_BATCH_ROWS and only a few numbers per row are kept. For contrast, the peak of
 reading the same file whole (pyarrow.parquet.read_table), and of a bare `import data`.
 
     peak RSS = ru_maxrss of the child process (os.wait4), in MiB
@@ -26,7 +26,7 @@ import pyarrow.parquet as pq
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-from data import parse_config  # noqa: E402
+from parts.cli import parse_config  # noqa: E402
 
 
 @dataclass

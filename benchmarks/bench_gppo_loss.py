@@ -34,7 +34,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import torch  # noqa: E402
 
 import gppo_loss as gppo  # noqa: E402
-from data import parse_config  # noqa: E402
+from parts.cli import parse_config  # noqa: E402
 
 
 @dataclass

@@ -23,7 +23,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 import model as ours  # noqa: E402
-from data import parse_config  # noqa: E402
+from parts.cli import parse_config  # noqa: E402
 
 @dataclass
 class BenchConfig:

@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from data import parse_config  # noqa: E402
+from parts.cli import parse_config  # noqa: E402
 from model import Qwen3, Qwen3Config, hf_name  # noqa: E402
 from rollout import LLMEngine, SamplingParams  # noqa: E402
 

@@ -37,7 +37,7 @@ from dataclasses import asdict, dataclass
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")   # as gppo.py sets it, on both sides
-from data import parse_config  # noqa: E402
+from parts.cli import parse_config  # noqa: E402
 
 TRL_PINS = ("trl==1.16.0", "transformers==5.23.0")
 
@@ -84,9 +84,10 @@ def longtail_data(cfg: BenchConfig, run_dir: str) -> str:
     import numpy as np
 
     import data
+    from parts import toy
     from gppo import GPPOConfig
     n = (cfg.warmup + cfg.longtail_steps) * PROMPTS_PER_STEP
-    short = data.toy_math_problems(n, seed=GPPOConfig.seed, split="train", min_digits=3, max_digits=3)
+    short = toy.math_problems(n, seed=GPPOConfig.seed, split="train", min_digits=3, max_digits=3)
     rng, d = random.Random(0), cfg.longtail_digits
     stream = []
     for j in range(n):

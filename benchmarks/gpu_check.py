@@ -48,7 +48,7 @@ sys.path[:0] = [ROOT, HERE]
 
 import torch  # noqa: E402
 
-from data import parse_config  # noqa: E402
+from parts.cli import parse_config  # noqa: E402
 from gpu_workloads import (DECODE_CASES, decode_workload, engine_workload, fused_loss, gppo_step_setup,  # noqa: E402
                            left_padded, loss_workload, model_config, process_group, random_logits, random_qwen3,
                            reference_loss, sft_step_setup, step_peak_and_time, sync, transformers_twin)
@@ -179,7 +179,8 @@ def _matmul_flops(device, D) -> float:
 # ----------------------------------------------------------------------------- 2. paged decode
 
 def section_decode(dry: bool, emit):
-    from rollout import decode_splits, paged_decode_reference, paged_decode_triton
+    from parts.decode_kernels import decode_splits, paged_decode_triton
+    from rollout import paged_decode_reference
     device = torch.device("cpu" if dry else "cuda")
     w = decode_workload(dry, device)
     kv_bytes = int(w.context_lens.sum()) * w.k_pool.shape[0] * w.k_pool.shape[3] * 2 * 2   # K and V, bf16
@@ -262,7 +263,7 @@ def section_fsdp(dry: bool, emit):
     peak, seconds = step_peak_and_time(lambda: result.update(out=gppo_step()), device)
     seqs, metrics, times = result["out"]
     rows = gppo.pack_micro_batches(seqs, run.cfg.train_row_tokens)
-    longest = max(sum(len(s["ids"]) for s in r) for r in rows)
+    longest = max(sum(len(s.ids) for s in r) for r in rows)
     name, budget, _ = peak_phase(gppo_phases(config, world=1, row_tokens=longest, kv_bytes=run.engine.cache.nbytes,
                                              gpu=True, loss_chunk=2048))
     emit(f"GPPO step, {len(seqs)} samples in {len(rows)} row(s) of <= {longest} tokens", step_s=seconds,

@@ -153,7 +153,7 @@ def engine_workload(config, dry: bool) -> tuple:
 
 
 def process_group(dry: bool):
-    """A world of one (nccl on the GPU, gloo for the dry run), as sft.init_distributed makes it."""
+    """A world of one (nccl on the GPU, gloo for the dry run), as trainer.init_distributed makes it."""
     import torch.distributed as dist
     if dist.is_initialized():
         return
@@ -172,10 +172,11 @@ def sft_step_setup(dry: bool, device, config):
     """sft.py's step on one packed row of T tokens (several documents), activation checkpointing, FSDP2 with bf16
     compute, foreach AdamW. Returns (step() -> loss, the policy, T)."""
     import sft
+    from parts import trainer
     T = 64 if dry else 8192
     policy = random_qwen3(config, torch.float32, device)
     policy.activation_checkpointing = True
-    sft.shard_model(policy, device, param_dtype=torch.bfloat16)
+    trainer.shard_model(policy, device, param_dtype=torch.bfloat16)
     optimizer = torch.optim.AdamW(policy.parameters(), lr=1e-5, weight_decay=0.1, foreach=True)
     gen = torch.Generator().manual_seed(0)
     lengths = [T // 4, T // 2, T // 4]
@@ -201,18 +202,18 @@ def gppo_step_setup(dry: bool, device, config):
     CUDA), sync_engine. Returns (step() -> (sequences, metrics, seconds per part), gppo.Run, free bytes)."""
     import gppo
     import rollout
-    import sft
+    from parts import trainer
     from rollout import LLMEngine, SamplingParams
     policy = random_qwen3(config, torch.float32, device, seed=1)
     policy.activation_checkpointing = True
     engine_model = random_qwen3(config, torch.bfloat16, device, seed=2)   # gppo.py's engine copy on a GPU: bf16
-    sft.shard_model(policy, device, param_dtype=torch.bfloat16)
+    trainer.shard_model(policy, device, param_dtype=torch.bfloat16)
     optimizer = torch.optim.AdamW(policy.parameters(), lr=1e-6, weight_decay=0.1)
     gcfg = gppo.GPPOConfig(group_size=4, train_row_tokens=64 if dry else 8192, max_prompt_len=16 if dry else 256,
                            max_response_len=4 if dry else 128, kv_cache_fraction=0.3)
     free = rollout.free_memory(device) if device.type == "cuda" else 2**28   # CPU: a given 256 MiB "free"
     engine = LLMEngine(engine_model, max_num_seqs=256, max_model_len=gcfg.max_prompt_len + gcfg.max_response_len,
-                       kv_cache_memory=gppo.kv_cache_bytes(gcfg.kv_cache_fraction, device, free))   # as gppo.py does
+                       kv_cache_memory=rollout.kv_cache_bytes(gcfg.kv_cache_fraction, device, free))   # as gppo.py does
     run = gppo.Run(gcfg, policy, optimizer, engine, engine_model, tokenizer=None, tasks=[], score_fn=None, pool=None,
                    rank=0, world=1, device=device)   # what train_mini_batch and recompute_old_logprobs use
     gen = torch.Generator().manual_seed(0)
@@ -223,9 +224,9 @@ def gppo_step_setup(dry: bool, device, config):
         t0 = time.perf_counter()
         outs = engine.generate(prompts, SamplingParams(temperature=1.0, max_tokens=gcfg.max_response_len,
                                                        n=gcfg.group_size, seed=0))
-        seqs = [dict(ids=p + s.token_ids, prompt_len=len(p), adv=[float(j % 2) - 0.5] * len(s.token_ids),
-                     old=s.logprobs, engine=s.logprobs, sft=[float(j == 0)] * len(s.token_ids))
-                for p, o in zip(prompts, outs) for j, s in enumerate(o)]
+        seqs = [gppo.TrainSeq(p + s.token_ids, len(p), group=i, advantage=float(j % 2) - 0.5, correct=j == 0,
+                              engine_logprobs=s.logprobs, old_logprobs=s.logprobs)
+                for i, (p, o) in enumerate(zip(prompts, outs)) for j, s in enumerate(o)]
         t1 = sync(device)
         gppo.recompute_old_logprobs(run, seqs)
         t2 = sync(device)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import reward  # noqa: E402
-from data import parse_config  # noqa: E402
+from parts.cli import parse_config  # noqa: E402
 
 
 @dataclass

@@ -14,7 +14,7 @@ import sys
 from dataclasses import dataclass
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from data import parse_config  # noqa: E402
+from parts.cli import parse_config  # noqa: E402
 
 
 @dataclass

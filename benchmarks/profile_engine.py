@@ -41,8 +41,9 @@ import torch.nn.functional as F  # noqa: E402
 import data  # noqa: E402
 import gppo  # noqa: E402
 import model as model_py  # noqa: E402
+from parts.cli import parse_config  # noqa: E402
 import rollout  # noqa: E402
-from sft import run_entry_point  # noqa: E402
+from parts.trainer import run_entry_point  # noqa: E402
 
 
 @dataclass
@@ -217,4 +218,4 @@ def hf_generate(hf, prompts: list, samples: int, max_tokens: int, stop: list, se
 
 
 if __name__ == "__main__":
-    run_entry_point(main, data.parse_config(ProfileConfig))   # bad --math_data: one line, not a traceback
+    run_entry_point(main, parse_config(ProfileConfig))   # bad --math_data: one line, not a traceback

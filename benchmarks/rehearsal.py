@@ -52,7 +52,7 @@ sys.path.insert(0, ROOT)
 
 import torch  # noqa: E402
 
-from data import parse_config  # noqa: E402
+from parts.cli import parse_config  # noqa: E402
 from model import Qwen3Config  # noqa: E402
 
 GB = 1e9

@@ -29,8 +29,10 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import data  # noqa: E402
+from parts.cli import parse_config  # noqa: E402
 import gppo  # noqa: E402
 import sft  # noqa: E402
+from parts import trainer  # noqa: E402
 
 
 def even_reward(task, text, token_ids):
@@ -82,9 +84,9 @@ if __name__ == "__main__":
         argv.remove("--sgd")
         torch.optim.AdamW = plain_sgd
     if script == "sft":
-        sft.run_entry_point(sft.main, data.parse_config(sft.SFTConfig, argv))
+        trainer.run_entry_point(sft.main, parse_config(sft.SFTConfig, argv))
     task = next((a.split("=", 1)[1] for a in argv if a.startswith("--task=")), "even")
     argv = [a for a in argv if not a.startswith("--task=")]
-    sft.run_entry_point(gppo.main, data.parse_config(gppo.GPPOConfig, argv),
+    trainer.run_entry_point(gppo.main, parse_config(gppo.GPPOConfig, argv),
                         reward_fn={"even": even_reward, "constant": constant_reward, "half": half_reward,
                                    "slow": slow_reward, "crash": crash_reward}[task])

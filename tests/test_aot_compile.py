@@ -3,7 +3,7 @@ at its real launch configuration, on a machine without a GPU: triton.compile(AST
 runs the whole CUDA backend (Triton IR -> GPU IR -> LLVM -> PTX -> cubin through ptxas), so a kernel that the backend
 rejects (an unsupported op, a layout it cannot lower, too much shared memory) fails here, not on the first GPU.
 
-The launch configurations come from the launchers themselves (gppo_loss._launch, rollout.decode_kernel_meta), at
+The launch configurations come from the launchers themselves (gppo_loss._launch, decode_kernels.decode_kernel_meta), at
 Qwen3-8B's shapes: vocabulary 151,936; 32 query / 8 KV heads of 128; KV blocks of 16 tokens. The compiles run in a
 child process without TRITON_INTERPRET (the tests' conftest sets it, and interpreted kernels cannot be compiled), with
 Triton's cache in the test's temporary directory.
@@ -23,7 +23,7 @@ def kernels():
     """[(name, JITFunction, signature, constexprs, num_warps)] at the project's launch configurations."""
     import torch
     import gppo_loss
-    import rollout
+    from parts import decode_kernels
     cpu = torch.device("cpu")
     loss_meta = gppo_loss._launch(32768, 151936, cpu)[1]                       # BLOCK, num_warps at V = 151,936
     warps = loss_meta.pop("num_warps")
@@ -35,16 +35,16 @@ def kernels():
                     lse_ptr="*fp32", coef_ptr="*fp32", N="i32", V="i32", inv_temp="fp32", BLOCK="constexpr")
         out += [(f"gppo_loss._stats_kernel {dtype}", gppo_loss._stats_kernel, stats, loss_meta, warps),
                 (f"gppo_loss._grad_kernel {dtype}", gppo_loss._grad_kernel, grad, loss_meta, warps)]
-    splits = rollout.decode_splits(4, 8, 1024, cpu)                            # 4 sequences of 16K tokens
-    decode_meta, combine_meta = rollout.decode_kernel_meta(32, 8, 16, 128, splits)
+    splits = decode_kernels.decode_splits(4, 8, 1024, cpu)                            # 4 sequences of 16K tokens
+    decode_meta, combine_meta = decode_kernels.decode_kernel_meta(32, 8, 16, 128, splits)
     decode = dict(q_ptr="*bf16", k_ptr="*bf16", v_ptr="*bf16", m_ptr="*fp32", l_ptr="*fp32", acc_ptr="*fp32",
                   block_tables_ptr="*i32", context_lens_ptr="*i32", scale="fp32", stride_qb="i32", stride_qh="i32",
                   stride_kb="i32", stride_ks="i32", stride_kh="i64", stride_bt="i32", num_q_heads="i32",
                   blocks_per_split="i32", num_splits="i32", **dict.fromkeys(decode_meta, "constexpr"))
     combine = dict(m_ptr="*fp32", l_ptr="*fp32", acc_ptr="*fp32", out_ptr="*bf16", stride_ob="i32", stride_oh="i32",
                    num_q_heads="i32", num_splits="i32", **dict.fromkeys(combine_meta, "constexpr"))
-    out += [("rollout._paged_decode_kernel bf16", rollout._paged_decode_kernel, decode, decode_meta, 4),
-            ("rollout._combine_splits_kernel bf16", rollout._combine_splits_kernel, combine, combine_meta, 4)]
+    out += [("decode_kernels._paged_decode_kernel bf16", decode_kernels._paged_decode_kernel, decode, decode_meta, 4),
+            ("decode_kernels._combine_splits_kernel bf16", decode_kernels._combine_splits_kernel, combine, combine_meta, 4)]
     return out
 
 
@@ -73,7 +73,7 @@ def test_every_triton_kernel_compiles_for_sm80_and_sm90(tmp_path):
     results = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     assert {(r["kernel"], r["sm"]) for r in results} == {(name, sm) for name in (
         "gppo_loss._stats_kernel bf16", "gppo_loss._grad_kernel bf16", "gppo_loss._stats_kernel fp32",
-        "gppo_loss._grad_kernel fp32", "rollout._paged_decode_kernel bf16", "rollout._combine_splits_kernel bf16")
+        "gppo_loss._grad_kernel fp32", "decode_kernels._paged_decode_kernel bf16", "decode_kernels._combine_splits_kernel bf16")
         for sm in TARGETS}
     assert all(r["cubin_bytes"] > 0 and r["shared"] <= 99 * 1024 for r in results), results   # fits sm_80's smem
 

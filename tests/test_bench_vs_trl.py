@@ -10,7 +10,7 @@ sys.path[:0] = [ROOT, os.path.join(ROOT, "benchmarks")]
 import bench_vs_trl  # noqa: E402
 import data  # noqa: E402
 import gppo  # noqa: E402
-from data import parse_config  # noqa: E402
+from parts.cli import parse_config  # noqa: E402
 
 
 def test_longtail_stream_has_the_long_prompts_where_asked(tmp_path):

@@ -17,6 +17,7 @@ sys.path.insert(0, ROOT)
 
 import gppo  # noqa: E402
 import sft  # noqa: E402
+from parts import trainer  # noqa: E402
 from model import Qwen3, Qwen3Config, from_pretrained, save_pretrained  # noqa: E402
 from rollout import LLMEngine, SamplingParams, kv_block_bytes, kv_cache_blocks  # noqa: E402
 
@@ -106,13 +107,13 @@ def test_pool_is_sized_from_free_memory_after_emptying_the_cache(monkeypatch):
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: calls.append("mem_get_info") or (10_000, 80_000))
     cuda = torch.device("cuda", 0)   # only a name here: nothing is allocated on it
     assert rollout.free_memory(cuda) == 10_000 and calls == ["empty_cache", "mem_get_info"]
-    assert gppo.kv_cache_bytes(0.3, cuda) == 3_000 and gppo.kv_cache_bytes(0.3, torch.device("cpu")) is None
-    assert gppo.kv_cache_bytes(0.3, torch.device("cpu"), free=2**28) == int(0.3 * 2**28)
+    assert rollout.kv_cache_bytes(0.3, cuda) == 3_000 and rollout.kv_cache_bytes(0.3, torch.device("cpu")) is None
+    assert rollout.kv_cache_bytes(0.3, torch.device("cpu"), free=2**28) == int(0.3 * 2**28)
     sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
     import gpu_workloads
     sized = []
-    real = gppo.kv_cache_bytes
-    monkeypatch.setattr(gppo, "kv_cache_bytes", lambda *args: sized.append(args) or real(*args))
+    real = rollout.kv_cache_bytes
+    monkeypatch.setattr(rollout, "kv_cache_bytes", lambda *args: sized.append(args) or real(*args))
     gpu_workloads.process_group(dry=True)
     _, run, free = gpu_workloads.gppo_step_setup(True, torch.device("cpu"), gpu_workloads.model_config(True))
     assert sized == [(0.3, torch.device("cpu"), free)] and run.engine.cache.nbytes <= int(0.3 * free)
@@ -182,7 +183,7 @@ def test_fsdp2_bf16_mixed_precision_runs_on_cpu(tied):
     master = policy_model(seed=2, tied=tied)
     reference_bf16 = copy.deepcopy(master).to(torch.bfloat16)
     reference_fp32 = copy.deepcopy(master)
-    sharded = sft.shard_model(copy.deepcopy(master), torch.device("cpu"), param_dtype=torch.bfloat16)
+    sharded = trainer.shard_model(copy.deepcopy(master), torch.device("cpu"), param_dtype=torch.bfloat16)
     compute_dtypes = []
     sharded.layers[0].mlp.down_proj.register_forward_hook(
         lambda module, args, out: compute_dtypes.append((module.weight.dtype, out.dtype)))

@@ -13,10 +13,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 import data  # noqa: E402
+from tools import toy_data  # noqa: E402
+from tools import data_stats  # noqa: E402
+from parts.cli import option_help, parse_config  # noqa: E402
 import distill  # noqa: E402
 import eval as ev  # noqa: E402
 import gppo  # noqa: E402
 import sft  # noqa: E402
+from parts import trainer  # noqa: E402
 
 
 def run(script, *args, timeout=300):
@@ -25,12 +29,13 @@ def run(script, *args, timeout=300):
                           timeout=timeout, cwd=ROOT, env=env)
 
 
-ENTRY_POINTS = [("sft.py", "--lr="), ("gppo.py", "--loss_mode="), ("gppo.py filter_code", "--code_data="),
-                ("eval.py", "--k="), ("reward.py", "--math_timeout_s="), ("data.py", "toy"), ("data.py toy", "--n_sft_math="),
-                ("data.py stats", "--kind="), ("distill.py", "--keep="), ("model.py", "CHECKPOINT_DIR")]
-BENCHMARKS = [pytest.param(f"benchmarks/{f}", "usage")
-              for f in sorted(os.listdir(os.path.join(ROOT, "benchmarks"))) if f.endswith(".py")
-              and 'if __name__ == "__main__":' in open(os.path.join(ROOT, "benchmarks", f)).read()]   # the scripts
+ENTRY_POINTS = [("sft.py", "--lr="), ("gppo.py", "--loss_mode="), ("tools/filter_code.py", "--code_data="),
+                ("eval.py", "--k="), ("reward.py", "--math_timeout_s="), ("distill.py", "--keep="),
+                ("model.py", "CHECKPOINT_DIR")]
+BENCHMARKS = [pytest.param(f"{folder}/{f}", "usage") for folder in ("benchmarks", "tools", "experiments")
+              if os.path.isdir(os.path.join(ROOT, folder))
+              for f in sorted(os.listdir(os.path.join(ROOT, folder))) if f.endswith(".py")
+              and 'if __name__ == "__main__":' in open(os.path.join(ROOT, folder, f)).read()]   # the scripts
 
 
 def help_text(command: str, monkeypatch, capsys) -> str:
@@ -51,42 +56,42 @@ def help_text(command: str, monkeypatch, capsys) -> str:
 
 @pytest.mark.parametrize("command,expect", ENTRY_POINTS + BENCHMARKS)
 def test_every_entry_point_and_benchmark_answers_help(command, expect, monkeypatch, capsys):
-    """Every script parses its command line with data.parse_config and answers --help with its usage and options,
+    """Every script parses its command line with parts.cli.parse_config and answers --help with its usage and options,
     exit status 0."""
     assert expect in help_text(command, monkeypatch, capsys)
 
 
 def test_help_from_the_shell():
     """The same as a user types it (the subcommand form failed once with "'--help' is not of the form --key=value")."""
-    proc = run("data.py", "toy", "--help")
+    proc = run("tools/toy_data.py", "--help")
     assert proc.returncode == 0 and "--out=" in proc.stdout, proc.stderr[-2000:]
 
 
 def test_one_parser_for_commands_flags_and_a_positional_argument():
-    assert data.parse_config(data.StatsConfig, ["f.parquet", "--skip_bad_rows"]) == \
-        data.StatsConfig(file="f.parquet", skip_bad_rows=True)                  # bare --flag of a bool: true
-    cfg = data.parse_config({"": gppo.GPPOConfig, "filter_code": gppo.CodeFilterConfig}, ["filter_code", "--out=x"])
-    assert cfg == gppo.CodeFilterConfig(out="x")
-    assert data.parse_config({"": gppo.GPPOConfig, "filter_code": gppo.CodeFilterConfig}, ["--steps=3"]).steps == 3
+    assert parse_config(data_stats.StatsConfig, ["f.parquet", "--skip_bad_rows"]) == \
+        data_stats.StatsConfig(file="f.parquet", skip_bad_rows=True)                  # bare --flag of a bool: true
+    cfg = parse_config({"": gppo.GPPOConfig, "stats": data_stats.StatsConfig}, ["stats", "--file=x"])
+    assert cfg == data_stats.StatsConfig(file="x")
+    assert parse_config({"": gppo.GPPOConfig, "stats": data_stats.StatsConfig}, ["--steps=3"]).steps == 3
     for argv, message in [(["toy", "x"], "not of the form --key=value"),      # ToyConfig takes no bare argument
                           (["stats", "a", "b"], "'b' is not of the form"),      # one positional at most
                           (["--seed=1"], "needs a command first: toy | stats"),
                           (["toy", "--seed"], "--seed needs a value")]:
         with pytest.raises(SystemExit, match=message):
-            data.parse_config({"toy": data.ToyConfig, "stats": data.StatsConfig}, argv)
+            parse_config({"toy": toy_data.ToyConfig, "stats": data_stats.StatsConfig}, argv)
 
 
 @pytest.mark.parametrize("config", [sft.SFTConfig, gppo.GPPOConfig, ev.EvalConfig, distill.DistillConfig])
 def test_help_describes_every_option(config):
     """Each option line carries the comment written beside its field (the help is read from the source)."""
-    lines = [line for line in data.option_help(config) if line.startswith("  --")]
+    lines = [line for line in option_help(config) if line.startswith("  --")]
     assert len(lines) == len(config.__dataclass_fields__)
     undescribed = [line.split("=")[0].strip() for line in lines if len(line.split(None, 1)) < 2]
     assert not undescribed, f"options without a description: {undescribed}"
 
 
 def test_help_text_is_the_comment_beside_the_field():
-    line = next(line for line in data.option_help(gppo.GPPOConfig) if line.startswith("  --alpha="))
+    line = next(line for line in option_help(gppo.GPPOConfig) if line.startswith("  --alpha="))
     assert "weight of the SFT term on fully correct responses" in line
 
 
@@ -103,7 +108,7 @@ def test_help_of_each_script_shows_every_description_and_only_headings_flush_lef
     headings = {line.strip().lstrip("#").strip() for line in source.splitlines() if re.match(r"    # \S", line)}
     assert {line for line in out[1:] if not line.startswith("  --")} <= headings, out
     continued = next(o for o in options if o.startswith("  --max_gen_rounds=")) if script == "gppo.py" else None
-    assert continued is None or "(1 = no refill, as the paper" in continued
+    assert continued is None or "(1: no refill, as the paper" in continued
 
 
 def test_unknown_option_fails_loudly():
@@ -185,10 +190,10 @@ def test_threads_are_chosen_and_printed(monkeypatch):
         monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
         monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
         cores = len(os.sched_getaffinity(0))
-        assert sft.set_threads(0, torch.device("cpu")) == max(1, cores // 2) == torch.get_num_threads()
+        assert trainer.set_threads(0, torch.device("cpu")) == max(1, cores // 2) == torch.get_num_threads()
         monkeypatch.setenv("OMP_NUM_THREADS", "1")
-        assert sft.set_threads(0, torch.device("cpu")) == 1
-        assert sft.set_threads(3, torch.device("cpu")) == 3 == torch.get_num_threads()
+        assert trainer.set_threads(0, torch.device("cpu")) == 1
+        assert trainer.set_threads(3, torch.device("cpu")) == 3 == torch.get_num_threads()
     finally:
         torch.set_num_threads(before)
 
@@ -208,26 +213,26 @@ def test_eval_labels_and_scoring_progress(capsys):
 
 
 def test_only_declared_input_errors_become_one_line(tmp_path):
-    """read_input: the project's declared input errors (data.DataError, a path that is not there, model.CheckpointError)
+    """sft.read (trainer.read_input with the project's errors): the declared input errors (data.DataError, a path that is not there, model.CheckpointError)
     become one InputError naming the option; any other exception is a bug and keeps its type and traceback."""
     from model import from_pretrained
 
     def bad_rows():
         raise data.DataError("x.jsonl:3: field 'answer' is missing")
 
-    with pytest.raises(sft.InputError, match="^--math_data: x.jsonl:3: field 'answer'"):
-        sft.read_input("--math_data", bad_rows)
-    with pytest.raises(sft.InputError, match="^--tokenizer=T: no tokenizer at .*no_such_dir"):
-        sft.read_input("--tokenizer=T", data.load_tokenizer, str(tmp_path / "no_such_dir"))
+    with pytest.raises(trainer.InputError, match="^--math_data: x.jsonl:3: field 'answer'"):
+        sft.read("--math_data", bad_rows)
+    with pytest.raises(trainer.InputError, match="^--tokenizer=T: no tokenizer at .*no_such_dir"):
+        sft.read("--tokenizer=T", data.load_tokenizer, str(tmp_path / "no_such_dir"))
     (tmp_path / "config.json").write_text('{"model_type": "llama", "architectures": ["LlamaForCausalLM"]}')
-    with pytest.raises(sft.InputError, match=r"^--init_from=D: .*config.json: model_type='llama'.*Qwen3 \(dense\) only"):
-        sft.read_input("--init_from=D", from_pretrained, str(tmp_path))
+    with pytest.raises(trainer.InputError, match=r"^--init_from=D: .*config.json: model_type='llama'.*Qwen3 \(dense\) only"):
+        sft.read("--init_from=D", from_pretrained, str(tmp_path))
 
     def buggy_loader():
         return {}["a key the code forgot"]          # a KeyError no input check raised: a bug
 
     with pytest.raises(KeyError) as bug:
-        sft.read_input("--data", buggy_loader)
+        sft.read("--data", buggy_loader)
     assert "buggy_loader" in [entry.name for entry in bug.traceback]
 
 
@@ -238,9 +243,9 @@ def test_a_bug_in_model_building_keeps_its_traceback(tmp_path, monkeypatch):
         raise ValueError("a bug in init_weights")
 
     monkeypatch.setattr(sft.Qwen3, "init_weights", broken_init_weights)
-    cfg = data.parse_config(sft.SFTConfig, ["--toy_math_examples=20", "--toy_code_examples=4", "--n_layer=1",
+    cfg = parse_config(sft.SFTConfig, ["--toy_math_examples=20", "--toy_code_examples=4", "--n_layer=1",
                                             "--hidden=32", "--n_head=2", "--n_kv_head=1", "--head_dim=16",
                                             "--intermediate=64", f"--out_dir={tmp_path}"])
     with pytest.raises(ValueError, match="a bug in init_weights") as bug:
-        sft.run_entry_point(sft.main, cfg)
+        trainer.run_entry_point(sft.main, cfg)
     assert "broken_init_weights" in [entry.name for entry in bug.traceback]

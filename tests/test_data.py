@@ -18,6 +18,10 @@ import pytest
 import torch
 
 import data
+from tools import toy_data
+from parts import formats, qwen3_tokenizer
+from parts import toy
+from parts.cli import parse_config
 import reward
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -107,7 +111,7 @@ def _all_renders(render):
 
 
 def test_toy_chat_template_equals_render_chat():
-    template = _jinja(data.CHAT_TEMPLATE)
+    template = _jinja(qwen3_tokenizer.CHAT_TEMPLATE)
     for messages, agp, thinking, text in _all_renders(template.render):
         assert text == data.render_chat(messages, agp, thinking is not False), (messages, agp, thinking)
 
@@ -157,7 +161,7 @@ def test_loss_mask_real_tokenizer(qwen_tok):
 def test_loss_mask_toy_tokenizer(toy_tok):
     for messages in [c[0] for c in CHAT_CASES if c[0][-1]["role"] == "assistant"] + EXTRA_CONVERSATIONS:
         _check_loss_mask(toy_tok, messages)
-    conversations = data.toy_sft_conversations(20, 20, seed=3) + EXTRA_CONVERSATIONS
+    conversations = toy.sft_conversations(20, 20, seed=3) + EXTRA_CONVERSATIONS
     for messages in conversations:
         _check_loss_mask(toy_tok, messages)
     # the batched, vectorised path gives the same ids and masks as encode_chat
@@ -173,11 +177,11 @@ def test_toy_tokenizer_shape_and_determinism(toy_tok, tmp_path):
     n = toy_tok.get_vocab_size()
     assert 300 <= n <= 640
     # the 26 Qwen3 added tokens, in Qwen3's order, at the end of the vocabulary, each a single token
-    for k, (content, special) in enumerate(data.QWEN3_ADDED_TOKENS):
+    for k, (content, special) in enumerate(qwen3_tokenizer.QWEN3_ADDED_TOKENS):
         assert toy_tok.token_to_id(content) == n - 26 + k
         assert toy_tok.encode(f"x{content}y").tokens[1] == content
     added = {t["content"]: t["special"] for t in json.loads(toy_tok.to_str())["added_tokens"]}
-    assert added == dict(data.QWEN3_ADDED_TOKENS)
+    assert added == dict(qwen3_tokenizer.QWEN3_ADDED_TOKENS)
     assert toy_tok.encode("12345 + 9").tokens == ["1", "2", "3", "4", "5", "Ġ+", "Ġ", "9"]
     text = "Ünïcode ✓ 数学 <think>\n x\t\r\n</think>"
     assert toy_tok.decode(toy_tok.encode(text).ids, skip_special_tokens=False) == text
@@ -195,7 +199,7 @@ def test_toy_tokenizer_shape_and_determinism(toy_tok, tmp_path):
 
 def test_toy_tokenizer_matches_qwen_pre_tokenization(toy_tok, qwen_tok):
     # same normaliser and split regex: the pieces before BPE are the same for both tokenizers
-    text = data.render_chat(data.toy_sft_conversations(3, 3, seed=5)[0]) + "it's  x\r\n\n  y 2024"
+    text = data.render_chat(toy.sft_conversations(3, 3, seed=5)[0]) + "it's  x\r\n\n  y 2024"
     pieces = lambda tok: [p for p, _ in tok.pre_tokenizer.pre_tokenize_str(tok.normalizer.normalize_str(text))]  # noqa
     assert pieces(toy_tok) == pieces(qwen_tok)
 
@@ -446,7 +450,7 @@ def test_last_boxed_hand_written_cases():
              ("\\boxed{a\\}b}", "a\\}b"), ("$\\boxed 5$.", "5"), ("\\boxed{\\boxed{3}}", "3"), ("x\\boxed{}", ""),
              ("no answer", None), ("\\boxed{1", None), ("\\boxedfoo{1}", None), ("\\boxed{1} \\boxed{2", None)]
     for text, expected in cases:
-        assert data._last_boxed(text) == expected, text
+        assert formats._last_boxed(text) == expected, text
 
 
 def _math_response(answer: str) -> str:
@@ -551,7 +555,7 @@ def test_packing_efficiency_on_realistic_mixes(name, lengths, row_tokens):
 
 
 def test_packing_efficiency_on_toy_data(toy_tok):
-    examples, _ = data.encode_sft_dataset(toy_tok, data.toy_sft_conversations(1500, 500, seed=1), 512)
+    examples, _ = data.encode_sft_dataset(toy_tok, toy.sft_conversations(1500, 500, seed=1), 512)
     loader = data.PackedLoader(examples, row_tokens=2048, rows_per_step=8, pad_id=0)
     print(f"packing efficiency toy: {loader.efficiency:.4f}")
     assert loader.efficiency >= 0.95
@@ -613,7 +617,7 @@ def _after_think(text):
 
 def test_toy_math_traces_verify_with_math_verify(toy_tok):
     math_verify = pytest.importorskip("math_verify")
-    convs = data.toy_math_sft_examples(300, seed=11)
+    convs = toy.math_sft_examples(300, seed=11)
     n_hard = n_wrong = 0
     for user, assistant in convs:
         a, b = map(int, re.fullmatch(r"What is (\d+) \+ (\d+)\?", user["content"]).groups())
@@ -641,27 +645,27 @@ def test_toy_math_traces_verify_with_math_verify(toy_tok):
         assert len(data.encode_chat(toy_tok, [user, assistant])[0]) < 120
     # each hard trace slips with probability p (the default wrong_fraction), independently: the count is
     # Binomial(n_hard, p), so 4 standard deviations either side (a seeded draw, the same on every machine)
-    p = inspect.signature(data.toy_math_sft_examples).parameters["wrong_fraction"].default
+    p = inspect.signature(toy.math_sft_examples).parameters["wrong_fraction"].default
     assert abs(n_wrong / n_hard - p) < 4 * (p * (1 - p) / n_hard) ** 0.5, (n_wrong / n_hard, p)
     assert all(_after_think(a["content"]).strip() == "\\boxed{" + str(eval(u["content"][8:-1])) + "}"
-               for u, a in data.toy_math_sft_examples(200, seed=11, wrong_fraction=0.0))
+               for u, a in toy.math_sft_examples(200, seed=11, wrong_fraction=0.0))
 
 
 def test_toy_math_splits_and_difficulty():
-    train = data.toy_math_problems(3000, seed=0, split="train")
-    test = data.toy_math_problems(400, seed=0, split="test")
+    train = toy.math_problems(3000, seed=0, split="train")
+    test = toy.math_problems(400, seed=0, split="test")
     assert not {p["id"] for p in train} & {p["id"] for p in test}
     assert len({p["id"] for p in test}) == 400
-    assert {p["id"] for p in data.toy_math_problems(300, seed=1, split="test")}.isdisjoint({p["id"] for p in train})
-    assert data.toy_math_problems(50, seed=0) == train[:50]
+    assert {p["id"] for p in toy.math_problems(300, seed=1, split="test")}.isdisjoint({p["id"] for p in train})
+    assert toy.math_problems(50, seed=0) == train[:50]
     for p in test:
         a, b = map(int, p["id"].split("-")[1:])
         assert p["answer"] == str(a + b) and p["prompt"] == f"What is {a} + {b}?"
-    hard = data.toy_math_problems(100, seed=0, split="test", min_digits=3, max_digits=4)
+    hard = toy.math_problems(100, seed=0, split="test", min_digits=3, max_digits=4)
     assert all(3 <= len(s) <= 4 for p in hard for s in p["prompt"][8:-1].split(" + "))
     with pytest.raises(ValueError, match="distinct"):
-        data.toy_math_problems(50, seed=0, split="test", min_digits=1, max_digits=1)
-    sft_prompts = {c[0]["content"] for c in data.toy_math_sft_examples(2000, seed=0)}
+        toy.math_problems(50, seed=0, split="test", min_digits=1, max_digits=1)
+    sft_prompts = {c[0]["content"] for c in toy.math_sft_examples(2000, seed=0)}
     assert sft_prompts.isdisjoint(p["prompt"] for p in test)
 
 
@@ -710,9 +714,9 @@ def _run_programs(jobs):
 
 
 def test_toy_code_solutions_pass_their_tests():
-    problems = data.toy_code_problems(200, seed=0, split="train") + data.toy_code_problems(60, seed=0, split="test")
+    problems = toy.code_problems(200, seed=0, split="train") + toy.code_problems(60, seed=0, split="test")
     assert all(len(p["tests"]) >= 16 for p in problems)
-    assert {p["id"].rsplit("-", 1)[0].split("-")[0] for p in problems} == {f[0] for f in data._CODE_FAMILIES}
+    assert {p["id"].rsplit("-", 1)[0].split("-")[0] for p in problems} == {f[0] for f in toy.CODE_FAMILIES}
     assert any("fn_name" in p["tests"][0] for p in problems) and any("fn_name" not in p["tests"][0] for p in problems)
     results = _run_programs([(p["solutions"][0], p["tests"]) for p in problems])
     assert all(all(r) for r in results), [p["id"] for p, r in zip(problems, results) if not all(r)]
@@ -723,11 +727,11 @@ def test_toy_code_solutions_pass_their_tests():
 
 
 def test_toy_code_sft_answers_and_splits(toy_tok):
-    train = data.toy_code_problems(len(sum(data._code_pools("train"), [])), split="train")
-    test = data.toy_code_problems(len(sum(data._code_pools("test"), [])), split="test")
+    train = toy.code_problems(len(sum(toy._code_pools("train"), [])), split="train")
+    test = toy.code_problems(len(sum(toy._code_pools("test"), [])), split="test")
     assert not {p["id"] for p in train} & {p["id"] for p in test}
     by_prompt = {p["prompt"]: p for p in train}
-    convs = data.toy_code_sft_examples(60, seed=2)
+    convs = toy.code_sft_examples(60, seed=2)
     jobs = []
     for user, assistant in convs:
         assert user["content"] in by_prompt, "SFT code problems come from the train split only"
@@ -736,39 +740,39 @@ def test_toy_code_sft_answers_and_splits(toy_tok):
         assert len(data.encode_chat(toy_tok, [user, assistant])[0]) < 120
     assert all(all(r) for r in _run_programs(jobs))
     with pytest.raises(ValueError, match="distinct"):
-        data.toy_code_problems(10 ** 4, split="test")
+        toy.code_problems(10 ** 4, split="test")
 
 
 # ----------------------------------------------------------------------------- files and command line
 
 def test_write_toy_datasets_round_trip_through_loaders(tmp_path, toy_tok):
-    paths = data.write_toy_datasets(str(tmp_path), n_sft_math=40, n_sft_code=20, n_math_train=30, n_math_test=20,
+    paths = toy_data.write_toy_datasets(str(tmp_path), n_sft_math=40, n_sft_code=20, n_math_train=30, n_math_test=20,
                                     n_code_train=12, n_code_test=6)
     assert data.load_tokenizer(paths["tokenizer"]).to_str() == toy_tok.to_str()
-    assert data.load_sft_jsonl(paths["sft"]) == data.toy_sft_conversations(40, 20, seed=0)
-    assert data.load_math_jsonl(paths["math_test"]) == data.toy_math_problems(20, split="test")
+    assert data.load_sft_jsonl(paths["sft"]) == toy.sft_conversations(40, 20, seed=0)
+    assert data.load_math_jsonl(paths["math_test"]) == toy.math_problems(20, split="test")
     loaded = data.load_code_jsonl(paths["code_test"])
-    expected = data.toy_code_problems(6, split="test")
+    expected = toy.code_problems(6, split="test")
     assert [(p["id"], p["prompt"], p["tests"]) for p in loaded] == [(p["id"], p["prompt"], p["tests"]) for p in expected]
     assert len(data.load_code_jsonl(paths["code_train"])) == 12 and len(data.load_math_jsonl(paths["math_train"])) == 30
 
 
 def test_command_line(tmp_path):
-    run = lambda *args: subprocess.run([sys.executable, os.path.join(ROOT, "data.py"), *args],  # noqa: E731
-                                       capture_output=True, text=True, timeout=120)
-    out = run("toy", f"--out={tmp_path}", "--n_sft_math=100", "--n_sft_code=50", "--n_math_train=20",
+    run = lambda tool, *args: subprocess.run([sys.executable, os.path.join(ROOT, "tools", tool), *args],  # noqa: E731
+                                             capture_output=True, text=True, timeout=120)
+    out = run("toy_data.py", f"--out={tmp_path}", "--n_sft_math=100", "--n_sft_code=50", "--n_math_train=20",
               "--n_math_test=10", "--n_code_train=5", "--n_code_test=5")
     assert out.returncode == 0, out.stderr
     assert sorted(os.listdir(tmp_path)) == ["code_test.jsonl", "code_train.jsonl", "math_test.jsonl",
                                             "math_train.jsonl", "sft.jsonl", "tokenizer"]
     # a tokenizer trained in another process (another hash seed) is byte-identical
     assert json.load(open(tmp_path / "tokenizer" / "tokenizer.json")) == json.loads(data.build_toy_tokenizer().to_str())
-    out = run("stats", str(tmp_path / "sft.jsonl"), f"--tokenizer={tmp_path / 'tokenizer'}")
+    out = run("data_stats.py", str(tmp_path / "sft.jsonl"), f"--tokenizer={tmp_path / 'tokenizer'}")
     assert out.returncode == 0 and "150 sft records" in out.stdout and "real tokens" in out.stdout, out.stdout + out.stderr
-    out = run("stats", os.path.join(FIXTURES, "apps_taco.jsonl"))
+    out = run("data_stats.py", os.path.join(FIXTURES, "apps_taco.jsonl"))
     assert out.returncode == 0 and "5 code records" in out.stdout and "'dropped_few_tests': 1" in out.stdout, out.stdout
     with pytest.raises(SystemExit, match="unknown option --bogus"):
-        data.parse_config(data.ToyConfig, ["--bogus=1"])
+        parse_config(toy_data.ToyConfig, ["--bogus=1"])
     with pytest.raises(SystemExit, match="not a valid int"):
-        data.parse_config(data.ToyConfig, ["--seed=abc"])
-    assert data.parse_config(data.ToyConfig, ["--wrong_fraction=0", "--out=x"]) == data.ToyConfig(out="x", wrong_fraction=0.0)
+        parse_config(toy_data.ToyConfig, ["--seed=abc"])
+    assert parse_config(toy_data.ToyConfig, ["--wrong_fraction=0", "--out=x"]) == toy_data.ToyConfig(out="x", wrong_fraction=0.0)

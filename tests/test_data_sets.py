@@ -14,6 +14,9 @@ import pyarrow.parquet as pq
 import pytest
 
 import data
+from tools import data_stats, filter_code
+from parts import formats
+from parts.cli import parse_config
 import reward
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -285,7 +288,7 @@ SIGNATURE = "class Solution:\n    def f(self, nums: List[int], target: int = 0, 
 ])
 def test_assert_conversion_hand_written_cases(assertion, expected):
     program = f"def check(candidate):\n    {assertion}\n\n\ncheck(Solution().f)"
-    tests, lost = data._asserts_as_tests(ast.parse(program), SIGNATURE)
+    tests, lost = formats._asserts_as_tests(ast.parse(program), SIGNATURE)
     if expected is None:
         assert (tests, lost) == ([], 1)
     else:
@@ -294,12 +297,12 @@ def test_assert_conversion_hand_written_cases(assertion, expected):
 
 def test_assert_programs_at_top_level_and_in_loops():
     top = "assert Solution().f([1], 2) == [3]\nassert f([4]) == [5]\nfor x in range(3):\n    assert f([x]) == [x]\n"
-    tests, lost = data._asserts_as_tests(ast.parse(top), SIGNATURE)
+    tests, lost = formats._asserts_as_tests(ast.parse(top), SIGNATURE)
     assert [t["input"] for t in tests] == ["[1]\n2", "[4]"] and lost == 1  # the loop's assert is not converted
-    assert data._asserts_as_tests(ast.parse("assert g([1]) == 2"), SIGNATURE) == ([], 1)  # g: not the problem's
+    assert formats._asserts_as_tests(ast.parse("assert g([1]) == 2"), SIGNATURE) == ([], 1)  # g: not the problem's
     tolerant = ("_inputs = [[1], [2]]\n_outputs = [[0.5], [1]]\nfor i, o in zip(_inputs, _outputs):\n"
                 "    assert _deep_eq(f(*i), o[0])\n")
-    tests, lost = data._asserts_as_tests(ast.parse(tolerant), SIGNATURE)
+    tests, lost = formats._asserts_as_tests(ast.parse(tolerant), SIGNATURE)
     assert tests == [{"input": "2", "output": "1", "fn_name": "f"}] and lost == 1  # 0.5 is compared with a tolerance
 
 
@@ -382,14 +385,14 @@ def test_parquet_is_read_in_batches(tmp_path, monkeypatch):
     monkeypatch.setattr(pq.ParquetFile, "iter_batches", iter_batches)
     problems = data.load_math_jsonl(path)
     assert len(problems) == 2500 and problems[-1] == dict(id="many.parquet:2500", prompt="2499 + 1?", answer="2500")
-    assert max(seen) <= data.PARQUET_BATCH_ROWS and sum(seen) == 2500
+    assert max(seen) <= formats.PARQUET_BATCH_ROWS and sum(seen) == 2500
 
 
 def test_json_arrays_stream_through_a_small_window_and_name_the_bad_element(tmp_path):
     rows = [{"problem": f"{i}?", "answer": str(i), "note": "x" * (i * 7) + '\\"\u00e9 true'} for i in range(40)]
     path = tmp_path / "a.json"
     path.write_text(json.dumps(rows, indent=1))
-    assert [r for _, r in data._json_array_rows(str(path), chunk_chars=5)] == rows  # every cut point survives
+    assert [r for _, r in formats._json_array_rows(str(path), chunk_chars=5)] == rows  # every cut point survives
     path.write_text("\n".join(json.dumps(r) for r in rows[:3]) + "\n")  # a .json file of JSON lines
     assert [r for _, r in data.read_rows(str(path))] == rows[:3]
     for text, words in [("[]", "no records"), ('[{"a": 1} {"b": 2}]', "a.json:1: malformed JSON (expected ','"),
@@ -417,7 +420,7 @@ def test_filter_code_writes_kept_rows_in_the_input_format(tmp_path):
     twins = write_twins(tmp_path, "deepcoder_preview.jsonl")
     for kind in ("line", "parquet"):
         out = str(tmp_path / f"filtered{os.path.splitext(twins[kind])[1]}")
-        counts = gppo.filter_code_main(gppo.CodeFilterConfig(code_data=twins[kind], out=out, min_tests=1, workers=1))
+        counts = filter_code.filter_code_main(filter_code.CodeFilterConfig(code_data=twins[kind], out=out, min_tests=1, workers=1))
         assert counts["kept"] == 2
         assert [r for _, r in data.read_rows(out)] == [r for _, r in data.read_rows(twins[kind])]
 
@@ -435,20 +438,20 @@ def test_eval_reads_the_authors_benchmark_files_in_any_format(tmp_path):
 
 def test_stats_reads_every_format_and_gives_one_line_for_bad_input(tmp_path, capsys):
     parquet = write_twins(tmp_path, "numinamath_15.jsonl")["parquet"]
-    data._stats(data.parse_config(data.StatsConfig, [parquet, "--skip_bad_rows=true"]))
+    data_stats.stats(parse_config(data_stats.StatsConfig, [parquet, "--skip_bad_rows=true"]))
     out = capsys.readouterr().out
     assert "2 math records" in out
     assert """'skipped': {"placeholder answer 'proof'": 1, "placeholder answer 'notfound'": 1""" in out
-    data._stats(data.parse_config(data.StatsConfig, [fixture("openr1_math.jsonl")]))
+    data_stats.stats(parse_config(data_stats.StatsConfig, [fixture("openr1_math.jsonl")]))
     out = capsys.readouterr().out
     assert "2 responses records" in out and "1 correct, 3 wrong" in out, out
     with pytest.raises(data.UngradableRow, match="numinamath_15.parquet:2: field 'answer' is 'proof'"):
-        data._stats(data.parse_config(data.StatsConfig, [parquet]))
+        data_stats.stats(parse_config(data_stats.StatsConfig, [parquet]))
     with pytest.raises(SystemExit, match="is not true or false"):
-        data.parse_config(data.StatsConfig, [parquet, "--skip_bad_rows=yes"])
+        parse_config(data_stats.StatsConfig, [parquet, "--skip_bad_rows=yes"])
     (tmp_path / "broken.parquet").write_bytes(b"PAR1 not really")
     for bad in (str(tmp_path / "broken.parquet"), parquet):  # as a user runs it: one line, exit status 2
-        out = subprocess.run([sys.executable, os.path.join(ROOT, "data.py"), "stats", bad], capture_output=True,
-                             text=True, timeout=120)
+        out = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "data_stats.py"), bad],
+                             capture_output=True, text=True, timeout=120)
         assert out.returncode == 2 and out.stdout == "" and len(out.stderr.strip().splitlines()) == 1, out
         assert out.stderr.startswith("error: ") and ("not a readable parquet" in out.stderr or "'proof'" in out.stderr)

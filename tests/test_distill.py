@@ -21,6 +21,7 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 
 import distill  # noqa: E402
+from parts import chat_client  # noqa: E402
 from chat_server import ChatServer, expected_turn, qwen3_content  # noqa: E402
 
 FAST = dict(retry_backoff_s=0.01, progress_s=0, served_model="teacher", concurrency=4, max_tokens=64)
@@ -172,9 +173,9 @@ def test_server_killed_mid_run_then_the_same_command_finishes(tmp_path):
 def test_both_reasoning_styles_are_stored_in_qwen3_form(server, style):
     srv = server(style=style)
     got = {}
-    requests = [distill.ChatRequest(text, [{"role": "user", "content": text}], [(0, 5), (1, 7)])
+    requests = [chat_client.ChatRequest(text, [{"role": "user", "content": text}], [(0, 5), (1, 7)])
                 for text in ("What is 12 + 30?", "What is 5 + 6? LONG")]
-    stats = distill.sample_chat(requests, distill.ClientConfig(srv.url, "teacher", progress_s=0), {"max_tokens": 8},
+    stats = chat_client.sample_chat(requests, chat_client.ClientConfig(srv.url, "teacher", progress_s=0), {"max_tokens": 8},
                                 lambda key, j, s: got.setdefault((key, j), s))
     for j, seed in ((0, 5), (1, 7)):
         s = got[("What is 12 + 30?", j)]
@@ -189,8 +190,8 @@ def test_a_server_that_ignores_n_gets_the_rest_one_by_one(server):
     srv = server(ignore_n=True)
     got = {}
     seeds = [(j, 100 + 10 * j) for j in range(4)]
-    stats = distill.sample_chat([distill.ChatRequest("p", [{"role": "user", "content": "What is 1 + 2?"}], seeds)],
-                                distill.ClientConfig(srv.url, "teacher", n_per_request=4, progress_s=0), {},
+    stats = chat_client.sample_chat([chat_client.ChatRequest("p", [{"role": "user", "content": "What is 1 + 2?"}], seeds)],
+                                chat_client.ClientConfig(srv.url, "teacher", n_per_request=4, progress_s=0), {},
                                 lambda key, j, s: got.setdefault(j, s))
     assert sorted(got) == [0, 1, 2, 3] and stats["refilled"] == 3
     assert [b["n"] for _, b, _, _ in srv.requests] == [4, 1, 1, 1]
@@ -366,12 +367,18 @@ def test_toy_recipe_end_to_end_into_sft_loader(tmp_path):
     assert open(os.path.join(cfg.out_dir, "sft.jsonl")).read() == before
 
 
-def test_the_client_imports_and_runs_without_torch(server):
+def test_the_client_runs_alone_without_torch(server, tmp_path):
+    """parts/chat_client.py copied alone into an empty folder, torch made unimportable: it samples from a real server."""
+    import shutil
+    shutil.copy(os.path.join(ROOT, "parts", "chat_client.py"), tmp_path)
     srv = server()
-    code = ("import sys; sys.modules['torch'] = None; import distill; got = []; "
-            f"distill.sample_chat([distill.ChatRequest('a', [{{'role': 'user', 'content': 'What is 1 + 1?'}}], [(0, 4)])], "
-            f"distill.ClientConfig({srv.url!r}, 'teacher', progress_s=0), {{}}, lambda *a: got.append(a)); print(got[0][2]['content'])")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    code = ("import sys; sys.modules['torch'] = None; import chat_client; got = []; "
+            f"chat_client.sample_chat([chat_client.ChatRequest('a', [{{'role': 'user', 'content': 'What is 1 + 1?'}}], "
+            f"[(0, 4)])], chat_client.ClientConfig({srv.url!r}, 'teacher', progress_s=0), {{}}, "
+            "lambda *a: got.append(a)); print(got[0][2]['content'])")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=120,
+                          env=env)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip() == qwen3_content("What is 1 + 1?", 4).strip()
 

@@ -15,9 +15,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 import data  # noqa: E402
+from parts import toy  # noqa: E402
 import eval as ev  # noqa: E402
 from rollout import Sample  # noqa: E402
-from sft import InputError  # noqa: E402
+from parts.trainer import InputError  # noqa: E402
 
 TINY_RUN = ["--toy_math=6", "--toy_code=3", "--k=3", "--max_tokens=24", "--pass_k=1,2,3"]
 
@@ -108,7 +109,7 @@ def scripted(tokenizer, problems, responses):
 
 
 def test_avg_at_k_on_fake_engine_with_known_success(tokenizer):
-    problems = data.toy_math_problems(4, seed=0, split="test")
+    problems = toy.math_problems(4, seed=0, split="test")
     right = lambda p: f"<think>\nadding\n</think>\n\n\\boxed{{{p['answer']}}}<|im_end|>"
     wrong = lambda p: f"<think>\nadding\n</think>\n\n\\boxed{{{int(p['answer']) + 1}}}<|im_end|>"
     unfinished = "<think>\nadding and adding ..."                      # cut at max length: no </think>
@@ -272,7 +273,7 @@ def test_end_to_end_files_are_complete_and_consistent(one_process_run, tiny_chec
     keys = {"benchmark", "problem_id", "problem_index", "sample", "seed", "response", "reward", "correct",
             "format_failure", "reason", "length", "finish_reason"}
     assert all(set(x) == keys for x in samples)
-    for name, problems in (("toy_math", data.toy_math_problems(6, 0, "test")), ("toy_code", data.toy_code_problems(3, 0, "test"))):
+    for name, problems in (("toy_math", toy.math_problems(6, 0, "test")), ("toy_code", toy.code_problems(3, 0, "test"))):
         mine = [x for x in samples if x["benchmark"] == name]
         b = results["benchmarks"][name]
         assert [x["problem_id"] for x in mine] == [p["id"] for p in problems for _ in range(3)]

@@ -15,7 +15,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 import data  # noqa: E402
+from parts import toy  # noqa: E402
 import gppo  # noqa: E402
+from tools import filter_code  # noqa: E402
 from model import from_pretrained  # noqa: E402
 from rollout import Sample  # noqa: E402
 
@@ -138,51 +140,55 @@ def test_group_advantages_by_hand():
     assert torch.equal(adv[1], torch.zeros(4)) and torch.equal(adv[2], torch.zeros(4))
 
 
+def seq(ids, prompt_len, old, advantage, correct=False, group=0):
+    return gppo.TrainSeq(ids, prompt_len, group, advantage, correct, engine_logprobs=[0.0] * len(old), old_logprobs=old)
+
+
 def test_packing_and_logit_positions():
-    seqs = [dict(ids=[1, 2, 3, 4, 5], prompt_len=3, old=[0.1, 0.2], adv=[1.0, 1.0], sft=[0, 0], engine=[0, 0]),
-            dict(ids=[6, 7, 8], prompt_len=1, old=[0.3, 0.4], adv=[-1.0, -1.0], sft=[1, 1], engine=[0, 0]),
-            dict(ids=[9] * 7, prompt_len=2, old=[0.0] * 5, adv=[0.5] * 5, sft=[0] * 5, engine=[0] * 5)]
+    seqs = [seq([1, 2, 3, 4, 5], 3, [0.1, 0.2], 1.0, group=0), seq([6, 7, 8], 1, [0.3, 0.4], -1.0, True, group=1),
+            seq([9] * 7, 2, [0.0] * 5, 0.5, group=2)]
     rows = gppo.pack_micro_batches(seqs, row_tokens=8)
     assert [len(r) for r in rows] == [2, 1]
-    ids, pos, doc, prefixes, where, targets, tok = gppo.row_tensors(rows[0], torch.device("cpu"))
-    assert pos.tolist() == [[0, 1, 2, 3, 4, 0, 1, 2]] and doc.tolist() == [[0, 0, 0, 0, 0, 1, 1, 1]]
-    assert where.tolist() == [2, 3, 5, 6] and targets.tolist() == [4, 5, 7, 8]
-    assert tok["adv"].tolist() == [1.0, 1.0, -1.0, -1.0]
+    t = gppo.row_tensors(rows[0], torch.device("cpu"))
+    assert t["position_ids"].tolist() == [[0, 1, 2, 3, 4, 0, 1, 2]]
+    assert t["document_ids"].tolist() == [[0, 0, 0, 0, 0, 1, 1, 1]]
+    assert t["where"].tolist() == [2, 3, 5, 6] and t["targets"].tolist() == [4, 5, 7, 8]
+    assert t["adv"].tolist() == [1.0, 1.0, -1.0, -1.0] and t["sft"].tolist() == [0, 0, 1, 1] and t["num_tokens"] == 4
+    assert t["old"].tolist() == pytest.approx([0.1, 0.2, 0.3, 0.4])
 
 
 def test_shared_prompt_packing_by_hand():
     """Two responses of group 7 share its prompt [1, 2, 3] in the row; group 8's sequence starts a new prompt."""
-    seqs = [dict(ids=[1, 2, 3, 4, 5], prompt_len=3, group=7, old=[0.1, 0.2], adv=[1.0, 1.0], sft=[0, 0], engine=[0, 0]),
-            dict(ids=[1, 2, 3, 6], prompt_len=3, group=7, old=[0.3], adv=[-1.0], sft=[1], engine=[0]),
-            dict(ids=[9, 8, 7], prompt_len=2, group=8, old=[0.5], adv=[0.5], sft=[0], engine=[0])]
+    seqs = [seq([1, 2, 3, 4, 5], 3, [0.1, 0.2], 1.0, group=7), seq([1, 2, 3, 6], 3, [0.3], -1.0, True, group=7),
+            seq([9, 8, 7], 2, [0.5], 0.5, group=8)]
     assert [len(r) for r in gppo.pack_micro_batches(seqs, row_tokens=9, share_prompts=True)] == [3]   # 5 + 1 + 3
     assert [len(r) for r in gppo.pack_micro_batches(seqs, row_tokens=9)] == [2, 1]                   # 5 + 4, 3
-    ids, pos, doc, prefixes, where, targets, tok = gppo.row_tensors(seqs, torch.device("cpu"), share_prompts=True)
-    assert ids.tolist() == [[1, 2, 3, 4, 5, 6, 9, 8, 7]]
-    assert pos.tolist() == [[0, 1, 2, 3, 4, 3, 0, 1, 2]] and doc.tolist() == [[0, 0, 0, 1, 1, 2, 3, 3, 4]]
-    assert prefixes == [[-1, 0, 0, -1, 3]]
+    t = gppo.row_tensors(seqs, torch.device("cpu"), share_prompts=True)
+    assert t["input_ids"].tolist() == [[1, 2, 3, 4, 5, 6, 9, 8, 7]]
+    assert t["position_ids"].tolist() == [[0, 1, 2, 3, 4, 3, 0, 1, 2]]
+    assert t["document_ids"].tolist() == [[0, 0, 0, 1, 1, 2, 3, 3, 4]] and t["prefix_docs"] == [[-1, 0, 0, -1, 3]]
     # response tokens 4, 5 | 6 | 7: predicted by the prompt's last state (2), then by 4 (3); by 2; by 8 (7)
-    assert where.tolist() == [2, 3, 2, 7] and targets.tolist() == [4, 5, 6, 7]
-    assert tok["adv"].tolist() == [1.0, 1.0, -1.0, 0.5]
+    assert t["where"].tolist() == [2, 3, 2, 7] and t["targets"].tolist() == [4, 5, 6, 7]
+    assert t["adv"].tolist() == [1.0, 1.0, -1.0, 0.5]
+    dummy = gppo.row_tensors(None, torch.device("cpu"))   # what a rank without rows runs to keep FSDP in lockstep
+    assert dummy["num_tokens"] == 0 and dummy["input_ids"].shape == (1, 2)
 
 
 def test_shared_prompts_give_the_logprobs_of_separate_sequences():
-    """recompute_logprobs on a real group (float64 tiny model): sharing the prompt changes no logprob beyond rounding.
-    The hidden states agree to float64 rounding (~1e-15 relative), but recompute_logprobs casts the logits to fp32
+    """row_logprobs on a real group (float64 tiny model): sharing the prompt changes no logprob beyond rounding.
+    The hidden states agree to float64 rounding (~1e-15 relative), but row_logprobs casts the logits to fp32
     before its log-softmax (as training does), where two values that close can still round one fp32 ulp apart; the
     log-softmax carries that to a few ulps of the logsumexp: atol 16 * 2^-23 * max(1, max|logprob|). A response
     scored against the wrong position or without its prompt is off by O(1)."""
     model = from_pretrained(os.path.join(os.path.dirname(__file__), "fixtures", "qwen3-tiny-gqa")).double()
     gen = torch.Generator().manual_seed(0)
     prompt = torch.randint(128, (5,), generator=gen).tolist()
-    seqs = [dict(ids=prompt + torch.randint(128, (n,), generator=gen).tolist(), prompt_len=5, group=0,
-                 old=[0.0] * n, adv=[1.0] * n, sft=[0.0] * n, engine=[0.0] * n) for n in (3, 8, 1, 5)]
+    seqs = [seq(prompt + torch.randint(128, (n,), generator=gen).tolist(), 5, [0.0] * n, 1.0) for n in (3, 8, 1, 5)]
     out = {}
     for share in (False, True):
-        copies = [dict(s) for s in seqs]
-        for row in gppo.pack_micro_batches(copies, 64, share):
-            gppo.recompute_logprobs(model, row, 1.0, torch.device("cpu"), share)
-        out[share] = torch.tensor([lp for s in copies for lp in s["old"]], dtype=torch.float64)
+        out[share] = torch.tensor([lp for row in gppo.pack_micro_batches(seqs, 64, share)
+                                   for lp in gppo.row_logprobs(model, gppo.row_tensors(row, torch.device("cpu"), share),
+                                                               1.0)], dtype=torch.float64)
     assert len(out[True]) == 17
     atol = 16 * 2 ** -23 * max(1.0, float(out[False].abs().max()))
     torch.testing.assert_close(out[True], out[False], rtol=0, atol=atol)
@@ -193,7 +199,7 @@ def test_shared_prompts_give_the_logprobs_of_separate_sequences():
 def toy_prompt_ids(n, first, count, seed=1234):
     """The ids of stream positions first..first+count-1, as gppo.main's toy prompts (--toy_problems=n) order them."""
     cfg = gppo.GPPOConfig()
-    tasks = data.toy_math_problems(n, seed=seed, split="train", min_digits=cfg.toy_min_digits, max_digits=cfg.toy_max_digits)
+    tasks = toy.math_problems(n, seed=seed, split="train", min_digits=cfg.toy_min_digits, max_digits=cfg.toy_max_digits)
     return [t["id"] for t in gppo.prompts_at(tasks, first, count, seed)]
 
 
@@ -234,10 +240,11 @@ def test_truncated_responses_can_be_left_out_of_the_loss():
     samples = [Sample([5, 6, 7], [-1.0, -1.0, -1.0], "length"), Sample([5, 2], [-0.5, -0.5], "stop")]
     group = gppo.Group(0, {"prompt_ids": [1, 2]}, samples, [0.0, 1.0], [False, True], torch.tensor([-0.7, 0.7]), True)
     every = gppo.training_sequences([group], gppo.GPPOConfig())
-    assert [s["ids"] for s in every] == [[1, 2, 5, 6, 7], [1, 2, 5, 2]]
-    assert every[1]["adv"] == pytest.approx([0.7, 0.7]) and every[1]["sft"] == [1.0, 1.0] and every[1]["prompt_len"] == 2
+    assert [s.ids for s in every] == [[1, 2, 5, 6, 7], [1, 2, 5, 2]]
+    assert every[1].advantage == pytest.approx(0.7) and every[1].correct and every[1].prompt_len == 2
+    assert every[1].old_logprobs == every[1].engine_logprobs == [-0.5, -0.5]
     masked = gppo.training_sequences([group], gppo.GPPOConfig(mask_truncated=True))
-    assert [s["ids"] for s in masked] == [[1, 2, 5, 2]]
+    assert [s.ids for s in masked] == [[1, 2, 5, 2]]
 
 
 DOUBLE = [{"input": f"{x}\n", "output": f"{2 * x}\n"} for x in (1, 2, 3)]
@@ -250,10 +257,10 @@ def test_code_prompts_are_filtered_by_their_tests_not_by_difficulty():
                      solutions=["print(2 * int(input()))", "print(int(input()) * 2)"]),
                 dict(id="second-reference-passes", tests=DOUBLE, solutions=["print(0)", "n = int(input())\nprint(n + n)"]),
                 dict(id="nothing-to-check", tests=DOUBLE)]
-    kept, counts = gppo.check_code_prompts(problems, min_pass_rate=0.5, check_references=True, timeout_s=10)
+    kept, counts = filter_code.check_code_prompts(problems, min_pass_rate=0.5, check_references=True, timeout_s=10)
     assert [p["id"] for p in kept] == ["reference-passes", "second-reference-passes", "nothing-to-check"]
     assert counts == dict(code_prompts=5, dropped_pass_rate=1, dropped_references_fail=1, references_checked=3, kept=3)
-    kept, counts = gppo.check_code_prompts(problems, min_pass_rate=0.5, check_references=False)
+    kept, counts = filter_code.check_code_prompts(problems, min_pass_rate=0.5, check_references=False)
     assert len(kept) == 4 and counts["references_checked"] == 0
 
 
@@ -265,9 +272,9 @@ def test_filter_code_command_copies_the_kept_rows(tmp_path):
             dict(id="unchecked", prompt="Double n.", tests=DOUBLE * 6)]
     lines = [json.dumps(r) + "\n" for r in rows]
     (tmp_path / "in.jsonl").write_text("".join(lines[:2]) + "\n" + "".join(lines[2:]))   # a blank line too
-    proc = subprocess.run([sys.executable, os.path.join(ROOT, "gppo.py"), "filter_code", f"--code_data={tmp_path}/in.jsonl",
-                           f"--out={tmp_path}/out.jsonl", "--timeout_s=10"], capture_output=True, text=True, timeout=300,
-                          cwd=ROOT)
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "filter_code.py"),
+                           f"--code_data={tmp_path}/in.jsonl", f"--out={tmp_path}/out.jsonl", "--timeout_s=10"],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert (tmp_path / "out.jsonl").read_text() == lines[0] + lines[3]
     assert "'dropped_few_tests': 1" in proc.stdout and "'dropped_references_fail': 1" in proc.stdout

@@ -195,7 +195,7 @@ def test_gppo_step_peak_memory_within_the_budget_on_paper():
     result = {}
     peak, _ = workloads.step_peak_and_time(lambda: result.update(out=step()), DEVICE)
     rows = gppo.pack_micro_batches(result["out"][0], run.cfg.train_row_tokens)
-    longest = max(sum(len(s["ids"]) for s in r) for r in rows)
+    longest = max(sum(len(s.ids) for s in r) for r in rows)
     _, budget, _ = peak_phase(gppo_phases(config, world=1, row_tokens=longest, kv_bytes=run.engine.cache.nbytes,
                                           gpu=True, loss_chunk=2048))
     assert peak <= 1.25 * budget, (peak, budget)

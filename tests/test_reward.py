@@ -28,6 +28,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 import reward
+from parts import sandbox
+from parts import math_checker
 from reward import SandboxConfig, code_reward, code_reward_details, math_reward, run_tests
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -180,12 +182,12 @@ def test_math_works_from_threads_where_math_verify_alone_fails():
     assert got == [1.0] * len(EQUAL) + [0.0] * len(UNEQUAL)
 
 
-def test_set_math_workers_bounds_the_busy_workers(monkeypatch):
+def test_set_workers_bounds_the_busy_math_workers(monkeypatch):
     """At most n math-verify processes at once: with n = 1, eight threads' requests queue for one worker (only one is
     ever started, where a pool of 4 starts one per waiting request up to 4); a bad n is an error."""
-    pool = reward._MathWorkers(size=4)
-    monkeypatch.setattr(reward, "_MATH_WORKERS", pool)
-    reward.set_math_workers(1)
+    pool = math_checker._MathWorkers(size=4)
+    monkeypatch.setattr(math_checker, "_WORKERS", pool)
+    math_checker.set_workers(1)
     started, start = [], pool._start
     monkeypatch.setattr(pool, "_start", lambda: started.append(1) or start())
     pairs = (EQUAL * 8)[:8]
@@ -196,8 +198,8 @@ def test_set_math_workers_bounds_the_busy_workers(monkeypatch):
         pool.close()
     assert got == [1.0] * 8 and len(started) == 1
     for bad in (0, -1, 1.5, True):
-        with pytest.raises(ValueError, match="set_math_workers"):
-            reward.set_math_workers(bad)
+        with pytest.raises(ValueError, match="set_workers"):
+            math_checker.set_workers(bad)
 
 
 @pytest.mark.parametrize("answer", ["9^{9^{9^{9}}}", "(10^{10})!", "(" * 5000, "\\frac{1}{" * 400 + "2" + "}" * 400,
@@ -219,7 +221,7 @@ def test_math_deadline_kills_a_stuck_worker_and_recovers():
 def test_math_bad_gold_raises():
     with pytest.raises(reward.BadReference, match="empty"):   # the data's fault, not the candidate's
         math_reward(boxed("3"), "  ")
-    assert issubclass(reward.BadReference, ValueError)
+    assert all(issubclass(error, ValueError) for error in reward.BadReference)
 
 
 # ----------------------------------------------------------------------------- comparison, extraction, validation
@@ -268,7 +270,7 @@ def livecodebench_accepts(got: str, expected: str) -> bool:
 
 @pytest.mark.parametrize("got,expected,match", STDOUT_PAIRS)
 def test_stdout_comparison(got, expected, match):
-    assert (reward.stdout_mismatch(got, expected) is None) == match
+    assert (sandbox.stdout_mismatch(got, expected) is None) == match
     assert livecodebench_accepts(got, expected) == match  # the table is LiveCodeBench's verdict, pair by pair
 
 
@@ -276,13 +278,13 @@ def test_comparison_is_linear_in_the_output_size():
     """A 1 MB token (or line, or code block) must be judged in well under a second: this runs in the trainer.
     Today's linear code takes ~0.1 s here; a backtracking number regex took 66 s on a 40 KB token (hours on
     1 MB), so the 30 s bound only catches super-linear work, never a slow machine."""
-    code = ("import reward\n"
+    code = ("import reward\nfrom parts import sandbox\n"
             "mega = '1' * (1 << 20)\n"
-            "assert reward.stdout_mismatch(mega + 'x', '1') is not None\n"
-            "assert reward.stdout_mismatch(mega, mega + '1') is not None\n"
-            "assert reward.stdout_mismatch(mega + '.5', mega + '.50') is None\n"
-            "assert reward.stdout_mismatch('1.' * (1 << 19), '1') is not None\n"
-            "assert reward.stdout_mismatch('1 ' * (1 << 19), '1 ' * (1 << 19)) is None\n"
+            "assert sandbox.stdout_mismatch(mega + 'x', '1') is not None\n"
+            "assert sandbox.stdout_mismatch(mega, mega + '1') is not None\n"
+            "assert sandbox.stdout_mismatch(mega + '.5', mega + '.50') is None\n"
+            "assert sandbox.stdout_mismatch('1.' * (1 << 19), '1') is not None\n"
+            "assert sandbox.stdout_mismatch('1 ' * (1 << 19), '1 ' * (1 << 19)) is None\n"
             "assert reward.extract_code('</think>' + '```python' + ' ' * (1 << 20)) is None\n"
             "reward.extract_code('</think>' + '```python\\n' * (1 << 16))\n")
     start = time.monotonic()
@@ -294,7 +296,7 @@ def test_comparison_is_linear_in_the_output_size():
     (True, 1, False), (1, 1.0, True), ([1, [2, {"k": None}]], [1, [2, {"k": None}]], True), ("1", 1, False),
     ({"a": 1}, {"a": 1, "b": 2}, False), ([1, 2], [2, 1], False), (None, 0, False)])
 def test_functional_json_equality(a, b, same):
-    assert reward._same_json(a, b) == same
+    assert sandbox._same_json(a, b) == same
 
 
 def test_extract_code_takes_last_block_after_think():
@@ -467,7 +469,7 @@ def test_a_crash_reason_reads_only_the_end_of_stderr():
     for output in cases:
         expected = old(output)
         for tail in (16, 4096):
-            line = reward._last_line(output, tail=tail)
+            line = sandbox._last_line(output, tail=tail)
             if len(output.rstrip().rsplit(b"\n", 1)[-1]) <= tail:   # the whole line fits in the tail
                 assert line == expected, (output, tail)
             else:   # its last `tail` bytes (the first character may be a cut one, replaced)
@@ -475,7 +477,7 @@ def test_a_crash_reason_reads_only_the_end_of_stderr():
     big = bytearray(b"ab\n" * CRASH_OUTPUT + b"ValueError: the end\n" + b" \n" * 5000)
     tracemalloc.start()
     try:
-        line = reward._last_line(big)
+        line = sandbox._last_line(big)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
@@ -723,7 +725,7 @@ def test_watchdog_kills_the_candidate_when_the_trainer_dies(namespaced):
     start = time.monotonic()
     assert_no_leftovers(marker, within_s=1 + 2 + SLACK_S)  # the watchdog's limit is ceil(wall_timeout_s) + 2
     assert time.monotonic() - start > 1.0  # it was the watchdog, not something faster
-    cgroups = reward._PLANS.get(SandboxConfig()).cgroups
+    cgroups = sandbox._PLANS.get(SandboxConfig()).cgroups
     if cgroups:  # the killed trainer's cgroups are left behind; the next trainer removes them
         subprocess.run([sys.executable, "-c", f"import sys\nsys.path.insert(0, {REPO!r})\nimport reward\n"
                         "reward.run_tests('print(3)', [{'input': '', 'output': '3'}])"], check=True, timeout=60)
@@ -776,7 +778,7 @@ def test_sandbox_report(namespaced):
     if os.geteuid() == 0:
         assert namespaced["uid"] == FAST.uid != 0
         assert namespaced["mode"].startswith("namespaces") and "a user namespace per test" in enforced
-        if namespaced["mode"].startswith(reward.NAMESPACES + " +"):  # cgroups with a cpu controller: no gap left
+        if namespaced["mode"].startswith(sandbox.NAMESPACES + " +"):  # cgroups with a cpu controller: no gap left
             assert namespaced["not_enforced"] == [] or "no cpu controller" in namespaced["not_enforced"][0]
 
 
@@ -815,8 +817,8 @@ def test_interpreter_the_sandbox_user_cannot_run_is_refused():
 
 def test_non_root_trainer_uses_a_user_namespace():
     """The trainer itself running as an unprivileged user (here: nobody, with the system python). It runs a copy of
-    reward.py from a world-readable directory this test makes and removes: the checkout itself may be private
-    (a clone under /root, or in a mode-0700 temporary directory)."""
+    parts/sandbox.py, copied alone into a world-readable directory this test makes and removes: the checkout itself
+    may be private (a clone under /root, or in a mode-0700 temporary directory)."""
     if os.geteuid() != 0:
         pytest.skip("the suite already runs as non-root: every other test covers this path")
     python, setpriv = "/usr/bin/python3", shutil.which("setpriv")
@@ -827,21 +829,21 @@ def test_non_root_trainer_uses_a_user_namespace():
     home = tempfile.mkdtemp(prefix="reward-nobody-trainer-", dir="/tmp")  # /tmp: every user may pass through it
     try:
         os.chmod(home, 0o755)
-        shutil.copy(os.path.join(REPO, "reward.py"), home)
-        os.chmod(os.path.join(home, "reward.py"), 0o644)
+        shutil.copy(os.path.join(REPO, "parts", "sandbox.py"), home)
+        os.chmod(os.path.join(home, "sandbox.py"), 0o644)
         nobody = [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups"]
         userns = subprocess.run(nobody + ["unshare", "--user", "--map-root-user", "--net", "true"],
                                 capture_output=True).returncode == 0
-        code = ("import json, sys\nsys.path.insert(0, sys.argv[1])\nimport reward\n"
-                "config = reward.SandboxConfig(timeout_s=3)\n"
-                "env = reward.run_tests('import os\\nprint(os.environ.get(\"REWARD_TEST_SECRET\", \"none\"))', "
+        code = ("import json, sys\nsys.path.insert(0, sys.argv[1])\nimport sandbox\n"
+                "config = sandbox.SandboxConfig(timeout_s=3)\n"
+                "env = sandbox.run_tests('import os\\nprint(os.environ.get(\"REWARD_TEST_SECRET\", \"none\"))', "
                 "[{'input': '', 'output': 'none'}], config)\n"
-                "add = reward.run_tests('print(sum(map(int, input().split())))', [{'input': '1 2', 'output': '3'}], "
+                "add = sandbox.run_tests('print(sum(map(int, input().split())))', [{'input': '1 2', 'output': '3'}], "
                 "config)\n"
-                "nest = reward.run_tests('import subprocess\\n"
+                "nest = sandbox.run_tests('import subprocess\\n"
                 "print(subprocess.run([\"unshare\", \"--user\", \"true\"]).returncode)', "
                 "[{'input': '', 'output': '1'}], config)\n"  # a nested user namespace is refused
-                "print(json.dumps({'mode': reward.sandbox_info(config)['mode'], 'passed': [env[0].passed, "
+                "print(json.dumps({'mode': sandbox.sandbox_info(config)['mode'], 'passed': [env[0].passed, "
                 "add[0].passed, nest[0].passed]}))")
         env = {"PATH": "/usr/bin:/bin", "REWARD_TEST_SECRET": "secret"}
         proc = subprocess.run(nobody + [python, "-c", code, home], capture_output=True, text=True, timeout=60,
@@ -851,5 +853,5 @@ def test_non_root_trainer_uses_a_user_namespace():
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     assert report["passed"] == [True, True, True]
-    assert report["mode"] == (reward.NAMESPACES_UNPRIVILEGED if userns else reward.PLAIN)
+    assert report["mode"] == (sandbox.NAMESPACES_UNPRIVILEGED if userns else sandbox.PLAIN)
     assert_no_leftovers()

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import rollout
+from parts import decode_kernels
 from model import Qwen3, Qwen3Config, save_pretrained
 from rollout import (LLMEngine, SamplingParams, Sequence, cascade_batch, cascade_decode, cascade_workspace_size,
                      inverse_cdf, paged_decode_cpu, paged_decode_reference, paged_decode_triton)
@@ -426,8 +427,8 @@ def test_cpu_kernel_fallback_and_errors(model, monkeypatch, capsys, tmp_path):
     # no compiler: the engine says why in one line (once per process) and decodes with the cascade path
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))     # nothing here touches the real build cache
     monkeypatch.setenv("CXX", str(tmp_path / "no-such-c++"))
-    monkeypatch.setattr(rollout, "_cpu_kernel", None)
-    monkeypatch.setattr(rollout, "_cpu_kernel_notice_shown", False)
+    monkeypatch.setattr(decode_kernels, "_cpu_kernel", None)
+    monkeypatch.setattr(decode_kernels, "_cpu_kernel_notice_shown", False)
     engine = LLMEngine(model, max_num_seqs=4, max_model_len=32)
     err = capsys.readouterr().err
     assert not engine.cache.cpu_kernel and err.count("\n") == 1 and "no-such-c++ is not on PATH" in err, err
@@ -439,7 +440,7 @@ def test_cpu_kernel_fallback_and_errors(model, monkeypatch, capsys, tmp_path):
         LLMEngine(model, max_model_len=32, cpu_kernel=True)
     # a failed compile: the compiler's first error is the reason given, not ninja's closing line
     monkeypatch.delenv("CXX")
-    monkeypatch.setattr(rollout, "_cpu_kernel", None)
+    monkeypatch.setattr(decode_kernels, "_cpu_kernel", None)
 
     def failed_build(*args, **kwargs):
         raise RuntimeError("Error building extension 'k': [1/2] c++ -MMD -c main.cpp -o main.o\nFAILED: main.o\n"

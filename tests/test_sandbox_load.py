@@ -1,4 +1,4 @@
-"""The code sandbox under real load (reward.py), as an RL run and an attacker use it.
+"""The code sandbox under real load (parts/sandbox.py through reward.py), as an RL run and an attacker use it.
 
 1. Honest CPU-bound candidates keep their reward when the RL loop scores many at once: gppo.score at GPPOConfig's
    defaults on gppo's reward_workers threads, 8 responses x 2 tests of ~1 s of CPU each (on 2 cores that is
@@ -33,6 +33,7 @@ import pytest
 
 import gppo
 import reward
+from parts import sandbox
 from reward import SandboxConfig, run_tests
 from test_reward import adopt_orphans, descendants, respond  # noqa: F401 (adopt_orphans: this module's too)
 
@@ -197,7 +198,7 @@ def test_comparison_memory_is_bounded_by_the_expected_output():
     code = textwrap.dedent("""
         import sys, tracemalloc
         sys.path.insert(0, sys.argv[1])
-        import reward
+        from parts import sandbox
         zeros = '0 ' * (4 << 20)                          # one line, 4M tokens, 8 MB
         lines = '0\\n' * (4 << 20)                         # 4M lines
         json_list = '[' + '0,' * (4 << 20) + '0]'          # a 4M-element list
@@ -206,7 +207,7 @@ def test_comparison_memory_is_bounded_by_the_expected_output():
                   ('functional_mismatch', json_list, '[0, 0]')]
         for name, got, expected in checks:
             tracemalloc.start()
-            assert getattr(reward, name)(got, expected) is not None
+            assert getattr(sandbox, name)(got, expected) is not None
             peak = tracemalloc.get_traced_memory()[1]
             tracemalloc.stop()
             print(name, len(got), peak)
@@ -223,8 +224,8 @@ def test_token_walk_splits_as_str_split_does():
     every whitespace character Python knows."""
     spaces = "".join(chr(c) for c in range(0x110000) if chr(c).isspace())
     line = "1" + "2".join(spaces) + "3"
-    assert [m.group() for m in reward._TOKEN.finditer(line)] == line.split()
-    assert reward._same_numbers(line, " ".join(line.split())) and not reward._same_numbers(line, "1 2")
+    assert [m.group() for m in sandbox._TOKEN.finditer(line)] == line.split()
+    assert sandbox._same_numbers(line, " ".join(line.split())) and not sandbox._same_numbers(line, "1 2")
 
 
 # ----------------------------------------------------------------------------- 5: honest programs
@@ -306,7 +307,7 @@ def test_two_candidates_at_once_share_no_lock_and_no_terminal(namespaced):
     results = score_all([holder, looker], [{"tests": [{"input": "", "output": "held"}]},
                                            {"tests": [{"input": "", "output": "nothing"}]}])
     assert [result for result, _ in results] == [(1.0, True)] * 2, results
-    results = score_all([hoarder], [{"tests": [{"input": "", "output": str(reward._PTYS)}]}])
+    results = score_all([hoarder], [{"tests": [{"input": "", "output": str(sandbox._PTYS)}]}])
     assert results[0][0] == (1.0, True), results
 
 

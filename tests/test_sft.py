@@ -13,7 +13,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 import data  # noqa: E402
+from parts.cli import parse_config  # noqa: E402
 import sft  # noqa: E402
+from parts import trainer  # noqa: E402
 from model import Qwen3, Qwen3Config, from_pretrained  # noqa: E402
 
 TINY = ["--toy_math_examples=240", "--toy_code_examples=40", "--row_tokens=512", "--rows_per_step=4",
@@ -101,7 +103,7 @@ def test_hf_export_reloads_with_same_logits(tmp_path):
         dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     model = tiny_model(seed=3)
     reference = tiny_model(seed=3)
-    sft.shard_model(model, torch.device("cpu"))
+    trainer.shard_model(model, torch.device("cpu"))
     sft.export_hf(model, str(tmp_path / "hf"))
     reloaded = from_pretrained(str(tmp_path / "hf"))
     ids = torch.randint(0, 61, (2, 9))
@@ -110,16 +112,16 @@ def test_hf_export_reloads_with_same_logits(tmp_path):
 
 
 def test_config_parser_fails_loudly():
-    cfg = data.parse_config(sft.SFTConfig, ["--lr=0.5", "--resume=false", "--data=x.jsonl"])
+    cfg = parse_config(sft.SFTConfig, ["--lr=0.5", "--resume=false", "--data=x.jsonl"])
     assert cfg.lr == 0.5 and cfg.resume is False and cfg.data == "x.jsonl"
-    with pytest.raises(SystemExit, match="activation_checkpointing must be auto, true or false"):
-        data.parse_config(sft.SFTConfig, ["--activation_checkpointing=yes"])
+    with pytest.raises(SystemExit, match="activation_checkpointing: auto|true|false"):
+        parse_config(sft.SFTConfig, ["--activation_checkpointing=yes"])
     with pytest.raises(SystemExit, match="unknown option --learning_rate"):
-        data.parse_config(sft.SFTConfig, ["--learning_rate=1"])
+        parse_config(sft.SFTConfig, ["--learning_rate=1"])
     with pytest.raises(SystemExit, match="not a valid int"):
-        data.parse_config(sft.SFTConfig, ["--epochs=two"])
+        parse_config(sft.SFTConfig, ["--epochs=two"])
     with pytest.raises(SystemExit, match="true or false"):
-        data.parse_config(sft.SFTConfig, ["--resume=maybe"])
+        parse_config(sft.SFTConfig, ["--resume=maybe"])
 
 
 def test_lr_schedule():
@@ -147,9 +149,9 @@ def test_resumed_metrics_drop_steps_after_the_checkpoint(tmp_path):
         dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     path = tmp_path / "metrics.jsonl"
     path.write_text("".join(json.dumps({"step": s, "loss": 1.0 / (s + 1)}) + "\n" for s in range(6)))
-    fh = sft.open_metrics(str(path), step=3)
-    fh.write(json.dumps({"step": 4, "loss": 0.5}) + "\n")
-    fh.close()
+    log = trainer.MetricsLog(str(path), step=3)
+    log.write({"step": 4, "loss": 0.5})
+    log.close()
     assert [json.loads(line)["step"] for line in path.read_text().splitlines()] == [0, 1, 2, 3, 4]
 
 
@@ -159,7 +161,8 @@ import torch
 sys.path.insert(0, os.environ["ROOT"])
 import sft
 from model import from_pretrained
-rank, world, device = sft.init_distributed("cpu")
+from parts import trainer
+rank, world, device = trainer.init_distributed("cpu")
 reads, read_weights = [], sft.read_weights
 sft.read_weights = lambda path, model, dtype=None, device=None: reads.append(dtype) or read_weights(path, model, dtype)
 for path, param_dtype in [(p, d) for p in sys.argv[1:] for d in (None, torch.bfloat16)]:
@@ -200,16 +203,16 @@ def test_export_keeps_the_dtype_the_run_started_from(tmp_path):
     save_pretrained(model.to(torch.bfloat16), str(tmp_path / "base"))
     stored = check_checkpoint(str(tmp_path / "base"))
     assert stored == torch.bfloat16 and check_checkpoint(str(save_dir(tmp_path / "fp32", tiny_model()))) == torch.float32
-    assert sft.export_dtype_of("auto", stored) == torch.bfloat16 and sft.export_dtype_of("float32", stored) == torch.float32
+    assert (sft.EXPORT_DTYPES["auto"] or stored) == torch.bfloat16 and sft.EXPORT_DTYPES["float32"] == torch.float32
     master = tiny_model(seed=6)
-    sft.init_distributed("cpu")
+    trainer.init_distributed("cpu")
     sft.export_hf(master, str(tmp_path / "hf"), dtype=torch.bfloat16)
     exported = from_pretrained(str(tmp_path / "hf"))
     assert exported.config.torch_dtype == "bfloat16"
     for (name, p), q in zip(master.named_parameters(), exported.parameters()):
         assert q.dtype == torch.bfloat16 and torch.equal(q, p.to(torch.bfloat16)), name
-    assert sft.checkpointing_on("auto", torch.device("cpu")) is False and sft.checkpointing_on("true", torch.device("cpu"))
-    assert sft.checkpointing_on("auto", torch.device("cuda")) is True
+    assert trainer.checkpointing_on("auto", torch.device("cpu")) is False and trainer.checkpointing_on("true", torch.device("cpu"))
+    assert trainer.checkpointing_on("auto", torch.device("cuda")) is True
 
 
 def save_dir(path, model):

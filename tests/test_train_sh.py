@@ -14,24 +14,25 @@ import distill  # noqa: E402
 import eval as ev  # noqa: E402
 import gppo  # noqa: E402
 import sft  # noqa: E402
+from tools import filter_code  # noqa: E402
 
 
 def commands():
-    """(script, [option names]) for every call of distill.py / sft.py / gppo.py / eval.py in train.sh."""
+    """(script, [option names]) for every call of distill.py / sft.py / gppo.py / eval.py / filter_code.py in train.sh."""
     text = open(os.path.join(ROOT, "train.sh")).read().replace("\\\n", " ")
     found = []
     for line in text.splitlines():
         if line.lstrip().startswith("#"):
             continue
-        for m in re.finditer(r"\b(distill|sft|gppo|eval)\.py\b(\s+filter_code)?", line):
+        for m in re.finditer(r"\b(distill|sft|gppo|eval|filter_code)\.py\b", line):
             rest = re.split(r"\bstage\b|;|&&|\|\|", line[m.end():])[0]
-            script = "filter_code" if m.group(2) else m.group(1)
+            script = m.group(1)
             found.append((script, re.findall(r"(?<![\w-])--(\w+)=", rest)))
     return found
 
 
 CONFIGS = {"distill": distill.DistillConfig, "sft": sft.SFTConfig, "gppo": gppo.GPPOConfig, "eval": ev.EvalConfig,
-           "filter_code": gppo.CodeFilterConfig}
+           "filter_code": filter_code.CodeFilterConfig}
 
 
 def test_train_sh_uses_only_known_options():

@@ -1,0 +1,121 @@
+"""The command line of every entry point: `--key=value` options into a config dataclass, and --help from its comments.
+
+    cfg = parse_config(TrainConfig)                      # sys.argv[1:]; unknown keys and bad values: one-line errors
+    cfg = parse_config({"": TrainConfig, "stats": StatsConfig}, argv)   # a script with commands
+A field's type (int, float, str, bool) converts its value; `--flag` alone means true; -h / --help prints the
+usage, the dataclass's docstring and every option with its default and the comment written beside it in the code.
+Standard library only: copy this file into any project.
+"""
+import inspect
+import io
+import os
+import re
+import sys
+import tokenize
+from dataclasses import fields
+
+
+def parse_config(config, argv=None, usage: str = ""):
+    """The command line of every entry point here: `--key=value` options into a config dataclass.
+
+    config: a dataclass, or {command: dataclass} for a script with commands (`python data.py stats FILE`); the
+    key "" is the dataclass used when the first argument is no command (`python gppo.py --steps=5` beside
+    `python gppo.py filter_code ...`). A value is converted to its field's type; a bool takes true/false/1/0, and
+    a bare `--flag` means true. A dataclass with a class variable `positional = "name"` takes one bare argument as
+    that field (`stats FILE`). Unknown keys, bad values and stray words raise SystemExit with a one-line message;
+    -h / --help prints a usage line (`usage` replaces the one of a run without a command word), the dataclass's
+    docstring if it has one, and every option with its default and the comment beside it; exit status 0.
+    Returns the config (its __post_init__ checks combinations); with commands, its class says which one ran."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    script = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0].endswith(".py") else "SCRIPT"
+    commands = config if isinstance(config, dict) else {"": config}
+    command = argv[0] if argv and argv[0] in commands else ""
+    argv = argv[1:] if command else argv
+    if command not in commands:                  # a script whose every run names a command (data.py)
+        if argv[:1] in (["-h"], ["--help"]):
+            _print_help(script, commands, None, usage)
+        raise SystemExit(f"error: python {script} needs a command first: {' | '.join(commands)} (--help for more)")
+    cls = commands[command]
+    positional, types, values = getattr(cls, "positional", None), {f.name: f.type for f in fields(cls)}, {}
+    for arg in argv:
+        if arg in ("-h", "--help"):
+            _print_help(script, commands, command, usage)
+        if not arg.startswith("--"):
+            if positional is None or positional in values:
+                raise SystemExit(f"error: argument {arg!r} is not of the form --key=value")
+            key, raw = positional, arg
+        else:
+            key, _, raw = arg[2:].partition("=")
+            if key in types and "=" not in arg:  # a bare --flag: true
+                if _field_type(types[key]) is not bool:
+                    raise SystemExit(f"error: --{key} needs a value: --{key}=VALUE")
+                raw = "true"
+        if key not in types:
+            close = [k for k in types if k.split("_")[0] == key.split("_")[0]]
+            raise SystemExit(f"error: unknown option --{key} for {cls.__name__}"
+                             + (f" (did you mean {', '.join('--' + k for k in close)}?)" if close else ""))
+        values[key] = _option_value(key, raw, _field_type(types[key]))
+    return cls(**values)
+
+
+def _option_value(key: str, raw: str, typ):
+    if typ is bool:
+        if raw.lower() not in ("true", "false", "1", "0"):
+            raise SystemExit(f"error: --{key}={raw!r} is not true or false")
+        return raw.lower() in ("true", "1")
+    try:
+        return typ(raw)
+    except ValueError:
+        raise SystemExit(f"error: --{key}={raw!r}: not a valid {typ.__name__}") from None
+
+
+def _field_type(annotation):
+    """int, float, str or bool from a field's annotation (a class, or its name when annotations are strings)."""
+    typ = {"int": int, "float": float, "str": str, "bool": bool}.get(annotation, annotation)
+    if typ not in (int, float, str, bool):
+        raise TypeError(f"parse_config: option fields must be int, float, str or bool, not {annotation!r}")
+    return typ
+
+
+def _print_help(script: str, commands: dict, command, usage: str):
+    """--help, then exit 0: with no command chosen (command None) the list of commands; else the usage line, the
+    dataclass's own docstring if it has one, and its options."""
+    if command is None:
+        print(usage or f"usage: python {script} {'|'.join(commands)} [--key=value ...]   "
+                       f"(python {script} COMMAND --help: its options)")
+        print("\n".join(f"  {name:8s} {(cls.__doc__ or '').strip().splitlines()[0]}" for name, cls in commands.items()))
+        raise SystemExit(0)
+    cls, others = commands[command], "|".join(c for c in commands if c)
+    positional = getattr(cls, "positional", None)
+    words = ["usage: python", script, command or (f"[{others}]" if others else ""),
+             positional.upper() if positional else "", "[--key=value ...]"]
+    print(usage if usage and not command else " ".join(w for w in words if w))
+    if cls.__doc__ and not cls.__doc__.startswith(cls.__name__ + "("):   # written by hand, not dataclass's own
+        print(inspect.cleandoc(cls.__doc__))
+    print("\n".join(option_help(cls)))
+    raise SystemExit(0)
+
+
+def option_help(cls) -> list:
+    """--help text of a config dataclass: every field with its default and the comment written beside it;
+    a full-line comment above fields is a section heading. Read from the class's source, so the comments in
+    the code are the documentation and cannot drift from it."""
+    source = inspect.getsource(cls)
+    comments = {tok.start[0]: tok.string.lstrip("#").strip() for tok in
+                tokenize.generate_tokens(io.StringIO(source).readline) if tok.type == tokenize.COMMENT}
+    defaults = {f.name: f.default for f in fields(cls)}
+    lines, last = [], None
+    for number, line in enumerate(source.splitlines(), 1):
+        field = re.match(r"\s+(\w+)\s*:", line)
+        if field and field.group(1) in defaults:
+            last = f"  --{field.group(1)}={defaults[field.group(1)]!r}"
+            lines.append(last.ljust(34) + "  " + comments.get(number, "") if number in comments else last)
+        elif number in comments and line.strip().startswith("#"):
+            indent = len(line) - len(line.lstrip())
+            # a comment continued under the one beside a field: indented past the fields, or written `#   more`
+            if last is not None and (indent > 8 or line.lstrip().startswith("#  ")):
+                lines[-1] += " " + comments[number]
+            else:                                     # a heading for the fields below it
+                lines.append(comments[number])
+                last = None
+    return lines

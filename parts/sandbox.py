@@ -1,0 +1,1132 @@
+"""A sandbox for untrusted programs: run a candidate program on tests, each test in a sandbox of its own, and judge
+its output by LiveCodeBench's rule, with the judging's time and memory bounded by the expected output.
+
+    results = run_tests(program, [{"input": "1 2\n", "output": "3"}], SandboxConfig(timeout_s=6))   # [TestResult]
+    results = run_tests(program, [{"input": "1\n2", "output": "3", "fn_name": "add"}])   # functional: JSON in, out
+Each test: a new session, an unprivileged uid with no capabilities (as root), rlimits, a seccomp filter (no file
+locks), and where `unshare` works network, pid, IPC, mount and user namespaces of its own, a memory/pids/CPU cgroup;
+at most `cores` tests of the whole process at once; CPU time of all its processes, a wall-clock backstop. Linux,
+standard library only. `python sandbox.py` prints what is enforced on this machine and runs two examples.
+"""
+import atexit
+import contextlib
+import decimal
+import itertools
+import json
+import math
+import os
+import re
+import selectors
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import NamedTuple
+
+
+@dataclass
+class SandboxConfig:
+    timeout_s: float = 6.0       # CPU time per test, all its processes together (LiveCodeBench's limit: 6 s)
+    wall_timeout_s: float = 0.0  # wall-clock backstop per test, from when it starts; 0 -> 2 * timeout_s + 5
+    memory_mb: int = 1024        # memory of the whole test: all its processes, shared memory once, its tmpfs files
+    file_size_mb: int = 16       # RLIMIT_FSIZE, and the size of the tmpfs working directory
+    open_files: int = 64         # RLIMIT_NOFILE
+    processes: int = 64          # processes + threads of one test (pids.max, or RLIMIT_NPROC in its user namespace)
+    output_mb: float = 8.0       # cap on stdout + stderr bytes read from one test
+    workers: int = 0             # tests of one program run at once; 0 -> cores
+    cores: int = 0               # tests of this whole process run at once, on as many cores; 0 -> usable CPUs
+    namespaces: str = "auto"     # "auto": use them when unshare works; "on": required; "off": never
+    cgroup: str = "auto"         # "auto": cgroups (v2 or v1) per test where we may make them; "off"; or a v2 directory
+    uid: int = 65534             # user the candidate runs as when we are root (65534 = nobody)
+    python: str = ""             # interpreter for candidates (e.g. a virtualenv with numpy); "" -> first one that works
+
+
+class TestResult(NamedTuple):
+    passed: bool
+    reason: str                  # "passed", or why not: "wrong answer on line 2: ...", "timeout after 6s", ...
+
+
+class TestResult(NamedTuple):
+    passed: bool
+    reason: str                  # "passed", or why not: "wrong answer on line 2: ...", "timeout after 6s", ...
+
+
+class BadTests(ValueError):
+    """The tests themselves are broken (the data's fault, never the candidate's): validate_tests names test and field."""
+
+
+# ----------------------------------------------------------------------------- running tests
+
+def all_passed(results: list[TestResult]) -> bool:
+    """True when there is at least one result and every test passed (the SFT-loss positives)."""
+    return bool(results) and all(result.passed for result in results)
+
+
+def validate_tests(tests) -> None:
+    """Raise BadTests (a ValueError) naming the test and field if `tests` is not a non-empty list of
+    {"input": str, "output": str} or {"input": str, "output": str, "fn_name": str} (JSON lines/JSON)."""
+    if not isinstance(tests, (list, tuple)) or not tests:
+        raise BadTests(f"tests must be a non-empty list of dicts, got {type(tests).__name__} {_short(str(tests))}")
+    for i, test in enumerate(tests):
+        if not isinstance(test, dict):
+            raise BadTests(f"tests[{i}]: expected a dict with 'input' and 'output', got {type(test).__name__}")
+        for field in ("input", "output"):
+            if not isinstance(test.get(field), str):
+                raise BadTests(f"tests[{i}]['{field}']: expected a string, got {type(test.get(field)).__name__}")
+        fn_name = test.get("fn_name")
+        if not fn_name:
+            continue
+        if not isinstance(fn_name, str) or not fn_name.isidentifier():
+            raise BadTests(f"tests[{i}]['fn_name']: expected a function name, got {fn_name!r}")
+        lines = [(f"['input'] line {n}", line) for n, line in enumerate(test["input"].split("\n"), 1) if line.strip()]
+        for field, text in lines + [("['output']", test["output"])]:
+            try:
+                json.loads(text)
+            except (ValueError, RecursionError) as error:
+                raise BadTests(f"tests[{i}]{field}: not JSON ({error})") from None
+
+
+def run_tests(program: str, tests: list[dict], config: SandboxConfig | None = None) -> list[TestResult]:
+    """Run `program` on every test, each in its own sandbox, up to config.workers at once (and never more than
+    config.cores tests of this whole process at once). Returns one TestResult(passed, reason) per test, in order;
+    candidate failures never raise."""
+    cfg = config or SandboxConfig()
+    validate_tests(tests)
+    if not isinstance(program, str):
+        raise TypeError(f"program must be a str, got {type(program).__name__}")
+    plan = _PLANS.get(cfg)
+    workers = max(1, min(len(tests), cfg.workers or _cores(cfg)))
+    if workers == 1:
+        return [_run_one_test(plan, cfg, program, test) for test in tests]
+    with ThreadPoolExecutor(workers) as pool:
+        return list(pool.map(lambda test: _run_one_test(plan, cfg, program, test), tests))
+
+
+def sandbox_info(config: SandboxConfig | None = None) -> dict:
+    """What the sandbox chosen on this machine runs and enforces (runs the probe on first use)."""
+    cfg = config or SandboxConfig()
+    plan = _PLANS.get(cfg)
+    enforced, not_enforced = _guarantees(plan, cfg)
+    return {"mode": plan.mode + (" + cgroup" if plan.cgroups else ""),
+            "cgroup": f"v{plan.cgroups.version}: " + " ".join(plan.cgroups.directories()) if plan.cgroups else None,
+            "python": plan.python, "uid": plan.uid if plan.uid is not None else os.geteuid(), "cores": _cores(cfg),
+            "enforced": enforced, "not_enforced": not_enforced}
+
+
+# ----------------------------------------------------------------------------- code: the sandbox
+# Each test runs in a sandbox of its own: a new session; rlimits; a scrubbed environment; an output cap; a fresh
+# session keyring; no file locks (a seccomp filter); as root, an unprivileged uid without capabilities. Where
+# `unshare` works, also network, pid, IPC, mount and user namespaces of its own (the test's own /tmp, /dev/shm and
+# /dev/pts), a watchdog, and where this process may create them, cgroups of its own (memory, pids, CPU). At most
+# `cores` tests of the whole process run at once, whatever thread asks. A _Plan says how tests are launched on this
+# machine (_guarantees: what that enforces, and what not); _choose_plan picks the best plan that passes a probe.
+
+# The modes, best first. The names are shown to the user; code compares modes only through these constants (to
+# build a plan: _make_plan), and a plan's behaviour comes from its fields.
+NAMESPACES = "namespaces"                     # root; a user namespace per test
+NAMESPACES_SHARED_UID = "namespaces (shared uid)"  # root; user namespaces refused: all tests share one uid
+NAMESPACES_UNPRIVILEGED = "namespaces (user namespace)"  # the trainer is not root
+PLAIN = "plain"                               # no namespaces
+
+
+# ----------------------------------------------------------------------------- code: choosing the sandbox
+
+class _PlanCache:
+    """The plan of each sandbox configuration, probed on its first use and kept for the life of the process (the
+    machine does not change under a running trainer). The lock makes concurrent first calls probe once."""
+
+    def __init__(self):
+        self.plans: dict[tuple, _Plan] = {}
+        self.lock = threading.Lock()
+
+    def get(self, cfg: SandboxConfig) -> "_Plan":
+        key = (cfg.namespaces, cfg.cgroup, cfg.uid, cfg.python)  # the fields that decide the plan
+        with self.lock:
+            if key not in self.plans:
+                self.plans[key] = _choose_plan(cfg)  # raises for a bad configuration: nothing is cached
+            return self.plans[key]
+
+
+# run_tests and sandbox_info take a SandboxConfig, not a cache (their callers should not have to keep one), so one
+# cache per process stands behind them: a probe costs a second, and every response of a run shares the result.
+_PLANS = _PlanCache()
+
+
+def _choose_plan(cfg: SandboxConfig) -> "_Plan":
+    """The first plan that passes a probe through the real sandbox, trying modes in order (namespaces: as root with
+    a user namespace per test, then without; then plain), each with cgroups per test and then, for "auto",
+    without; each with every candidate interpreter: SandboxConfig.python, or sys.executable, python3 on a system
+    PATH, /usr/bin/python3. The interpreter must work for the sandbox user inside the sandbox (one under /root does
+    not, and the tmpfs on /tmp hides a virtualenv there); we never loosen permissions for it."""
+    if cfg.namespaces not in ("auto", "on", "off"):
+        raise ValueError(f"SandboxConfig.namespaces must be 'auto', 'on' or 'off', got {cfg.namespaces!r}")
+    if cfg.namespaces == "off" and cfg.cgroup not in ("auto", "off"):
+        raise ValueError("SandboxConfig.cgroup needs namespaces (a test joins its cgroup from the namespaces' init)")
+    unshare, root = _which("unshare"), os.geteuid() == 0
+    if root and not _which("setpriv"):
+        raise RuntimeError("reward.py refuses to run untrusted code as root and cannot drop privileges: "
+                           "`setpriv` (util-linux) was not found")
+    pythons = [os.path.abspath(cfg.python)] if cfg.python else [sys.executable, shutil.which(
+        "python3", path="/usr/local/bin:/usr/bin:/bin"), "/usr/bin/python3"]
+    pythons = list(dict.fromkeys(p for p in pythons if p and os.path.exists(p)))
+    if cfg.python and not pythons:
+        raise ValueError(f"SandboxConfig.python: {cfg.python} does not exist")
+    modes = [NAMESPACES, NAMESPACES_SHARED_UID] if root else [NAMESPACES_UNPRIVILEGED]
+    modes = (modes if cfg.namespaces != "off" and unshare else []) + ([PLAIN] if cfg.namespaces != "on" else [])
+    cgroups, no_cgroup = _find_cgroups(cfg.cgroup if cfg.namespaces != "off" else "off")
+    choices = [cgroups, None] if cgroups and cfg.cgroup == "auto" else [cgroups]  # "auto": with, then without
+    attempts = [] if unshare or cfg.namespaces == "off" else ["namespaces: `unshare` not found"]
+    no_cgroup = no_cgroup or "the probe failed with cgroups under " + " ".join(cgroups.directories())
+    for mode, test_cgroups, python in [(mode, test_cgroups, python) for mode in modes
+                                       for test_cgroups in (choices if mode != PLAIN else [None])
+                                       for python in pythons]:
+        plan = _make_plan(mode, python, cfg.uid, test_cgroups, no_cgroup)
+        result = _run_one_test(plan, SandboxConfig(timeout_s=30, cores=_cores(cfg)), _PROBE,
+                               {"input": "1 2\n", "output": "3"})
+        if result.passed:
+            gaps = _guarantees(plan, cfg)[1]
+            if gaps:
+                print(f"reward.py: WARNING: code tests run in mode {mode!r}" + (
+                      f" ({'; '.join(attempts)})" if attempts else "") + ". Not enforced: " + "; ".join(gaps),
+                      file=sys.stderr)
+            return plan
+        attempts.append(f"{mode}{' + cgroup' if test_cgroups else ''} with {python}: {result.reason}")
+    raise RuntimeError("reward.py cannot build a sandbox for code tests:\n  " + "\n  ".join(attempts or
+                       ["namespaces='on' but `unshare` was not found"]))
+
+
+# ----------------------------------------------------------------------------- code: a mode's plan
+
+# The trusted start of every test, run by the candidate's interpreter as `python -I -c _HARNESS SETTINGS` (SETTINGS:
+# JSON). It reads the program from an inherited descriptor, closes every other one and writes the program to
+# solution.py in its working directory (a real __file__); joins a fresh session keyring; volunteers for the OOM
+# killer; sets the rlimits (soft and hard, so they cannot be raised again); turns file locks into no-ops (below);
+# then runs the program as __main__ (stdin tests) or calls `fn_name` with one JSON argument per input line and
+# writes the JSON result (functional tests).
+#
+# Why no file locks: a lock on a file that two tests can both open (/etc/passwd, /dev/null, any library) is a bit
+# that one test sets and another reads, 32 files make a 32-bit channel, and /proc/locks shows every lock of the
+# machine. A seccomp filter sees only the descriptor, not the file, so it cannot allow locks on the test's own files
+# alone; it makes every flock() and fcntl() record lock succeed without taking anything (a program that locks its
+# own files still runs; processes of one test no longer exclude each other) and F_GETLK fail with ENOLCK.
+_HARNESS = r"""
+import json, os, resource, sys
+
+def _forbid_file_locks(audit_arch, flock, fcntl):
+    import ctypes
+    LD, JEQ, JGE, RET = 0x20, 0x15, 0x35, 0x06       # BPF_LD|W|ABS, BPF_JMP|JEQ|K, BPF_JMP|JGE|K, BPF_RET|K
+    ALLOW, KILL, NOOP, NOLCK = 0x7FFF0000, 0x80000000, 0x50000, 0x50000 | 37  # SECCOMP_RET_*; ERRNO 0 = success
+    program = [(LD, 0, 0, 4), (JEQ, 1, 0, audit_arch), (RET, 0, 0, KILL),   # another system call ABI: kill
+               (LD, 0, 0, 0), (JGE, 0, 1, 0x40000000), (RET, 0, 0, KILL),   # x32 numbers: kill
+               (JEQ, 0, 1, flock), (RET, 0, 0, NOOP), (JEQ, 1, 0, fcntl), (RET, 0, 0, ALLOW),
+               (LD, 0, 0, 24)]                                               # fcntl's command: args[1]
+    for command, verdict in ((6, NOOP), (7, NOOP), (37, NOOP), (38, NOOP), (5, NOLCK), (36, NOLCK)):
+        program += [(JEQ, 0, 1, command), (RET, 0, 0, verdict)]  # F_SETLK(W), F_OFD_SETLK(W); F_GETLK, F_OFD_GETLK
+    program.append((RET, 0, 0, ALLOW))
+    class Program(ctypes.Structure):
+        _fields_ = [("length", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+    filters = (ctypes.c_uint64 * len(program))(*[c | t << 16 | f << 24 | k << 32 for c, t, f, k in program])
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(38, 1, 0, 0, 0) or libc.prctl(22, 2, ctypes.byref(Program(len(program), ctypes.addressof(filters))),
+                                                0, 0):  # PR_SET_NO_NEW_PRIVS; PR_SET_SECCOMP, SECCOMP_MODE_FILTER
+        sys.exit("sandbox: seccomp filter refused: " + os.strerror(ctypes.get_errno()))
+
+def _prepare():
+    settings = json.loads(sys.argv[1])
+    if settings["cgroup"]:  # wait until the namespace's init has moved us into the test's cgroups
+        import time
+        name, count = settings["cgroup"]
+        deadline = time.monotonic() + 10
+        while open("/proc/self/cgroup").read().count("/" + name + "\n") < count:
+            if time.monotonic() > deadline:
+                sys.exit("sandbox: not moved into the test's cgroups")
+            time.sleep(0.001)
+    os.dup2(settings["input_fd"], 0)
+    chunks, offset = [], 0
+    while True:
+        chunk = os.pread(settings["program_fd"], 1 << 20, offset)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        offset += len(chunk)
+    for fd in os.listdir("/proc/self/fd"):  # the program's and the fstab's descriptors, anything inherited
+        if int(fd) > 2:
+            try:
+                os.close(int(fd))
+            except OSError:
+                pass
+    if settings["keyctl"]:  # keyctl(KEYCTL_JOIN_SESSION_KEYRING, NULL): an empty session keyring of the test's
+        import ctypes       # own, so keys added to the inherited (trainer's) one cannot reach later tests
+        ctypes.CDLL(None).syscall(ctypes.c_long(settings["keyctl"]), ctypes.c_long(1), ctypes.c_void_p(None))
+    with open("/proc/self/oom_score_adj", "w") as file:  # the kernel's OOM killer takes candidates first
+        file.write("1000")
+    path = os.path.join(os.getcwd(), "solution.py")
+    with open(path, "wb") as file:
+        file.write(b"".join(chunks))
+    for name, (soft, hard) in settings["limits"].items():
+        resource.setrlimit(getattr(resource, name), (soft, hard))
+    if settings["seccomp"]:
+        _forbid_file_locks(*settings["seccomp"])
+    sys.argv = [path]
+    return b"".join(chunks).decode("utf-8", "replace"), path, settings["fn_name"]
+
+def _call(source, path, fn_name):
+    result_file = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)  # the candidate's prints go to stderr; stdout carries only the JSON result
+    args = [json.loads(line) for line in sys.stdin.read().split("\n") if line.strip()]
+    namespace = {"__name__": "solution", "__file__": path}
+    exec("from typing import *; from collections import *; from heapq import *; from bisect import *; "
+         "from itertools import *; from functools import *; from math import *; "
+         "import collections, heapq, bisect, itertools, functools, math, string, re, sys",
+         namespace)  # what LeetCode-style starter code assumes is imported
+    exec(compile(source, path, "exec"), namespace)
+    holder = namespace.get("Solution")
+    function = getattr(holder(), fn_name) if hasattr(holder, fn_name) else namespace[fn_name]
+    result_file.write(json.dumps(function(*args)))
+    result_file.flush()
+    os._exit(0)
+
+_source, __file__, _fn_name = _prepare()
+if _fn_name:
+    _call(_source, __file__, _fn_name)
+_code = compile(_source, __file__, "exec")
+del _prepare, _call, _forbid_file_locks, _source, _fn_name, json, os, resource
+exec(_code)
+"""
+
+_KEYCTL = {"x86_64": 250, "aarch64": 219, "riscv64": 219, "ppc64le": 271, "s390x": 280}  # keyctl's syscall number
+_SECCOMP = {"x86_64": (0xC000003E, 73, 72), "aarch64": (0xC00000B7, 32, 25)}  # AUDIT_ARCH_*, flock, fcntl numbers
+
+_PROBE = ("import os, sys, json, math, collections, heapq, bisect, itertools, functools\n"
+          "prefix = os.path.realpath(sys.base_prefix)\n"
+          "if not os.path.realpath(sys.executable).startswith(prefix + os.sep):\n"
+          "    sys.exit('interpreter cannot find its own files (prefix %s)' % prefix)\n"
+          "print(sum(map(int, input().split())))\n")
+
+# Top-level directories left visible inside the namespaces. Every other entry of / (directories such as /root,
+# /home, /work, /mnt, /opt and files such as /.dockerenv) is covered, so datasets and test files cannot be read.
+_SYSTEM_DIRS = frozenset({"bin", "dev", "etc", "lib", "lib32", "lib64", "libx32", "proc", "sbin", "sys", "tmp",
+                          "usr", "var"})
+_COVERED_WRITABLE = ("/var/tmp", "/dev/mqueue")  # world-writable directories a test must not share
+_POLL_S = 0.02           # a test's CPU time (and, without a memory cgroup, its memory) is read this often
+_TEARDOWN_S = 10         # how long a killed test's pid namespace may take to die before we stop waiting
+_TMPFS_INODES = 4096     # files a test may create in its /tmp, and in its /dev/shm
+_PTYS = 16               # pseudo-terminals a test may open (its own devpts instance)
+_CANDIDATE_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8",
+                  "MALLOC_ARENA_MAX": "2",  # glibc reserves 64 MB of address space per thread arena otherwise
+                  "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}  # one core each
+_PAGE = os.sysconf("SC_PAGESIZE")
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+# Run as (namespace-)root in the new namespaces, before privileges are dropped: volunteer for the OOM killer; one
+# `mount -a` reads an fstab ($1, an inherited descriptor) that covers entries of / and gives the test its own /tmp,
+# /dev/shm and devpts; cap the System V shared memory of the new IPC namespace at $2 pages; if $3 is 1 (the
+# namespaces belong to a user namespace of the test's own), forbid nested user namespaces. Then start the candidate
+# and move it into the test's cgroups ($5) while its interpreter starts (joining a cgroup waits for an RCU grace
+# period, ~8 ms; the harness runs nothing of the candidate's before it is in them); a watchdog kills it after $4
+# seconds even if the trainer died. sh stays the pid namespace's init: when the candidate exits, sh exits and the
+# kernel kills everything left in the namespace.
+_NS_SCRIPT = ('set -e; fstab=$1 shmall=$2 nested=$3 seconds=$4 cgroups=$5; shift 5; '
+              'echo 1000 > /proc/self/oom_score_adj; mount -a -T "$fstab"; '
+              '{ echo "$shmall" > /proc/sys/kernel/shmall; } 2>/dev/null || :; '
+              '[ "$nested" = 0 ] || echo 0 > /proc/sys/user/max_user_namespaces; cd /tmp; '
+              '"$@" & candidate=$!; '
+              'for cgroup in $cgroups; do echo $candidate > "$cgroup/cgroup.procs"; done; '
+              '{ sleep "$seconds"; kill -KILL $candidate; } & '
+              'set +e; wait $candidate')
+# In the test's own user namespace, with the capabilities it holds there for a moment: the limit on user
+# namespaces is per user namespace and applies to all below it, so 0 here forbids the candidate to create one
+# (as root in one, it could mount a tmpfs or get an IPC namespace of its own, outside every limit).
+_NO_NESTED_USER_NAMESPACES = 'echo 0 > /proc/sys/user/max_user_namespaces && exec "$@"'
+
+
+def _cores(cfg: SandboxConfig) -> int:
+    return cfg.cores or len(os.sched_getaffinity(0))
+
+
+def _limits(cfg: SandboxConfig, per_test_pids: bool, memory_cgroup: bool) -> dict:
+    cpu = math.ceil(cfg.timeout_s) + 1  # a backstop per process: the test's CPU time, all processes, is read
+    one = lambda value: [value, value]  # noqa: E731
+    limits = {"RLIMIT_CPU": [cpu, cpu + 1],  # SIGXCPU at the soft limit, SIGKILL one second later
+              "RLIMIT_FSIZE": one(cfg.file_size_mb << 20), "RLIMIT_NOFILE": one(cfg.open_files),
+              "RLIMIT_CORE": one(0)}
+    if not memory_cgroup:  # a backstop for what one process can allocate between two reads of its memory
+        limits["RLIMIT_AS"] = one((2 * cfg.memory_mb + 1024) << 20)
+    if not per_test_pids:  # counted per uid (per user namespace); a test's cgroup counts its own pids instead
+        limits["RLIMIT_NPROC"] = one(cfg.processes)
+    return limits
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """How each test is launched on this machine (chosen by _choose_plan)."""
+    mode: str                # NAMESPACES, NAMESPACES_SHARED_UID, NAMESPACES_UNPRIVILEGED or PLAIN (shown only)
+    python: str
+    uid: int | None          # uid the candidate runs as after we drop root, None if we are not root
+    launcher: tuple = ()     # unshare ... sh -c _NS_SCRIPT sandbox   (namespaces only)
+    drop: tuple = ()         # setpriv ... [unshare --user ...]: become the candidate
+    own_user_namespace: bool = False   # each test has a user namespace of its own
+    cgroups: "_Cgroups | None" = None  # where each test gets cgroups of its own
+    no_cgroup: str = ""      # why there are none
+
+    def argv(self, cfg: SandboxConfig, fds: dict, cgroup: "_TestCgroup | None", fn_name: str) -> list[str]:
+        """fds: the inherited descriptors "program", "input" and "fstab"."""
+        before_drop = []
+        if self.launcher:
+            nested = "1" if self.own_user_namespace and self.uid is None else "0"  # made by the trainer's user
+            before_drop = [f"/proc/self/fd/{fds['fstab']}", str((cfg.memory_mb << 20) // 4 // _PAGE), nested,
+                           str(math.ceil(_wall_timeout(cfg)) + 2), " ".join(cgroup.paths if cgroup else [])]
+        settings = {"program_fd": fds["program"], "input_fd": fds["input"], "fn_name": fn_name,
+                    "cgroup": [cgroup.name, len(cgroup.paths)] if cgroup else None,
+                    "keyctl": _KEYCTL.get(os.uname().machine), "seccomp": _SECCOMP.get(os.uname().machine),
+                    "limits": _limits(cfg, per_test_pids=bool(cgroup), memory_cgroup=bool(cgroup))}
+        return [*self.launcher, *before_drop, *self.drop, self.python, "-I", "-c", _HARNESS, json.dumps(settings)]
+
+    def covered(self) -> list[str]:
+        """Paths a candidate must not see, directories ending in / (listed afresh for every test): the entries of
+        / but the system directories, the interpreter's own (as named, e.g. a virtualenv's, and as resolved) and
+        symlinks; the world-writable directories that are not the test's own."""
+        keep = {self.python.split(os.sep)[1], os.path.realpath(self.python).split(os.sep)[1]}  # e.g. opt
+        return [entry.path + "/" * entry.is_dir(follow_symlinks=False) for entry in os.scandir("/")
+                if entry.name not in _SYSTEM_DIRS | keep and not entry.is_symlink()] + \
+               [path + "/" for path in _COVERED_WRITABLE if os.path.isdir(path)]
+
+    def fstab(self, cfg: SandboxConfig) -> bytes:
+        escape = lambda path: re.sub(r"[\s\\]", lambda m: "\\%03o" % ord(m.group()), path)  # noqa: E731 (fstab(5))
+        lines = [f"sandbox-hide {escape(path[:-1])} tmpfs ro,size=4k,nosuid,nodev,noexec" if path.endswith("/")
+                 else f"/dev/null {escape(path)} none bind,ro,nosuid,nodev,noexec"  # nodev: cannot even be opened
+                 for path in self.covered()]
+        uid = 0 if self.uid is None else self.uid  # sources named sandbox-*: `mount -a` skips a mounted source
+        lines += [f"sandbox-work /tmp tmpfs size={cfg.file_size_mb}m,nr_inodes={_TMPFS_INODES},mode=700,uid={uid},"
+                  f"gid={uid},nosuid,nodev",
+                  f"sandbox-shm /dev/shm tmpfs size={cfg.memory_mb}m,nr_inodes={_TMPFS_INODES},mode=1777,nosuid,nodev",
+                  f"sandbox-pts /dev/pts devpts newinstance,ptmxmode=0666,mode=0620,max={_PTYS},nosuid,noexec",
+                  "/dev/pts/ptmx /dev/ptmx none bind"]
+        return "".join(line + " 0 0\n" for line in lines).encode()
+
+
+def _wall_timeout(cfg: SandboxConfig) -> float:
+    return cfg.wall_timeout_s or 2 * cfg.timeout_s + 5
+
+
+def _which(name: str) -> str | None:
+    return shutil.which(name, path=os.pathsep.join([os.environ.get("PATH", ""), "/usr/bin", "/bin",
+                                                    "/usr/sbin", "/sbin"]))
+
+
+def _write(path: str, value) -> None:
+    with open(path, "w") as file:
+        file.write(str(value))
+
+
+def _make_plan(mode: str, python: str, uid: int, cgroups: "_Cgroups | None", no_cgroup: str) -> _Plan:
+    """The plan of one mode: the commands that isolate a test (namespaces), then make it the candidate."""
+    unshare, setpriv, root = _which("unshare"), _which("setpriv"), os.geteuid() == 0
+    drop = (setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--inh-caps=-all",
+            "--bounding-set=-all", "--no-new-privs") if root else ()
+    if mode == PLAIN:
+        return _Plan(mode, python, uid if root else None, drop=drop, no_cgroup="plain mode")
+    own_user_namespace = mode != NAMESPACES_SHARED_UID
+    if mode == NAMESPACES:  # root: as uid, enter a user namespace of the test's own, forbid nested ones, then
+        drop += (unshare, "--user", f"--map-user={uid}", f"--map-group={uid}", "--keep-caps",  # drop its capabilities
+                 "/bin/sh", "-c", _NO_NESTED_USER_NAMESPACES, "sandbox", setpriv, "--inh-caps=-all",
+                 "--bounding-set=-all")
+    elif not root:  # NAMESPACES_UNPRIVILEGED: we are root only inside it; drop its capabilities for good
+        uid, drop = None, (setpriv, "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs",
+                           "--securebits=+noroot,+noroot_locked,+no_setuid_fixup,+no_setuid_fixup_locked"
+                           ) if setpriv else ()
+    launcher = (unshare, *(() if root else ("--user", "--map-root-user")), "--ipc", "--net", "--pid", "--fork",
+                "--kill-child", "--mount-proc", "--mount", "/bin/sh", "-c", _NS_SCRIPT, "sandbox")
+    return _Plan(mode, python, uid, launcher, drop, own_user_namespace, cgroups, no_cgroup)
+
+
+def _guarantees(plan: _Plan, cfg: SandboxConfig) -> tuple[list[str], list[str]]:
+    """(what the plan enforces, what it does not): sandbox_info's report, feature by feature."""
+    who = "the trainer itself" if plan.uid is None else f"other candidates running as uid {plan.uid}"
+    wall = _wall_timeout(cfg)
+    enforced = [f"at most {_cores(cfg)} tests of this process run at once (all threads, all programs together)",
+                f"time: {cfg.timeout_s:g} s of CPU time for all the test's processes together, and {wall:g} s of "
+                "wall-clock time (a test waiting for its turn is not timed); rlimits per process: CPU time, file "
+                "size, open files, no core files",
+                "new session; the whole process group is SIGKILLed at exit and at a timeout",
+                "the program is a file, solution.py, in a fresh working directory removed afterwards",
+                "scrubbed environment (PATH, LANG, HOME and TMPDIR, one thread for BLAS/OpenMP)",
+                "stdout+stderr size cap; outputs compared in the trainer with time and memory bounded by the "
+                "expected output, never building per-token objects of the candidate's output",
+                "candidates are the OOM killer's first choice (oom_score_adj 1000)"]
+    gaps = []
+    if os.uname().machine in _KEYCTL:
+        enforced.append("a fresh, empty session keyring (not the trainer's)")
+    if os.uname().machine in _SECCOMP:
+        enforced.append("no file locks: flock() and fcntl() locks succeed without locking (seccomp), so they "
+                        "carry nothing between tests")
+    else:
+        gaps.append(f"file locks (flock, fcntl) on shared files can carry bits between tests ({os.uname().machine}: "
+                    "no seccomp filter here)")
+    if plan.uid is not None:
+        enforced.append(f"runs as uid {plan.uid} with no capabilities (setpriv)")
+    if plan.launcher:
+        enforced += ["no network (new, empty network namespace)",
+                     "pid namespace: kill(-1) reaches only its own processes; none outlives the test's result (the "
+                     "namespace is torn down before the result is returned)",
+                     "IPC namespace: System V IPC and POSIX message queues are the test's own and die with it",
+                     f"mount namespace: the working directory is a fresh tmpfs on /tmp ({cfg.file_size_mb} MB, "
+                     f"{_TMPFS_INODES} files), with a writable /dev/shm of its own ({_TMPFS_INODES} files) and a "
+                     f"devpts of its own ({_PTYS} pseudo-terminals); covered (empty): " + " ".join(plan.covered())]
+    else:
+        gaps += ["network access", f"pid isolation: kill(-1) reaches {who}, and /proc/PID/fd their input and "
+                 "output pipes",
+                 "if the trainer dies mid-test, nothing kills a sleeping candidate",
+                 "processes that setsid and double-fork outlive the test (CPU-limited, not time-limited) and "
+                 "escape its memory and CPU count", "files readable by the candidate's user (datasets, test "
+                 "files) stay readable", "world-writable directories (/tmp, /var/tmp, /dev/shm) and the host's "
+                 "pseudo-terminals are shared", f"System V IPC, POSIX message queues, keyrings and RLIMIT_NPROC "
+                 f"are shared with {who}, and IPC objects outlive the test"]
+    if plan.own_user_namespace:
+        enforced.append("a user namespace per test, in which nested user namespaces are forbidden: its keyrings "
+                        "and its process count (RLIMIT_NPROC, per user namespace since Linux 5.14) are its own")
+    elif plan.launcher:  # without a cgroup, RLIMIT_NPROC (per uid) bounds its processes
+        nproc = ("", "") if plan.cgroups else (" and RLIMIT_NPROC", ", and one can starve another of processes")
+        gaps.append(f"no user namespace per test: kernel keyrings{nproc[0]} are per uid, shared by all candidates "
+                    f"running as uid {plan.uid} at once: they can pass notes through their user keyring{nproc[1]}")
+    if plan.launcher and plan.uid is None:  # the candidate is the trainer's own user, mapped to root
+        gaps.append("the candidate has the trainer's real uid: it can kill the watchdog (not the trainer, outside "
+                    "its pid namespace), and RLIMIT_NPROC also counts the trainer's own processes")
+        if not plan.drop:
+            gaps.append("no setpriv: the candidate keeps its namespace capabilities and could unmount the covers")
+    if plan.launcher:
+        enforced.append("a watchdog inside the namespaces kills the candidate even if the trainer dies")
+    if plan.cgroups:
+        enforced += plan.cgroups.guarantees(cfg)
+        gaps += plan.cgroups.gaps()
+        return enforced, gaps
+    enforced.append(f"memory of the whole test, read every {_POLL_S * 1000:g} ms: the proportional set size of all "
+                    "its processes (shared and copy-on-write pages counted once), memfd files they hold and, in "
+                    f"namespaces, its /tmp and /dev/shm; the test is killed above {cfg.memory_mb} MB; System V "
+                    f"shared memory is capped at a quarter of that; each process's address space at "
+                    f"{2 * cfg.memory_mb + 1024} MB")
+    gaps.insert(0, f"no cgroup per test ({plan.no_cgroup}): memory and CPU time are read from /proc every "
+                   f"{_POLL_S * 1000:g} ms, so a test can overshoot by what it allocates between two reads; pipe and "
+                   "socket buffers are not counted; no CPU fairness: a test that spreads over many sessions (setsid) "
+                   "gets more CPU than its neighbours")
+    return enforced, gaps
+
+
+# ----------------------------------------------------------------------------- code: cgroups
+
+@dataclass(frozen=True)
+class _Cgroups:
+    """Where this process may create cgroups: version 2 (one directory, every controller in it) or version 1 (one
+    directory per hierarchy). Under each, the process gets a parent cgroup of its own (its CPU quota: `cores`), and
+    each test a child of it: memory (all its processes together, no swap), pids, and an equal CPU share."""
+    version: int
+    hierarchies: tuple  # ((directory, controllers), ...): this process's own cgroup in each hierarchy
+
+    def directories(self) -> list[str]:
+        return [directory for directory, _ in self.hierarchies]
+
+    def has(self, controller: str) -> bool:
+        return any(controller in controllers for _, controllers in self.hierarchies)
+
+    def guarantees(self, cfg: SandboxConfig) -> list[str]:
+        where = " ".join(self.directories())
+        if self.version == 2:
+            memory = f"memory.max {cfg.memory_mb} MB, memory.swap.max 0"
+        else:
+            memory = f"memory.limit_in_bytes {cfg.memory_mb} MB" + (" (and memsw: no swap)" if self._memsw() else "")
+        said = [f"cgroup v{self.version} per test, under {where}: {memory} for all its processes together (anonymous, "
+                f"shared, tmpfs and kernel memory, copy-on-write pages once), pids.max {cfg.processes}; removed, with "
+                "nothing left in it, before the result is returned"]
+        if self.has("cpu"):
+            said.append(f"CPU: each running test's cgroup has an equal share, whatever sessions its processes start; "
+                        f"all of them together weigh as {_cores(cfg)} processes against the rest of the machine and "
+                        f"use at most {_cores(cfg)} cores (a parent cgroup's shares and quota)")
+        return said
+
+    def gaps(self) -> list[str]:
+        return [] if self.has("cpu") else ["no cpu controller for the tests' cgroups: a test that spreads over many "
+                                           "sessions (setsid) gets more CPU than its neighbours"]
+
+    def _memsw(self) -> bool:
+        return any(os.path.exists(os.path.join(directory, "memory.memsw.limit_in_bytes"))
+                   for directory, controllers in self.hierarchies if "memory" in controllers)
+
+
+def _find_cgroups(setting: str) -> tuple[_Cgroups | None, str]:
+    """(where tests get cgroups, "") or (None, why there is none). "auto": cgroup v2 if this process's cgroup
+    enables memory and pids for its children (true of a root cgroup, rarely of others: a cgroup holding processes
+    cannot enable them), else cgroup v1 if its memory and pids hierarchies are mounted and this process may create
+    cgroups in its own cgroup there; a directory given by name is a cgroup v2 that gets the controllers enabled (it
+    must hold no processes)."""
+    if setting == "off":
+        return None, "cgroup='off'"
+    try:
+        with open("/proc/self/mountinfo") as file:
+            mounts = [line.split(" - ") for line in file]
+        with open("/proc/self/cgroup") as file:
+            own = dict(line.rstrip("\n").split(":", 2)[1:] for line in file)  # controllers -> path
+    except OSError as error:
+        return None, f"cannot read this process's cgroups: {error}"
+    v2 = setting
+    if setting == "auto":
+        v2_mounts = [head.split()[4] for head, tail in mounts if tail.startswith("cgroup2 ")]
+        v2 = os.path.normpath(os.path.join(v2_mounts[0], own.get("", "/").lstrip("/"))) if v2_mounts else ""
+    why = []
+    if v2:
+        try:
+            with open(os.path.join(v2, "cgroup.subtree_control")) as file:
+                enabled = file.read().split()
+            missing = sorted({"memory", "pids"} - set(enabled))
+            if missing and setting == "auto":
+                with open(os.path.join(v2, "cgroup.controllers")) as file:
+                    available = file.read().split()
+                raise OSError(f"does not enable {' and '.join(missing)} for child cgroups (available there: "
+                              f"{' '.join(available) or 'none'})")
+            if missing:
+                _write(os.path.join(v2, "cgroup.subtree_control"), " ".join("+" + name for name in missing))
+            os.rmdir(tempfile.mkdtemp(prefix="probe-", dir=v2))  # may we create cgroups there?
+            with open(os.path.join(v2, "cgroup.subtree_control")) as file:
+                controllers = tuple(name for name in ("memory", "pids", "cpu") if name in file.read().split())
+            if re.search(r"\s", v2):
+                raise OSError("whitespace in its path")  # the namespace's init splits the test's paths on it
+            return _Cgroups(2, ((v2, controllers),)), ""
+        except OSError as error:
+            if setting != "auto":
+                raise RuntimeError(f"SandboxConfig.cgroup={setting!r} cannot hold one cgroup per test: {error}") \
+                    from None
+            why.append(f"cgroup v2 {v2}: {error}")
+    hierarchies = []
+    for head, tail in mounts:  # cgroup v1: one mount per hierarchy, its controllers in the super options
+        if not tail.startswith("cgroup "):
+            continue
+        controllers = tuple(name for name in tail.split()[-1].split(",")
+                            if name in ("memory", "pids", "cpu", "cpuacct"))
+        path = next((path for names, path in own.items() if set(controllers) <= set(names.split(","))), None)
+        if controllers and path is not None:  # the path is relative to the hierarchy's root, the mount's is `root`
+            root, mount_point = head.split()[3:5]
+            hierarchies.append((os.path.normpath(mount_point + "/" + os.path.relpath(path, root)), controllers))
+    found = _Cgroups(1, tuple(hierarchies))
+    if not (found.has("memory") and found.has("pids")):
+        return None, "; ".join(why + ["no cgroup v1 memory and pids hierarchies"])
+    try:
+        for directory in found.directories():
+            if re.search(r"\s", directory):
+                raise OSError(f"whitespace in the path {directory!r}")
+            os.rmdir(tempfile.mkdtemp(prefix="probe-", dir=directory))
+    except OSError as error:
+        return None, "; ".join(why + [f"cgroup v1: {error}"])
+    return found, ""
+
+
+class _ProcessCgroups:
+    """This process's parent cgroups for its tests (one per hierarchy), made on first use and removed at exit;
+    made afresh in a forked child. Their CPU quota holds all tests of the process to `cores` cores. A trainer that
+    was killed leaves its parents behind: the next one removes those of dead processes of its pid namespace."""
+
+    def __init__(self):
+        self.parents: dict[tuple, list[str]] = {}
+        self.lock = threading.Lock()
+        atexit.register(self.remove)
+
+    def get(self, cgroups: _Cgroups, cores: int) -> list[str]:
+        key = (os.getpid(), cgroups)
+        with self.lock:
+            if key not in self.parents or not all(map(os.path.isdir, self.parents[key])):
+                self.parents[key] = [self._make(cgroups, directory, controllers, cores)
+                                     for directory, controllers in cgroups.hierarchies]
+            return self.parents[key]
+
+    @staticmethod
+    def _make(cgroups: _Cgroups, directory: str, controllers: tuple, cores: int) -> str:
+        prefix = f"reward-{os.stat('/proc/self/ns/pid').st_ino}-"  # pids are ours to check in our pid namespace only
+        for entry in os.scandir(directory):
+            pid = entry.name[len(prefix):]
+            if entry.name.startswith(prefix) and pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
+                for cgroup in [child.path for child in os.scandir(entry.path) if child.is_dir()] + [entry.path]:
+                    try:
+                        os.rmdir(cgroup)  # only an empty cgroup can be removed
+                    except OSError:
+                        pass
+        path = os.path.join(directory, prefix + str(os.getpid()))
+        os.makedirs(path, exist_ok=True)
+        # CPU: the tests together weigh as `cores` busy processes against the rest of the machine (each of which
+        # weighs one), and use at most `cores` cores
+        if cgroups.version == 2:
+            _write(os.path.join(path, "cgroup.subtree_control"), " ".join("+" + name for name in controllers))
+            if "cpu" in controllers:
+                _write(os.path.join(path, "cpu.weight"), min(10_000, 100 * cores))
+                _write(os.path.join(path, "cpu.max"), f"{cores * 100_000} 100000")
+        elif "cpu" in controllers:
+            _write(os.path.join(path, "cpu.shares"), 1024 * cores)
+            _write(os.path.join(path, "cpu.cfs_period_us"), 100_000)
+            _write(os.path.join(path, "cpu.cfs_quota_us"), cores * 100_000)
+        return path
+
+    def remove(self):
+        with self.lock:
+            for (pid, _), paths in self.parents.items():
+                for path in paths if pid == os.getpid() else []:
+                    try:
+                        os.rmdir(path)
+                    except OSError:
+                        pass
+            self.parents.clear()
+
+
+_PROCESS_CGROUPS = _ProcessCgroups()
+_TEST_NUMBERS = itertools.count()
+
+
+class _TestCgroup:
+    """The cgroups of one test (one per hierarchy): made with its limits, read while it runs, removed after."""
+
+    def __init__(self, cgroups: _Cgroups, cfg: SandboxConfig):
+        self.version, self.paths, self.memory, self.cpu = cgroups.version, [], "", ""  # memory, cpu: directories
+        self.name = f"test-{os.getpid()}-{next(_TEST_NUMBERS)}"  # the same in every hierarchy
+        try:
+            for parent, (_, controllers) in zip(_PROCESS_CGROUPS.get(cgroups, _cores(cfg)), cgroups.hierarchies):
+                path = os.path.join(parent, self.name)
+                os.mkdir(path)
+                self.paths.append(path)
+                self._limit(path, controllers, cfg)
+                if "memory" in controllers:
+                    self.memory = path
+                if "cpuacct" in controllers or self.version == 2:
+                    self.cpu = path
+        except OSError:
+            self.remove()
+            raise
+
+    def _limit(self, path: str, controllers: tuple, cfg: SandboxConfig):
+        memory, exists = cfg.memory_mb << 20, lambda name: os.path.exists(os.path.join(path, name))  # noqa: E731
+        if self.version == 2:
+            settings = [("memory.max", memory), ("pids.max", cfg.processes), ("memory.swap.max", 0),
+                        ("memory.oom.group", 1)]  # the last two: absent without swap accounting
+        else:
+            settings = [("memory.limit_in_bytes", memory), ("memory.memsw.limit_in_bytes", memory),
+                        ("pids.max", cfg.processes)]  # memsw: absent without swap accounting
+        for name, value in settings:
+            if exists(name):
+                _write(os.path.join(path, name), value)
+
+    def cpu_seconds(self) -> float | None:
+        """CPU time of all the test's processes so far, or None without a CPU-accounting cgroup."""
+        if not self.cpu:
+            return None
+        if self.version == 1:
+            with open(os.path.join(self.cpu, "cpuacct.usage")) as file:
+                return int(file.read()) / 1e9
+        with open(os.path.join(self.cpu, "cpu.stat")) as file:
+            return int(dict(line.split() for line in file)["usage_usec"]) / 1e6
+
+    def oom_killed(self) -> bool:
+        name = "memory.events" if self.version == 2 else "memory.oom_control"
+        with open(os.path.join(self.memory, name)) as file:
+            return int(dict(line.split() for line in file).get("oom_kill", 0)) > 0
+
+    def remove(self) -> bool:
+        """Remove the test's cgroups once nothing is left in them; -> whether its memory limit killed something."""
+        killed = bool(self.memory) and self.oom_killed()
+        deadline = time.monotonic() + _TEARDOWN_S
+        for path in reversed(self.paths):
+            while os.path.exists(path):
+                try:
+                    os.rmdir(path)
+                except OSError:  # still populated: the pid namespace is being torn down
+                    if time.monotonic() > deadline:
+                        print(f"reward.py: WARNING: cgroup {path} still holds processes; left in place",
+                              file=sys.stderr)
+                        break
+                    if os.path.exists(os.path.join(path, "cgroup.kill")):  # v2, Linux >= 5.14
+                        _write(os.path.join(path, "cgroup.kill"), 1)
+                    time.sleep(0.002)
+        return killed
+
+
+# ----------------------------------------------------------------------------- code: running one test
+
+def _run_one_test(plan: _Plan, cfg: SandboxConfig, program: str, test: dict) -> TestResult:
+    """Run one test of one program in a fresh sandbox (and cgroups), when the process-wide budget has a slot for
+    it, and judge it here, in the parent."""
+    with _SLOTS.take(_cores(cfg)):
+        cgroup = _TestCgroup(plan.cgroups, cfg) if plan.cgroups else None
+        try:
+            returncode, out, err, status = _run_in_sandbox(plan, cfg, program, test, cgroup)
+        finally:
+            memory_killed = cgroup.remove() if cgroup else False
+    if status == "memory" or memory_killed:
+        return TestResult(False, f"memory limit: the test's processes held more than {cfg.memory_mb} MB together")
+    if status == "timeout":
+        return TestResult(False, f"timeout: more than {cfg.timeout_s:g}s of CPU time")
+    if status == "wall timeout":
+        return TestResult(False, f"timeout: more than {_wall_timeout(cfg):g}s of wall-clock time")
+    if status == "overflow":
+        return TestResult(False, f"output limit exceeded ({cfg.output_mb:g} MB)")
+    if returncode is None:
+        return TestResult(False, status)
+    if returncode != 0:
+        return TestResult(False, _crash_reason(returncode, bool(plan.launcher), err))
+    expected = test["output"]
+    if not out.isascii() and len(out) > 4 * len(expected.encode()) + (64 << 10):
+        # Decoded, one character beyond U+FFFF makes Python store every character in 4 bytes (4x the output). A
+        # match is the expected text up to white space and number formatting: judged wrong without decoding it.
+        return TestResult(False, f"wrong answer: {len(out)} bytes of non-ASCII output, "
+                                 f"{len(expected.encode())} expected")
+    got = out.decode("utf-8", "replace")
+    del out, err  # judged from `got` alone: the raw bytes would double the memory a long output costs
+    mismatch = functional_mismatch(got, expected) if test.get("fn_name") else stdout_mismatch(got, expected)
+    return TestResult(mismatch is None, mismatch or "passed")
+
+
+class _TestSlots:
+    """The process-wide budget: at most `cores` tests run at once, whichever thread and program they belong to
+    (an RL loop scores many responses on many threads, each running its tests on threads of its own). A test
+    waiting for a slot is not timed."""
+
+    def __init__(self):
+        self.busy = 0
+        self.changed = threading.Condition()
+
+    @contextlib.contextmanager
+    def take(self, cores: int):
+        with self.changed:
+            self.changed.wait_for(lambda: self.busy < cores)
+            self.busy += 1
+        try:
+            yield
+        finally:
+            with self.changed:
+                self.busy -= 1
+                self.changed.notify_all()
+
+
+_SLOTS = _TestSlots()
+
+
+def _run_in_sandbox(plan: _Plan, cfg: SandboxConfig, program: str, test: dict, cgroup: "_TestCgroup | None"):
+    """Run one test in a fresh sandbox; -> (returncode, stdout, stderr, status) as _communicate's, or
+    (None, b"", b"", "sandbox could not start: ...")."""
+    workdir = "" if plan.launcher else tempfile.mkdtemp(prefix="reward-sandbox-")  # namespaces: a tmpfs on /tmp
+    env = dict(_CANDIDATE_ENV, HOME=workdir or "/tmp", TMPDIR=workdir or "/tmp")
+    # The test's stdin, stdout and stderr are pipes of our own, given to the candidate's user: a program may reopen
+    # them by path (open('/dev/stdin'), '/proc/self/fd/1'), and the kernel then checks the pipe's owner and mode
+    # (0600), which would refuse a root-owned pipe to the dropped user. The harness makes the input pipe its stdin.
+    pipes = [os.pipe() for _ in range(3)]  # (read, write) of stdin, stdout, stderr
+    (input_read, input_write), (out_read, out_write), (err_read, err_write) = pipes
+    ours, theirs = [input_write, out_read, err_read], [input_read, out_write, err_write]
+    try:
+        if plan.uid is not None:
+            for read_end, _ in pipes:
+                os.fchown(read_end, plan.uid, plan.uid)  # a pipe is one inode: both ends change owner
+        # Program and fstab are passed as open descriptors of unlinked files: no argv size limit, nothing on
+        # disk to go stale, readable by the dropped user only through the descriptor.
+        with tempfile.TemporaryFile() as source, tempfile.TemporaryFile() as fstab:
+            if workdir and plan.uid is not None:
+                os.chown(workdir, plan.uid, plan.uid)
+            source.write(program.encode("utf-8", "replace"))
+            source.flush()
+            if plan.launcher:
+                fstab.write(plan.fstab(cfg))
+                fstab.flush()
+            fds = {"program": source.fileno(), "input": input_read, "fstab": fstab.fileno()}
+            try:
+                proc = subprocess.Popen(plan.argv(cfg, fds, cgroup, test.get("fn_name") or ""),
+                                        stdin=subprocess.DEVNULL, stdout=out_write, stderr=err_write,
+                                        cwd=workdir or "/", env=env, start_new_session=True,
+                                        pass_fds=tuple(fds.values()))
+            except OSError as error:
+                return None, b"", b"", f"sandbox could not start: {error}"
+            for fd in theirs:  # the candidate holds them now; its pipes close when its last process exits
+                os.close(fd)
+            theirs = []
+            stdin_fd = ours.pop(0)  # _communicate closes it
+            try:
+                out, err, status = _communicate(proc, stdin_fd, out_read, err_read,
+                                                test["input"].encode("utf-8", "replace"), cfg,
+                                                _Meter(proc, cfg, cgroup, bool(plan.launcher)))
+            finally:
+                _stop(proc, bool(plan.launcher))
+    finally:
+        for fd in ours + theirs:
+            os.close(fd)
+        if workdir:
+            shutil.rmtree(workdir, ignore_errors=True)
+    return proc.returncode, out, err, status
+
+
+class _Meter:
+    """What a running test has used: CPU time of all its processes (its cgroup's, or summed from /proc), and
+    without cgroups its memory (_tree_usage, plus its tmpfs mounts). over() says which limit it passed, if any."""
+
+    def __init__(self, proc: subprocess.Popen, cfg: SandboxConfig, cgroup: "_TestCgroup | None", isolated: bool):
+        self.proc, self.cfg, self.cgroup, self.isolated = proc, cfg, cgroup, isolated
+
+    def over(self) -> str | None:
+        if self.cgroup:  # the kernel counts its memory, and its CPU time where there is a cpuacct (or v2) cgroup
+            if self.cgroup.oom_killed():
+                return "memory"
+            cpu = self.cgroup.cpu_seconds()
+            cpu = _tree_usage(self.proc.pid)[0] if cpu is None else cpu
+            return "timeout" if cpu > self.cfg.timeout_s else None
+        cpu, memory = _tree_usage(self.proc.pid)
+        if self.isolated:
+            memory += sum(map(_tmpfs_usage, _children(self.proc.pid)))
+        if cpu > self.cfg.timeout_s:
+            return "timeout"
+        return "memory" if memory > self.cfg.memory_mb << 20 else None
+
+
+def _communicate(proc: subprocess.Popen, stdin_fd: int, stdout_fd: int, stderr_fd: int, data: bytes,
+                 cfg: SandboxConfig, meter: _Meter):
+    """Feed `data` to stdin_fd (closed on return), read stdout_fd/stderr_fd up to cfg.output_mb in all, and check
+    every 20 ms that the test is within its CPU time and memory; -> (stdout, stderr, status), the outputs as the
+    bytearrays they were read into (no copy), status in "exited", "timeout", "wall timeout", "overflow", "memory".
+    Never waits past the wall-clock deadline."""
+    deadline, next_check = time.monotonic() + _wall_timeout(cfg), time.monotonic() + _POLL_S
+    cap = int(cfg.output_mb * 2**20)
+    stdout, stderr = bytearray(), bytearray()
+    output, sent, exited = {stdout_fd: stdout, stderr_fd: stderr}, 0, False
+    with contextlib.closing(os.fdopen(stdin_fd, "wb", buffering=0)) as stdin, \
+            selectors.DefaultSelector() as selector:  # stdin: written with os.write, closed once all is sent
+        for fd in output:
+            selector.register(fd, selectors.EVENT_READ)
+        if data:
+            os.set_blocking(stdin_fd, False)
+            selector.register(stdin_fd, selectors.EVENT_WRITE)
+        else:
+            stdin.close()
+        while True:
+            now = time.monotonic()
+            if now >= deadline:
+                return stdout, stderr, "wall timeout"
+            if now >= next_check and not exited:
+                next_check = now + _POLL_S
+                if over := meter.over():
+                    return stdout, stderr, over
+            if not selector.get_map():  # all pipes closed: wait for the exit itself
+                if exited:
+                    break
+                time.sleep(min(deadline - now, 0.002))
+                exited = _has_exited(proc)
+                continue
+            # after the exit, only drain what is already there (an escaped child may hold the pipes)
+            events = selector.select(0 if exited else min(deadline - now, _POLL_S))
+            if exited and not events:
+                break
+            for key, _ in events:
+                if key.fd == stdin_fd:
+                    try:
+                        sent += os.write(stdin_fd, data[sent:sent + (1 << 16)])
+                    except BlockingIOError:
+                        continue
+                    except BrokenPipeError:  # the program stopped reading its input
+                        sent = len(data)
+                    if sent >= len(data):
+                        selector.unregister(stdin_fd)
+                        stdin.close()
+                elif chunk := os.read(key.fd, 1 << 16):
+                    output[key.fd] += chunk
+                    if len(stdout) + len(stderr) > cap:
+                        return stdout, stderr, "overflow"
+                else:
+                    selector.unregister(key.fd)
+            exited = exited or _has_exited(proc)
+    return stdout, stderr, "exited"
+
+
+def _stop(proc: subprocess.Popen, isolated: bool):
+    """Kill what is left of a test and wait until none of its processes is left. Namespaces: the pid namespace
+    dies with its init, and the launcher exits only once the kernel has reaped the whole namespace (killing the
+    launcher first would return while the namespace is still dying)."""
+    if isolated:
+        for init in _children(proc.pid):
+            try:
+                os.kill(init, signal.SIGKILL)
+            except OSError:
+                pass
+        try:
+            proc.wait(timeout=_TEARDOWN_S)
+        except subprocess.TimeoutExpired:
+            pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # the whole session (plain mode), what is left of the launcher
+    except OSError:
+        pass
+    proc.wait()
+
+
+def _crash_reason(returncode: int, via_shell: bool, stderr) -> str:
+    """Why a test crashed: the signal that killed it, or its exit status and the end of the last line of its stderr.
+    Only the tail of stderr is looked at, so judging a crash costs no more than the output read (up to output_mb)."""
+    signum = -returncode if returncode < 0 else returncode - 128 if via_shell and returncode > 128 else 0
+    if signum:
+        hints = {signal.SIGKILL: "memory or process limit?", signal.SIGXCPU: "CPU time limit",
+                 signal.SIGXFSZ: "file size limit", signal.SIGSEGV: "crash, e.g. a stack overflow"}
+        try:
+            name = signal.Signals(signum).name
+        except ValueError:
+            name = f"signal {signum}"
+        return f"killed by {name}" + (f" ({hints[signum]})" if signum in hints else "")
+    return f"runtime error (exit status {returncode}): {_last_line(stderr)[-200:]}"
+
+
+def _last_line(output, tail: int = 4096) -> str:
+    """The last non-blank line of `output` (bytes), stripped, its last `tail` bytes at most: what decoding, stripping
+    and splitting the whole output would give, without a copy or decode of it (trailing white space is skipped a
+    block at a time, the line found by rfind)."""
+    end = len(output)
+    while end and not (block := bytes(output[max(0, end - tail):end]).rstrip()):
+        end = max(0, end - tail)   # a block of white space only
+    if not end:
+        return ""
+    end = max(0, end - tail) + len(block)
+    start = max(output.rfind(b"\n", 0, end) + 1, end - tail)
+    return bytes(output[start:end]).decode("utf-8", "replace").strip()
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children", "rb") as file:
+            return [int(child) for child in file.read().split()]
+    except OSError:
+        return []
+
+
+def _has_exited(proc: subprocess.Popen) -> bool:
+    """Exit check that does not reap, so the process group id cannot be reused before we kill it."""
+    try:
+        return os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:
+        return True
+
+
+def _tree_usage(pid: int) -> tuple[float, int]:
+    """(CPU seconds, memory bytes) of process `pid` and its descendants, from /proc: user + system time, with that of
+    their reaped children; proportional set size (a page that n processes map counts 1/n to each, so shared and
+    copy-on-write pages count once) plus the memfd files they hold open, each file once."""
+    ticks, memory, files, pending = 0, 0, set(), [pid]
+    while pending:
+        pid = pending.pop()
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as file:
+                ticks += sum(map(int, file.read().rsplit(b")", 1)[1].split()[11:15]))  # utime stime cutime cstime
+            with open(f"/proc/{pid}/smaps_rollup", "rb") as file:
+                memory += next((int(line.split()[1]) << 10 for line in file if line.startswith(b"Pss:")), 0)
+            for fd in os.scandir(f"/proc/{pid}/fd"):
+                if os.readlink(fd.path).startswith("/memfd:"):
+                    stat = os.stat(fd.path)
+                    if (stat.st_dev, stat.st_ino) not in files:
+                        files.add((stat.st_dev, stat.st_ino))
+                        memory += stat.st_blocks * 512
+            for task in os.listdir(f"/proc/{pid}/task"):  # a child is listed under the thread that forked it
+                with open(f"/proc/{pid}/task/{task}/children", "rb") as file:
+                    pending += map(int, file.read().split())
+        except (OSError, ValueError):
+            continue  # it exited meanwhile
+    return ticks / _TICKS, memory
+
+
+def _tmpfs_usage(init: int) -> int:
+    """Bytes held in the test's own /tmp and /dev/shm (seen through its pid namespace's init), once mounted."""
+    used = 0
+    for path in ("/tmp", "/dev/shm"):
+        try:
+            mine = os.stat(f"/proc/{init}/root{path}")
+            if mine.st_dev != os.stat(path).st_dev:  # the test's tmpfs, not yet the trainer's directory
+                stat = os.statvfs(f"/proc/{init}/root{path}")
+                used += (stat.f_blocks - stat.f_bfree) * stat.f_frsize
+        except OSError:
+            pass
+    return used
+
+
+# ----------------------------------------------------------------------------- code: comparing outputs
+# Outputs are judged here, in the trainer, so the cost of judging is bounded by the expected output (the trusted
+# data), not by what a candidate prints: lines and tokens are walked one at a time and the walk stops at the first
+# difference, so memory stays a small multiple of the output cap and no per-token list is ever built.
+
+def stdout_mismatch(got: str, expected: str) -> str | None:
+    """None if `got` matches `expected` by LiveCodeBench's rule (lines after stripping; a line is equal, or both
+    lines are all numbers and equal as exact decimals: 2.0 == 2, 0.30000000000000004 != 0.3), else a reason.
+    As in LiveCodeBench, Python decides what a number is (Decimal: also Unicode digits such as `٣` and `３`, `1_000`,
+    `inf`) and what separates tokens (str.split: any Unicode whitespace, such as NBSP and U+3000)."""
+    got, expected = got.strip(), expected.strip()
+    got_count, expected_count = got.count("\n") + 1, expected.count("\n") + 1
+    if got_count != expected_count:
+        return f"wrong answer: {got_count} lines, expected {expected_count}"
+    for number, (got_line, expected_line) in enumerate(zip(_lines(got), _lines(expected)), 1):
+        got_line, expected_line = got_line.strip(), expected_line.strip()
+        if got_line != expected_line and not _same_numbers(got_line, expected_line):
+            return f"wrong answer on line {number}: got {_short(got_line)}, expected {_short(expected_line)}"
+    return None
+
+
+def functional_mismatch(got: str, expected: str) -> str | None:
+    """None if the JSON text `got` decodes to the same data as `expected` (_same_json), else a reason. JSON never
+    escapes `,`, `[` or `{`, so equal data cannot hold more of them than json.dumps(expected) does: a larger
+    count is rejected before a single object is built, and what is decoded is no bigger than the expected data."""
+    structure = lambda text: text.count(",") + text.count("[") + text.count("{")  # noqa: E731
+    if structure(got) > structure(json.dumps(json.loads(expected))):
+        return f"wrong answer: got {_short(got)}, expected {_short(expected)}"
+    try:
+        same = _same_json(json.loads(got), json.loads(expected))
+    except (ValueError, RecursionError):
+        return f"functional test: the result is not JSON: {_short(got)}"
+    return None if same else f"wrong answer: got {_short(got)}, expected {_short(expected)}"
+
+
+def _same_json(a, b) -> bool:
+    """Equality of decoded JSON values; True is not 1, 1 equals 1.0 (as in LiveCodeBench)."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return a == b
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(map(_same_json, a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same_json(a[key], b[key]) for key in a)
+    return type(a) is type(b) and a == b  # str, None
+
+
+def _short(text: str, limit: int = 60) -> str:
+    return repr(text if len(text) <= limit else text[:limit] + "...")
+
+
+def _lines(text: str):
+    """The lines of `text`, one at a time (str.split("\\n") would build them all at once)."""
+    start = 0
+    while (end := text.find("\n", start)) >= 0:
+        yield text[start:end]
+        start = end + 1
+    yield text[start:]
+
+
+_TOKEN = re.compile(r"\S+")  # \S in a str pattern is exactly what str.split() keeps (both use Unicode isspace)
+
+
+def _same_numbers(got_line: str, expected_line: str) -> bool:
+    """Both lines are all numbers and equal as exact decimals, token by token (LiveCodeBench's rule). At most one
+    token more than the expected line has is ever read from the candidate's line."""
+    got_tokens = _TOKEN.finditer(got_line)
+    try:
+        for expected in _TOKEN.finditer(expected_line):
+            got = next(got_tokens, None)
+            if got is None or decimal.Decimal(got.group()) != decimal.Decimal(expected.group()):
+                return False
+    except (decimal.DecimalException, ValueError):  # not a number, or a signalling NaN compared
+        return False
+    return next(got_tokens, None) is None
+
+
+# ----------------------------------------------------------------------------- self-check
+
+if __name__ == "__main__":   # what the sandbox enforces on this machine, and two programs judged
+    print(json.dumps(sandbox_info(), indent=2))
+    tests = [{"input": "1 2\n", "output": "3"}, {"input": "5 7\n", "output": "12"}]
+    for name, program in [("honest", "print(sum(map(int, input().split())))"), ("sys.exit(0) cheat", "import sys; sys.exit(0)")]:
+        print(f"{name}: {[result.reason for result in run_tests(program, tests)]}")

@@ -1,0 +1,233 @@
+"""The toy tasks, made up on the spot (no download): multi-digit addition with a digit-by-digit `<think>` trace and a
+`\\boxed{}` answer, and small programming problems with 16+ stdin or functional tests and a ```python answer.
+
+    problems = math_problems(200, split="test", min_digits=3, max_digits=3)   # [{id, prompt, answer}]
+    math_response(a, b, rng, slip_probability=0.7)   # the toy teacher: its trace slips once, sometimes
+Train and test never share a problem (the split is a hash of the problem). The toy teacher's slips are what the
+paper's difficulty rule keeps on hard prompts ("mixed" data; distill.py --toy=true). Standard library only.
+"""
+import contextlib
+import io
+import json
+import random
+import zlib
+from typing import NamedTuple
+
+
+def math_problems(n: int, seed: int | str = 0, split: str = "train", min_digits: int = 1,
+                      max_digits: int = 4) -> list:
+    """n addition problems {id, prompt, answer}; each operand has a uniform number of digits in
+    [min_digits, max_digits]. 10% of all pairs are held out as "test" (distinct problems there)."""
+    if split not in ("train", "test"):
+        raise ValueError(f"split={split!r}: use train or test")
+    rng, seen, problems = random.Random(f"toy-math-{split}-{seed}"), set(), []
+    for _ in range(200 * n + 1000):
+        if len(problems) == n:
+            break
+        a, b = (_number(rng, rng.randint(min_digits, max_digits)) for _ in range(2))
+        if _split_of(f"{a}+{b}", 10) != split or (split == "test" and (a, b) in seen):
+            continue
+        seen.add((a, b))
+        problems.append(dict(id=f"add-{a}-{b}", prompt=f"What is {a} + {b}?", answer=str(a + b)))
+    if len(problems) < n:
+        raise ValueError(f"only {len(problems)} distinct {split} problems with {min_digits}-{max_digits} digits; "
+                         "ask for fewer")
+    return problems
+
+
+def _split_of(key: str, test_every: int) -> str:
+    """A problem's split from a hash of its content, so train and test never share a problem."""
+    return "test" if zlib.crc32(key.encode()) % test_every == 0 else "train"
+
+
+def _number(rng, digits: int) -> int:
+    return rng.randint(0 if digits == 1 else 10 ** (digits - 1), 10 ** digits - 1)
+
+
+def addition_trace(a: int, b: int, slip_column: int | None = None, slip: int = 1) -> tuple:
+    """The digit-by-digit chain of thought, right to left, one line 'x+y+carry=sum' per column, and the
+    answer it leads to. slip_column adds `slip` to that column's sum; later columns and the answer follow
+    the mistake, as a flawed but self-consistent teacher trace would."""
+    da, db, lines, digits, carry = str(a)[::-1], str(b)[::-1], [], [], 0
+    for j in range(max(len(da), len(db))):
+        x, y = int(da[j]) if j < len(da) else 0, int(db[j]) if j < len(db) else 0
+        s = x + y + carry + (slip if j == slip_column else 0)
+        lines.append(f"{x}+{y}+{carry}={s}")
+        digits.append(s % 10)
+        carry = s // 10
+    if carry:
+        digits.append(carry)
+    return "\n".join(lines), int("".join(map(str, reversed(digits))))
+
+
+def math_response(a: int, b: int, rng: random.Random, slip_probability: float) -> str:
+    """A toy teacher's answer to `a + b`: the `<think>` trace and the `\\boxed{}` sum. With probability
+    slip_probability the trace slips once, by one, in a random column (drawn from rng only then), and the
+    answer follows the slip: a wrong answer from a self-consistent trace."""
+    slip_column = slip = None
+    if slip_probability > 0 and rng.random() < slip_probability:
+        slip_column = rng.randrange(max(len(str(a)), len(str(b))))
+        s = int(addition_trace(a, b)[0].split("\n")[slip_column].split("=")[1])
+        slip = -1 if s == 19 else (1 if s == 0 else rng.choice((-1, 1)))  # keep the sum in 0..19
+    trace, answer = addition_trace(a, b, slip_column, slip or 0)
+    return f"<think>\n{trace}\n</think>\n\n\\boxed{{{answer}}}"
+
+
+def math_sft_examples(n: int, seed: int = 0, wrong_fraction: float = 0.6, min_digits: int = 1,
+                          max_digits: int = 4) -> list:
+    """n SFT conversations on train-split problems: user question, assistant `<think>` trace + `\\boxed{}`.
+    On hard problems (an operand with >= 3 digits) a wrong_fraction of the traces slip once in a random
+    column and end in a wrong answer; wrong_fraction=0 gives only-correct data. A fixed mix, made without the
+    recipe: `python sft.py` alone trains on it and the toy tokenizer's corpus is made of it; `bash train.sh`
+    makes its SFT data with distill.py (the toy teacher sampled k times per prompt, then the paper's rule)."""
+    rng = random.Random(f"toy-math-sft-{seed}")
+    conversations = []
+    for p in math_problems(n, f"sft-{seed}", "train", min_digits, max_digits):  # not the RL prompts' stream
+        a, b = map(int, p["id"].split("-")[1:])
+        hard = max(len(str(a)), len(str(b))) >= 3
+        conversations.append([{"role": "user", "content": p["prompt"]},
+                              {"role": "assistant",
+                               "content": math_response(a, b, rng, wrong_fraction if hard else 0.0)}])
+    return conversations
+
+
+class CodeFamily(NamedTuple):
+    """A family of toy programming problems: one problem per parameter tuple, its texts formatted with them."""
+    name: str                # also the function name of functional families
+    input_kind: str          # "int" (one integer on stdin), "int_mult" (half of them multiples of the first
+    #                          parameter), "ints" (a line of integers), "word" (a lowercase word rich in a letter
+    #                          parameter); "fn:int" / "fn:ints": functional tests (the JSON argument, the JSON result)
+    params: list             # parameter tuples
+    question: str
+    plan: str                # the reasoning of the SFT trace
+    solution: str            # the reference program; the tests' expected outputs are what it produces
+
+
+CODE_FAMILIES = [
+    CodeFamily("linear", "int", [(k, c) for k in range(2, 10) for c in range(10)],
+               "Read an integer n and print n * {0} + {1}.", "Read n, multiply it by {0}, add {1}, print it.",
+               "n = int(input())\nprint(n * {0} + {1})"),
+    CodeFamily("divisible", "int_mult", [(k,) for k in range(2, 14)],
+               "Read an integer n. Print YES if n is divisible by {0}, otherwise print NO.",
+               "n is divisible by {0} when n % {0} is 0.", "n = int(input())\nprint('YES' if n % {0} == 0 else 'NO')"),
+    CodeFamily("modulo", "int", [(k,) for k in range(2, 14)], "Read an integer n and print n modulo {0}.",
+               "Python's % gives the remainder.", "n = int(input())\nprint(n % {0})"),
+    CodeFamily("sum_above", "ints", [(t,) for t in range(10)],
+               "Read a line of integers and print the sum of those greater than {0}.",
+               "Split the line, keep the numbers above {0}, add them.",
+               "xs = list(map(int, input().split()))\nprint(sum(x for x in xs if x > {0}))"),
+    CodeFamily("max_plus", "ints", [(c,) for c in range(20)],
+               "Read a line of integers and print the largest one plus {0}.",
+               "Take the max of the numbers and add {0}.",
+               "xs = list(map(int, input().split()))\nprint(max(xs) + {0})"),
+    CodeFamily("repeat", "word", [(k,) for k in range(2, 10)],
+               "Read a word and print it {0} times in a row, with no spaces.",
+               "String repetition: s * {0}.", "s = input().strip()\nprint(s * {0})"),
+    CodeFamily("count_letter", "word", [(ch,) for ch in "abcdefghijklmnopqrstuvwxyz"],
+               "Read a word and print how many times the letter {0} appears in it.", "Count the {0} characters.",
+               "s = input().strip()\nprint(s.count('{0}'))"),
+    CodeFamily("reverse", "word", [(k,) for k in range(2, 8)], "Read a word and print it reversed, {0} times in a row.",
+               "Reverse with s[::-1], then repeat {0} times.", "s = input().strip()\nprint(s[::-1] * {0})"),
+    CodeFamily("calc", "fn:int", [(k, c) for k in range(2, 10) for c in range(1, 10)],
+               "Write a function calc(x) that returns x * {0} - {1}.", "calc returns x * {0} - {1}.",
+               "def calc(x):\n    return x * {0} - {1}"),
+    CodeFamily("count_above", "fn:ints", [(t,) for t in range(10)],
+               "Write a function count_above(nums) that returns how many numbers in the list nums are greater than "
+               "{0}.",
+               "Count the numbers above {0}.", "def count_above(nums):\n    return sum(1 for x in nums if x > {0})"),
+    CodeFamily("clip", "fn:int", [(m,) for m in range(1, 31)],
+               "Write a function clip(x) that returns x if x is at most {0}, and {0} otherwise.",
+               "That is min(x, {0}).",
+               "def clip(x):\n    return min(x, {0})"),
+]
+
+
+def code_problems(n: int, seed: int = 0, split: str = "train", num_tests: int = 16) -> list:
+    """n distinct programming problems {id, prompt, tests, plan, solutions} of one split, families
+    interleaved so every family is represented. Each has num_tests tests."""
+    if split not in ("train", "test"):
+        raise ValueError(f"split={split!r}: use train or test")
+    rng = random.Random(f"toy-code-{split}-{seed}")
+    pools = _code_pools(split)
+    for pool in pools:
+        rng.shuffle(pool)
+    order = [pool[i] for i in range(max(map(len, pools))) for pool in pools if i < len(pool)]
+    if n > len(order):
+        raise ValueError(f"only {len(order)} distinct toy code problems in the {split} split; asked for {n}")
+    return [_code_problem(f, p, num_tests) for f, p in order[:n]]
+
+
+def _code_pools(split: str) -> list:
+    """Per family, the (family, params) pairs of one split (20% of all problems are held out as "test")."""
+    return [[(f, p) for p in f.params if _split_of(f"{f.name}-" + "-".join(map(str, p)), 5) == split]
+            for f in CODE_FAMILIES]
+
+
+def _code_problem(family: CodeFamily, params, num_tests: int) -> dict:
+    pid = f"{family.name}-" + "-".join(map(str, params))
+    solution = family.solution.format(*params)
+    functional, kind = family.input_kind.startswith("fn:"), family.input_kind.split(":")[-1]
+    rng = random.Random(f"toy-code-tests-{pid}")  # the tests depend on the problem only, not on any seed
+    tests = []
+    for _ in range(num_tests):
+        if kind == "int_mult" and rng.random() < 0.5:  # else "print NO" would pass nearly every test
+            arg = params[0] * rng.randint(-5, 10)
+        elif kind == "ints":
+            arg = [rng.randint(-20, 30) for _ in range(rng.randint(1, 8))]
+        elif kind in ("int", "int_mult"):
+            arg = rng.randint(-60, 120)
+        else:
+            letters = "abcdeilmnorst" + "".join(3 * p for p in params if isinstance(p, str))
+            arg = "".join(rng.choice(letters) for _ in range(rng.randint(1, 9)))
+        out = _run_reference(solution, family.name if functional else None, arg)
+        if functional:
+            tests.append(_call_test(family.name, [arg], out))
+        else:
+            tests.append({"input": (" ".join(map(str, arg)) if kind == "ints" else str(arg)) + "\n", "output": out})
+    return dict(id=pid, prompt=family.question.format(*params), tests=tests, plan=family.plan.format(*params),
+                solutions=[solution])
+
+
+def _run_reference(program: str, fn_name: str | None, arg):
+    """What our own (trusted) reference program returns for `arg` (functional) or prints for it on stdin."""
+    if fn_name:
+        namespace = {}
+        exec(program, namespace)
+        return namespace[fn_name](arg)
+    stdin = " ".join(map(str, arg)) if isinstance(arg, list) else str(arg)
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(program, {"input": lambda: stdin})
+    return printed.getvalue()
+
+
+def code_sft_examples(n: int, seed: int = 0) -> list:
+    """n SFT conversations on train-split problems (a uniform family, then a uniform problem of it, with
+    replacement): the question, then a `<think>` plan and the reference program in a ```python block."""
+    rng, pools = random.Random(f"toy-code-sft-{seed}"), [p for p in _code_pools("train") if p]
+    conversations = []
+    for _ in range(n):
+        p = _code_problem(*rng.choice(rng.choice(pools)), num_tests=0)
+        conversations.append([{"role": "user", "content": p["prompt"]},
+                              {"role": "assistant", "content": code_response(p)}])
+    return conversations
+
+
+def code_response(problem: dict) -> str:
+    """The toy teacher's answer to a toy programming problem: its plan in `<think>`, then the reference program."""
+    return f"<think>\n{problem['plan']}\n</think>\n\n```python\n{problem['solutions'][0]}\n```"
+
+
+def sft_conversations(n_math: int, n_code: int, seed: int = 0, wrong_fraction: float = 0.6) -> list:
+    """The toy SFT mix: n_math addition and n_code programming conversations, shuffled by seed."""
+    conversations = math_sft_examples(n_math, seed, wrong_fraction) + code_sft_examples(n_code, seed)
+    random.Random(f"toy-sft-mix-{seed}").shuffle(conversations)
+    return conversations
+
+
+
+
+
+def _call_test(fn: str, args, result) -> dict:
+    """A functional test: one JSON argument per input line, the JSON result."""
+    return {"input": "\n".join(json.dumps(a) for a in args), "output": json.dumps(result), "fn_name": fn}
