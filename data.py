@@ -1,17 +1,16 @@
 """Data for Klear-Reasoner: Qwen3's chat format, the loaders of public data sets as published, and packing.
-
-1. Chat format, identical to Qwen3's chat template (tools left out):
+1. Chat format, identical to Qwen3's chat template (tools left out); SFT trains on the final assistant turn only:
        <|im_start|>user\n{question}<|im_end|>\n<|im_start|>assistant\n<think>\n{reasoning}\n</think>\n\n{answer}<|im_end|>\n
-   SFT trains on the final assistant turn only (loss_mask = 1 on its reasoning, answer and <|im_end|>).
 2. Loaders: SFT conversations, responses with verdicts, math problems, code problems with tests, from JSON lines, a
-   .json array or .parquet as published (parts/formats.py holds the adapters; docs/data_formats.md the sets).
+   .json array or .parquet as published (the adapters: parts/formats.py; the sets: docs/data_formats.md).
 3. Packing: documents go into rows of row_tokens tokens by best-fit decreasing; positions restart per document and
    attention never crosses one:  mask[i, j] = (doc[i] == doc[j]) and (j <= i).
-Bad input is an error naming file:row and field. Run:
+Bad input is an error naming file:row and field.
     python tools/data_stats.py FILE          # what a data file holds: records, lengths, packing (streamed)
     python tools/toy_data.py --out=out/toy   # the toy tokenizer + data files
 """
 import bisect
+import datetime
 import os
 
 import numpy as np
@@ -235,6 +234,22 @@ def load_code_jsonl(path: str, min_tests: int = 1, pass_rate_field: str = "", sk
     if not problems:
         raise DataError(f"{path}: no problem has at least min_tests={min_tests} tests ({problems.report})")
     return problems
+
+
+def in_date_window(problems: list, path: str, date_from: str, date_to: str) -> list:
+    """Code problems with date_from <= contest_date < date_to (YYYY-MM-DD): LiveCodeBench's versions are windows."""
+    kept = []
+    for p in problems:
+        if "contest_date" not in p:
+            raise DataError(f"{path}: problem {p['id']} has no contest_date, but --date_from/--date_to was given")
+        try:
+            day = datetime.date.fromisoformat(p["contest_date"][:10]).isoformat()
+        except ValueError:
+            raise DataError(f"{path}: problem {p['id']}: contest_date {p['contest_date']!r} "
+                                 "does not start with YYYY-MM-DD") from None
+        if (not date_from or day >= date_from) and (not date_to or day < date_to):
+            kept.append(p)
+    return kept
 
 
 # ----------------------------------------------------------------------------- 3. packing

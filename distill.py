@@ -1,55 +1,17 @@
-"""Distillation: the paper's SFT data recipe. Sample a teacher k times per prompt, verify every response, keep the
-responses by the prompt's difficulty, drop prompts that overlap the benchmarks, write SFT data.
-
-Klear-Reasoner's long-CoT SFT data (arXiv 2508.07629, §2): prompts from a few high-quality sources (math:
-OpenThoughts, NuminaMath; code: OpenThoughts, OpenCodeReasoning, TACO, APPS, Codeforces), exact duplicates removed and
-prompts with an n-gram overlap with the test sets dropped; up to 16 responses per prompt sampled from DeepSeek-R1-0528;
-and a difficulty-aware correctness rule. For prompt i with k responses, c_i of them verified correct:
-
-    d_i = c_i / k                                     the prompt's difficulty: the teacher's pass rate on it
-    kept_i = all k responses        if d_i < hard_below    hard: the wrong ones too (the paper's "mixed" data)
-             the c_i correct ones   otherwise              easy: only the correct ones
-
-The paper's ablation (§2): on hard prompts mixed data does as well or better than correct-only (AIME24 hard subset
-47.29 vs 45.63), on easy prompts correct-only is better (45.00 vs 40.22). --keep=correct keeps the correct responses of
-every prompt and --keep=all every response of every prompt: the two arms of that ablation are one flag. A response cut
-at max_tokens, or whose reasoning never closes with </think>, counts as wrong in d_i and is never written. A prompt with
-no way to verify it (no gold answer, no tests) keeps all its responses, marked "unverified". Sets that already hold
-several responses with verdicts (OpenR1-Math-220k: generations + correctness_math_verify) skip the sampling: --responses.
-
-The file, top to bottom:
-  1. the chat-completions client (standard library only: copy this part out alone): many requests in flight, retries
-     with exponential backoff and jitter on 429 / 5xx / timeouts / dropped connections / malformed answers,
-     Retry-After honoured; reasoning as `reasoning_content` or as <think> in `content`, stored either way in Qwen3's
-     form `<think>\\n…\\n</think>\\n\\n…`; `n` samples per prompt even from a server that ignores `n`; the API key read
-     from an environment variable, never printed or written. eval.py uses it for --server.
-  2. the journal: samples.jsonl gets one record per (prompt id, sample index) the moment it arrives; a rerun of the
-     same command skips what is there. A kill loses only the requests in flight, never leaves a duplicate, and a line
-     torn by the kill is dropped when the file is reopened.
-  3. exact duplicates after normalisation, n-gram decontamination against benchmark files.
-  4. the configuration, and why a prompt is hard below a pass rate of 1/2 (HARD_BELOW).
-  5. reading the prompts, in every layout data.py reads.
-  6. the teachers: a server, the toy, a local Qwen3 checkpoint through rollout.py's engine (torch imported only there).
-  7. verification (reward.py: math-verify on the text after </think>, the sandbox for code), the rule, the output:
-     sft.jsonl (`messages`, what sft.py --data trains on as it is) and report.json.
-  8. main.
-
-Run:
-  # the paper's teacher, served by vLLM (SGLang and hosted APIs speak the same protocol):
-  vllm serve deepseek-ai/DeepSeek-R1-0528 --tensor-parallel-size 8 --reasoning-parser deepseek_r1 --max-model-len 40960
-  python distill.py --server=http://localhost:8000/v1 --served_model=deepseek-ai/DeepSeek-R1-0528 \\
-      --math_prompts=numinamath-1.5.parquet --sft_prompts=openthoughts3.parquet,opencodereasoning.parquet \\
-      --benchmarks=aime24.jsonl,aime25.jsonl,livecodebench.jsonl --k=16 --max_tokens=32768 --concurrency=256 \\
-      --math_template='{prompt} Please reason step by step, and put your final answer within \\boxed{}.' \\
-      --out_dir=out/distill
-  torchrun --nproc_per_node=8 sft.py --data=out/distill/sft.jsonl --tokenizer=/ckpt/Qwen3-8B-Base ...
-  # a set that already holds several verified responses per prompt: the same rule, no teacher
-  python distill.py --responses=openr1-math-220k.parquet --benchmarks=aime24.jsonl,aime25.jsonl --out_dir=out/openr1
-  # a local Qwen3 checkpoint as the teacher, through rollout.py's engine
-  python distill.py --model=/ckpt/Qwen3-8B --math_prompts=math.jsonl --k=4 --max_tokens=4096 --out_dir=out/local
-  # the toy (bash train.sh runs this, then sft.py --epochs=1): the toy teacher 4 times per toy prompt, then the rule
-  python distill.py --toy=true --out_dir=out/distill
-Interrupted (Ctrl-C, a kill, a server that went away)? Run the same command again: only missing samples are asked for.
+"""Distillation, the paper's SFT data recipe (arXiv 2508.07629, §2): sample a teacher k times per prompt, verify every
+response, keep responses by the prompt's difficulty, drop duplicate prompts and those overlapping the benchmarks.
+For prompt i with k responses, c_i of them verified correct:
+    d_i = c_i / k                                   the prompt's difficulty: the teacher's pass rate on it
+    kept_i = all k responses       if d_i < 1/2     hard: the wrong ones too (the paper's "mixed" data)
+             the c_i correct ones  otherwise        easy: only the correct ones
+(the paper: mixed data helps on hard prompts, AIME24 47.29 vs 45.63, and hurts on easy ones, 45.00 vs 40.22;
+--keep=correct and --keep=all are that ablation's arms). The teacher: a server speaking OpenAI's chat completions
+(vLLM, SGLang, an API), a local Qwen3 checkpoint, or the toy teacher; samples are journalled as they arrive, so a
+rerun of the same command asks only for what is missing. docs/distillation.md: every option, the outputs.
+  python distill.py --server=http://localhost:8000/v1 --served_model=deepseek-ai/DeepSeek-R1-0528 --k=16 \
+      --math_prompts=numinamath-1.5.parquet --benchmarks=aime24.jsonl,aime25.jsonl --out_dir=out/distill
+  python distill.py --responses=openr1-math-220k.parquet --out_dir=out/openr1   # responses already there: the rule
+  python distill.py --toy=true --out_dir=out/distill                           # what bash train.sh runs
 """
 import hashlib
 import json

@@ -1,41 +1,18 @@
 """Evaluation of a reasoning model: Avg@k and unbiased pass@k on math and code benchmarks.
 
-For every problem we sample k responses, score each with reward.py (math: math-verify on the text after
-the last </think>; code: correct = every test passes in the sandbox) and aggregate per benchmark. With c_i
-of the k samples of problem i correct, over N problems:
-
+k responses per problem, each scored by reward.py (math: math-verify after the last </think>; code: correct = every
+test passes in the sandbox); with c_i of problem i's k samples correct, over N problems:
     Avg@k  = 1/N sum_i c_i / k                                   (the unbiased estimate of pass@1)
     pass@j = 1/N sum_i [1 - C(k - c_i, j) / C(k, j)]             (Codex paper; j <= k)
-           = 1/N sum_i [1 - prod_{m = k-c_i+1}^{k} (1 - j/m)]     (the same product, no huge binomials)
-
-Also per benchmark: the mean reward (for code the soft fraction of tests passed, the paper's RL reward),
-the format-failure rate (no </think>; for code also no ```python block after it), the mean response
-length in tokens (stop token included) and the fraction of responses cut at max_tokens.
-
-Reproducible by construction: problem i of benchmark B samples with seed sha256(seed, B, i) (rollout.py
-derives each of its k samples' seeds from it), so results do not depend on how problems are sharded
-across ranks or batched. results.json records every sampling setting, the seeds, the model, the command
-line and the timing; samples.jsonl holds every response with its reward, verdict and reason.
-
-Simplifications, in plain words:
-  1. Sampling follows the paper: temperature 0.6, top-p 0.95. The authors' script also used top-k 20 and a
-     repetition penalty of 1.05; our engine has no repetition penalty, and top-k is off unless --top_k=20.
-  2. Prompts longer than max_prompt_len are left-truncated (counted in results.json, not dropped).
-  3. Problems are dealt round-robin to ranks; a rank generates its share in chunks and scores each chunk
-     in a thread pool while it generates the next; rank 0 gathers the samples and writes the files.
-
+Problem i of benchmark B samples with seed sha256(seed, B, i): results do not depend on ranks or batching;
+results.json records every setting, samples.jsonl every response with its verdict. Sampling as the paper's: T 0.6,
+top-p 0.95 (the authors' script also top-k 20 and a repetition penalty of 1.05, which the engine does not have).
 Run:
-  python eval.py --model=out/gppo/hf                             # toy held-out math + code sets, CPU
-  python eval.py --model=out/sft/hf --out_dir=out/eval/sft --toy_code=0 --k=4
-  torchrun --nproc_per_node=8 eval.py --model=/ckpt/klear-rl --math_data=aime24.jsonl,aime25.jsonl \\
-      --k=64 --max_tokens=32768 --out_dir=out/eval/math
-  torchrun --nproc_per_node=8 eval.py --model=/ckpt/klear-rl --code_data=lcb.jsonl --k=8 \\
-      --date_from=2024-08-01 --date_to=2025-02-01 --max_tokens=32768 --out_dir=out/eval/lcb_v5
-  python eval.py --compare=out/eval/sft/results.json,out/eval/gppo/results.json --labels=SFT,GPPO
-  python eval.py --model=/ckpt/Qwen3-0.6B --prompt="What is 17 * 23?" --k=2 --max_tokens=512   # print 2 samples
-  python eval.py --server=http://localhost:8000/v1 --served_model=Kwai-Klear/Klear-Reasoner-8B \
-      --math_data=aime24.jsonl --k=64 --max_tokens=32768 --concurrency=256   # a served model (vLLM, SGLang, an API)
-In Python:  results, samples = evaluate_model(model, tokenizer, load_benchmarks(cfg), cfg)
+  python eval.py --model=out/gppo/hf                      # the toy's held-out sets, CPU
+  torchrun --nproc_per_node=8 eval.py --model=CKPT --math_data=aime24.jsonl,aime25.jsonl --k=64 --max_tokens=32768
+  python eval.py --server=http://localhost:8000/v1 --served_model=NAME --math_data=aime24.jsonl   # a served model
+  python eval.py --compare=out/eval/sft/results.json,out/eval/rl/results.json --labels=SFT,GPPO  # one table
+  python eval.py --model=CKPT --prompt="What is 17 * 23?" --k=2                                  # print 2 samples
 """
 import os
 
@@ -58,15 +35,13 @@ import torch
 import torch.distributed as dist
 
 import data
-from parts import toy
 import reward
 from model import CheckpointError, from_pretrained
+from parts import chat_client, toy, trainer
 from parts.cli import parse_config
-from rollout import LLMEngine, SamplingParams, sample_seed
-from parts import chat_client, trainer
 from parts.trainer import (InputError, agree_on_inputs, cores_per_rank, init_distributed, print0, run_entry_point,
                            set_threads)
-
+from rollout import LLMEngine, SamplingParams, sample_seed
 
 INPUT_ERRORS = (*data.INPUT_ERRORS, CheckpointError)   # bad input: one line naming the option; the rest are bugs
 read = functools.partial(trainer.read_input, errors=INPUT_ERRORS)   # read(option, load, *args): load(*args), checked
@@ -76,7 +51,7 @@ read = functools.partial(trainer.read_input, errors=INPUT_ERRORS)   # read(optio
 class EvalConfig:
     model: str = "out/gppo/hf"       # a Hugging Face Qwen3 directory
     tokenizer: str = ""              # a dir or tokenizer.json; empty = the model directory
-    # benchmarks: comma-separated JSONL files; none given = the built-in toy held-out sets
+    # benchmarks: comma-separated files (the formats data.py reads); none given = the toy's held-out sets
     math_data: str = ""              # AIME style: {problem|question, answer} or {messages, meta.solution}
     code_data: str = ""              # LiveCodeBench rows, or {prompt, tests}
     date_from: str = ""              # code: keep date_from <= contest_date < date_to (YYYY-MM-DD);
@@ -94,12 +69,12 @@ class EvalConfig:
     top_k: int = 0                   # 0 = off (the authors' script: 20)
     max_tokens: int = 256            # new tokens per response (paper: 32768)
     max_prompt_len: int = 4096       # longer prompts are left-truncated (counted in results.json)
-    seed: int = 0                    # problem i's samples use seed sha256(seed, benchmark, i): independent of ranks and batching
+    seed: int = 0                    # problem i's samples use seed sha256(seed, benchmark, i)
     # engine and scoring
     max_num_seqs: int = 256          # sequences the engine decodes together
     chunk_problems: int = 0          # problems per generate() call on a rank; 0 = 4 * max_num_seqs // k
     reward_workers: int = 8          # threads scoring responses
-    sandbox_cores: int = 0           # code tests running at once in this rank; 0 = usable cores / ranks on this machine
+    sandbox_cores: int = 0           # code tests running at once in this rank; 0 = usable cores / local ranks
     sandbox_python: str = ""         # interpreter for candidate programs, e.g. a virtualenv with numpy (README)
     device: str = "auto"             # auto | cpu | cuda
     dtype: str = "auto"              # auto (bfloat16 on GPU, float32 on CPU) | bfloat16 | float32
@@ -108,15 +83,15 @@ class EvalConfig:
     out_dir: str = "out/eval"        # results.json and samples.jsonl
     # one-prompt mode: a look at what a model says, with the sampling options above; evaluates nothing
     prompt: str = ""                 # one user turn (Qwen3 chat template): print its k samples and their logprobs
-    # a served model instead of --model: OpenAI chat completions (vLLM, SGLang, a hosted API), chat_client.py's client
+    # a served model instead of --model: OpenAI chat completions (vLLM, SGLang, a hosted API)
     server: str = ""                 # base URL, e.g. http://localhost:8000/v1; sampled there, scored here
     served_model: str = ""           # the model name the server serves (recorded in results.json with the URL)
-    api_key_env: str = "OPENAI_API_KEY"  # name of the environment variable holding the API key (never printed or written)
+    api_key_env: str = "OPENAI_API_KEY"  # the environment variable holding the API key (never printed or written)
     concurrency: int = 64            # requests in flight
     request_timeout_s: float = 3600.0  # longest wait for one answer; slower requests are retried
     max_retries: int = 8             # retries of one request (429, 5xx, timeouts, dropped connections)
     # compare mode: one table of several results.json files side by side; evaluates nothing
-    compare: str = ""                # results.json files, comma-separated: print one table side by side; evaluates nothing
+    compare: str = ""                # results.json files, comma-separated: one table side by side
     labels: str = ""                 # column names for --compare, comma-separated
 
     def __post_init__(self):
@@ -149,10 +124,7 @@ def main(cfg: EvalConfig):
     started, t0 = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), time.perf_counter()
     if cfg.server:
         benchmarks = read("--math_data/--code_data", load_benchmarks, cfg)
-        try:
-            results, samples = evaluate_served(benchmarks, cfg)
-        except data.DataError as e:
-            raise InputError(str(e)) from None
+        results, samples = evaluate_served(benchmarks, cfg)
         return write_results(cfg, dict(endpoint=cfg.server, served_model=cfg.served_model, model_label=cfg.served_model,
                                        command=shlex.join(sys.argv), started=started, wall_s=time.perf_counter() - t0,
                                        config=dataclasses.asdict(cfg), **results), samples)
@@ -167,24 +139,22 @@ def main(cfg: EvalConfig):
                              "or `bash train.sh`, or pass --model=DIR (a Hugging Face Qwen3 directory)")
         tokenizer = read(f"--tokenizer={cfg.tokenizer or cfg.model}", data.load_tokenizer, cfg.tokenizer or cfg.model)
         benchmarks = [] if cfg.prompt else read("--math_data/--code_data", load_benchmarks, cfg)
-        return tokenizer, benchmarks, read(f"--model={cfg.model}", from_pretrained, cfg.model, dtype=dtype, device=device)
+        return tokenizer, benchmarks, read(f"--model={cfg.model}", from_pretrained, cfg.model, dtype=dtype,
+                                           device=device)
     tokenizer, benchmarks, model = agree_on_inputs(load)
     if cfg.prompt:
         return print_samples(model, tokenizer, cfg) if rank == 0 else None
     sizes = ", ".join(f"{b['name']} ({len(b['problems'])})" for b in benchmarks)
-    print0(f"evaluating {cfg.model} on {sizes} | "
-           f"k={cfg.k} T={cfg.temperature} top_p={cfg.top_p} top_k={cfg.top_k} max_tokens={cfg.max_tokens} | {world} rank(s)")
-    try:
-        results, samples = evaluate_model(model, tokenizer, benchmarks, cfg)
-    except data.DataError as e:   # a gold answer math-verify cannot parse, malformed tests: found while scoring
-        raise InputError(str(e)) from None
+    print0(f"evaluating {cfg.model} on {sizes} | k={cfg.k} T={cfg.temperature} top_p={cfg.top_p} top_k={cfg.top_k} "
+           f"max_tokens={cfg.max_tokens} | {world} rank(s)")
+    results, samples = evaluate_model(model, tokenizer, benchmarks, cfg)
     if rank == 0:
-        results = dict(model=os.path.abspath(cfg.model), model_label=model_label(cfg.model),
-                       tokenizer=os.path.abspath(cfg.tokenizer or cfg.model), command=shlex.join(sys.argv),
-                       device=str(device), dtype=str(dtype).removeprefix("torch."),
-                       device_name=torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-                       started=started, wall_s=time.perf_counter() - t0, config=dataclasses.asdict(cfg), **results)
-        write_results(cfg, results, samples)
+        write_results(cfg, dict(model=os.path.abspath(cfg.model), model_label=model_label(cfg.model),
+                                tokenizer=os.path.abspath(cfg.tokenizer or cfg.model), command=shlex.join(sys.argv),
+                                device=str(device), dtype=str(dtype).removeprefix("torch."),
+                                device_name=torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+                                started=started, wall_s=time.perf_counter() - t0, config=dataclasses.asdict(cfg),
+                                **results), samples)
 
 
 def model_label(path: str) -> str:
@@ -218,7 +188,7 @@ def load_benchmarks(cfg) -> list:
             bench = dict(name=os.path.splitext(os.path.basename(path))[0], kind=kind, source=os.path.abspath(path))
             if kind == "code" and (cfg.date_from or cfg.date_to):
                 bench.update(problems_in_file=len(problems), date_window=[cfg.date_from, cfg.date_to])
-                problems = in_date_window(problems, path, cfg.date_from, cfg.date_to)
+                problems = data.in_date_window(problems, path, cfg.date_from, cfg.date_to)
             if not problems:
                 window = " in the date window" if "date_window" in bench else ""
                 raise data.DataError(f"{path}: no problems to evaluate{window}")
@@ -238,23 +208,7 @@ def load_benchmarks(cfg) -> list:
     return benchmarks
 
 
-def in_date_window(problems: list, path: str, date_from: str, date_to: str) -> list:
-    """Problems with date_from <= contest_date < date_to (dates compared as YYYY-MM-DD)."""
-    kept = []
-    for p in problems:
-        if "contest_date" not in p:
-            raise data.DataError(f"{path}: problem {p['id']} has no contest_date, but --date_from/--date_to was given")
-        try:
-            day = datetime.date.fromisoformat(p["contest_date"][:10]).isoformat()
-        except ValueError:
-            raise data.DataError(f"{path}: problem {p['id']}: contest_date {p['contest_date']!r} "
-                                 "does not start with YYYY-MM-DD") from None
-        if (not date_from or day >= date_from) and (not date_to or day < date_to):
-            kept.append(p)
-    return kept
-
-
-# ----------------------------------------------------------------------------- sampling: the engine, a served model
+# ----------------------------------------------------------------------------- sampling, then scoring as it arrives
 
 def evaluate_model(model, tokenizer, benchmarks: list, cfg):
     """In-process entry point: build an engine around `model` and evaluate (under torchrun: sharded)."""
@@ -264,35 +218,83 @@ def evaluate_model(model, tokenizer, benchmarks: list, cfg):
 
 
 def evaluate(engine, tokenizer, benchmarks: list, cfg, rank: int = 0, world: int = 1):
-    """Sample k responses per problem with `engine` (an LLMEngine, or anything with its generate()), score
-    and aggregate. Every rank gets the same (results, samples); samples are sorted by benchmark, problem, sample."""
-    ks = pass_ks(cfg)
-    results, all_samples = dict(sampling=sampling_settings(cfg, tokenizer), world_size=world, benchmarks={}), []
-    cores = cfg.sandbox_cores or cores_per_rank()
-    sandbox = reward.SandboxConfig(cores=cores, python=cfg.sandbox_python)  # the tests of all scoring threads
+    """Sample k responses per problem with `engine` (an LLMEngine, or anything with its generate()), score and
+    aggregate. Every rank gets the same (results, samples), samples sorted by benchmark, problem, sample."""
+    def sample(bench, emit):
+        problems, report = data.encode_prompts(tokenizer, bench["problems"], cfg.max_prompt_len, "truncate")
+        for record in sample_share(engine, tokenizer, dict(bench, problems=problems), cfg, rank, world):
+            emit(record, problems[record["problem_index"]])
+        return dict(prompts=report)
+    return score_benchmarks(benchmarks, cfg, sample, dict(sampling=sampling_settings(cfg, tokenizer)), rank, world)
+
+
+def evaluate_served(benchmarks: list, cfg):
+    """--server: sample k responses per problem from a served model (parts/chat_client.py: many requests in flight,
+    retries), each sample with the seed the engine would use, then score and aggregate as evaluate() does. A sample
+    the server never answered stops the run (an estimate needs all k)."""
+    client = chat_client.ClientConfig(url=cfg.server, model=cfg.served_model, api_key_env=cfg.api_key_env,
+                                      concurrency=cfg.concurrency, timeout_s=cfg.request_timeout_s,
+                                      max_retries=cfg.max_retries)
+    request = dict(temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens,
+                   **(dict(top_k=cfg.top_k) if cfg.top_k else {}))
+
+    def sample(bench, emit):
+        name, problems, lock = bench["name"], bench["problems"], threading.Lock()
+        requests = [chat_client.ChatRequest(str(i), data.chat_messages(p["prompt"]),
+                                            [(j, sample_seed(problem_seed(cfg.seed, name, i), j)) for j in range(cfg.k)])
+                    for i, p in enumerate(problems)]
+
+        def on_sample(key, j, s):
+            i = int(key)
+            with lock:
+                emit(dict(benchmark=name, problem_id=problems[i]["id"], problem_index=i, sample=j, seed=s["seed"],
+                          length=s["completion_tokens"] or 0, finish_reason=s["finish_reason"], response=s["content"]),
+                     problems[i])
+        try:
+            stats = chat_client.sample_chat(requests, client, request, on_sample,
+                                            log=lambda line: print(f"{name}: {line}", flush=True))
+        except chat_client.ServerRefused as e:
+            raise InputError(f"--server={cfg.server}: {e}") from None
+        if stats["failed"]:
+            raise InputError(f"--server={cfg.server}: {stats['failed']} samples of {name} got no answer, e.g. "
+                             f"{stats['failures'][0]}")
+        return dict(prompts=dict(prompts=len(problems)), requests=stats["requests"], retries=dict(stats["retries"]),
+                    generated_tokens=stats["completion_tokens"])
+    settings = dict(request, k=cfg.k, seed=cfg.seed, problem_seed=inspect.getsource(problem_seed),
+                    sample_seed=inspect.getsource(sample_seed), chat_template="the server's")
+    return score_benchmarks(benchmarks, cfg, sample, dict(sampling=settings))
+
+
+def score_benchmarks(benchmarks: list, cfg, sample, results: dict, rank: int = 0, world: int = 1):
+    """For each benchmark: sample(bench, emit) calls emit(record, problem) for every response it samples (this rank's
+    share), each scored in a pool of threads while sampling goes on; then gathered, aggregated, printed."""
+    ks, results, all_samples = pass_ks(cfg), dict(results, world_size=world, benchmarks={}), []
+    sandbox = reward.SandboxConfig(cores=cfg.sandbox_cores or cores_per_rank(), python=cfg.sandbox_python)
     with ThreadPoolExecutor(cfg.reward_workers) as pool:
         for bench in benchmarks:
-            name, kind = bench["name"], bench["kind"]
-            problems, prompt_report = data.encode_prompts(tokenizer, bench["problems"], cfg.max_prompt_len, "truncate")
-            t0 = time.perf_counter()
-            jobs = [(record, pool.submit(_score_or_raise, kind, problems[record["problem_index"]], record["response"],
-                                         name, sandbox))   # scored while the engine decodes the next chunk
-                    for record in sample_share(engine, tokenizer, dict(bench, problems=problems), cfg, rank, world)]
+            name, kind, t0, jobs = bench["name"], bench["kind"], time.perf_counter(), []
+
+            def emit(record, problem):
+                jobs.append((record, pool.submit(score, kind, problem, record["response"], name, sandbox)))
+            extra = sample(bench, emit)
             generate_s = time.perf_counter() - t0
             wait_for_scores([job for _, job in jobs], name, rank)
-            shards = _gather(dict(samples=scored(jobs), generate_s=generate_s, tokens=sum(r["length"] for r, _ in jobs),
-                                  total_s=time.perf_counter() - t0), world)
-            samples = sorted((s for shard in shards for s in shard["samples"]), key=lambda s: (s["problem_index"], s["sample"]))
-            total_tokens, slowest = sum(s["tokens"] for s in shards), max(s["generate_s"] for s in shards)
+            mine = [{**{k: v for k, v in r.items() if k != "response"}, **job.result(), "response": r["response"]}
+                    for r, job in jobs]   # the record, its score, the response last
+            shards = trainer.all_gather(dict(samples=mine, generate_s=generate_s, total_s=time.perf_counter() - t0,
+                                             tokens=sum(r["length"] for r, _ in jobs)))
+            samples = sorted((s for shard in shards for s in shard["samples"]),
+                             key=lambda s: (s["problem_index"], s["sample"]))
+            tokens, slowest = extra.pop("generated_tokens", sum(s["tokens"] for s in shards)), \
+                max(s["generate_s"] for s in shards)
             window = {k: bench[k] for k in ("problems_in_file", "date_window") if k in bench}
             b = results["benchmarks"][name] = dict(
-                kind=kind, source=bench.get("source", ""), **window, prompts=prompt_report, **summarize(samples, ks),
-                generated_tokens=total_tokens, generate_s=slowest, tokens_per_s=total_tokens / max(slowest, 1e-9),
-                total_s=max(s["total_s"] for s in shards))
+                kind=kind, source=bench.get("source", ""), **window, prompts=extra.pop("prompts"),
+                **summarize(samples, ks), generated_tokens=tokens, generate_s=slowest,
+                tokens_per_s=tokens / max(slowest, 1e-9), total_s=max(s["total_s"] for s in shards), **extra)
             all_samples += samples
-            if rank == 0:
-                print(f"{name}: Avg@{cfg.k} {100 * b['avg_at_k']:.2f} | {total_tokens} tokens in {slowest:.1f}s "
-                      f"({b['tokens_per_s']:.0f} tok/s over {world} rank(s)) | scored by {b['total_s']:.1f}s", flush=True)
+            print0(f"{name}: Avg@{cfg.k} {100 * b['avg_at_k']:.2f} | {tokens} tokens in {slowest:.1f}s "
+                   f"({b['tokens_per_s']:.0f} tok/s over {world} rank(s)) | scored by {b['total_s']:.1f}s")
     return results, all_samples
 
 
@@ -321,77 +323,17 @@ def sample_share(engine, tokenizer, bench: dict, cfg, rank: int, world: int):
                   f"{tokens / elapsed:.0f} tok/s | ETA {elapsed / done * (len(mine) - done):.0f}s", flush=True)
 
 
-def evaluate_served(benchmarks: list, cfg):
-    """--server: sample k responses per problem from a served model (chat_client.py's chat-completions client, many requests
-    in flight, retries), each sample with the seed the engine would use, then score and aggregate as evaluate() does.
-    Returns (results, samples); a sample the server never answered stops the run (an estimate needs all k)."""
-    client = chat_client.ClientConfig(url=cfg.server, model=cfg.served_model, api_key_env=cfg.api_key_env,
-                                  concurrency=cfg.concurrency, timeout_s=cfg.request_timeout_s, max_retries=cfg.max_retries)
-    request = dict(temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens)
-    if cfg.top_k:
-        request["top_k"] = cfg.top_k
-    ks = pass_ks(cfg)
-    results = dict(sampling=dict(request, k=cfg.k, seed=cfg.seed, problem_seed=inspect.getsource(problem_seed),
-                                 sample_seed=inspect.getsource(sample_seed), chat_template="the server's"),
-                   world_size=1, benchmarks={})
-    all_samples = []
-    with ThreadPoolExecutor(cfg.reward_workers) as pool:
-        for bench in benchmarks:
-            name, t0 = bench["name"], time.perf_counter()
-            jobs, stats = sample_served(bench, client, request, cfg, pool)
-            generate_s = time.perf_counter() - t0
-            wait_for_scores([job for _, job in jobs], name, 0)
-            samples = sorted(scored(jobs), key=lambda s: (s["problem_index"], s["sample"]))
-            b = results["benchmarks"][name] = dict(
-                kind=bench["kind"], source=bench.get("source", ""), prompts=dict(prompts=len(bench["problems"])),
-                **summarize(samples, ks), generated_tokens=stats["completion_tokens"], generate_s=generate_s,
-                tokens_per_s=stats["completion_tokens"] / max(generate_s, 1e-9), total_s=time.perf_counter() - t0,
-                requests=stats["requests"], retries=dict(stats["retries"]))
-            all_samples += samples
-            print(f"{name}: Avg@{cfg.k} {100 * b['avg_at_k']:.2f} | {b['generated_tokens']} tokens in {generate_s:.1f}s "
-                  f"from {cfg.server} ({stats['requests']} requests)", flush=True)
-    return results, all_samples
-
-
-def sample_served(bench: dict, client, request: dict, cfg, pool) -> tuple:
-    """(scoring jobs [(record, future)], the client's counts) of one benchmark: cfg.k samples per problem from the
-    server, each scored in `pool` as soon as it arrives. A sample the server never answered is an InputError."""
-    name, problems, jobs, lock = bench["name"], bench["problems"], [], threading.Lock()
-    requests = [chat_client.ChatRequest(str(i), data.chat_messages(p["prompt"]),
-                                    [(j, sample_seed(problem_seed(cfg.seed, name, i), j)) for j in range(cfg.k)])
-                for i, p in enumerate(problems)]
-
-    def on_sample(key, j, s):
-        i = int(key)
-        record = dict(benchmark=name, problem_id=problems[i]["id"], problem_index=i, sample=j, seed=s["seed"],
-                      length=s["completion_tokens"] or 0, finish_reason=s["finish_reason"], response=s["content"])
-        with lock:
-            jobs.append((record, pool.submit(_score_or_raise, bench["kind"], problems[i], s["content"], name)))
-
-    try:
-        stats = chat_client.sample_chat(requests, client, request, on_sample, log=lambda line: print(f"{name}: {line}", flush=True))
-    except chat_client.ServerRefused as e:
-        raise InputError(f"--server={cfg.server}: {e}") from None
-    if stats["failed"]:
-        raise InputError(f"--server={cfg.server}: {stats['failed']} samples of {name} got no answer, e.g. "
-                         f"{stats['failures'][0]}")
-    return jobs, stats
-
-
 def print_samples(model, tokenizer, cfg):
     """--prompt: cfg.k samples of one user turn from the paged-KV engine, each with its mean logprob, then the speed."""
     engine = LLMEngine(model, max_num_seqs=cfg.max_num_seqs, max_model_len=cfg.max_prompt_len + cfg.max_tokens)
     params = SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k, n=cfg.k, seed=cfg.seed,
                             max_tokens=cfg.max_tokens, stop_token_ids=tuple(data.stop_token_ids(tokenizer)))
-    prompt_ids = data.encode_prompt(tokenizer, cfg.prompt)[-cfg.max_prompt_len:]
     t0 = time.perf_counter()
-    samples = engine.generate([prompt_ids], params, progress=True)[0]
-    seconds = time.perf_counter() - t0
+    samples = engine.generate([data.encode_prompt(tokenizer, cfg.prompt)[-cfg.max_prompt_len:]], params, True)[0]
     for j, s in enumerate(samples):
-        print(f"--- sample {j}: {len(s.token_ids)} tokens, finish={s.finish_reason}, "
-              f"mean logprob {sum(s.logprobs) / len(s.logprobs):.3f}")
-        print(tokenizer.decode(s.token_ids, skip_special_tokens=False))
-    generated = sum(len(s.token_ids) for s in samples)
+        print(f"--- sample {j}: {len(s.token_ids)} tokens, finish={s.finish_reason}, mean logprob "
+              f"{sum(s.logprobs) / len(s.logprobs):.3f}\n{tokenizer.decode(s.token_ids, skip_special_tokens=False)}")
+    generated, seconds = sum(len(s.token_ids) for s in samples), time.perf_counter() - t0
     print(f"--- {generated} tokens in {seconds:.1f}s ({generated / seconds:.1f} tok/s); {engine.stats}")
 
 
@@ -409,44 +351,21 @@ def problem_seed(seed: int, benchmark: str, index: int) -> int:
 
 # ----------------------------------------------------------------------------- scoring
 
-def _score_or_raise(kind, problem, text, name, sandbox=None):
-    """score(), with the data's fault (a gold answer math-verify cannot parse, malformed tests) as a DataError naming
-    benchmark and problem; any other error is a bug and keeps its traceback."""
+def score(kind: str, problem: dict, text: str, name: str, sandbox: reward.SandboxConfig | None = None) -> dict:
+    """reward (code: fraction of tests passed), correct, format_failure and reason of one response. The data's fault
+    (a gold answer math-verify cannot parse, malformed tests) is an InputError naming benchmark and problem."""
     try:
-        return score(kind, problem, text, sandbox)
+        return reward.judge(dict(problem, kind=kind), text, sandbox=sandbox)._asdict()
     except reward.BadReference as e:
-        raise data.DataError(f"{name}: problem {problem['id']}: {e}") from None
-
-
-def score(kind: str, problem: dict, text: str, sandbox: reward.SandboxConfig | None = None) -> dict:
-    """reward (code: fraction of tests passed), correct, format_failure and reason of one response."""
-    return reward.judge(dict(problem, kind=kind), text, sandbox=sandbox)._asdict()
+        raise InputError(f"{name}: problem {problem['id']}: {e}") from None
 
 
 def wait_for_scores(jobs: list, name: str, rank: int, every_s: float = 5.0) -> None:
     """Wait for the scoring jobs still running after generation (code tests can take minutes), with progress."""
     t0, pending = time.perf_counter(), jobs
-    while pending:
-        done, pending = wait(pending, timeout=every_s)
-        if pending and rank == 0:
-            scored, elapsed = len(jobs) - len(pending), time.perf_counter() - t0
-            print(f"{name}: scoring, {scored}/{len(jobs)} responses scored (rank 0) | {elapsed:.0f}s", flush=True)
-
-
-def _gather(obj, world: int) -> list:
-    if world == 1:
-        return [obj]
-    out = [None] * world
-    dist.all_gather_object(out, obj)
-    return out
-
-
-def scored(jobs: list) -> list:
-    """The records of [(record, scoring job)] with their scores added: record fields first, response last."""
-    samples = [{**record, **job.result()} for record, job in jobs]
-    for s in samples:
-        s["response"] = s.pop("response")
-    return samples
+    while pending := wait(pending, timeout=every_s)[1]:
+        print0(f"{name}: scoring, {len(jobs) - len(pending)}/{len(jobs)} responses scored (rank 0) | "
+               f"{time.perf_counter() - t0:.0f}s")
 
 
 # ----------------------------------------------------------------------------- the estimators
@@ -541,4 +460,4 @@ def compare_files(paths: str, labels: str = "") -> str:
 
 if __name__ == "__main__":
     run_entry_point(main, parse_config(EvalConfig, usage="usage: python eval.py [--key=value ...]   "
-                                                              "(torchrun --nproc_per_node=N eval.py ... for N processes)"))
+                                                         "(torchrun --nproc_per_node=N eval.py ... for N processes)"))

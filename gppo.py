@@ -570,6 +570,7 @@ def build_run(cfg: GPPOConfig, reward_fn, rank: int, world: int, device) -> tupl
     # engine's own full copy, bf16 on GPU; then the KV pool, from the memory left once the allocator's cache is empty
     policy = load_sharded(cfg.init_from, device)
     policy.activation_checkpointing = checkpointing_on(cfg.activation_checkpointing, device)
+    policy.rotary.reserve(cfg.max_prompt_len + cfg.max_response_len)   # RoPE table: no position check on a GPU
     engine_model = from_pretrained(cfg.init_from, dtype=torch.bfloat16 if device.type == "cuda" else torch.float32,
                                    device=device)
     optimizer = torch.optim.AdamW(policy.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.999))

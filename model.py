@@ -1,34 +1,17 @@
-"""Qwen3, written by hand in plain PyTorch, with Hugging Face checkpoint I/O.
-
-A pre-norm decoder-only transformer. For each of L layers, with x of shape (B, T, D):
-
+"""Qwen3, written by hand in plain PyTorch, with Hugging Face checkpoint I/O. For each of L layers, x (B, T, D):
     h = x + o_proj( Attention( rope(q_norm(q_proj(rms(x)))), rope(k_norm(k_proj(rms(x)))), v_proj(rms(x)) ) )
-    x = h + down_proj( silu(gate_proj(rms(h))) * up_proj(rms(h)) )
-
-then logits = lm_head(rms(x)). What makes it Qwen3 rather than Llama:
-  1. a per-head RMSNorm on q and k, applied *before* RoPE;
-  2. `head_dim` is its own config field (Qwen3-0.6B: 16 heads x 128 = 2048 != hidden 1024);
-  3. no biases anywhere; RMSNorm is computed in fp32 (eps 1e-6); RoPE theta = 1e6, on two halves (rotate_half);
-  4. small models tie lm_head to embed_tokens.
-Optional YaRN RoPE scaling (`rope_scaling: {rope_type: yarn, factor, original_max_position_embeddings}`)
-stretches the context (the paper evaluates at 64K with factor 2.5 over 32K).
-
+    x = h + down_proj( silu(gate_proj(rms(h))) * up_proj(rms(h)) )                 then logits = lm_head(rms(x))
+Qwen3 rather than Llama: a per-head RMSNorm on q and k before RoPE; head_dim its own field; no biases; RMSNorm in fp32;
+RoPE theta 1e6 on two halves (rotate_half), optionally YaRN-scaled; small models tie lm_head to embed_tokens.
 Three seams for the rest of the project:
-  - packed rows (SFT and GPPO): `document_ids` (B, T), each document a contiguous run of one id, and
-    `position_ids` restarting per document. Attention never crosses documents: each document gets its
-    own causal SDPA call, so no (T, T) mask is built and flash kernels stay usable at 32K tokens.
-    `prefix_docs` lets documents share a prefix: an RL group's prompt is packed once, its n responses
-    after it, each attending to the prompt and then to itself (the linear layers see the prompt once);
-  - an external KV cache: pass `kv_cache=` any object with `attend(layer_idx, q, k, v) -> out`
-    (q: (B, T, Hq, hd), k/v: (B, T, Hkv, hd), after q/k norm and RoPE; out: (B, T, Hq, hd)).
-    rollout.py's paged engine implements it; the model knows nothing about pages (no document_ids then);
-  - `return_hidden=True` returns the final normed hidden states (B, T, D) so a loss can apply the
-    LM head itself, in chunks, without holding (B, T, V) logits.
-
-Checkpoints are Hugging Face directories (config.json + model.safetensors, or shards + index);
-`from_pretrained` builds the model on the `meta` device and reads one tensor at a time into its final
-dtype and device, so an 8B model is never allocated twice (nor kept memory-mapped).
-Run `python model.py CHECKPOINT_DIR` to load one and print a summary.
+  - packed rows: document_ids (B, T) and position_ids restarting per document; attention never crosses documents
+    (one causal SDPA call each, no (T, T) mask); prefix_docs lets a document continue another (an RL group's prompt
+    packed once, each response attending to it, then to itself);
+  - an external KV cache: kv_cache= any object with attend(layer_idx, q, k, v) -> out (rollout.py's paged engine);
+  - return_hidden=True: the final normed hidden states, so a loss applies the LM head itself, in chunks.
+Checkpoints are Hugging Face directories; from_pretrained builds the model on the meta device and reads one tensor
+at a time into its final dtype and device (an 8B model is never allocated twice, nor kept memory-mapped).
+    python model.py CHECKPOINT_DIR        # load one and print a summary
 """
 import json
 import math
@@ -82,23 +65,20 @@ class Qwen3Config:
 
     @classmethod
     def from_hf_dict(cls, cfg: dict, source: str = "config.json") -> "Qwen3Config":
-        archs = cfg.get("architectures") or []
+        archs = cfg.get("architectures") or []   # (RoPE: top-level rope_theta / rope_scaling, or one rope_parameters)
         if cfg.get("model_type") != "qwen3" and "Qwen3ForCausalLM" not in archs:
             raise CheckpointError(f"{source}: model_type={cfg.get('model_type')!r}, architectures={archs}: "
                              "this file implements Qwen3 (dense) only; Qwen3-MoE, Qwen2 and others are not supported")
         for field, qwen3_value in (("attention_bias", False), ("hidden_act", "silu"), ("use_sliding_window", False)):
             if cfg.get(field, qwen3_value) != qwen3_value:
                 raise CheckpointError(f"{source}: {field}={cfg[field]!r} is not supported (Qwen3 uses {qwen3_value!r})")
-        # RoPE settings: top-level rope_theta / rope_scaling, or one rope_parameters dict holding both.
         rope_params = dict(cfg.get("rope_parameters") or {})
         rope_theta = cfg.get("rope_theta", rope_params.get("rope_theta", 1_000_000.0))
         rope_scaling = cfg.get("rope_scaling")
         if rope_scaling is None and rope_params.get("rope_type", "default") != "default":
             rope_scaling = {k: v for k, v in rope_params.items() if k != "rope_theta"}
-        kwargs = {}
-        for f in fields(cls):
-            if f.name in cfg and f.name not in ("rope_theta", "rope_scaling"):
-                kwargs[f.name] = cfg[f.name]
+        kwargs = {f.name: cfg[f.name] for f in fields(cls) if f.name in cfg and f.name not in ("rope_theta",
+                                                                                                "rope_scaling")}
         missing = [k for k in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
                                "num_attention_heads", "num_key_value_heads") if k not in cfg]
         if missing:
@@ -192,20 +172,23 @@ def rope_inv_freq(cfg: Qwen3Config) -> tuple[torch.Tensor, float]:
 
 
 class RotaryEmbedding(nn.Module):
-    """Precomputed fp32 cos/sin tables, looked up by position id. Not a buffer (so meta-device builds
-    and FSDP never see it); the table is built on first use on each device and grows on demand."""
+    """Precomputed fp32 cos/sin tables, looked up by position id. Not a buffer (so meta-device builds and FSDP never
+    see it); built on first use on each device, max(max_position_embeddings, reserve()'s) long. Positions on the CPU
+    grow it on demand; on a GPU that check would wait for the device, so callers reserve (the engine: max_model_len)."""
 
     def __init__(self, cfg: Qwen3Config):
         super().__init__()
-        self.cfg = cfg
-        self._tables: dict = {}
+        self.cfg, self.reserved, self._tables = cfg, cfg.max_position_embeddings, {}
+
+    def reserve(self, positions: int):
+        self.reserved = max(self.reserved, positions)
 
     def forward(self, position_ids: torch.Tensor):  # (B, T) -> cos, sin: (B, T, 1, hd) fp32
         device = position_ids.device
-        needed = int(position_ids.max()) + 1 if position_ids.numel() else 1
+        needed = int(position_ids.max()) + 1 if position_ids.numel() and device.type == "cpu" else self.reserved
         table = self._tables.get(device)
         if table is None or table[0].shape[0] < needed:
-            n = max(needed, self.cfg.max_position_embeddings)
+            n = max(needed, self.reserved)
             inv_freq, scale = rope_inv_freq(self.cfg)
             freqs = torch.outer(torch.arange(n, dtype=torch.float32), inv_freq)   # (n, hd/2)
             emb = torch.cat([freqs, freqs], dim=-1)                                # (n, hd)
@@ -454,14 +437,9 @@ def read_tensor(fh, dtype: torch.dtype, shape: tuple, offset: int, nbytes: int) 
 
 
 def from_pretrained(path: str, dtype: torch.dtype | None = None, device=None) -> Qwen3:
-    """Load a Hugging Face Qwen3 directory. dtype None keeps the stored dtype (bf16 stays bf16);
-    device None means CPU.
-
-    Memory: the model is built on the meta device (no storage), then each tensor is read from the file
-    into fresh memory and converted to its final dtype and device before the next one is read. So the
-    process holds one copy of the weights as loaded, plus at most one tensor as stored; no file is
-    memory-mapped (a mapping would keep the file's pages in this process's resident set while it lives).
-    """
+    """Load a Hugging Face Qwen3 directory; dtype None keeps the stored dtype, device None means CPU. The process holds
+    one copy of the weights as loaded plus one tensor as stored; no file is memory-mapped (a mapping would keep the
+    file's pages resident while it lives)."""
     model = on_meta(path, dtype)
     model.load_state_dict(read_weights(path, model, dtype, device), strict=False, assign=True)
     model.tie_weights()   # assign=True replaced the tied Parameter object; tie again
@@ -525,12 +503,9 @@ def _weight_entries(path: str, model: Qwen3) -> list:
 
 def save_pretrained(model: Qwen3, path: str, state_dict: dict | None = None,
                     max_shard_bytes: int = 5 * 2**30) -> None:
-    """Write config.json + safetensors (sharded with an index above max_shard_bytes), in the params' dtype.
-
-    state_dict: our parameter names -> full tensors; pass it when the model is sharded (FSDP) and rank 0
-    has gathered a full copy. Otherwise the model's own parameters are used. Tensors on a GPU are copied
-    to the host one shard at a time, so the host never holds more than one shard extra.
-    """
+    """Write config.json + safetensors (sharded with an index above max_shard_bytes), in the tensors' dtype.
+    state_dict: our parameter names -> full tensors, when the model is sharded (FSDP) and rank 0 gathered a full copy;
+    else the model's own parameters. Tensors on a GPU reach the host one shard at a time."""
     from safetensors.torch import save_file
 
     cfg = model.config
@@ -574,6 +549,5 @@ if __name__ == "__main__":   # one positional argument: this file imports no oth
     m = from_pretrained(sys.argv[1])
     n = sum(p.numel() for p in m.parameters())
     print(f"{m.config}\n{n / 1e6:.2f}M parameters, dtype {next(m.parameters()).dtype}")
-    ids = torch.tensor([[1, 2, 3, 4]])
     with torch.no_grad():
-        print("logits[0, -1, :5] =", m(ids)[0, -1, :5].tolist())
+        print("logits[0, -1, :5] =", m(torch.tensor([[1, 2, 3, 4]]))[0, -1, :5].tolist())

@@ -99,6 +99,7 @@ class LLMEngine:
         cfg, param = model.config, next(model.parameters())
         self.model, self.device, self.dtype, self.vocab_size = model, param.device, param.dtype, cfg.vocab_size
         self.max_model_len = cfg.max_position_embeddings if max_model_len is None else max_model_len
+        model.rotary.reserve(self.max_model_len)   # the RoPE table, so positions on a GPU need no check
         for name, value in (("max_num_seqs", max_num_seqs), ("max_model_len", self.max_model_len),
                             ("block_size", block_size), ("max_num_batched_tokens", max_num_batched_tokens)):
             _require(_is_int(value) and value >= 1, f"LLMEngine({name}={value!r}): must be a positive int")

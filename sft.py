@@ -10,7 +10,6 @@ Run:
   python sft.py                                   # toy task on CPU: tiny model from scratch, a few minutes
   torchrun --nproc_per_node=8 sft.py --init_from=/ckpt/Qwen3-8B-Base --tokenizer=/ckpt/Qwen3-8B-Base \
       --data=sft.jsonl --max_len=32768 --row_tokens=32768 --rows_per_step=64 --lr=8e-5 --min_lr=4e-5 --epochs=4
-  (several nodes: torchrun --nnodes=2 --node_rank=R --master_addr=HOST --nproc_per_node=8 sft.py ...)
 SIGTERM or Ctrl-C stops at a step boundary with a checkpoint; the same command resumes from it.
 """
 import os
@@ -193,6 +192,7 @@ def build_model(cfg, vocab_size: int, device: torch.device) -> Qwen3:
                            tie_word_embeddings=True, torch_dtype="float32", bos_token_id=None, eos_token_id=None)
         model = shard_model(Qwen3(mcfg).to(device).init_weights(seed=cfg.seed), device)
     model.activation_checkpointing = checkpointing_on(cfg.activation_checkpointing, device)
+    model.rotary.reserve(cfg.row_tokens)   # the RoPE table long enough, so positions on a GPU need no check
     return model
 
 

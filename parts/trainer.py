@@ -149,6 +149,15 @@ def global_sums(values: dict, device) -> dict:
     return dict(zip(values, t.tolist()))
 
 
+def all_gather(obj) -> list:
+    """Every rank's `obj` (any picklable value), in rank order, on every rank."""
+    if not dist.is_initialized() or dist.get_world_size() == 1:
+        return [obj]
+    out = [None] * dist.get_world_size()
+    dist.all_gather_object(out, obj)
+    return out
+
+
 def global_max(x, device) -> float:
     t = torch.tensor([x], dtype=torch.float64, device=device)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)

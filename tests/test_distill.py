@@ -295,7 +295,7 @@ def test_eval_against_the_server_equals_the_same_responses_scored_offline(tmp_pa
     samples = [json.loads(line) for line in open(out / "samples.jsonl")]
     # offline: the same responses scored again by eval.py's own functions
     problems = {p["id"]: p for p in ev.load_benchmarks(ev.EvalConfig(math_data=str(tmp_path / "bench.jsonl")))[0]["problems"]}
-    offline = [dict(s, **ev.score("math", problems[s["problem_id"]], s["response"])) for s in samples]
+    offline = [dict(s, **ev.score("math", problems[s["problem_id"]], s["response"], "bench")) for s in samples]
     bench = results["benchmarks"]["bench"]
     assert ev.summarize(offline, [1, 2, 4]) == {k: bench[k] for k in ev.summarize(offline, [1, 2, 4])}
     # and by hand: sample j of problem i is right unless its seed is divisible by 3

@@ -200,19 +200,19 @@ def test_cli_exits_nonzero_on_bad_input(tiny_checkpoint, tmp_path):
     assert proc.returncode == 2 and "nothing to evaluate" in proc.stderr and "Traceback" not in proc.stderr
 
 
-def test_only_a_bad_reference_becomes_a_data_error(monkeypatch):
-    """Malformed tests or an unparseable gold answer are the data's fault: a DataError naming benchmark and problem.
+def test_only_a_bad_reference_becomes_an_input_error(monkeypatch):
+    """Malformed tests or an unparseable gold answer are the data's fault: an InputError naming benchmark and problem.
     Any other error while scoring is a bug and reaches the caller as it was raised."""
     problem = dict(id="p1", tests=[{"input": "1"}])   # no output: reward.validate_tests refuses it
-    with pytest.raises(data.DataError, match=r"bench: problem p1: tests\[0\]\['output'\]"):
-        ev._score_or_raise("code", problem, "<think>\n</think>\n\n```python\nprint(1)\n```", "bench")
+    with pytest.raises(InputError, match=r"bench: problem p1: tests\[0\]\['output'\]"):
+        ev.score("code", problem, "<think>\n</think>\n\n```python\nprint(1)\n```", "bench")
 
-    def buggy_score(*args):
+    def buggy_judge(*args, **kwargs):
         raise ValueError("a bug while scoring")
 
-    monkeypatch.setattr(ev, "score", buggy_score)
+    monkeypatch.setattr(ev.reward, "judge", buggy_judge)
     with pytest.raises(ValueError, match="a bug while scoring") as e:
-        ev._score_or_raise("math", dict(id="p2", answer="1"), "x", "bench")
+        ev.score("math", dict(id="p2", answer="1"), "x", "bench")
     assert type(e.value) is ValueError
 
 
