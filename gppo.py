@@ -108,6 +108,7 @@ class GPPOConfig:
     device: str = "auto"               # auto | cpu | cuda
     threads: int = 0                   # CPU threads per rank; 0 = usable cores / ranks on this machine
     kv_cache_fraction: float = 0.3     # GPU: share of free memory for the engine's KV pool
+    free_engine: bool = True           # free the engine's weights and KV pool while training (tools/memory_plan.py)
     dist_timeout_minutes: float = 120.0  # how long a rank may wait in a collective (for the slowest rank's rollout)
 
     def __post_init__(self):
@@ -170,6 +171,10 @@ def rl_step(run: Run, step: int, prompt_cursor: int) -> tuple:
         kept += [g for g in new if g.keep]
         if global_sums(dict(kept=len(kept)), run.device)["kept"] >= cfg.prompts_per_step:
             break
+    if cfg.free_engine:   # training gets the engine's memory; step 7 gives its weights back, generate() its KV pool
+        run.engine.cache.release()
+        for p in run.engine_model.parameters():
+            p.data = p.data.new_empty(0)
     seqs_by_mb = [training_sequences(groups, cfg) for groups in mini_batches_of(kept, cfg, run.world)]   # 4.
     t1 = time.time()
     gap = dict(gap_sum=0.0, gap_tokens=0, gap_max=0.0)
@@ -178,7 +183,7 @@ def rl_step(run: Run, step: int, prompt_cursor: int) -> tuple:
     t2 = time.time()
     updates = [u for u in (train_mini_batch(run, seqs) for seqs in seqs_by_mb) if u]   # 6. one step per mini-batch
     t3 = time.time()
-    if updates:                                                                 # 7. the engine's weights
+    if updates or cfg.free_engine:                                              # 7. the engine's weights
         sync_engine(run.policy, run.engine_model)
     rec, total = step_metrics(run, sampled, kept, seqs_by_mb, gap, updates)
     rec = dict(step=step + 1, gen_rounds=rounds, **rec, rollout_tok_s=total["tokens"] / max(t1 - t0, 1e-9),
@@ -442,10 +447,14 @@ def train_mini_batch(run: Run, seqs: list):
 
 @torch.no_grad()
 def sync_engine(policy, engine_model):
-    """Copy the trained weights into the engine's model, one full parameter at a time (all ranks gather)."""
+    """Copy the trained weights into the engine's model, one full parameter at a time (all ranks gather); a freed
+    parameter (free_engine) gets its storage back first."""
     for (name, p), (name2, q) in zip(policy.named_parameters(), engine_model.named_parameters()):
         assert name == name2, (name, name2)
-        q.copy_(p.full_tensor() if hasattr(p, "full_tensor") else p)
+        full = p.full_tensor() if hasattr(p, "full_tensor") else p
+        if q.numel() != full.numel():
+            q.data = q.data.new_empty(full.shape)
+        q.copy_(full)
 
 
 # ----------------------------------------------------------------------------- metrics, over all ranks

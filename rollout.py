@@ -135,6 +135,7 @@ class LLMEngine:
         Returns result[prompt][sample] = Sample(token_ids, logprobs, finish_reason). on_finish(prompt, sample, Sample),
         if given, is called as soon as a sample is finished (e.g. to score it while the others are still decoding)."""
         groups = make_groups(prompt_token_ids, params, self.max_model_len, self.vocab_size, self.max_num_seqs)
+        self.cache.allocate()                             # after a release()
         self.on_finish, self._cascade = on_finish, None   # _cascade: the last decode step's CascadeBatch
         self.stats = EngineStats()
         self.blocks.peak_used = 0
@@ -436,17 +437,27 @@ class PagedKVCache:
     def __init__(self, cfg, num_blocks: int, block_size: int, *, dtype, device, use_triton: bool,
                  cpu_kernel: bool = False):
         # head-major: gathering blocks of one head yields (Hkv, B, L, hd), ready for a batched matmul, no transpose
-        shape = (cfg.num_hidden_layers, cfg.num_key_value_heads, num_blocks, block_size, cfg.head_dim)
-        # zeros, not empty: padded slots are read (and masked) by the PyTorch paths; NaN * 0 would be NaN
-        self.k_pool = torch.zeros(shape, dtype=dtype, device=device)
-        self.v_pool = torch.zeros(shape, dtype=dtype, device=device)
+        self.shape = (cfg.num_hidden_layers, cfg.num_key_value_heads, num_blocks, block_size, cfg.head_dim)
+        self.dtype, self.device = dtype, device
         self.use_triton, self.cpu_kernel = use_triton, cpu_kernel   # decode: Triton, the C++ kernel, else cascade
-        self.workspace = self.k_pool.new_empty(0)   # cascade_decode's gather buffer, grown on demand
         self.step: StepBatch | None = None
+        self.allocate()
+
+    def allocate(self) -> None:
+        """The pools (again, after release()); zeros, not empty: padded slots are read (and masked) by the PyTorch
+        paths, and NaN * 0 would be NaN."""
+        if getattr(self, "k_pool", None) is None:
+            self.k_pool, self.v_pool = (torch.zeros(self.shape, dtype=self.dtype, device=self.device) for _ in range(2))
+            self.workspace = self.k_pool.new_empty(0)   # cascade_decode's gather buffer, grown on demand
+
+    def release(self) -> None:
+        """Give the pools' memory back (a trainer between rollouts: its activations then have the room); the next
+        generate() allocates them again. Nothing survives between generate() calls, so nothing is lost."""
+        self.k_pool = self.v_pool = self.workspace = None
 
     @property
     def nbytes(self) -> int:
-        return 2 * self.k_pool.numel() * self.k_pool.element_size()
+        return 2 * math.prod(self.shape) * self.dtype.itemsize
 
     def copy_blocks(self, copies: list) -> None:   # copy-on-write, all layers at once
         if copies:

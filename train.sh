@@ -3,7 +3,7 @@
 #
 #   bash train.sh                 # toy task on a CPU (tiny model from scratch): ~11 min on 2 idle cores
 #   bash train.sh ablate          # the off-policy sweep and the paper's ablations in miniature, 3 seeds per arm
-#                                 # (README, "Ablations"): 84 min on 2 cores; writes benchmarks/results' files
+#                                 # (README, "Ablations"): 84 min on 2 cores; writes experiments/results' files
 #   bash train.sh rehearsal       # Qwen3-0.6B's exact shape through every stage, memory vs budget (README, "Rehearsal");
 #                                 # needs QWEN3_TOKENIZER_DIR, ~13 GB of RAM
 #
@@ -45,13 +45,13 @@ stage() {  # stage NAME command...: run it, time it, stop the pipeline with a cl
 
 if [ "${1:-}" = "ablate" ]; then
   shift
-  stage ablate python benchmarks/ablate.py --out_dir="$OUT/ablate" "$@"
+  stage ablate python experiments/ablate.py --out_dir="$OUT/ablate" "$@"
   exit 0
 fi
 
 if [ "${1:-}" = "rehearsal" ]; then
   shift
-  stage rehearsal python benchmarks/rehearsal.py --out_dir="$OUT/rehearsal" "$@"
+  stage rehearsal python experiments/rehearsal.py --out_dir="$OUT/rehearsal" "$@"
   exit 0
 fi
 
@@ -104,7 +104,7 @@ else
   # evaluated on the RL task's held-out sums (3 digits) and on toy programs
   stage eval-sft "${LAUNCH[@]}" eval.py --model="$OUT/sft/hf" --out_dir="$OUT/eval/sft" --toy_min_digits=3 --toy_max_digits=3 --k=4 $EVAL_ARGS
   stage eval-rl "${LAUNCH[@]}" eval.py --model="$OUT/gppo/hf" --out_dir="$OUT/eval/rl" --toy_min_digits=3 --toy_max_digits=3 --k=4 $EVAL_ARGS
-  python benchmarks/plot_train.py --metrics="$OUT/gppo/metrics.jsonl"
+  python experiments/plot_train.py --metrics="$OUT/gppo/metrics.jsonl"
 fi
 
 echo

@@ -19,11 +19,11 @@ site packages, so the same torch) and pip-installs them there (once; later runs 
 virtualenv as a child process (this file with --trl_worker); the split is read from hooks around its
 _generate_and_score_completions and _get_per_token_logps_and_entropies (old logprobs: the calls without gradients).
 
-Threads: 1 per side by default. On a 2-core virtual machine gppo.py's toy step is faster on one thread than on two
-(2.4-2.9 s vs 3.1-4.2 s; every small op handed to a second thread pays for waking it) and TRL's is about the same
-(3.8-5.4 s vs 4.8-5.0 s); --threads=2 gives each side two.
+Threads: 1 per side by default: on a 2-core virtual machine gppo.py's toy step was faster on one thread than on two
+(every small op handed to a second thread pays for waking it) and TRL's about the same (benchmarks/RESULTS.md);
+--threads=2 gives each side two.
 
-Run:  python benchmarks/bench_vs_trl.py                               # both workloads: 15 min on an idle 2-core machine
+Run:  python benchmarks/bench_vs_trl.py                               # both workloads
       python benchmarks/bench_vs_trl.py --workloads=toy --steps=5     # the toy alone, ~1.5 min
 """
 import json

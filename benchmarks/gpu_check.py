@@ -15,7 +15,7 @@ Correctness on the GPU is tests/test_gpu.py (same workloads, same shapes): run i
   3. engine  Qwen3-0.6B's exact shape, random bf16 weights: 64 prompts x 8 samples x 512 new tokens, tokens/s; the
              same weights and workload through transformers' generate if it is importable
   4. fsdp    one FSDP2 step each of SFT and GPPO on one GPU (nccl, world size 1), MixedPrecisionPolicy(bf16, fp32
-             reduce), 0.6B shape: step time and its split, peak memory and the budget on paper (benchmarks/rehearsal.py)
+             reduce), 0.6B shape: step time and its split, peak memory and the budget on paper (parts/memory_plan.py)
 Each section runs in its own process with its own time limit (a hang or a crash costs that section only) and
 writes each result as soon as it has it; a failure is recorded in the table and the JSON, and the next section runs.
 
@@ -240,7 +240,7 @@ def section_engine(dry: bool, emit):
 
 def section_fsdp(dry: bool, emit):
     import gppo
-    from rehearsal import gppo_phases, peak_phase, sft_phases
+    from parts.memory_plan import gppo_phases, peak_phase, sft_phases
     device = torch.device("cpu" if dry else "cuda")
     process_group(dry)
     config = model_config(dry)

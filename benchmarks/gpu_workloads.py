@@ -17,9 +17,9 @@ import torch
 def model_config(dry: bool):
     """Qwen3-0.6B's exact shape, or a tiny one for the dry run."""
     from model import Qwen3Config
-    from rehearsal import qwen3_0_6b
+    from parts.memory_plan import QWEN3
     if not dry:
-        return qwen3_0_6b()
+        return Qwen3Config(**QWEN3["0.6B"])
     return Qwen3Config(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                        num_key_value_heads=2, head_dim=16, tie_word_embeddings=True, max_position_embeddings=512)
 

@@ -321,7 +321,7 @@ _cpu_kernel_notice_shown = False
 
 
 def load_cpu_kernel(required: bool = False):
-    """Build the CPU kernel with torch.utils.cpp_extension (a C++ compiler, ninja and Python's headers; ~40 s, once
+    """Build the CPU kernel with torch.utils.cpp_extension (a C++ compiler, ninja and Python's headers; once
     per machine: the build is cached in $TORCH_EXTENSIONS_DIR or torch's default extensions directory, under a hash
     of source, flags, compiler, Python, torch and CPU, since -march=native code must not run on another CPU) and load
     it (~0.1 s). Returns the module, or None after a one-line notice on stderr if it cannot be built (once per
@@ -377,7 +377,7 @@ def _build_cpu_kernel():
         if os.path.exists(os.path.join(build_dir, "lock")):
             os.remove(os.path.join(build_dir, "lock"))
         if not os.path.exists(os.path.join(build_dir, name + ".so")):
-            print(f"decode_kernels.py: building the CPU attention kernel in {build_dir} (once per machine, ~40 s)",
+            print(f"decode_kernels.py: building the CPU attention kernel in {build_dir} (once per machine, under a minute)",
                   file=sys.stderr)
         torch_log = logging.getLogger("torch.utils.cpp_extension")
         level = torch_log.level

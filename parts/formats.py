@@ -180,7 +180,7 @@ def _parquet_rows(path: str):
     n = 0
     try:
         # pre_buffer=False: with it, pyarrow keeps the buffers of every row group read so far (memory grows with
-        # the file: +60 MiB over 3M short rows, measured), without it memory stays that of one batch
+        # the file), without it memory stays that of one batch
         for batch in pyarrow.parquet.ParquetFile(path, pre_buffer=False).iter_batches(batch_size=PARQUET_BATCH_ROWS):
             for rec in batch.to_pylist():
                 n += 1

@@ -1,4 +1,4 @@
-"""benchmarks/ablate.py without training anything: its aggregation against hand-computed numbers, the report
+"""experiments/ablate.py without training anything: its aggregation against hand-computed numbers, the report
 on synthetic run directories, the run plan, and the scheduler (order, failure, resume) with stand-in scripts."""
 import importlib.util
 import json
@@ -8,7 +8,7 @@ import textwrap
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-spec = importlib.util.spec_from_file_location("ablate", os.path.join(ROOT, "benchmarks", "ablate.py"))
+spec = importlib.util.spec_from_file_location("ablate", os.path.join(ROOT, "experiments", "ablate.py"))
 ablate = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(ablate)
 

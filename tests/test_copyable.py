@@ -25,6 +25,8 @@ CHECKS = {
     "decode_kernels": (None, None),   # its own self-check: `python decode_kernels.py`, below
     "formats": ("import formats\nrows = formats.load('math', 'aime24.jsonl')\nprint(len(rows), rows[0]['answer'])",
                 "1 "),
+    "memory_plan": ("import types, memory_plan\nc = types.SimpleNamespace(**memory_plan.QWEN3['8B'])\n"
+                    "print(memory_plan.param_counts(c)['total'])", "8190735360"),   # Qwen3-8B's published count
     "math_checker": ("import math_checker\nprint(math_checker.compare('\\\\frac12', '0.5'))", "(True, True)"),
     "qwen3_tokenizer": ("import qwen3_tokenizer\ntok = qwen3_tokenizer.train(['a+b=c'] * 20, vocab_size=300)\n"
                         "print(tok.encode('<|im_start|>user<think>').ids[-1] == tok.token_to_id('<think>'))", "True"),

@@ -71,6 +71,15 @@ def test_one_process_equals_two_processes(tiny_checkpoint, tmp_path, task):
     assert_same_updates(w0, weights(tmp_path / "one"), weights(tmp_path / "two"), rel=1e-3)
 
 
+def test_freeing_the_engine_while_training_changes_nothing(tiny_checkpoint, tmp_path):
+    """--free_engine (the default) gives the engine's weights and KV pool back while the policy trains; step 7 copies
+    the weights back, generate() allocates the pool again: every sample, reward and loss is the same as without."""
+    freed, _ = run(tmp_path / "freed", tiny_checkpoint, "--steps=2", "--free_engine=true")
+    kept, _ = run(tmp_path / "kept", tiny_checkpoint, "--steps=2", "--free_engine=false")
+    strip = lambda rec: {k: v for k, v in rec.items() if not k.startswith("time_") and not k.endswith("tok_s")}  # noqa
+    assert [strip(r) for r in freed] == [strip(r) for r in kept] and len(freed) == 2
+
+
 def test_a_rank_may_wait_longer_than_the_default_timeout(tiny_checkpoint, tmp_path):
     """Ranks decode on their own and meet afterwards: rank 0 waits in the step's first collective as long as rank 1's
     rollout takes beyond its own. Here torch's default process-group timeout is cut to 2 s (standing in for NCCL's

@@ -202,7 +202,7 @@ def test_training_gradient_is_autograd_through_the_readable_rule(kwargs):
 
 def test_on_policy_the_three_rules_give_the_same_gradient_bit_for_bit():
     """One update per rollout batch: old logπ = logπ (recomputed, so r = 1 up to rounding), every token inside the
-    trust region, F = r for GPPO, GRPO and CISPO alike. benchmarks/ablate.py relies on it: its u = 1 point trains one
+    trust region, F = r for GPPO, GRPO and CISPO alike. experiments/ablate.py relies on it: its u = 1 point trains one
     run for the three rules."""
     hidden, weight, targets, _, A, mask, sft_mask = rl_batch(29, 40, seed=6)
     logp = torch.log_softmax(hidden @ weight.T, -1).gather(1, targets.clamp(min=0)[:, None])[:, 0]

@@ -173,8 +173,8 @@ def test_gppo_step_trains_and_syncs_the_engine():
 
 @needs_cuda
 def test_sft_step_peak_memory_within_the_budget_on_paper():
-    """Peak allocated bytes of an SFT step <= 1.25 x benchmarks/rehearsal.py's budget (its largest phase)."""
-    from rehearsal import peak_phase, sft_phases
+    """Peak allocated bytes of an SFT step <= 1.25 x parts/memory_plan.py's budget (its largest phase)."""
+    from parts.memory_plan import peak_phase, sft_phases
     workloads.process_group(DRY)
     config = workloads.model_config(DRY)
     step, _, T = workloads.sft_step_setup(DRY, DEVICE, config)
@@ -187,7 +187,7 @@ def test_sft_step_peak_memory_within_the_budget_on_paper():
 @needs_cuda
 def test_gppo_step_peak_memory_within_the_budget_on_paper():
     import gppo
-    from rehearsal import gppo_phases, peak_phase
+    from parts.memory_plan import gppo_phases, peak_phase
     workloads.process_group(DRY)
     config = workloads.model_config(DRY)
     step, run, _ = workloads.gppo_step_setup(DRY, DEVICE, config)

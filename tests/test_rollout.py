@@ -237,6 +237,24 @@ def test_stop_tokens_and_lengths(model):
     assert_no_leaks(engine)
 
 
+def test_released_pool_comes_back_with_the_same_samples(model):
+    """gppo.py releases the KV pool while it trains (its activations get the room): the pool's memory is gone until
+    the next generate(), which allocates it again and samples exactly what an engine that never released does."""
+    prompts = prompts_of([6, 20, 11], seed=8)
+    params = SamplingParams(temperature=1.0, max_tokens=16, n=2, seed=5)
+    kept, released = (LLMEngine(model, max_num_seqs=8, max_model_len=64) for _ in range(2))
+    first = released.generate(prompts, params)
+    nbytes = released.cache.nbytes
+    released.cache.release()
+    assert released.cache.k_pool is None and released.cache.v_pool is None and released.cache.nbytes == nbytes
+    again = released.generate(prompts, params)
+    reference = kept.generate(prompts, params)
+    assert [[s.token_ids for s in g] for g in again] == [[s.token_ids for s in g] for g in reference] == \
+        [[s.token_ids for s in g] for g in first]
+    assert released.cache.k_pool.shape == kept.cache.k_pool.shape
+    assert_no_leaks(released)
+
+
 def test_weight_update_is_seen_by_the_next_generate(model):
     """The engine shares the module and caches nothing across generate() calls."""
     model = Qwen3(model.config).init_weights(std=0.2, seed=1)     # a private copy we may modify

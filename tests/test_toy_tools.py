@@ -1,10 +1,10 @@
-"""The toy diagnosis and the curve summary the README quotes, on hand-made samples and logs."""
+"""The toy diagnosis and the curve summary (experiments/), on hand-made samples and logs."""
 import json
 import os
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+sys.path.insert(0, os.path.join(ROOT, "experiments"))
 sys.path.insert(0, ROOT)
 
 import plot_train  # noqa: E402

@@ -9,8 +9,8 @@ Each sample is sorted into exactly one bucket, checked against the true column s
     format    no parsable trace or no \\boxed{} (cut off, or a malformed line)
 
 Run (after `python sft.py`, or on any toy checkpoint):
-  python benchmarks/toy_diagnose.py --model=out/sft/hf                     # T=1 and greedy, 1..4 digits
-  python benchmarks/toy_diagnose.py --model=out/gppo/hf --samples=8 --problems=100
+  python experiments/toy_diagnose.py --model=out/sft/hf                     # T=1 and greedy, 1..4 digits
+  python experiments/toy_diagnose.py --model=out/gppo/hf --samples=8 --problems=100
 """
 import os
 import re

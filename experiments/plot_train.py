@@ -4,7 +4,7 @@ Panels, against the RL step: on-policy accuracy (every sampled response at T=1, 
 its running mean over 5 steps, held-out greedy accuracy (the eval steps), token entropy, and the fractions of
 tokens clipped low and high. Also prints the numbers the README quotes (first step, mean of the last 5 steps).
 
-Run:  python benchmarks/plot_train.py --metrics=out/gppo/metrics.jsonl --out=benchmarks/toy_gppo.png
+Run:  python experiments/plot_train.py --metrics=out/gppo/metrics.jsonl --out=experiments/results/toy_gppo.png
 (needs matplotlib for the figure, which is not a dependency; the numbers print without it)
 """
 import json

@@ -33,9 +33,8 @@ glibc's own starting value, held fixed: every tensor above 128 KiB is mapped on 
 The same setting is advisable for any long CPU run of sft.py or gppo.py (--malloc_mmap_threshold=0 to see without).
 
 Run:
-  python benchmarks/rehearsal.py              # all stages: ~13 GB of RAM at the peak, ~14 GB of disk at most
-  python benchmarks/rehearsal.py --stages=gppo,eval  # rerun some stages on the outputs of earlier ones
-  python benchmarks/rehearsal.py --plan       # the memory plan on paper: Qwen3-8B on 8 x 80 GB, 32K, and 2 nodes
+  python experiments/rehearsal.py              # all stages: ~13 GB of RAM at the peak, ~14 GB of disk at most
+  python experiments/rehearsal.py --stages=gppo,eval  # rerun some stages on the outputs of earlier ones
   bash train.sh rehearsal
 """
 import json
@@ -54,6 +53,8 @@ import torch  # noqa: E402
 
 from parts.cli import parse_config  # noqa: E402
 from model import Qwen3Config  # noqa: E402
+from parts.memory_plan import (QWEN3, eval_phases, gppo_phases, kv_pool_bytes, param_counts, peak_phase,  # noqa: E402
+                               rope_table_bytes, sft_phases)
 
 GB = 1e9
 STAGES = ("checkpoint", "load", "sft", "gppo", "eval")
@@ -86,7 +87,6 @@ class RehearsalConfig:
     max_ratio: float = 1.25          # peak / budget allowed per stage
     time_limit_min: float = 25.0     # the whole rehearsal, on 2 cores
     cleanup: bool = True             # delete the DCP checkpoints (7 GB each) once their stage has passed
-    plan: bool = False               # print the memory plan for Qwen3-8B on 8 x 80 GB (and 2 nodes), run nothing
     stage: str = ""                  # internal: run this one stage in this process
 
     def __post_init__(self):
@@ -97,115 +97,7 @@ class RehearsalConfig:
 
 
 def qwen3_0_6b() -> Qwen3Config:
-    return Qwen3Config(vocab_size=151936, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
-                       num_attention_heads=16, num_key_value_heads=8, head_dim=128, rope_theta=1e6,
-                       tie_word_embeddings=True, max_position_embeddings=40960, torch_dtype="bfloat16")
-
-
-def qwen3_8b() -> Qwen3Config:
-    return Qwen3Config(vocab_size=151936, hidden_size=4096, intermediate_size=12288, num_hidden_layers=36,
-                       num_attention_heads=32, num_key_value_heads=8, head_dim=128, rope_theta=1e6,
-                       tie_word_embeddings=False, max_position_embeddings=40960, torch_dtype="bfloat16")
-
-
-# ----------------------------------------------------------------------------- memory on paper
-
-def param_counts(c: Qwen3Config) -> dict:
-    """Parameters: total, one decoder layer, the FSDP root (embeddings, untied head, final norm), the largest tensor."""
-    D, I, q, kv = c.hidden_size, c.intermediate_size, c.num_attention_heads * c.head_dim, c.num_key_value_heads * c.head_dim
-    layer = D * (q + 2 * kv) + q * D + 3 * D * I + 2 * D + 2 * c.head_dim    # q,k,v,o; gate,up,down; 2 norms; q/k norm
-    embed = c.vocab_size * D
-    root = embed * (1 if c.tie_word_embeddings else 2) + D
-    return dict(total=root + c.num_hidden_layers * layer, layer=layer, root=root, embed=embed, largest=max(embed, D * I))
-
-
-def layer_activation_bytes(c: Qwen3Config, tokens: int, itemsize: int) -> int:
-    """What autograd keeps for the backward of one decoder layer of model.py, for `tokens` tokens computed in a dtype
-    of `itemsize` bytes. Per token:
-      each RMSNorm over n features keeps its fp32 input and its output: (4 + itemsize) n; the input and post-attention
-      norms (D each), q_norm (Hq hd), k_norm (Hkv hd);
-      RoPE'd q and k and v, kept by attention: itemsize (Hq hd + 2 Hkv hd);
-      attention's output and o_proj's contiguous input: 2 itemsize Hq hd; attention's log-sum-exp: 4 Hq;
-      the MLP's gate, silu(gate), up and their product: 4 itemsize I."""
-    D, I, q, kv = c.hidden_size, c.intermediate_size, c.num_attention_heads * c.head_dim, c.num_key_value_heads * c.head_dim
-    per_token = ((4 + itemsize) * (2 * D + q + kv) + itemsize * (q + 2 * kv) + 2 * itemsize * q + 4 * c.num_attention_heads
-                 + 4 * itemsize * I)
-    return tokens * per_token
-
-
-def activations_with_checkpointing(c: Qwen3Config, tokens: int, itemsize: int) -> int:
-    """Activation checkpointing keeps each layer's input (L x T x D) and, in the backward, one layer's activations
-    recomputed plus their gradients (counted as twice the activations)."""
-    return c.num_hidden_layers * tokens * c.hidden_size * itemsize + 2 * layer_activation_bytes(c, tokens, itemsize)
-
-
-def rope_table_bytes(c: Qwen3Config) -> int:
-    """model.py's cos and sin tables, fp32, max_position_embeddings x head_dim each (one per model instance)."""
-    return 2 * c.max_position_embeddings * c.head_dim * 4
-
-
-def kv_pool_bytes(c: Qwen3Config, itemsize: int, memory: float, max_num_seqs: int, max_model_len: int) -> int:
-    """rollout.kv_cache_blocks in bytes: whole blocks of 16 tokens that fit in `memory`, capped by max_num_seqs.
-    memory=None: the engine's CPU default, 512 MiB or one max_model_len sequence if that is more."""
-    block = 2 * c.num_hidden_layers * 16 * c.num_key_value_heads * c.head_dim * itemsize
-    per_seq = -(-max_model_len // 16)
-    memory = max(512 * 2**20, per_seq * block) if memory is None else memory
-    return min(int(memory) // block, max_num_seqs * per_seq) * block
-
-
-def sft_phases(c: Qwen3Config, *, world: int, row_tokens: int, loss_chunk: int, gpu: bool) -> dict:
-    """sft.py per rank: fp32 master shard, AdamW (2 states), gradients; FSDP's unsharded root (embeddings/head, kept
-    from forward to backward) and its gradient; two unsharded layers (one computing, one prefetched); activations;
-    the loss's (chunk, V) blocks, recomputed in the backward: on CPU logits, log-softmax and its gradient in fp32
-    (3 x 4 bytes), on GPU the bf16 logits and three fp32 blocks."""
-    P, cb = param_counts(c), (2 if gpu else 4)
-    shard = 4 * P["total"] / world
-    chunk = min(loss_chunk, row_tokens) * c.vocab_size
-    states = {"fp32 master shard": shard, "AdamW states": 2 * shard}
-    root = {"unsharded root params": cb * P["root"], "unsharded root grads": (cb + 4 * gpu) * P["root"]}
-    return {
-        "loss backward": {**states, **root, "checkpointed layer inputs": activations_with_checkpointing(c, row_tokens, cb)
-                          - 2 * layer_activation_bytes(c, row_tokens, cb), "loss chunk": chunk * (12 + 2 * gpu)},
-        "layer backward": {**states, "gradient shards": shard, **root, "2 unsharded layers + grads": 4 * cb * P["layer"],
-                           "activations (checkpointing)": activations_with_checkpointing(c, row_tokens, cb)},
-        "optimizer step": {**states, "gradient shards": shard, "foreach AdamW temporaries": shard},
-    }
-
-
-def gppo_phases(c: Qwen3Config, *, world: int, row_tokens: int, kv_bytes: int, gpu: bool, loss_chunk: int) -> dict:
-    """gppo.py per rank: the sft.py terms for the policy, plus the engine's full copy of the weights (bf16 on GPU, fp32
-    on CPU) and its KV pool, which live through training. The loss (rl_loss_from_hidden) keeps an fp32 (V, D)
-    accumulator for the head's gradient and per chunk the logits (CPU: fp32 logits, logits/T and its exp; GPU,
-    Triton: the bf16 logits); the old-logprob pass (no gradient) takes 1,024 rows: logits, logits/T, log-softmax."""
-    P, cb = param_counts(c), (2 if gpu else 4)
-    shard = 4 * P["total"] / world
-    V, D = c.vocab_size, c.hidden_size
-    held = {"fp32 master shard": shard, "AdamW states": 2 * shard, "engine weights": cb * P["total"],
-            "KV pool": kv_bytes}
-    root = {"unsharded root params": cb * P["root"], "unsharded root grads": (cb + 4 * gpu) * P["root"]}
-    boundaries = activations_with_checkpointing(c, row_tokens, cb) - 2 * layer_activation_bytes(c, row_tokens, cb)
-    loss_chunk_bytes = loss_chunk * V * (2 if gpu else 12)
-    optimizer_temps = shard if gpu else 4 * P["largest"]      # foreach on GPU; one tensor at a time on CPU
-    return {
-        "old logprobs": {**held, "unsharded root params": cb * P["root"], "hidden states": row_tokens * D * cb,
-                         "logits of 1024 rows": min(1024, row_tokens) * V * (12 + 2 * gpu)},
-        "loss backward": {**held, **root, "checkpointed layer inputs": boundaries,
-                          "hidden + its gradient": 2 * row_tokens * D * cb, "head-gradient accumulator": 4 * V * D,
-                          "loss chunk": loss_chunk_bytes},
-        "layer backward": {**held, "gradient shards": shard, **root, "2 unsharded layers + grads": 4 * cb * P["layer"],
-                           "activations (checkpointing)": activations_with_checkpointing(c, row_tokens, cb)},
-        "optimizer step": {**held, "gradient shards": shard, "AdamW temporaries": optimizer_temps},
-    }
-
-
-def eval_phases(c: Qwen3Config, *, kv_bytes: int, itemsize: int) -> dict:
-    """eval.py: the weights (loaded in the checkpoint's own dtype: no conversion buffer) and the engine's KV pool."""
-    return {"generate": {"weights": itemsize * param_counts(c)["total"], "KV pool": kv_bytes}}
-
-
-def peak_phase(phases: dict) -> tuple:
-    name = max(phases, key=lambda k: sum(phases[k].values()))
-    return name, sum(phases[name].values()), phases[name]
+    return Qwen3Config(**QWEN3["0.6B"])
 
 
 def stage_budget(stage: str, cfg: RehearsalConfig, facts: dict) -> dict:
@@ -277,10 +169,13 @@ def write_data(cfg: RehearsalConfig) -> dict:
 # ----------------------------------------------------------------------------- the stages (each in its own process)
 
 def stage_checkpoint(cfg, paths):
-    from gpu_workloads import random_qwen3
-    from model import from_pretrained, save_pretrained
+    from model import Qwen3, from_pretrained, save_pretrained
     c, ckpt = qwen3_0_6b(), os.path.join(cfg.out_dir, "base")
-    model = random_qwen3(c, torch.bfloat16, torch.device("cpu"), seed=cfg.seed)   # bf16 storage: no fp32 copy made
+    with torch.device("meta"):
+        model = Qwen3(c).to(torch.bfloat16)
+    model.to_empty(device="cpu")   # bf16 storage from the start: no fp32 copy of the model is made
+    model.tie_weights()
+    model.init_weights(seed=cfg.seed)
     save_pretrained(model, ckpt, max_shard_bytes=2**30)                   # 1.19 GB: two shards
     for name in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copy(os.path.join(cfg.tokenizer, name), os.path.join(ckpt, name))
@@ -446,9 +341,6 @@ def print_table(results: list, cfg: RehearsalConfig) -> bool:
 
 
 def main(cfg: RehearsalConfig):
-    if cfg.plan:
-        print_plan()
-        return
     if not os.path.isfile(os.path.join(cfg.tokenizer, "tokenizer.json")):
         sys.exit("rehearsal.py: set QWEN3_TOKENIZER_DIR (or --tokenizer=) to a directory with Qwen3's tokenizer.json "
                  "and tokenizer_config.json")
@@ -482,34 +374,6 @@ def main(cfg: RehearsalConfig):
     print(f"wrote {os.path.join(cfg.out_dir, 'rehearsal.json')}")
     if not ok:
         sys.exit(1)
-
-
-# ----------------------------------------------------------------------------- the 8-GPU memory plan (on paper)
-
-def print_plan(gpu_bytes: float = 80 * GB, cuda_context: float = 1 * GB):
-    """Per-rank memory of the paper's settings for Qwen3-8B on 80 GB GPUs, at 32K context, on 1 and 2 nodes of 8.
-    The KV pool is what gppo.py gives it: kv_cache_fraction (0.3) x the memory free once the policy shard and the
-    engine's weights are in place (the AdamW states and gradients come later, at the first update)."""
-    c, P = qwen3_8b(), param_counts(qwen3_8b())
-    kv_token = 2 * c.num_hidden_layers * c.num_key_value_heads * c.head_dim * 2
-    print(f"Qwen3-8B: {P['total'] / 1e9:.2f}B parameters; bf16 KV {kv_token / 2**10:.0f} KiB per token; "
-          f"80 GB per GPU, {cuda_context / GB:.0f} GB assumed for the CUDA context and allocator slack\n")
-    for world in (8, 16):
-        for row_tokens in (32768, 16384):
-            free = gpu_bytes - cuda_context - 4 * P["total"] / world - 2 * P["total"]
-            kv = kv_pool_bytes(c, 2, 0.3 * free, 256, 4096 + 32768)
-            rows = [("SFT", sft_phases(c, world=world, row_tokens=row_tokens, loss_chunk=4096, gpu=True)),
-                    ("SFT loss_chunk=1024", sft_phases(c, world=world, row_tokens=row_tokens, loss_chunk=1024, gpu=True)),
-                    ("GPPO", gppo_phases(c, world=world, row_tokens=row_tokens, kv_bytes=kv, gpu=True, loss_chunk=2048))]
-            print(f"--- {world} GPUs ({world // 8} node{'s' if world > 8 else ''}), rows of {row_tokens} tokens; "
-                  f"KV pool {kv / GB:.1f} GB = {kv / kv_token / 36864:.1f} sequences of 4K + 32K tokens")
-            for label, phases in rows:
-                name, total, terms = peak_phase(phases)
-                total += cuda_context
-                verdict = "fits" if total <= gpu_bytes else f"does NOT fit (over by {(total - gpu_bytes) / GB:.1f} GB)"
-                print(f"  {label:20s} peak {total / GB:5.1f} GB in '{name}': {verdict}")
-                print("      " + ", ".join(f"{k} {v / GB:.1f}" for k, v in terms.items()))
-        print()
 
 
 if __name__ == "__main__":

@@ -28,15 +28,15 @@ one, r ≡ 1 and GPPO, GRPO and CISPO give the same gradient (gppo_loss.py's per
 
 Run (every run is a subprocess with OMP_NUM_THREADS=1; its output goes to out_dir/runs/NAME/log.txt):
   bash train.sh ablate                              # all arms, 3 seeds: 84 min on 2 cores (below)
-  python benchmarks/ablate.py --arms=loss,filter --sft_from=out/sft/hf --steps=100   # a subset, a given SFT model
-  python benchmarks/ablate.py --out_dir=/tmp/abl --seeds=1 --steps=2 --code_steps=1 --sft_args="--max_steps=5" \\
+  python experiments/ablate.py --arms=loss,filter --sft_from=out/sft/hf --steps=100   # a subset, a given SFT model
+  python experiments/ablate.py --out_dir=/tmp/abl --seeds=1 --steps=2 --code_steps=1 --sft_args="--max_steps=5" \\
       --prompts_per_step=4 --code_prompts_per_step=2 --mini_batch_prompts=2 --group_size=4 --eval_every=1 \\
       --eval_problems=8 --eval_k=2 --eval_code_problems=4        # smoke test of the whole pipeline, ~2 min
 Interrupted? Run the same command again: finished runs are skipped, unfinished ones resume from their last
 checkpoint, and a larger --steps/--code_steps extends finished runs. Other changed options need a new --out_dir.
 Output: out_dir/ablation.md (tables), ablation.json (every seed's curves), ablation.png (reward and
 accuracy curves per arm) and offpolicy.png (the sweep's six metrics per rule); the plots only if matplotlib is
-importable (it is not a dependency). benchmarks/results/ holds these four files from the run below.
+importable (it is not a dependency). experiments/results/ holds these four files from the run below.
 Cost, one thread per run, measured on the 2-core machine with --parallel=2 (`bash train.sh ablate`: all arms, 3 seeds,
 the machine otherwise idle but for about a minute of tests): 85 jobs in 84 min wall, 167 core-minutes: 6 toy SFTs
 of 8.1-8.9 min, 6 code RL runs of 5.2-5.4 min, 54 math RL runs (25 batches of 16 x 8 samples, 6 held-out evals) of
