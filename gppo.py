@@ -33,9 +33,9 @@ from gppo_loss import MODES, LossConfig, rl_loss_from_hidden
 from model import check_checkpoint, from_pretrained
 from parts import math_checker, toy
 from parts.cli import parse_config
-from parts.trainer import (GracefulStop, InputError, MetricsLog, agree_on_inputs, checkpointing_on, cores_per_rank,
-                           global_max, global_sums, init_distributed, load_checkpoint, print0, run_entry_point,
-                           save_checkpoint, set_threads)
+from parts.trainer import (Checkpointer, GracefulStop, InputError, MetricsLog, agree_on_inputs, checkpointing_on,
+                           cores_per_rank, global_max, global_sums, init_distributed, load_checkpoint, print0,
+                           run_entry_point, set_threads)
 from rollout import LLMEngine, SamplingParams, kv_cache_bytes
 from sft import EXPORT_DTYPES, export_hf, load_sharded, read
 
@@ -102,6 +102,7 @@ class GPPOConfig:
     eval_seed: int = 0                 # the toy held-out set; fixed, so every run (any --seed) sees the same problems
     ckpt_every: int = 20               # DCP checkpoint (exact resume) every k steps; always at the end
     ckpt_minutes: float = 30.0         # ... and every this many minutes (0 = off); SIGTERM/Ctrl-C also save one
+    ckpt_background: bool = True       # write checkpoints while training goes on (host RAM for a copy of the shards)
     export_every: int = 0              # Hugging Face export every k steps; always at the end
     export_dtype: str = "auto"         # the export's dtype: auto (the --init_from checkpoint's) | bfloat16 | float32
     resume: bool = True                # continue from out_dir/checkpoint if it exists
@@ -534,7 +535,7 @@ def main(cfg: GPPOConfig, reward_fn=None):
         acc = evaluate(run, eval_problems)
         print0(f"step 0 held-out greedy accuracy {acc:.3f}")
         metrics.write({"step": 0, "eval_accuracy": acc})
-    t_run, start_step = time.time(), step
+    ckpt, t_run, start_step = Checkpointer(ckpt_dir, cfg.ckpt_background), time.time(), step
     try:
         while step < cfg.steps:
             for group in run.optimizer.param_groups:
@@ -548,9 +549,10 @@ def main(cfg: GPPOConfig, reward_fn=None):
             metrics.write(rec)
             state = dict(step=step, prompt_cursor=prompt_cursor)
             stop.step_done(step, (cfg.ckpt_every and step % cfg.ckpt_every == 0) or step == cfg.steps,
-                           lambda: save_checkpoint(ckpt_dir, run.policy, run.optimizer, state), ckpt_dir)
+                           lambda: ckpt.save(run.policy, run.optimizer, state), ckpt)
             if (cfg.export_every and step % cfg.export_every == 0) or step == cfg.steps:
                 export_hf(run.policy, os.path.join(cfg.out_dir, "hf"), cfg.init_from, run.export_dtype)
+        ckpt.wait()
     finally:
         stop.close()
         run.pool.shutdown(cancel_futures=True)

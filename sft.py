@@ -31,8 +31,8 @@ from model import CheckpointError, Qwen3, Qwen3Config, check_checkpoint, from_pr
     save_pretrained
 from parts import toy, trainer
 from parts.cli import parse_config
-from parts.trainer import (GracefulStop, InputError, MetricsLog, agree_on_inputs, checkpointing_on, init_distributed,
-                           load_checkpoint, print0, run_entry_point, save_checkpoint, set_threads, shard_model)
+from parts.trainer import (Checkpointer, GracefulStop, InputError, MetricsLog, agree_on_inputs, checkpointing_on,
+                           init_distributed, load_checkpoint, print0, run_entry_point, set_threads, shard_model)
 
 INPUT_ERRORS = (*data.INPUT_ERRORS, CheckpointError)   # bad input: one line naming the option; the rest are bugs
 read = functools.partial(trainer.read_input, errors=INPUT_ERRORS)   # read(option, load, *args): load(*args), checked
@@ -79,6 +79,7 @@ class SFTConfig:
     log_every: int = 10              # print and log a metrics record every k steps
     ckpt_every: int = 200            # DCP checkpoint every k steps (and at the end); 0 = only at the end
     ckpt_minutes: float = 30.0       # ... and every this many minutes (0 = off); SIGTERM/Ctrl-C also save one
+    ckpt_background: bool = True     # write checkpoints while training goes on (host RAM: a copy of the shards)
     resume: bool = True              # continue from out_dir/checkpoint if it exists
     device: str = "auto"             # auto | cpu | cuda
     threads: int = 0                 # CPU threads per rank; 0 = usable cores / ranks on this machine
@@ -86,8 +87,8 @@ class SFTConfig:
 
     def __post_init__(self):
         checks = [(self.overlong in ("truncate", "drop", "error"), "overlong must be truncate, drop or error"),
-                  (self.activation_checkpointing in ("auto", "true", "false"), "activation_checkpointing: auto|true|"
-                   "false"),
+                  (self.activation_checkpointing in ("auto", "true", "false"),
+                   "activation_checkpointing must be auto, true or false"),
                   (self.export_dtype in EXPORT_DTYPES, f"export_dtype must be one of {', '.join(EXPORT_DTYPES)}"),
                   (self.n_head % self.n_kv_head == 0, "n_head must be a multiple of n_kv_head (GQA)"),
                   (self.micro_rows >= 1 and self.rows_per_step >= 1, "micro_rows and rows_per_step must be >= 1")]
@@ -127,7 +128,7 @@ def main(cfg: SFTConfig):
         read(f"{ckpt_dir} (--resume=true)", loader.load_state_dict, state["loader"])
         print0(f"resumed from {ckpt_dir} at step {step}")
     metrics, stop = MetricsLog(os.path.join(cfg.out_dir, "metrics.jsonl"), step), GracefulStop(cfg.ckpt_minutes, device)
-    t_start, tokens_seen, start_step = time.time(), 0, step
+    ckpt, t_start, tokens_seen, start_step = Checkpointer(ckpt_dir, cfg.ckpt_background), time.time(), 0, step
     try:
         while step < stop_step:
             rows = loader.next_step()                       # this rank's rows for one optimizer step
@@ -144,8 +145,8 @@ def main(cfg: SFTConfig):
                        f"grad_norm {grad_norm:.3f} tok/s {tokens_seen / elapsed:.0f} "
                        f"eta {(stop_step - step) * elapsed / (step - start_step) / 60:.1f}min")
             stop.step_done(step, (cfg.ckpt_every and step % cfg.ckpt_every == 0) or step == stop_step, lambda: \
-                           save_checkpoint(ckpt_dir, model, optimizer, {"step": step, "loader": loader.state_dict()}),
-                           ckpt_dir)
+                           ckpt.save(model, optimizer, {"step": step, "loader": loader.state_dict()}), ckpt)
+        ckpt.wait()
     finally:
         stop.close()
         metrics.close()
@@ -170,8 +171,7 @@ def load_sft_data(cfg: SFTConfig, rank: int, world: int):
             data.save_tokenizer(tokenizer, tokenizer_dir)
         conversations = toy.sft_conversations(cfg.toy_math_examples, cfg.toy_code_examples, seed=cfg.seed,
                                               wrong_fraction=cfg.toy_wrong_fraction)
-    examples, report = read("--data", data.encode_sft_dataset, tokenizer, conversations, cfg.max_len,
-                            cfg.overlong)
+    examples, report = read("--data", data.encode_sft_dataset, tokenizer, conversations, cfg.max_len, cfg.overlong)
     print0(f"data: {report}")
     if not examples:
         raise InputError(f"--data={cfg.data or '(toy)'}: no conversation left to train on ({report})")

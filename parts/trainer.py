@@ -2,7 +2,7 @@
 
     rank, world, device = init_distributed("auto")    # gloo on CPU, nccl on CUDA; a world of one needs no torchrun
     model = shard_model(model, device)                # FSDP2 per block of model.layers, then the root
-    save_checkpoint(path, model, optimizer, state)    # sharded DCP, written to path.tmp and renamed
+    ckpt = Checkpointer(path); ckpt.save(model, optimizer, state)  # sharded DCP, in the background
     run_entry_point(main, cfg)                        # bad input: one line from rank 0, exit status 2
 Also: threads per rank, InputError and agree_on_inputs (every rank stops together on bad input), loading the full
 weights from rank 0 into the shards (no rank holds a full fp32 copy), the metrics file, the graceful stop on SIGTERM
@@ -219,21 +219,54 @@ def checkpointing_on(setting: str, device: torch.device) -> bool:
     return on
 
 
+class Checkpointer:
+    """Sharded DCP checkpoints of (model, optimizer, trainer state) at `path`, written in the background.
+
+    save() copies this rank's shards to CPU memory (the only pause training sees: host RAM for one copy of the shards)
+    and returns; a thread writes them to path.tmp through its own gloo process group, so its collectives never
+    interleave with training's. wait() (called by the next save(), by the graceful stop and after the last step) waits
+    for every rank's write, then rank 0 adds trainer_state.json and renames path.tmp to path: a kill at any moment
+    leaves the last whole checkpoint. background=False writes before save() returns."""
+
+    def __init__(self, path: str, background: bool = True):
+        self.path, self.tmp, self.future, self.trainer_state = path, path + ".tmp", None, None
+        self.group = dist.new_group(backend="gloo") if background else None
+
+    def save(self, model, optimizer, trainer_state: dict):
+        import torch.distributed.checkpoint as dcp
+        self.wait()
+        if dist.get_rank() == 0 and os.path.exists(self.tmp):
+            shutil.rmtree(self.tmp)
+        dist.barrier()
+        state = checkpoint_state(model, optimizer)
+        self.trainer_state = json.loads(json.dumps(trainer_state))   # as it is now: the caller's dict moves on
+        if self.group is None:
+            dcp.save(state, checkpoint_id=self.tmp)
+            self.wait()
+        else:
+            self.future = dcp.async_save(state, checkpoint_id=self.tmp, process_group=self.group)
+
+    def wait(self):
+        """Finish the save in flight, if any: every rank's shards written, then the rename. Collective."""
+        if self.trainer_state is None:
+            return
+        if self.future is not None:
+            self.future.result()
+            self.future = None
+        dist.barrier()
+        if dist.get_rank() == 0:
+            with open(os.path.join(self.tmp, "trainer_state.json"), "w") as fh:
+                json.dump(self.trainer_state, fh)
+            if os.path.exists(self.path):
+                shutil.rmtree(self.path)
+            os.rename(self.tmp, self.path)
+        dist.barrier()
+        self.trainer_state = None
+
+
 def save_checkpoint(path: str, model, optimizer, trainer_state: dict):
-    """Sharded DCP checkpoint written to a temp dir and renamed, so a kill never leaves half a checkpoint."""
-    import torch.distributed.checkpoint as dcp
-    tmp = path + ".tmp"
-    if dist.get_rank() == 0 and os.path.exists(tmp):
-        shutil.rmtree(tmp)
-    dist.barrier()
-    dcp.save(checkpoint_state(model, optimizer), checkpoint_id=tmp)
-    if dist.get_rank() == 0:
-        with open(os.path.join(tmp, "trainer_state.json"), "w") as fh:
-            json.dump(trainer_state, fh)
-        if os.path.exists(path):
-            shutil.rmtree(path)
-        os.rename(tmp, path)
-    dist.barrier()
+    """One checkpoint written before returning (see Checkpointer)."""
+    Checkpointer(path, background=False).save(model, optimizer, trainer_state)
 
 
 def load_checkpoint(path: str, model, optimizer) -> dict:
@@ -309,7 +342,7 @@ class GracefulStop:
     def checkpointed(self):
         self.last_checkpoint = time.monotonic()
 
-    def step_done(self, step: int, due: bool, save, ckpt_dir: str):
+    def step_done(self, step: int, due: bool, save, checkpointer: "Checkpointer"):
         """After each step, on every rank: save() a checkpoint when `due` (the run's own schedule), when the clock says
         so or when a signal asked to stop; then, if asked to stop, exit."""
         stopping, checkpoint_now = self.poll()
@@ -317,11 +350,12 @@ class GracefulStop:
             save()
             self.checkpointed()
         if stopping:
-            self.exit(step, ckpt_dir)
+            self.exit(step, checkpointer)
 
-    def exit(self, step: int, ckpt_dir: str):
-        """After the stop's checkpoint: one line saying where it is, then exit 128 + the signal's number."""
-        print0(f"stopped by {signal.Signals(self.signum).name} after step {step}: checkpoint in {ckpt_dir}; "
+    def exit(self, step: int, checkpointer: "Checkpointer"):
+        """The stop's checkpoint written, one line saying where it is, then exit 128 + the signal's number."""
+        checkpointer.wait()
+        print0(f"stopped by {signal.Signals(self.signum).name} after step {step}: checkpoint in {checkpointer.path}; "
                "run the same command again to resume from it")
         raise SystemExit(128 + self.signum)
 
