@@ -12,11 +12,12 @@ Bad input is an error naming file:row and field.
 import bisect
 import datetime
 import os
+import random
 
 import numpy as np
 from tokenizers import Tokenizer
 
-from parts import formats, qwen3_tokenizer, toy
+from parts import countdown, formats, qwen3_tokenizer, toy
 from parts.formats import DataError, Records, UngradableRow, copy_rows, guess_kind, read_rows  # noqa: F401 (the API)
 
 # What reading a user's files raises for bad input: shown as one line naming the file; anything else is a bug and
@@ -365,13 +366,35 @@ def _build_rows(examples, rows, row_tokens: int, pad_id: int) -> list:
     return [{k: v[b] for k, v in batch.items()} for b in range(B)]
 
 
-# ----------------------------------------------------------------------------- the toy tokenizer
+# ----------------------------------------------------------------------------- the toy tasks and their tokenizer
 
-def build_toy_tokenizer(vocab_size: int = 640) -> Tokenizer:
-    """The toy tasks' tokenizer: Qwen3's shape (parts/qwen3_tokenizer.py) trained on a fixed corpus of toy
+TOY_TASKS = ("countdown", "sums")   # Countdown (parts/countdown.py; the default), multi-digit sums (parts/toy.py)
+
+
+def toy_problems(task: str, n: int, seed, split: str, numbers: int = 4, min_digits: int = 1, max_digits: int = 4,
+                 code: bool = False):
+    """n toy prompts of a split with their reward's kind: Countdown with `numbers` numbers, or sums whose operands
+    have min_digits..max_digits digits; code: the task's programs (Countdown's earn partial credit)."""
+    if code:
+        programs = toy.partial_code_problems if task == "countdown" else toy.code_problems
+        return [dict(p, kind="code") for p in programs(n, seed, split)]
+    if task == "countdown":
+        return [dict(p, kind="countdown") for p in countdown.problems(n, numbers, seed, split)]
+    return [dict(p, kind="math") for p in toy.math_problems(n, seed, split, min_digits, max_digits)]
+
+
+def build_toy_tokenizer(task: str = "sums", vocab_size: int = 0) -> Tokenizer:
+    """A toy task's tokenizer: Qwen3's shape (parts/qwen3_tokenizer.py) trained on a fixed corpus of the task's
     conversations rendered in the chat format, so its vocabulary stays the same when the toy data's mix changes."""
+    if task == "countdown":   # its searches and its programs
+        rng = random.Random(20251204)
+        corpus = [(p["prompt"], countdown.teacher_response(p, rng))
+                  for n, count in ((3, 1300), (4, 2700)) for p in countdown.problems(count, n, "tokenizer", "train")]
+        corpus += [(p["prompt"], toy.partial_code_response(p, rng)) for p in toy.partial_code_problems(600, "tokenizer")]
+        return qwen3_tokenizer.train([render_chat([{"role": "user", "content": q}, {"role": "assistant", "content": a}])
+                                      for q, a in corpus], vocab_size or 512)
     corpus = toy.sft_conversations(3000, 1500, seed=20250807, wrong_fraction=0.3)
-    return qwen3_tokenizer.train([render_chat(c) for c in corpus], vocab_size)
+    return qwen3_tokenizer.train([render_chat(c) for c in corpus], vocab_size or 640)
 
 
 save_tokenizer = qwen3_tokenizer.save   # tokenizer.json + a Qwen3-style tokenizer_config.json

@@ -27,7 +27,7 @@ from fractions import Fraction
 
 import data
 import reward
-from parts import toy
+from parts import countdown, toy
 from parts.chat_client import ChatRequest, ClientConfig, ServerRefused, assistant_turn, sample_chat
 
 # ============================================================================= 2. the journal
@@ -217,11 +217,15 @@ class DistillConfig:
     max_num_seqs: int = 256         # local model: sequences decoded together
     device: str = "auto"            # local model: auto | cpu | cuda
     toy: bool = False               # the toy teacher on the toy prompts (what `bash train.sh` trains on)
-    toy_math_prompts: int = 16000   # toy addition prompts (1-4 digit operands)
-    toy_code_prompts: int = 224     # toy programming prompts (224 distinct ones exist)
+    toy_task: str = "countdown"     # countdown (the teacher searches: parts/countdown.py) | sums (the teacher slips)
+    toy_easy_prompts: int = 2500    # countdown: prompts with 3 numbers
+    toy_hard_prompts: int = 5000    # countdown: prompts with 4 numbers
+    toy_naive: float = 0.5          # countdown's programs: the teacher's chance of the naive one (partial credit)
+    toy_math_prompts: int = 16000   # sums: addition prompts (1-4 digit operands)
+    toy_code_prompts: int = 400     # toy programming prompts (sums: 224, all there are)
     toy_code_tests: int = 4         # tests per toy programming prompt the teacher's programs are run on
-    toy_code_k: int = 36            # responses per toy programming prompt: 224 x 36 ~ the 8,000 programs (2,000 x 4
-    #   epochs) the toy model needs to learn the task (its one program, repeated: the toy teacher always writes it)
+    toy_code_k: int = 8             # responses per toy programming prompt (sums: 36, ~ the 8,000 programs, 2,000 x 4
+    #   epochs, its toy model needs: its teacher always writes the one reference program)
     toy_slip_hard: float = 0.72     # the toy teacher's chance of one slip in a trace with a 3+ digit operand
     toy_slip_easy: float = 0.05     # ... with 1-2 digit operands (the rule drops these slips: easy prompts)
     # sampling (DeepSeek's recommendation for R1: temperature 0.6, top-p 0.95)
@@ -253,6 +257,7 @@ class DistillConfig:
             (bool(prompts or self.responses or self.toy), "nothing to do: give --math_prompts / --code_prompts / "
              "--sft_prompts with a teacher, --responses, or --toy"),
             (not (self.toy and prompts), "--toy samples the toy prompts only; leave --*_prompts out"),
+            (self.toy_task in data.TOY_TASKS, f"--toy_task must be one of {', '.join(data.TOY_TASKS)}"),
             (bool(prompts or self.toy) or not teachers, "a teacher needs prompts: --math_prompts, --code_prompts or "
              "--sft_prompts"),
             (not self.server or bool(self.served_model), "--server needs --served_model (the name the server serves)"),
@@ -289,7 +294,9 @@ def teacher_info(cfg: DistillConfig) -> dict:
     elif cfg.model:
         teacher = dict(kind="local", model=os.path.abspath(cfg.model))
     elif cfg.toy:
-        teacher = dict(kind="toy", slip_hard=cfg.toy_slip_hard, slip_easy=cfg.toy_slip_easy, code_tests=cfg.toy_code_tests)
+        teacher = dict(kind="toy", task=cfg.toy_task, code_tests=cfg.toy_code_tests, **(
+            dict(naive=cfg.toy_naive) if cfg.toy_task == "countdown" else
+            dict(slip_hard=cfg.toy_slip_hard, slip_easy=cfg.toy_slip_easy)))
     else:
         teacher = dict(kind="none (--responses only)")
     sampling = dict(temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k, max_tokens=cfg.max_tokens,
@@ -310,14 +317,22 @@ def read_prompts(cfg: DistillConfig, keep) -> tuple:
     k, responses (only from --responses)}; keep(source, key, text) says whether it stays (duplicates, benchmarks)."""
     prompts, reports, taken = [], {}, set()
 
-    def add(source, pid, prompt, messages, **given):   # given: answers, tests, responses, toy, k
+    def add(source, pid, prompt, messages, **given):   # given: answers, tests, task, responses, toy, k
         key = f"{source}/{pid}"
         if keep(source, key, prompt_text(prompt)):
-            p = dict(key=key, source=source, messages=messages, answers=None, tests=None, k=cfg.k, responses=None,
-                     toy=None) | given
+            p = dict(key=key, source=source, messages=messages, answers=None, tests=None, task=None, k=cfg.k,
+                     responses=None, toy=None) | given
             prompts.append(dict(p, k=len(p["responses"]) if p["responses"] else p["k"]))
 
-    if cfg.toy:   # toy: "math" (the teacher samples a trace), or the teacher's one program (code)
+    if cfg.toy and cfg.toy_task == "countdown":   # toy: the searching teacher; programs that earn partial credit
+        for n, count in ((3, cfg.toy_easy_prompts), (4, cfg.toy_hard_prompts)):
+            for p in countdown.problems(count, n, f"distill-{cfg.seed}", "train"):
+                add(f"countdown_{n}", p["id"], p["prompt"], _messages(p["prompt"]), toy="countdown", toy_problem=p,
+                    task=dict(kind="countdown", numbers=p["numbers"], target=p["target"]))
+        for p in toy.partial_code_problems(cfg.toy_code_prompts, cfg.seed, "train", cfg.toy_code_tests):
+            add("toy_code", p["id"], p["prompt"], _messages(p["prompt"]), tests=p["tests"], toy="partial_code",
+                toy_problem=p, k=cfg.toy_code_k)
+    elif cfg.toy:   # sums: "math" (the teacher samples a trace), or the teacher's one program (code)
         for p in toy.math_problems(cfg.toy_math_prompts, seed=f"distill-{cfg.seed}", split="train"):
             add("toy_math", p["id"], p["prompt"], _messages(p["prompt"]), answers=[p["answer"]], toy="math")
         for p in toy.code_problems(cfg.toy_code_prompts, seed=cfg.seed, split="train", num_tests=cfg.toy_code_tests):
@@ -365,14 +380,14 @@ def _messages(prompt, template: str = "{prompt}") -> list:
     return [{"role": m["role"], "content": m["content"]} for m in prompt]
 
 
-def toy_benchmarks() -> list:
-    """The toy's held-out sums that eval.py and gppo.py evaluate on, as benchmark items. The toy's train and test
+def toy_benchmarks(task: str) -> list:
+    """The toy's held-out problems that eval.py and gppo.py evaluate on, as benchmark items. The toy's train and test
     problems are split by a hash, so none should match. (The toy programming problems are left out: they are
     templates, and every problem of a family shares its n-grams with its held-out siblings by design.)"""
-    return [(name, p["id"], p["prompt"]) for name, problems in (
-        ("toy_math_test", toy.math_problems(200, seed=0, split="test")),
-        ("toy_math_test_3digit", toy.math_problems(200, seed=0, split="test", min_digits=3, max_digits=3)))
-        for p in problems]
+    sets = [(f"countdown_{n}_test", data.toy_problems(task, 200, 0, "test", numbers=n)) for n in (3, 4)] \
+        if task == "countdown" else [("toy_math_test", data.toy_problems(task, 200, 0, "test")),
+                                     ("toy_math_test_3digit", data.toy_problems(task, 200, 0, "test", 0, 3, 3))]
+    return [(name, p["id"], p["prompt"]) for name, problems in sets for p in problems]
 
 # ============================================================================= 6. the teachers
 
@@ -398,14 +413,20 @@ def sample_server(cfg: DistillConfig, todo: list, samples: Journal) -> dict:
 
 
 def sample_toy(cfg: DistillConfig, todo: list, samples: Journal) -> dict:
-    """The toy teacher: an addition trace that slips once with probability toy_slip_hard on sums with a 3+ digit
-    operand (toy_slip_easy otherwise), the reference program for code. Sample j of a prompt has its own random
-    stream, so a rerun writes the same samples."""
+    """The toy teacher. Countdown: a search, attempt by attempt, within a budget (parts/countdown.py); its programs:
+    the naive one with probability toy_naive. Sums: an addition trace that slips once with probability toy_slip_hard
+    on sums with a 3+ digit operand (toy_slip_easy otherwise), the reference program for code. Sample j of a prompt
+    has its own random stream, so a rerun writes the same samples."""
     for p, j in todo:
-        if p["toy"] == "math":
+        rng = random.Random(sample_seed(cfg.seed, p["key"], j))
+        if p["toy"] == "countdown":
+            content = countdown.teacher_response(p["toy_problem"], rng)
+        elif p["toy"] == "partial_code":
+            content = toy.partial_code_response(p["toy_problem"], rng, cfg.toy_naive)
+        elif p["toy"] == "math":
             a, b = map(int, p["key"].split("/")[-1].split("-")[1:])
             slip = cfg.toy_slip_hard if max(len(str(a)), len(str(b))) >= 3 else cfg.toy_slip_easy
-            content = toy.math_response(a, b, random.Random(sample_seed(cfg.seed, p["key"], j)), slip)
+            content = toy.math_response(a, b, rng, slip)
         else:
             content = p["toy"]
         samples.append(dict(id=p["key"], sample=j, content=content, closed=True, finish_reason="stop", seed=None,
@@ -511,10 +532,14 @@ def verify_all(cfg: DistillConfig, prompts: list, samples: Journal, verdicts: Jo
 
 def verify(prompt: dict, content: str, cfg: DistillConfig) -> dict:
     """{correct: True | False | None (nothing to verify against), reward, reason} of one finished response."""
-    if prompt["answers"] is None and not prompt["tests"]:
+    if prompt["task"]:
+        task = prompt["task"]
+    elif prompt["answers"] is not None:
+        task = dict(kind="math", answer=prompt["answers"][0], answers=prompt["answers"])
+    elif prompt["tests"]:
+        task = dict(kind="code", tests=prompt["tests"])
+    else:
         return dict(correct=None, reward=None, reason="unverified: no answer or tests")
-    task = dict(kind="math", answer=prompt["answers"][0], answers=prompt["answers"]) if prompt["answers"] is not None \
-        else dict(kind="code", tests=prompt["tests"])
     v = reward.judge(task, content, sandbox=reward.SandboxConfig(timeout_s=cfg.code_timeout_s),
                      math_timeout_s=cfg.math_timeout_s)
     return dict(correct=v.correct, reward=v.reward, reason=v.reason)
@@ -600,7 +625,7 @@ def main(cfg: DistillConfig) -> dict:
     try:
         _check_same_run(os.path.join(cfg.out_dir, "run.json"), teacher_info(cfg))
         try:
-            items = read_benchmarks(_files(cfg.benchmarks)) + (toy_benchmarks() if cfg.toy else [])
+            items = read_benchmarks(_files(cfg.benchmarks)) + (toy_benchmarks(cfg.toy_task) if cfg.toy else [])
             prompt_filter = PromptFilter(Decontaminator(items, cfg.ngram) if items else None)
             prompts, loader_reports = read_prompts(cfg, prompt_filter.keep)
             journals += [Journal(os.path.join(cfg.out_dir, name)) for name in ("samples.jsonl", "verdicts.jsonl")]
@@ -610,7 +635,7 @@ def main(cfg: DistillConfig) -> dict:
         print(f"prompts: {len(prompts)} kept of {sum(c['read'] for c in prompt_filter.counts.values())} read "
               f"({len(items)} benchmark items checked, n = {cfg.ngram})", flush=True)
         if cfg.toy:
-            data.save_tokenizer(data.build_toy_tokenizer(), os.path.join(cfg.out_dir, "tokenizer"))
+            data.save_tokenizer(data.build_toy_tokenizer(cfg.toy_task), os.path.join(cfg.out_dir, "tokenizer"))
         for journal in journals:
             if journal.torn:
                 print(f"{journal.path}: dropped a last line torn by a kill ({journal.torn} bytes); it is redone")

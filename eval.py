@@ -37,7 +37,8 @@ import torch.distributed as dist
 import data
 import reward
 from model import CheckpointError, from_pretrained
-from parts import chat_client, toy, trainer
+from parts import chat_client, trainer
+from parts.results_table import compare_files, format_table
 from parts.cli import parse_config
 from parts.trainer import (InputError, agree_on_inputs, cores_per_rank, init_distributed, print0, run_entry_point,
                            set_threads)
@@ -56,10 +57,11 @@ class EvalConfig:
     code_data: str = ""              # LiveCodeBench rows, or {prompt, tests}
     date_from: str = ""              # code: keep date_from <= contest_date < date_to (YYYY-MM-DD);
     date_to: str = ""                # LCB v5 = 2024-08-01..2025-02-01, v6 = 2025-02-01..2025-05-01
-    toy_math: int = 200              # toy held-out addition problems (0 = none)
-    toy_min_digits: int = 1          # fewest digits of a toy operand
-    toy_max_digits: int = 4          # most digits of a toy operand
-    toy_code: int = 20               # toy held-out programming problems (0 = none)
+    toy_task: str = "countdown"      # the toy's held-out sets: countdown (3 and 4 numbers) | sums; and its programs
+    toy_math: int = 200              # problems per toy held-out set (0 = none)
+    toy_min_digits: int = 1          # sums: fewest digits of an operand
+    toy_max_digits: int = 4          # sums: most digits of an operand
+    toy_code: int = 20               # toy held-out programs (countdown: with partial credit; 0 = none)
     toy_seed: int = 0                # which toy problems (the same set for every model)
     # sampling (paper: temperature 0.6, top-p 0.95; k = 64 math, 8 code; max_tokens 32768)
     k: int = 8                       # samples per problem
@@ -103,6 +105,7 @@ class EvalConfig:
             except ValueError:
                 raise SystemExit(f"error: --{name}={value!r} is not a date YYYY-MM-DD") from None
         checks = [(self.k >= 1, "k must be >= 1"),
+                  (self.toy_task in data.TOY_TASKS, f"toy_task must be one of {', '.join(data.TOY_TASKS)}"),
                   (not self.server or bool(self.served_model), "--server needs --served_model"),
                   (self.k <= self.max_num_seqs, "k must be <= max_num_seqs (a problem's samples decode together)"),
                   (self.dtype in ("auto", "bfloat16", "float32"), "dtype must be auto, bfloat16 or float32"),
@@ -119,8 +122,7 @@ class EvalConfig:
 
 def main(cfg: EvalConfig):
     if cfg.compare:
-        print(compare_files(cfg.compare, cfg.labels))
-        return
+        return print(compare_files(cfg.compare, cfg.labels))
     started, t0 = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), time.perf_counter()
     if cfg.server:
         benchmarks = read("--math_data/--code_data", load_benchmarks, cfg)
@@ -133,7 +135,7 @@ def main(cfg: EvalConfig):
     dtype = {"auto": torch.bfloat16 if device.type == "cuda" else torch.float32,
              "bfloat16": torch.bfloat16, "float32": torch.float32}[cfg.dtype]
 
-    def load():
+    def load():   # every rank reads; all stop together on bad input
         if not os.path.isfile(os.path.join(cfg.model, "config.json")):
             raise InputError(f"--model={cfg.model}: no checkpoint there (no config.json): run sft.py / gppo.py, "
                              "or `bash train.sh`, or pass --model=DIR (a Hugging Face Qwen3 directory)")
@@ -158,10 +160,8 @@ def main(cfg: EvalConfig):
 
 
 def model_label(path: str) -> str:
-    """A short, telling name for a model directory in tables: its path relative to the working directory
-    (out/gppo/hf, not just hf)."""
-    rel = os.path.relpath(path)
-    return rel if not rel.startswith("..") else os.path.normpath(path)
+    """A model directory's name in tables: its path relative to the working directory (out/gppo/hf, not just hf)."""
+    return os.path.relpath(path) if not os.path.relpath(path).startswith("..") else os.path.normpath(path)
 
 
 def write_results(cfg, results: dict, samples: list):
@@ -196,13 +196,16 @@ def load_benchmarks(cfg) -> list:
                 bench["name"] += "_"
             benchmarks.append(dict(bench, problems=problems))
     if not benchmarks:
-        if cfg.toy_math:
-            benchmarks.append(dict(name="toy_math", kind="math", source="toy.math_problems(split=test)",
-                                   problems=toy.math_problems(cfg.toy_math, cfg.toy_seed, "test",
-                                                                   cfg.toy_min_digits, cfg.toy_max_digits)))
+        sets = [(f"countdown_{n}", n) for n in (3, 4)] if cfg.toy_task == "countdown" else [("toy_math", 0)]
+        for name, numbers in sets if cfg.toy_math else ():
+            problems = data.toy_problems(cfg.toy_task, cfg.toy_math, cfg.toy_seed, "test", numbers,
+                                         cfg.toy_min_digits, cfg.toy_max_digits)
+            benchmarks.append(dict(name=name, kind=problems[0]["kind"], source=f"data.toy_problems({cfg.toy_task}, "
+                                   "split=test)", problems=problems))
         if cfg.toy_code:
-            benchmarks.append(dict(name="toy_code", kind="code", source="toy.code_problems(split=test)",
-                                   problems=toy.code_problems(cfg.toy_code, cfg.toy_seed, "test")))
+            benchmarks.append(dict(name="toy_code", kind="code", source=f"data.toy_problems({cfg.toy_task}, code=True, "
+                                   "split=test)", problems=data.toy_problems(cfg.toy_task, cfg.toy_code, cfg.toy_seed,
+                                                                             "test", code=True)))
     if not benchmarks:
         raise InputError("nothing to evaluate: give --math_data / --code_data, or --toy_math / --toy_code > 0")
     return benchmarks
@@ -240,8 +243,8 @@ def evaluate_served(benchmarks: list, cfg):
 
     def sample(bench, emit):
         name, problems, lock = bench["name"], bench["problems"], threading.Lock()
-        requests = [chat_client.ChatRequest(str(i), data.chat_messages(p["prompt"]),
-                                            [(j, sample_seed(problem_seed(cfg.seed, name, i), j)) for j in range(cfg.k)])
+        requests = [chat_client.ChatRequest(str(i), data.chat_messages(p["prompt"]), [
+                        (j, sample_seed(problem_seed(cfg.seed, name, i), j)) for j in range(cfg.k)])
                     for i, p in enumerate(problems)]
 
         def on_sample(key, j, s):
@@ -410,52 +413,9 @@ def pass_ks(cfg) -> list:
     except ValueError:
         raise SystemExit(f"error: --pass_k={cfg.pass_k!r}: expected comma-separated integers like 1,4,8") from None
     if ks[0] < 1 or ks[-1] > cfg.k:
-        raise SystemExit(f"error: --pass_k={cfg.pass_k!r}: each value must be in 1..k={cfg.k} (pass@j needs j <= k samples)")
+        raise SystemExit(f"error: --pass_k={cfg.pass_k!r}: each value must be in 1..k={cfg.k} (pass@j needs j <= k "
+                         "samples)")
     return ks
-
-
-# ----------------------------------------------------------------------------- tables
-
-def format_table(results_list: list, labels: list | None = None) -> str:
-    """One table, a column per results dict, a block of metric rows per benchmark (rates in %)."""
-    labels = labels or [r.get("model_label", r.get("model", f"run {i}")) for i, r in enumerate(results_list)]
-    names = list(dict.fromkeys(n for r in results_list for n in r["benchmarks"]))
-    rows = [("benchmark", "metric", *labels)]
-    for name in names:
-        entries = [r["benchmarks"].get(name) for r in results_list]
-        js = sorted({int(j) for b in entries if b for j in b["pass_at_k"]})
-        metrics = [("problems", lambda b: f"{b['problems']}"), ("k", lambda b: f"{b['k']}"),
-                   ("Avg@k %", lambda b: f"{100 * b['avg_at_k']:.2f}")]
-        metrics += [(f"pass@{j} %", lambda b, j=str(j): f"{100 * b['pass_at_k'][j]:.2f}" if j in b["pass_at_k"] else "-")
-                    for j in js]
-        metrics += [("mean reward %", lambda b: f"{100 * b['mean_reward']:.2f}"),
-                    ("format fail %", lambda b: f"{100 * b['format_failure_rate']:.2f}"),
-                    ("mean length", lambda b: f"{b['mean_length']:.1f}"),
-                    ("truncated %", lambda b: f"{100 * b['truncated_rate']:.2f}")]
-        for m, (metric, show) in enumerate(metrics):
-            rows.append((name if m == 0 else "", metric, *[show(b) if b else "-" for b in entries]))
-    widths = [max(len(row[c]) for row in rows) for c in range(len(rows[0]))]
-    lines = ["  ".join(cell.ljust(w) if c < 2 else cell.rjust(w) for c, (cell, w) in enumerate(zip(row, widths)))
-             for row in rows]
-    return "\n".join([lines[0], "-" * len(lines[0]), *lines[1:]])
-
-
-def compare_files(paths: str, labels: str = "") -> str:
-    """The table of several results.json files (comma-separated paths), labelled by `labels` or the paths."""
-    files = [p.strip() for p in paths.split(",") if p.strip()]
-    names = [x.strip() for x in labels.split(",")] if labels else None
-    if names is not None and len(names) != len(files):
-        raise SystemExit(f"error: --labels has {len(names)} names for {len(files)} --compare files")
-    results = []
-    for path in files:
-        try:
-            with open(path) as f:
-                results.append(json.load(f))
-        except (OSError, json.JSONDecodeError) as e:
-            raise SystemExit(f"error: --compare: cannot read {path}: {e}") from None
-        if not isinstance(results[-1], dict) or "benchmarks" not in results[-1]:
-            raise SystemExit(f"error: --compare: {path} is not a results.json written by eval.py (no 'benchmarks')")
-    return format_table(results, names)
 
 
 if __name__ == "__main__":

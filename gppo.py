@@ -31,7 +31,7 @@ import data
 import reward
 from gppo_loss import MODES, LossConfig, rl_loss_from_hidden
 from model import check_checkpoint, from_pretrained
-from parts import math_checker, toy
+from parts import math_checker
 from parts.cli import parse_config
 from parts.trainer import (Checkpointer, GracefulStop, InputError, MetricsLog, agree_on_inputs, checkpointing_on,
                            cores_per_rank, global_max, global_sums, init_distributed, load_checkpoint, print0,
@@ -47,10 +47,12 @@ class GPPOConfig:
     code_data: str = ""                # code RL prompts (with tests)
     skip_bad_rows: bool = False        # skip rows that cannot be graded ("proof" answers, no runnable test), counted
     eval_data: str = ""                # held-out math JSONL; empty = the toy held-out split
-    toy_problems: int = 2000           # toy RL prompts (addition with toy_min..toy_max digits); 0 = none
-    toy_min_digits: int = 3            # fewest digits of a toy operand (the SFT model slips on 3+ digits at T=1)
-    toy_max_digits: int = 3            # most digits of a toy operand
-    toy_code_prompts: int = 0          # also mix in this many toy code prompts (code only: --toy_problems=0)
+    toy_task: str = "countdown"        # countdown (reach a target from numbers: parts/countdown.py) | sums
+    toy_problems: int = 2000           # toy RL prompts; 0 = none
+    toy_numbers: int = 4               # countdown: numbers per prompt (4: the hard prompts; 3: the easy ones)
+    toy_min_digits: int = 3            # sums: fewest digits of an operand (the SFT model slips on 3+ digits at T=1)
+    toy_max_digits: int = 3            # sums: most digits of an operand
+    toy_code_prompts: int = 0          # and this many of the toy's programs (code only: --toy_problems=0)
     init_from: str = "out/sft/hf"      # the SFT checkpoint (a Hugging Face directory with tokenizer.json)
     out_dir: str = "out/gppo"          # checkpoint/, metrics.jsonl, hf/ (the trained policy)
     # rollout (paper: 128 prompts x 8, T=1.0, top-p 1.0, prompt 4096 left-truncated, response 32768)
@@ -59,15 +61,14 @@ class GPPOConfig:
     temperature: float = 1.0           # sampling temperature (the loss uses the same T)
     top_p: float = 1.0                 # nucleus sampling (1.0 = off, as the paper)
     max_prompt_len: int = 4096         # longer prompts are left-truncated
-    max_response_len: int = 192        # new tokens per response
+    max_response_len: int = 320        # new tokens per response
     oversample: float = 1.0            # each generation round samples oversample x prompts_per_step prompts
-    max_gen_rounds: int = 1            # rounds until prompts_per_step groups survive the zero-advantage filter (1: no
-    #   refill, as the paper; the authors' scripts refill: --oversample=2 --max_gen_rounds=3 or so)
+    max_gen_rounds: int = 1            # rounds to fill prompts_per_step surviving groups (1: as the paper; authors: 3)
     # update (paper, math: 16 prompts per mini-batch, i.e. 8 optimizer steps per rollout batch)
     mini_batch_prompts: int = 4        # prompt groups per optimizer step: 32/4 = 8 per batch, as the paper's 128/16
     train_row_tokens: int = 8192       # tokens per forward/backward (packed): bounds activation memory
     share_prompts: bool = True         # a group's prompt once per packed row, its responses attending to it
-    lr: float = 2e-5                   # paper: 1e-6 math, 5e-7 code; constant after warmup
+    lr: float = 5e-5                   # paper: 1e-6 math, 5e-7 code; constant after warmup
     warmup_steps: int = 10             # linear warmup, in RL steps
     weight_decay: float = 0.1          # AdamW (paper: 0.1)
     grad_clip: float = 1.0             # max global grad norm
@@ -95,10 +96,11 @@ class GPPOConfig:
     sandbox_cores: int = 0             # code tests running at once in this rank; 0 = usable cores / local ranks
     sandbox_python: str = ""           # interpreter for candidate programs, e.g. a virtualenv with numpy (README)
     # bookkeeping
-    steps: int = 60                    # RL steps
+    steps: int = 30                    # RL steps
     seed: int = 1234                   # prompt order and sampling seeds
     eval_every: int = 10               # held-out greedy accuracy every k steps (and before/after); 0 = off
     eval_problems: int = 200           # held-out problems
+    eval_k: int = 4                    # and k samples each at the RL temperature: Avg@k, pass@k (0 = greedy only)
     eval_seed: int = 0                 # the toy held-out set; fixed, so every run (any --seed) sees the same problems
     ckpt_every: int = 20               # DCP checkpoint (exact resume) every k steps; always at the end
     ckpt_minutes: float = 30.0         # ... and every this many minutes (0 = off); SIGTERM/Ctrl-C also save one
@@ -117,13 +119,13 @@ class GPPOConfig:
                   (self.old_logprobs in ("recompute", "engine"), "old_logprobs must be recompute or engine"),
                   (self.code_reward in ("soft", "binary"), "code_reward must be soft or binary"),
                   (self.reward_scale in ("default", "authors"), "reward_scale must be default or authors"),
-                  (self.prompts_per_step % self.mini_batch_prompts == 0, "prompts_per_step must be a multiple of "
-                   "mini_batch_prompts"),
+                  (self.prompts_per_step % self.mini_batch_prompts == 0, "prompts_per_step % mini_batch_prompts != 0"),
                   (self.oversample >= 1 and self.max_gen_rounds >= 1, "oversample and max_gen_rounds must be >= 1"),
                   (self.group_size >= 2, "group_size must be >= 2 (GRPO advantages compare the samples of a prompt)"),
                   (self.math_workers >= 0, "math_workers must be >= 0 (0: the cores this rank's threads leave)"),
-                  (self.activation_checkpointing in ("auto", "true", "false"), "activation_checkpointing: auto|true|"
-                   "false"),
+                  (self.toy_task in data.TOY_TASKS, f"toy_task must be one of {', '.join(data.TOY_TASKS)}"),
+                  (self.activation_checkpointing in ("auto", "true", "false"),
+                   "activation_checkpointing must be auto, true or false"),
                   (self.export_dtype in EXPORT_DTYPES, f"export_dtype must be one of {', '.join(EXPORT_DTYPES)}")]
         for ok, why in checks:
             if not ok:
@@ -138,8 +140,7 @@ class GPPOConfig:
 
 @dataclass
 class Run:
-    """What the parts of an RL step share; built once by main. No logic here: it only saves passing a dozen
-    arguments to every function."""
+    """What the parts of an RL step share, built once by main (it only saves passing a dozen arguments around)."""
     cfg: GPPOConfig
     policy: torch.nn.Module          # FSDP2-sharded, fp32 master weights
     optimizer: torch.optim.Optimizer
@@ -158,12 +159,10 @@ class Run:
 # ----------------------------------------------------------------------------- one RL step: the docstring's 1-7
 
 def rl_step(run: Run, step: int, prompt_cursor: int) -> tuple:
-    """One RL step, the docstring's 1-7: sample and score groups (more rounds while allowed and too few survive),
-    re-pack the survivors into mini-batches, recompute the old logprobs, one optimizer step per mini-batch, copy the
-    weights into the engine. Returns (metrics record, the stream position after the step)."""
+    """One RL step, the docstring's 1-7 (more sampling rounds while allowed and too few groups survive). Returns
+    (metrics record, the stream position after the step)."""
     cfg, t0 = run.cfg, time.time()
-    sampled, kept, rounds, engine_s = [], [], 0, 0.0
-    per_round = math.ceil(cfg.oversample * cfg.prompts_per_step)
+    sampled, kept, rounds, engine_s, per_round = [], [], 0, 0.0, math.ceil(cfg.oversample * cfg.prompts_per_step)
     while rounds < cfg.max_gen_rounds:                                          # 1-3. sample, score, advantages
         new, seconds = sample_groups(run, prompt_cursor, per_round)
         engine_s += seconds
@@ -178,9 +177,8 @@ def rl_step(run: Run, step: int, prompt_cursor: int) -> tuple:
             p.data = p.data.new_empty(0)
     seqs_by_mb = [training_sequences(groups, cfg) for groups in mini_batches_of(kept, cfg, run.world)]   # 4.
     t1 = time.time()
-    gap = dict(gap_sum=0.0, gap_tokens=0, gap_max=0.0)
-    if cfg.old_logprobs == "recompute":                                         # 5. old logprobs
-        gap = recompute_old_logprobs(run, [s for seqs in seqs_by_mb for s in seqs])
+    gap = recompute_old_logprobs(run, [s for seqs in seqs_by_mb for s in seqs]) if cfg.old_logprobs == "recompute" \
+        else dict(gap_sum=0.0, gap_tokens=0, gap_max=0.0)                      # 5. old logprobs (or the engine's)
     t2 = time.time()
     updates = [u for u in (train_mini_batch(run, seqs) for seqs in seqs_by_mb) if u]   # 6. one step per mini-batch
     t3 = time.time()
@@ -196,9 +194,8 @@ def rl_step(run: Run, step: int, prompt_cursor: int) -> tuple:
 # ----------------------------------------------------------------------------- 1-3. sample, score, advantages
 
 def sample_groups(run: Run, first: int, count: int) -> tuple:
-    """Sample and score prompts first..first+count-1 of the stream; this rank takes every world-th of them.
-    Each prompt's seed comes from its stream position, so samples do not depend on the number of ranks.
-    Returns (groups, seconds in the engine's generate)."""
+    """Sample and score prompts first..first+count-1 of the stream, every world-th on this rank, each seeded by its
+    stream position (so samples do not depend on the number of ranks). Returns (groups, seconds in generate)."""
     cfg, tokenizer = run.cfg, run.tokenizer
     positions = list(range(first + run.rank, first + count, run.world))
     chosen = prompts_at(run.tasks, first, count, cfg.seed)[run.rank::run.world]
@@ -242,25 +239,18 @@ class Group:
 def prompts_at(tasks, first: int, count: int, seed: int) -> list:
     """Prompts first..first+count-1 of the run's prompt stream: a fresh permutation of all prompts per epoch.
     A function of (seed, position) only, so a resumed run and any number of ranks see the same prompts."""
-    perms = {}
-    out = []
-    for i in range(first, first + count):
-        epoch, j = divmod(i, len(tasks))
-        if epoch not in perms:
-            perms[epoch] = np.random.default_rng([seed, epoch]).permutation(len(tasks))
-        out.append(tasks[perms[epoch][j]])
-    return out
-
-
-def sandbox_config(cfg) -> reward.SandboxConfig:
-    """The code sandbox of this rank: the tests of all its scoring threads share sandbox_cores cores."""
-    return reward.SandboxConfig(cores=cfg.sandbox_cores or cores_per_rank(), python=cfg.sandbox_python)
+    n = len(tasks)
+    epochs = range(first // n, (first + count - 1) // n + 1)
+    perms = {e: np.random.default_rng([seed, e]).permutation(n) for e in epochs}
+    return [tasks[perms[i // n][i % n]] for i in range(first, first + count)]
 
 
 def score(task, text, cfg):
-    """(reward, fully correct?) of one response, on the scale of --reward_scale. Never raises for a bad response."""
+    """(reward, fully correct?) of one response, on the scale of --reward_scale; code runs in this rank's sandbox,
+    whose tests (of all its scoring threads) share sandbox_cores cores. Never raises for a bad response."""
+    sandbox = reward.SandboxConfig(cores=cfg.sandbox_cores or cores_per_rank(), python=cfg.sandbox_python)
     verdict = reward.judge(task, text, scale=reward.AUTHORS_SCALE if cfg.reward_scale == "authors" else
-                           reward.DEFAULT_SCALE, sandbox=sandbox_config(cfg), binary_code=cfg.code_reward == "binary")
+                           reward.DEFAULT_SCALE, sandbox=sandbox, binary_code=cfg.code_reward == "binary")
     return verdict.reward, verdict.correct
 
 
@@ -275,9 +265,8 @@ def group_advantages(rewards):
 # ----------------------------------------------------------------------------- 4. the survivors, re-packed
 
 def mini_batches_of(kept: list, cfg, world: int) -> list:
-    """Re-pack the surviving groups of all ranks into mini-batches of mini_batch_prompts groups (the last may be
-    partial), in stream order, at most prompts_per_step groups in all. Returns, per mini-batch, this rank's groups.
-    Only the groups' stream positions travel between ranks; the responses stay where they were sampled."""
+    """The surviving groups of all ranks in mini-batches of mini_batch_prompts (the last may be partial), in stream
+    order, at most prompts_per_step in all: per mini-batch, this rank's groups (only positions travel)."""
     positions = [None] * world
     dist.all_gather_object(positions, [g.position for g in kept])
     used = sorted(p for ps in positions for p in ps)[:cfg.prompts_per_step]
@@ -313,18 +302,16 @@ def training_sequences(groups: list, cfg) -> list:
 def pack_micro_batches(seqs: list, row_tokens: int, share_prompts: bool = False) -> list:
     """Greedy, in order: sequences into rows of at most row_tokens tokens (a longer one gets its own row). With
     share_prompts, a sequence that follows one of its group (the same prompt) in a row adds only its response."""
-    rows, current, used = [], [], 0
+    rows, used = [[]], 0
     for s in seqs:
-        shared = share_prompts and current and current[-1].group == s.group
+        shared = share_prompts and rows[-1] and rows[-1][-1].group == s.group
         size = len(s.ids) - (s.prompt_len if shared else 0)
-        if current and used + size > row_tokens:
-            rows.append(current)
-            current, used, size = [], 0, len(s.ids)
-        current.append(s)
+        if rows[-1] and used + size > row_tokens:
+            rows.append([])
+            used, size = 0, len(s.ids)
+        rows[-1].append(s)
         used += size
-    if current:
-        rows.append(current)
-    return rows
+    return [row for row in rows if row]
 
 
 def lockstep(rows: list, device) -> list:
@@ -335,12 +322,10 @@ def lockstep(rows: list, device) -> list:
 
 def row_tensors(row, device, share_prompts: bool = False) -> dict:
     """One packed row (None: a dummy row of 2 tokens that adds nothing): input_ids, position_ids, document_ids (1, T),
-    prefix_docs (model.py); per response token where its logit is (the hidden state before it), its target, and its
-    old logprob, advantage and SFT flag; num_tokens (host). Without sharing, each sequence is a document [prompt;
-    response]. With share_prompts, consecutive sequences of one group put the prompt in once, as its own document,
-    and each response is a document continuing it (positions going on from the prompt's): each response token sees
-    the same attention, and the prompt's linear layers run once. document_ids stay on the CPU: model.py reads the
-    documents' lengths from them, and a copy from the GPU would wait for it."""
+    prefix_docs (model.py); per response token where its logit is (the hidden state before it), its target, old
+    logprob, advantage and SFT flag; num_tokens (host). Each sequence is a document [prompt; response]; with
+    share_prompts a group's prompt goes in once, as its own document, and each response is a document continuing it
+    (positions going on from the prompt's), so each token sees the same attention. document_ids stay on the CPU."""
     if row is None:
         zeros = torch.zeros((1, 2), dtype=torch.long, device=device)
         one = torch.zeros(1, device=device)
@@ -410,13 +395,12 @@ def row_logprobs(policy, t: dict, temperature: float) -> list:
 
 # ----------------------------------------------------------------------------- 6. one optimizer step per mini-batch
 
-METRICS = ("entropy", "clip_frac_high", "clip_frac_low", "dual_clip_frac", "ratio_mean", "approx_kl")
+METRICS = ("entropy", "clipped_entropy", "clip_frac_high", "clip_frac_low", "dual_clip_frac", "ratio_mean", "approx_kl")
 
 
 def train_mini_batch(run: Run, seqs: list):
-    """One optimizer step on this rank's sequences of a mini-batch; token-mean over all ranks' tokens. Returns the
-    step's metrics (loss, grad_norm, entropy, clip fractions, ...) or None if no rank has a token. The metrics stay
-    on the device until one transfer at the end."""
+    """One optimizer step on this rank's sequences of a mini-batch, a token-mean over all ranks' tokens. Returns its
+    metrics (kept on the device until one transfer at the end), or None if no rank has a token."""
     cfg, device = run.cfg, run.device
     counts = global_sums(dict(tokens=sum(s.response_len for s in seqs),
                               sft_tokens=sum(s.response_len for s in seqs if s.correct)), device)
@@ -461,9 +445,8 @@ def sync_engine(policy, engine_model):
 # ----------------------------------------------------------------------------- metrics, over all ranks
 
 def step_metrics(run: Run, sampled: list, kept: list, seqs_by_mb: list, gap: dict, updates: list) -> tuple:
-    """The step's record over all ranks: rewards and lengths of every sampled response (all rounds), the groups kept,
-    the engine-trainer logprob gap, the updates' mean loss, gradient norm, entropy, clip fractions and KL.
-    Returns (record, the summed totals)."""
+    """The step's record over all ranks (every sampled response, all rounds; the groups kept; the engine-trainer
+    logprob gap; the updates' means), and the summed totals."""
     cfg = run.cfg
     samples = [s for g in sampled for s in g.samples]
     lengths = [len(s.token_ids) for s in samples]
@@ -472,28 +455,26 @@ def step_metrics(run: Run, sampled: list, kept: list, seqs_by_mb: list, gap: dic
         responses=len(samples), tokens=sum(lengths), truncated=sum(s.finish_reason == "length" for s in samples),
         kept=len(kept), sampled=len(sampled), gap_sum=gap["gap_sum"], gap_tokens=gap["gap_tokens"],
         train_tokens=sum(len(s.ids) for seqs in seqs_by_mb for s in seqs)), run.device)
-    n = max(total["responses"], 1)
-    rec = dict(reward=total["reward"] / n, accuracy=total["correct"] / n, prompts_sampled=int(total["sampled"]),
-               groups_kept=total["kept"] / max(total["sampled"], 1),
-               groups_dropped=int(total["sampled"] - total["kept"]),
-               groups_trained=min(int(total["kept"]), cfg.prompts_per_step),
-               response_len_mean=total["tokens"] / n,
+    n, groups, survived = max(total["responses"], 1), int(total["sampled"]), int(total["kept"])
+    rec = dict(reward=total["reward"] / n, accuracy=total["correct"] / n, prompts_sampled=groups,
+               groups_kept=survived / max(groups, 1), groups_dropped=groups - survived,
+               groups_trained=min(survived, cfg.prompts_per_step), response_len_mean=total["tokens"] / n,
                response_len_max=int(global_max(max(lengths, default=0), run.device)),
                truncated=int(total["truncated"]), logprob_diff_mean=total["gap_sum"] / max(total["gap_tokens"], 1),
                logprob_diff_max=global_max(gap["gap_max"], run.device), updates=len(updates),
                lr=run.optimizer.param_groups[0]["lr"])
-    for k in ("loss", "grad_norm") + METRICS:
-        if updates:
-            rec[k] = sum(u[k] for u in updates) / len(updates)
+    for k in ("loss", "grad_norm") + METRICS if updates else ():
+        rec[k] = sum(u[k] for u in updates) / len(updates)
+    if updates:   # the mean entropy of the tokens whose gradient GRPO's clip drops (GPPO keeps it)
+        clipped = rec["clip_frac_high"] + rec["clip_frac_low"]
+        rec["entropy_clipped"] = rec.pop("clipped_entropy") / clipped if clipped else float("nan")
     return rec, total
 
 
 def print_step(rec, cfg, eta_s):
-    if not rec["updates"]:
-        print0(f"step {rec['step']}: every group has equal rewards (all right or all wrong): no update this step")
-    trained = (f"loss {rec['loss']:.4f} ent {rec['entropy']:.3f} clip_hi {rec['clip_frac_high']:.3f} "
-               f"clip_lo {rec['clip_frac_low']:.3f} kl {rec['approx_kl']:.2e} gnorm {rec['grad_norm']:.2f} "
-               if rec["updates"] else "")
+    trained = "loss {loss:.4f} ent {entropy:.3f} (clipped {entropy_clipped:.3f}) clip_hi {clip_frac_high:.3f} " \
+        "clip_lo {clip_frac_low:.3f} kl {approx_kl:.2e} gnorm {grad_norm:.2f} ".format(**rec) if rec["updates"] \
+        else "no update this step (every group's rewards are equal) "
     print0(f"step {rec['step']}/{cfg.steps} reward {rec['reward']:.3f} acc {rec['accuracy']:.3f} "
            f"kept {rec['groups_trained']}/{rec['prompts_sampled']} ({rec['gen_rounds']} round(s)) "
            f"len {rec['response_len_mean']:.0f} {trained}| gen+rew {rec['time_generate_and_reward']:.1f}s "
@@ -501,16 +482,25 @@ def print_step(rec, cfg, eta_s):
            f"({rec['rollout_tok_s']:.0f} tok/s) eta {eta_s / 60:.1f}min")
 
 
-def evaluate(run: Run, problems: list) -> float:
-    """Held-out greedy accuracy (math), problems sharded across ranks."""
-    mine = problems[run.rank::run.world]
-    params = SamplingParams(temperature=0.0, max_tokens=run.cfg.max_response_len,
-                            stop_token_ids=tuple(data.stop_token_ids(run.tokenizer)))
-    outs = run.engine.generate([p["prompt_ids"] for p in mine], params) if mine else []
-    correct = sum(score(p, run.tokenizer.decode(o[0].token_ids, skip_special_tokens=False), run.cfg)[1]
-                  for p, o in zip(mine, outs))
-    total = global_sums(dict(correct=correct, problems=len(mine)), run.device)
-    return total["correct"] / max(total["problems"], 1)
+def evaluate(run: Run, problems: list, step: int) -> dict:
+    """Held-out accuracy after `step` steps, the problems sharded across ranks, printed: greedy (eval_accuracy) and,
+    with eval_k samples each at the RL temperature, Avg@k (their mean accuracy, pass@1) and pass@k (any right)."""
+    cfg, mine, stop = run.cfg, problems[run.rank::run.world], tuple(data.stop_token_ids(run.tokenizer))
+    params = [SamplingParams(temperature=0.0, max_tokens=cfg.max_response_len, stop_token_ids=stop)] * len(mine)
+    params += [SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_response_len,
+                              n=cfg.eval_k, stop_token_ids=stop, seed=cfg.eval_seed * 1_000_003 + i)   # by problem
+               for i in range(run.rank, len(problems), run.world) if cfg.eval_k]
+    outs = run.engine.generate([p["prompt_ids"] for p in mine] * (1 + bool(cfg.eval_k)), params) if mine else []
+    right = [[score(p, run.tokenizer.decode(s.token_ids, skip_special_tokens=False), cfg)[1] for s in o]
+             for p, o in zip(mine + mine, outs)]
+    total = global_sums(dict(greedy=sum(c[0] for c in right[:len(mine)]), problems=len(mine),
+                             avg=sum(sum(c) / len(c) for c in right[len(mine):]),
+                             any=sum(any(c) for c in right[len(mine):])), run.device)
+    n = max(total["problems"], 1)
+    print0(f"step {step} held-out greedy {total['greedy'] / n:.3f}" + (
+        f" Avg@{cfg.eval_k} {total['avg'] / n:.3f} pass@{cfg.eval_k} {total['any'] / n:.3f}" if cfg.eval_k else ""))
+    return dict(eval_accuracy=total["greedy"] / n,
+                **(dict(eval_avg_k=total["avg"] / n, eval_pass_k=total["any"] / n) if cfg.eval_k else {}))
 
 
 # ----------------------------------------------------------------------------- main
@@ -532,9 +522,7 @@ def main(cfg: GPPOConfig, reward_fn=None):
         print0(f"resumed from {ckpt_dir} at step {step}")
     metrics, stop = MetricsLog(os.path.join(cfg.out_dir, "metrics.jsonl"), step), GracefulStop(cfg.ckpt_minutes, device)
     if cfg.eval_every and step == 0:
-        acc = evaluate(run, eval_problems)
-        print0(f"step 0 held-out greedy accuracy {acc:.3f}")
-        metrics.write({"step": 0, "eval_accuracy": acc})
+        metrics.write({"step": 0, **evaluate(run, eval_problems, 0)})
     ckpt, t_run, start_step = Checkpointer(ckpt_dir, cfg.ckpt_background), time.time(), step
     try:
         while step < cfg.steps:
@@ -544,8 +532,7 @@ def main(cfg: GPPOConfig, reward_fn=None):
             step += 1
             print_step(rec, cfg, (time.time() - t_run) / (step - start_step) * (cfg.steps - step))
             if cfg.eval_every and (step % cfg.eval_every == 0 or step == cfg.steps):
-                rec["eval_accuracy"] = evaluate(run, eval_problems)
-                print0(f"step {step} held-out greedy accuracy {rec['eval_accuracy']:.3f}")
+                rec.update(evaluate(run, eval_problems, step))
             metrics.write(rec)
             state = dict(step=step, prompt_cursor=prompt_cursor)
             stop.step_done(step, (cfg.ckpt_every and step % cfg.ckpt_every == 0) or step == cfg.steps,
@@ -569,11 +556,10 @@ def build_run(cfg: GPPOConfig, reward_fn, rank: int, world: int, device) -> tupl
                              "sft.py` first (or `bash train.sh`), or pass --init_from=DIR (a Hugging Face directory)")
         tokenizer = read(f"--init_from={cfg.init_from} (its tokenizer)", data.load_tokenizer, cfg.init_from)
         tasks = load_tasks(cfg, tokenizer)
-        eval_problems = read("--eval_data", data.load_math_jsonl, cfg.eval_data) if cfg.eval_data else \
-            toy.math_problems(cfg.eval_problems, seed=cfg.eval_seed, split="test", min_digits=cfg.toy_min_digits,
-                                   max_digits=cfg.toy_max_digits)
-        eval_problems = [dict(p, kind="math") for p in data.encode_prompts(
-            tokenizer, eval_problems[:cfg.eval_problems], cfg.max_prompt_len, "truncate")[0]]
+        eval_problems = [dict(p, kind="math") for p in read("--eval_data", data.load_math_jsonl, cfg.eval_data)] \
+            if cfg.eval_data else toy_problems(cfg, cfg.eval_problems, cfg.eval_seed, "test")
+        eval_problems = data.encode_prompts(tokenizer, eval_problems[:cfg.eval_problems], cfg.max_prompt_len,
+                                            "truncate")[0]
         stored_dtype = read(f"--init_from={cfg.init_from}", check_checkpoint, cfg.init_from)
         return tokenizer, tasks, eval_problems, stored_dtype
     tokenizer, tasks, eval_problems, stored_dtype = agree_on_inputs(load)
@@ -588,9 +574,10 @@ def build_run(cfg: GPPOConfig, reward_fn, rank: int, world: int, device) -> tupl
     kv_bytes = kv_cache_bytes(cfg.kv_cache_fraction, device)   # None on CPU: the engine's default
     engine = LLMEngine(engine_model, max_num_seqs=256, max_model_len=cfg.max_prompt_len + cfg.max_response_len,
                        kv_cache_memory=kv_bytes)
-    # math-verify runs in worker processes while the engine decodes: on the engine's cores they would slow it down
-    own = torch.get_num_threads() if device.type == "cpu" else 1   # on GPU: the engine's Python loop
-    math_workers = cfg.math_workers or max(1, cores_per_rank() - own)
+    # math-verify runs in worker processes while the engine decodes: on the engine's cores (on GPU: its Python
+    # loop's) they would slow it down
+    engine_cores = torch.get_num_threads() if device.type == "cpu" else 1
+    math_workers = cfg.math_workers or max(1, cores_per_rank() - engine_cores)
     math_checker.set_workers(math_workers)
     print0(f"reward: {cfg.reward_workers} scoring threads, at most {math_workers} math-verify processes at once")
     score_fn = reward_fn or (lambda task, text, ids: score(task, text, cfg))
@@ -613,16 +600,19 @@ def load_tasks(cfg, tokenizer):
         trusted = [p for p in problems if p.get("pass_rate", 1.0) >= cfg.min_pass_rate]   # the paper's filter
         print0(f"code data: {problems.report}; {len(problems) - len(trusted)} below --min_pass_rate")
         tasks += [dict(p, kind="code") for p in trusted]
-    if not (cfg.math_data or cfg.code_data):
-        tasks = [dict(p, kind="math") for p in toy.math_problems(cfg.toy_problems, seed=cfg.seed, split="train",
-                                                                     min_digits=cfg.toy_min_digits, max_digits=cfg.toy_max_digits)]
-    if cfg.toy_code_prompts:
-        tasks += [dict(p, kind="code") for p in toy.code_problems(cfg.toy_code_prompts, seed=cfg.seed, split="train")]
+    if not (cfg.math_data or cfg.code_data):   # the toy: its problems, and its programs
+        tasks = toy_problems(cfg, cfg.toy_problems, cfg.seed, "train") + \
+            toy_problems(cfg, cfg.toy_code_prompts, cfg.seed, "train", code=True)
     if not tasks:
         raise InputError("no RL prompts: give --math_data / --code_data, or --toy_problems / --toy_code_prompts > 0")
     tasks, report = data.encode_prompts(tokenizer, tasks, cfg.max_prompt_len, overlong="truncate")
     print0(f"prompts: {report}")
     return tasks
+
+
+def toy_problems(cfg, n: int, seed, split: str, code: bool = False) -> list:
+    return data.toy_problems(cfg.toy_task, n, seed, split, cfg.toy_numbers, cfg.toy_min_digits, cfg.toy_max_digits,
+                             code)
 
 
 if __name__ == "__main__":

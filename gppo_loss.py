@@ -146,7 +146,8 @@ def rl_loss_from_logits(logits, target_ids, old_logprobs, advantages, response_m
     ranks and micro-batches (default: this call's own counts). Triton kernel on CUDA (backend="auto"), chunked
     PyTorch elsewhere. With inplace_backward the backward overwrites `logits` with ∂L/∂logits (saves an (N, V)
     buffer); do not read them afterwards. Returns (loss, metrics): policy metrics, policy_loss, sft_loss, entropy
-    (mean over response tokens) and logprobs (N,) detached — the new policy's, for logging or the next mini-batch.
+    (mean over response tokens), clipped_entropy (the entropy of the clipped tokens, summed, over the response
+    tokens) and logprobs (N,) detached — the new policy's, for logging or the next mini-batch.
     """
     if logits.dim() != 2:
         raise ValueError(f"gppo_loss: logits must be (N, V), got shape {tuple(logits.shape)}")
@@ -290,8 +291,11 @@ def _with_metrics(outputs, batch: TokenBatch, cfg: LossConfig):
     loss, logprobs, entropy, policy, sft = outputs
     mask = batch.response_mask
     metrics = policy_metrics(logprobs, batch.old_logprobs, batch.advantages, mask, cfg)
+    r, A = (logprobs - batch.old_logprobs).exp(), batch.advantages
+    clipped = mask & (((A > 0) & (r > 1 + cfg.eps_high)) | ((A < 0) & (r < 1 - cfg.eps_low)))   # GRPO drops these
     metrics.update(policy_loss=policy, sft_loss=sft, logprobs=logprobs,
-                   entropy=torch.where(mask, entropy, 0.0).sum() / mask.sum().clamp(min=1))
+                   entropy=torch.where(mask, entropy, 0.0).sum() / mask.sum().clamp(min=1),
+                   clipped_entropy=torch.where(clipped, entropy, 0.0).sum() / mask.sum().clamp(min=1))
     return loss, metrics
 
 

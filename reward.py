@@ -4,6 +4,7 @@ The policy writes `<think> reasoning </think> answer`; only the text after the L
 inside the thinking is not an answer; the authors' eval script forgot this). Format comes first, then:
     math:  R = correct if verify(parse("\\boxed{" + gold + "}"), parse(answer)) else wrong   (gold first: not symmetric)
     code:  R = wrong + (correct - wrong) * p,   p = tests passed / tests   (the paper's soft reward)
+    countdown (the toy): R = correct if the boxed expression uses the numbers and hits the target else wrong
 A crash, timeout or wrong output is a lower reward, never an exception; broken data (an empty or unparseable gold
 answer, malformed tests) raises BadReference. math-verify runs in worker processes (parts/math_checker.py), programs
 in parts/sandbox.py (docs/sandbox.md: what it enforces, and the attacks the tests run).
@@ -19,7 +20,7 @@ import time
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from parts import math_checker
+from parts import countdown, math_checker
 from parts.sandbox import BadTests, SandboxConfig, TestResult, all_passed, run_tests, sandbox_info, validate_tests
 
 
@@ -111,8 +112,14 @@ class Verdict(NamedTuple):
 
 def judge(task: dict, response: str, *, scale: RewardScale = DEFAULT_SCALE, sandbox: SandboxConfig | None = None,
           binary_code: bool = False, math_timeout_s: float = 5.0) -> Verdict:
-    """The reward of one response to a task {"kind": "math", "answer"[, "answers"]} (any listed answer is right) or
-    {"kind": "code", "tests"}; binary_code gives all-or-nothing instead of the fraction of tests passed."""
+    """The reward of one response to a task {"kind": "math", "answer"[, "answers"]} (any listed answer is right),
+    {"kind": "code", "tests"} or {"kind": "countdown", "numbers", "target"}; binary_code gives all-or-nothing instead
+    of the fraction of tests passed."""
+    if task["kind"] == "countdown":
+        if format_failure(response, scale) is not None:
+            return Verdict(format_failure(response, scale), False, True, "format: no </think>")
+        right = countdown.countdown_reward(response, task["numbers"], task["target"]) == 1.0
+        return Verdict(scale.correct if right else scale.wrong, right, False, "correct" if right else "wrong answer")
     if task["kind"] == "math":
         r = max(math_reward(response, answer, scale=scale, timeout_s=math_timeout_s)
                 for answer in task.get("answers", [task["answer"]]))

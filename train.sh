@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole Klear-Reasoner pipeline: long-CoT SFT -> GPPO RL -> evaluation of both models, one table.
 #
-#   bash train.sh                 # toy task on a CPU (tiny model from scratch): ~11 min on 2 idle cores
+#   bash train.sh                 # the Countdown toy on a CPU (tiny model from scratch): ~15 min on 2 idle cores
+#   TOY=sums bash train.sh        # the old toy, multi-digit sums (docs/toy_sums.md)
 #   bash train.sh ablate          # the off-policy sweep and the paper's ablations in miniature, 3 seeds per arm
 #                                 # (README, "Ablations"): 84 min on 2 cores; writes experiments/results' files
 #   bash train.sh rehearsal       # Qwen3-0.6B's exact shape through every stage, memory vs budget (README, "Rehearsal");
@@ -87,23 +88,41 @@ if [ -n "${BASE_MODEL:-}" ]; then
       --out_dir="$OUT/eval/sft" $EVAL_ARGS
   stage eval-rl "${LAUNCH[@]}" eval.py --model="$FINAL" "${EVAL_SETS[@]}" --k=64 --max_tokens=32768 \
       --out_dir="$OUT/eval/rl" $EVAL_ARGS
-else
-  # --- the toy pipeline: a tiny Qwen3 learns multi-digit addition on a CPU. The SFT data is the paper's recipe
-  # (distill.py): a toy teacher answers each of 16,000 toy prompts 4 times, slipping once in 72% of its traces of sums
-  # with a 3+ digit operand; the responses are verified and the difficulty rule keeps every response of a prompt the
-  # teacher solved less than half the time, only the correct ones of the others. About 68% of the kept traces of
-  # 3+ digit sums slip, so the SFT model solves 3-digit sums at T=1 about half the time: RL's job is the slips.
-  stage distill python distill.py --toy=true --out_dir="$OUT/distill" $DISTILL_ARGS
-  # One epoch: each prompt's 4 responses already show it 4 times. One thread per process: two processes use two
-  # cores better than one process with two threads.
+elif [ "${TOY:-countdown}" = "sums" ]; then
+  # --- the old toy (docs/toy_sums.md): multi-digit sums; greedy is right after SFT, so RL only sharpens sampling
+  stage distill python distill.py --toy=true --toy_task=sums --toy_code_prompts=224 --toy_code_k=36 \
+      --out_dir="$OUT/distill" $DISTILL_ARGS
   [ -n "${NPROC_SET:-}" ] || LAUNCH=(torchrun --standalone --nproc_per_node=2)
   stage sft "${LAUNCH[@]}" sft.py --data="$OUT/distill/sft.jsonl" --tokenizer="$OUT/distill/tokenizer" --epochs=1 \
       --out_dir="$OUT/sft" $SFT_ARGS
-  # refill: groups all right are dropped (no signal); a second round of prompts keeps each step's batch full
-  stage gppo "${LAUNCH[@]}" gppo.py --init_from="$OUT/sft/hf" --out_dir="$OUT/gppo" --max_gen_rounds=2 $GPPO_ARGS
-  # evaluated on the RL task's held-out sums (3 digits) and on toy programs
-  stage eval-sft "${LAUNCH[@]}" eval.py --model="$OUT/sft/hf" --out_dir="$OUT/eval/sft" --toy_min_digits=3 --toy_max_digits=3 --k=4 $EVAL_ARGS
-  stage eval-rl "${LAUNCH[@]}" eval.py --model="$OUT/gppo/hf" --out_dir="$OUT/eval/rl" --toy_min_digits=3 --toy_max_digits=3 --k=4 $EVAL_ARGS
+  stage gppo "${LAUNCH[@]}" gppo.py --init_from="$OUT/sft/hf" --out_dir="$OUT/gppo" --toy_task=sums --max_gen_rounds=2 \
+      --lr=2e-5 --max_response_len=192 --steps=60 --eval_k=0 $GPPO_ARGS
+  for m in sft:sft gppo:rl; do
+    stage eval-${m#*:} "${LAUNCH[@]}" eval.py --model="$OUT/${m%:*}/hf" --out_dir="$OUT/eval/${m#*:}" --toy_task=sums \
+        --toy_min_digits=3 --toy_max_digits=3 --k=4 $EVAL_ARGS
+  done
+  python experiments/plot_train.py --metrics="$OUT/gppo/metrics.jsonl"
+else
+  # --- the toy pipeline: a tiny Qwen3 learns Countdown (reach a target from 3 or 4 numbers with + - * /) on a CPU.
+  # The SFT data is the paper's recipe (distill.py): a toy teacher whose thinking searches (tries a chain of
+  # operations, checks it against the target, tries another, within a budget) answers each of 7,500 prompts 4 times;
+  # the answers are verified and the difficulty rule keeps every response of a prompt the teacher solved less than
+  # half the time (most 4-number ones), only the correct ones of the others; with them, toy programs whose naive
+  # version earns partial credit. The SFT model then solves a 4-number problem at T=1 about 3 times in 10, greedy no
+  # better, 8 samples 3 times in 4: RL's job is to find the searches that work (docs/toy_countdown.md).
+  stage distill python distill.py --toy=true --out_dir="$OUT/distill" $DISTILL_ARGS
+  # One epoch of rows of 1024 tokens, 2 per step (more, smaller steps learn this best). One thread per process: two
+  # processes use two cores better than one process with two threads.
+  [ -n "${NPROC_SET:-}" ] || LAUNCH=(torchrun --standalone --nproc_per_node=2)
+  stage sft "${LAUNCH[@]}" sft.py --data="$OUT/distill/sft.jsonl" --tokenizer="$OUT/distill/tokenizer" --epochs=1 \
+      --row_tokens=1024 --rows_per_step=2 --out_dir="$OUT/sft" $SFT_ARGS
+  # RL on the 4-number prompts (the hard ones), held-out greedy, Avg@4 and pass@4 every 10 steps
+  stage gppo "${LAUNCH[@]}" gppo.py --init_from="$OUT/sft/hf" --out_dir="$OUT/gppo" $GPPO_ARGS
+  # evaluated on held-out 3- and 4-number problems and toy programs
+  for m in sft:sft gppo:rl; do
+    stage eval-${m#*:} "${LAUNCH[@]}" eval.py --model="$OUT/${m%:*}/hf" --out_dir="$OUT/eval/${m#*:}" --k=8 \
+        --max_tokens=400 $EVAL_ARGS
+  done
   python experiments/plot_train.py --metrics="$OUT/gppo/metrics.jsonl"
 fi
 

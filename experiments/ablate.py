@@ -1,47 +1,25 @@
-"""The paper's ablations in miniature, on the toy task: one SFT checkpoint, one change per arm, several seeds.
+"""The paper's ablations in miniature, on the Countdown toy: one SFT checkpoint, one change per arm, several seeds.
 
-Every RL run is `gppo.py` started from the SAME toy SFT model; runs of an arm differ in one option and
-in the seed (prompt order, sampling, held-out problems). Per variant, over S seeds (sample std, n−1):
-
-    held-out greedy accuracy at fixed steps: mean ± std     steps to target = first eval step with accuracy ≥ target
-
-Arms, with the paper's claim (a claim that does not hold at toy scale is a result too):
-  offpolicy  GPPO vs GRPO vs CISPO at u = 1, 4, 16 optimizer updates per rollout batch (mini-batches of
-          16/u prompts), lr sweep_lr: how far the policy moves from the sampler before the next rollout; per run
-          on-policy accuracy, held-out accuracy, entropy, clip fractions and approx KL against the rollout batch
-          (offpolicy.png)                                      [Fig. 2 / §3: GPPO learns faster, keeps entropy]
-  offpolicy_lr  the three rules at u = 16 and lr SWEEP_HIGH_LR (2e-4): further off-policy
-  beta1   GPPO with β1 = 1, 0.5, 0.25 at beta1_updates updates per batch   [authors: 0.25-0.5 against collapse]
-  loss    GPPO vs GRPO with Clip-Higher vs CISPO                   [Fig. 2: GPPO ends highest]
-  alpha   SFT-loss weight α = 0 vs 0.1 vs 0.2 (GPPO)               [Table 6: 0.1 best]
-  filter  zero-advantage groups dropped vs kept                    [Fig. 5: dropping is steadier]
-  code    soft (fraction of tests passed) vs all-or-nothing reward, on toy code prompts only (its own
-          code_steps): the on-policy fraction of samples passing all tests, and eval.py's held-out
-          toy-code Avg@k of the SFT model and of each final model    [Fig. 3: soft better]
-  sft     SFT data made by distill.py's toy recipe with --keep=correct (correct only) vs --keep=difficulty (the paper's
-          rule: hard prompts keep their wrong responses; train.sh's data): eval.py Avg@k of the SFT models on easy
-          (1-2 digit) and hard (3-4 digit) held-out sums          [Table 2: mixed as good or better on hard]
-Arms share runs (GPPO α=0.1 with the filter is in loss, alpha and filter). The base SFT model is the sft arm's
-mixed seed-0 run, or --sft_from. Every SFT run trains on the toy data distill.py makes with its seed (a job of its own,
-about a minute). Each rollout batch gets prompts_per_step/mini_batch_prompts > 1 updates: with
-one, r ≡ 1 and GPPO, GRPO and CISPO give the same gradient (gppo_loss.py's per-case table at r = 1).
-
-Run (every run is a subprocess with OMP_NUM_THREADS=1; its output goes to out_dir/runs/NAME/log.txt):
-  bash train.sh ablate                              # all arms, 3 seeds: 84 min on 2 cores (below)
-  python experiments/ablate.py --arms=loss,filter --sft_from=out/sft/hf --steps=100   # a subset, a given SFT model
-  python experiments/ablate.py --out_dir=/tmp/abl --seeds=1 --steps=2 --code_steps=1 --sft_args="--max_steps=5" \\
-      --prompts_per_step=4 --code_prompts_per_step=2 --mini_batch_prompts=2 --group_size=4 --eval_every=1 \\
-      --eval_problems=8 --eval_k=2 --eval_code_problems=4        # smoke test of the whole pipeline, ~2 min
-Interrupted? Run the same command again: finished runs are skipped, unfinished ones resume from their last
-checkpoint, and a larger --steps/--code_steps extends finished runs. Other changed options need a new --out_dir.
-Output: out_dir/ablation.md (tables), ablation.json (every seed's curves), ablation.png (reward and
-accuracy curves per arm) and offpolicy.png (the sweep's six metrics per rule); the plots only if matplotlib is
-importable (it is not a dependency). experiments/results/ holds these four files from the run below.
-Cost, one thread per run, measured on the 2-core machine with --parallel=2 (`bash train.sh ablate`: all arms, 3 seeds,
-the machine otherwise idle but for about a minute of tests): 85 jobs in 84 min wall, 167 core-minutes: 6 toy SFTs
-of 8.1-8.9 min, 6 code RL runs of 5.2-5.4 min, 54 math RL runs (25 batches of 16 x 8 samples, 6 held-out evals) of
-1.1-1.6 min, 19 evals of 0.1-1.9 min. (Measured before the SFT data came from distill.py: each SFT run now waits
-for its data, one distill.py --toy=true run of about a minute on one core.)
+Every RL run is `gppo.py` from the SAME toy SFT model (distill.py's recipe, sft.py as train.sh runs it); the runs of
+an arm differ in one option and in the seed (prompt order, sampling). Per run, every eval_every steps on the same
+held-out 4-number problems: greedy accuracy, Avg@k and pass@k of k samples at T = 1 (gppo.py --eval_k); per step:
+on-policy accuracy, entropy (mean, and on the clipped tokens), clip fractions, approx KL. The protocol (arms, seeds,
+steps, the one metric per claim, the verdict rule) is VERDICTS below and benchmarks/RESULTS.md, committed before the
+runs. Arms:
+  loss     GPPO vs GRPO with Clip-Higher vs CISPO at 8 updates per rollout batch   [Fig. 2: GPPO ends highest]
+  loss16   the same at 16 updates per batch (further off-policy: more tokens clipped)
+  alpha    SFT-loss weight α = 0 vs 0.1 vs 0.2 (GPPO)                             [Table 6: 0.1 best]
+  filter   zero-advantage groups dropped vs kept                                   [Fig. 5: dropping is better]
+  code     soft (fraction of tests passed) vs all-or-nothing reward on the toy programs with partial credit
+  sft      SFT data: distill.py --keep=correct vs the difficulty rule (mixed), on easy (3-number) and hard
+           (4-number) held-out problems                                            [Table 2: mixed better on hard]
+  offpolicy, offpolicy_lr, beta1: optional sweeps (updates per batch x rule; a higher lr; GPPO's β1).
+Run (each run a subprocess with OMP_NUM_THREADS=1, its output in out_dir/runs/NAME/log.txt; --parallel at once):
+  bash train.sh ablate                               # every default arm, 3 seeds (cost: benchmarks/RESULTS.md)
+  python experiments/ablate.py --arms=loss --sft_from=out/sft/hf --seeds=1 --steps=10   # a subset, a given SFT model
+Interrupted? Run the same command again: finished runs are skipped, unfinished ones resume from their checkpoint,
+a larger --steps extends finished runs; other changed options need a new --out_dir. Writes out_dir/ablation.md (the
+tables and verdicts), ablation.json (every seed's curves) and ablation.png (if matplotlib is importable).
 """
 import json
 import os
@@ -60,16 +38,18 @@ from parts.cli import parse_config  # noqa: E402
 
 from gppo import GPPOConfig  # noqa: E402
 
-GPPO_DIGITS = f"{GPPOConfig.toy_min_digits}-{GPPOConfig.toy_max_digits} digits"   # its RL prompts and held-out sums
+GPPO_HELD_OUT = f"{GPPOConfig.toy_numbers}-number"   # gppo.py's toy RL prompts and held-out problems
 
 # arm -> (title with the paper's claim, [(variant label, run name)]); run name -> gppo.py options
-ARMS = {"loss": ("GPPO vs GRPO (Clip-Higher) vs CISPO — paper Fig. 2: GPPO ends highest",
+ARMS = {"loss": ("GPPO vs GRPO (Clip-Higher) vs CISPO at 8 updates per batch — paper Fig. 2: GPPO ends highest",
                  [("GPPO", "gppo"), ("GRPO", "grpo"), ("CISPO", "cispo")]),
+        "loss16": ("GPPO vs GRPO (Clip-Higher) vs CISPO at 16 updates per batch — further off-policy",
+                   [("GPPO", "gppo-u16"), ("GRPO", "grpo-u16"), ("CISPO", "cispo-u16")]),
         "alpha": ("SFT-loss weight α (GPPO) — paper Table 6: 0.1 best",
                   [("α=0", "alpha0"), ("α=0.1", "gppo"), ("α=0.2", "alpha0.2")]),
-        "filter": ("zero-advantage group filter — paper Fig. 5: filtering is steadier",
+        "filter": ("zero-advantage group filter — paper Fig. 5: filtering is better",
                    [("filter on", "gppo"), ("filter off", "nofilter")]),
-        "code": ("soft vs all-or-nothing code reward — paper Fig. 3: soft better",
+        "code": ("soft vs all-or-nothing code reward, programs with partial credit — paper Fig. 3: soft better",
                  [("soft", "code-soft"), ("binary", "code-binary")]),
         "sft": ("SFT data: only-correct vs mixed traces — paper Table 2: mixed as good or better on hard problems",
                 [("only-correct (--keep=correct)", "sft-correct"), ("mixed (the difficulty rule)", "sft-mixed")])}
@@ -95,15 +75,17 @@ ARMS["beta1"] = ("GPPO's β1 (low-side clipped tokens) far off-policy — author
 
 
 def run_name(name, cfg) -> str:
-    """The run behind an arm's variant, so no run is trained twice: β1 = 1 at a sweep point is that point's GPPO run;
-    GRPO and CISPO at u = 1 are GPPO's u = 1 run (r = 1 up to rounding, no token is clipped, and inside the trust
-    region the three rules compute the same gradient bit for bit: tests/test_gppo_loss.py; three separate runs gave
-    bit-identical curves)."""
-    if name == "gppo-b1-uB" and cfg.beta1_updates in UPDATES:
-        return f"gppo-u{cfg.beta1_updates}"
+    """The run behind an arm's variant, so no run is trained twice: a rule at the base updates per batch is the loss
+    arm's run; β1 = 1 is GPPO's run at beta1_updates; GRPO and CISPO at u = 1 are GPPO's u = 1 run (r = 1 up to
+    rounding, no token is clipped, and inside the trust region the three rules compute the same gradient bit for bit:
+    tests/test_gppo_loss.py)."""
+    base_u = cfg.prompts_per_step // cfg.mini_batch_prompts
+    if name == "gppo-b1-uB":
+        name = f"gppo-u{cfg.beta1_updates}"
     if re.fullmatch(r"(grpo|cispo)-u1", name):
-        return "gppo-u1"
-    return name
+        name = "gppo-u1"
+    m = re.fullmatch(r"(gppo|grpo|cispo)-u(\d+)", name)
+    return m.group(1) if m and int(m.group(2)) == base_u else name
 
 
 def rl_options(name, cfg) -> list:
@@ -116,38 +98,37 @@ def rl_options(name, cfg) -> list:
         raise KeyError(name)
     updates = int(m.group(2)) if "-b" not in name else cfg.beta1_updates
     beta = [f"--beta1={m.group(2)}"] if "-b" in name else []
-    lr = m.group(3) if "-b" not in name and m.group(3) else cfg.sweep_lr
+    lr = m.group(3) if "-b" not in name and m.group(3) else cfg.lr
     return [f"--loss_mode={m.group(1)}", f"--mini_batch_prompts={cfg.prompts_per_step // updates}", f"--lr={lr}", *beta]
 
 
 @dataclass
 class AblateConfig:
     out_dir: str = "out/ablate"
-    arms: str = "offpolicy,offpolicy_lr,beta1,loss,alpha,filter,code,sft"  # any subset, comma-separated
+    arms: str = "loss,loss16,alpha,filter,code,sft"  # any subset, comma-separated (also: offpolicy, offpolicy_lr, beta1)
     seeds: int = 3
     parallel: int = 2                  # runs at once, one thread each
     sft_from: str = ""                 # an SFT Hugging Face dir for the RL arms; empty = train one (mixed, seed 0)
-    sft_args: str = ""                 # extra sft.py options for every SFT run, e.g. "--max_steps=300"
+    sft_args: str = "--epochs=1 --row_tokens=1024 --rows_per_step=2"   # sft.py options of every SFT run (train.sh's)
     gppo_args: str = ""                # extra gppo.py options for every RL run
-    steps: int = 25                    # RL steps (rollout batches) of the math arms
-    prompts_per_step: int = 16         # prompt groups per rollout batch (gppo.py: 32; halved so the sweep fits 2 cores)
+    steps: int = 30                    # RL steps (rollout batches) of the Countdown arms
+    prompts_per_step: int = 16         # prompt groups per rollout batch (train.sh: 32; halved so the arms fit 2 cores)
     mini_batch_prompts: int = 2        # 16/2 = 8 optimizer steps per rollout batch, as the paper's 128/16
-    lr: float = 3e-5                   # gppo.py's default 2e-5 barely moves the policy within a batch: no clipping
+    lr: float = 5e-5                   # train.sh's
     group_size: int = 8
-    eval_every: int = 5                # gppo.py's held-out greedy eval (and checkpoint) every k steps
-    eval_problems: int = 100           # held-out toy sums, per eval
-    code_steps: int = 6                # the code arm: each sample runs 16 sandboxed tests (~0.35 s on a CPU)
+    max_response_len: int = 320        # train.sh's
+    eval_every: int = 10               # gppo.py's held-out eval (and checkpoint) every k steps
+    eval_problems: int = 100           # held-out problems per eval (gppo.py) and per set (eval.py, the sft arm)
+    rl_eval_k: int = 4                 # gppo.py --eval_k: samples per held-out problem at T = 1 (Avg@k, pass@k)
+    code_steps: int = 12               # the code arm: each sample runs its tests in the sandbox
     code_prompts_per_step: int = 8
-    code_prompts: int = 64             # toy code RL prompts (224 exist)
+    code_prompts: int = 200            # toy code RL prompts (programs with partial credit)
     eval_k: int = 4                    # eval.py samples per problem (code and sft arms)
-    eval_code_problems: int = 30       # held-out toy code problems (62 exist)
-    target: float = 0.95               # accuracy for "steps to target"; change it and rerun to redo only the tables
-    sweep_lr: float = 5e-5             # the offpolicy and beta1 arms' lr (on the toy: ~1% of tokens clipped at u=16,
-    #   where the rules separate; the offpolicy_lr arm goes further)
-    max_gen_rounds: int = 3            # math runs refill dropped groups, so every rollout batch trains prompts_per_step
-    #   groups and u updates per batch is what it says (the loss, alpha and filter arms as well)
-    beta1_updates: int = 16            # the beta1 arm's updates per rollout batch (the sweep point where GPPO
-    #   collapsed on the toy)
+    eval_code_problems: int = 40       # held-out toy code problems
+    target: float = 0.5                # held-out Avg@k for "steps to target"; change it and rerun to redo the tables
+    max_gen_rounds: int = 3            # runs refill dropped groups, so every rollout batch trains prompts_per_step
+    #   groups and u updates per batch is what it says
+    beta1_updates: int = 16            # the beta1 arm's updates per rollout batch
 
     def __post_init__(self):
         bad = set(self.arms.split(",")) - set(ARMS)
@@ -224,7 +205,8 @@ def plan(cfg):
         done = os.path.join(out, "results.json")
         return dict(name=f"{os.path.basename(out)}:{of}", dir=out, after=after, steps=None,
                     done=lambda: os.path.exists(done), cmd=["eval.py", f"--model={model}", f"--out_dir={out}",
-                                                            f"--k={cfg.eval_k}", "--reward_workers=2", *options])
+                                                            f"--k={cfg.eval_k}", "--max_tokens=400", "--reward_workers=2",
+                                                            *options])
 
     def sft_jobs(name):
         """The SFT run `name` and, before it, the distill.py run that makes its data (same seed)."""
@@ -246,9 +228,10 @@ def plan(cfg):
         code = name.startswith("code")
         steps = cfg.code_steps if code else cfg.steps
         task = ["--toy_problems=0", f"--toy_code_prompts={cfg.code_prompts}", "--eval_every=0",
-                f"--prompts_per_step={cfg.code_prompts_per_step}"] if code else \
-            [f"--eval_every={cfg.eval_every}", f"--eval_problems={cfg.eval_problems}", f"--prompts_per_step={cfg.prompts_per_step}",
-             f"--max_gen_rounds={cfg.max_gen_rounds}"]
+                f"--prompts_per_step={cfg.code_prompts_per_step}", "--max_response_len=256"] if code else \
+            [f"--eval_every={cfg.eval_every}", f"--eval_problems={cfg.eval_problems}", f"--eval_k={cfg.rl_eval_k}",
+             f"--prompts_per_step={cfg.prompts_per_step}", f"--max_gen_rounds={cfg.max_gen_rounds}",
+             f"--max_response_len={cfg.max_response_len}"]
         for s in seeds:
             d = run_dir(f"{name}-s{s}")
             done = lambda d=d, n=steps: max(read_metrics(os.path.join(d, "metrics.jsonl")) or [0]) >= n and exported(d)()
@@ -261,11 +244,9 @@ def plan(cfg):
                                      [f"{name}-s{s}"]))
     for name in sft_runs[1:] if rl_runs and not cfg.sft_from else sft_runs:
         jobs += sft_jobs(name)
-    for name in sft_runs if "sft" in arms else []:
-        for part, lo, hi in (("easy", 1, 2), ("hard", 3, 4)):
-            jobs.append(eval_job(name, os.path.join(run_dir(name), "hf"), os.path.join(run_dir(name), f"eval_{part}"),
-                                 ["--toy_code=0", f"--toy_math={cfg.eval_problems}", f"--toy_min_digits={lo}",
-                                  f"--toy_max_digits={hi}"], [name]))
+    for name in sft_runs if "sft" in arms else []:   # easy (3 numbers) and hard (4 numbers) held-out problems
+        jobs.append(eval_job(name, os.path.join(run_dir(name), "hf"), os.path.join(run_dir(name), "eval"),
+                             ["--toy_code=0", f"--toy_math={cfg.eval_problems}"], [name]))
     # longest first (LPT), so the last minutes are short jobs on both cores rather than one long job on one; the
     # base SFT stays first (the RL runs wait for it). Minutes on one core of the toy, measured: SFT 8-9, code RL 5,
     # math RL 1.1-1.6 (longer with more updates per batch), eval 0.1-2.
@@ -350,17 +331,47 @@ def run_jobs(jobs, cfg):
 
 # ---- the report: ablation.md, ablation.json, ablation.png
 
-SWEEP_METRICS = ("accuracy", "eval_accuracy", "entropy", "clip_frac_low", "clip_frac_high", "approx_kl")
+SWEEP_METRICS = ("accuracy", "eval_avg_k", "eval_accuracy", "eval_pass_k", "entropy", "entropy_clipped",
+                 "clip_frac_low", "clip_frac_high", "approx_kl")
+
+# The protocol: per claim, the one metric, the variant the paper favours and the ones it is compared with. A claim is
+# "reproduced" when the favoured variant's mean exceeds each other's by more than twice the standard error of the
+# difference, sqrt(sd_a^2 / n_a + sd_b^2 / n_b) over seeds; "reversed" when it is below by as much; otherwise "not
+# reproduced (within seed noise)". RL arms: held-out Avg@k at the last step; code: eval.py's held-out Avg@k (all tests
+# pass) of the final models; sft: eval.py's Avg@k of the SFT models on hard (4-number) problems (mixed favoured)
+# and on easy (3-number) ones (only-correct favoured: the paper finds mixed data hurts on easy prompts).
+VERDICTS = {"loss": ("GPPO", ("GRPO", "CISPO")), "loss16": ("GPPO", ("GRPO", "CISPO")),
+            "alpha": ("α=0.1", ("α=0", "α=0.2")), "filter": ("filter on", ("filter off",)),
+            "code": ("soft", ("binary",)), "sft_hard": ("mixed (the difficulty rule)", ("only-correct (--keep=correct)",)),
+            "sft_easy": ("only-correct (--keep=correct)", ("mixed (the difficulty rule)",))}
+
+
+def verdict(favoured: list, other: list) -> dict:
+    """The protocol's verdict on per-seed values of the favoured and another variant."""
+    (ma, sa), (mb, sb) = mean_std(favoured), mean_std(other)
+    if ma is None or mb is None:
+        return dict(verdict="missing runs", effect=None, se=None)
+    se = (sa ** 2 / len(favoured) + sb ** 2 / len(other)) ** 0.5
+    effect = ma - mb
+    word = "reproduced" if effect > 2 * se else "reversed" if effect < -2 * se else "not reproduced (within seed noise)"
+    return dict(verdict=word, effect=effect, se=se)
 
 
 def run_stats(series) -> dict:
     """series {metric: one [(step, value)] curve per seed} -> {stat: (mean, std) over seeds} of each seed's own mean:
-    on-policy accuracy and entropy over its last 5 logged steps, clip fractions (in %) and approx KL over all."""
+    on-policy accuracy and entropy over its last 5 logged steps, clip fractions (in %), approx KL and the entropy of
+    the clipped tokens over all; the last held-out greedy accuracy and pass@k."""
     def per_seed(key, last=None, scale=1.0):
-        return [scale * statistics.fmean(v for _, v in c[-last if last else 0:]) if c else None for c in series[key]]
+        out = []
+        for c in series.get(key, []):
+            values = [v for _, v in c[-last if last else 0:] if v == v]   # nan: a step without a clipped token
+            out.append(scale * statistics.fmean(values) if values else None)
+        return out
     return dict(accuracy_last5=mean_std(per_seed("accuracy", 5)), entropy_last5=mean_std(per_seed("entropy", 5)),
+                entropy_clipped=mean_std(per_seed("entropy_clipped")),
                 clip_frac_low_pct=mean_std(per_seed("clip_frac_low", scale=100)),
-                clip_frac_high_pct=mean_std(per_seed("clip_frac_high", scale=100)), approx_kl=mean_std(per_seed("approx_kl")))
+                clip_frac_high_pct=mean_std(per_seed("clip_frac_high", scale=100)), approx_kl=mean_std(per_seed("approx_kl")),
+                greedy_last=mean_std(per_seed("eval_accuracy", 1)), pass_k_last=mean_std(per_seed("eval_pass_k", 1)))
 
 
 def avg_at_k(path, bench):
@@ -370,57 +381,74 @@ def avg_at_k(path, bench):
 def report(cfg, wall_minutes):
     run_file = lambda *p: os.path.join(cfg.out_dir, "runs", *p)  # noqa: E731
     seeds = range(cfg.seeds)
-    md = [f"# Toy ablations: {cfg.seeds} seed(s), {cfg.steps} RL steps of {cfg.prompts_per_step} prompts x "
-          f"{cfg.group_size} samples; offpolicy and beta1 arms: u updates per step as labelled, lr {cfg.sweep_lr:g}; "
-          f"loss, alpha, filter, code: {cfg.prompts_per_step // cfg.mini_batch_prompts} updates per step, lr {cfg.lr:g}",
-          f"Mean ± std over seeds. Held-out accuracy: greedy, {cfg.eval_problems} toy sums (gppo.py's held-out digits, "
-          f"{GPPO_DIGITS}) per eval. "
-          f"Wall time: {sum(wall_minutes):.0f} min in {len(wall_minutes)} invocation(s). Command: `{shlex.join(sys.argv)}`"]
-    out, plots, sweep = dict(config=asdict(cfg), wall_minutes=wall_minutes, arms={}), {}, []
+    md = [f"# Countdown ablations: {cfg.seeds} seed(s), {cfg.steps} RL steps of {cfg.prompts_per_step} prompts x "
+          f"{cfg.group_size} samples, {cfg.prompts_per_step // cfg.mini_batch_prompts} updates per step unless "
+          f"labelled, lr {cfg.lr:g}",
+          f"Mean ± std over seeds. Held-out: {cfg.eval_problems} {GPPO_HELD_OUT} problems per eval, greedy and "
+          f"Avg@{cfg.rl_eval_k} / pass@{cfg.rl_eval_k} at T = 1. Wall time: {sum(wall_minutes):.0f} min in "
+          f"{len(wall_minutes)} invocation(s). Command: `{shlex.join(sys.argv)}`"]
+    out, plots, sweep, verdicts = dict(config=asdict(cfg), wall_minutes=wall_minutes, arms={}), {}, [], {}
     for arm in cfg.arms.split(","):
         title, variants = ARMS[arm]
         md += ["", f"## {arm}: {title}"]
-        rows, out["arms"][arm] = [], {}
+        rows, out["arms"][arm], finals = [], {}, {}
         if arm == "sft":
-            md += [f"eval.py Avg@{cfg.eval_k} (T=0.6) on {cfg.eval_problems} held-out sums of each kind.",
-                   "| SFT data | easy (1-2 digits) | hard (3-4 digits) |", "|---|---|---|"]
+            md += [f"eval.py Avg@{cfg.eval_k} (T=0.6) of the SFT models on {cfg.eval_problems} held-out problems of each "
+                   "kind.", "| SFT data | easy (3 numbers) | hard (4 numbers) |", "|---|---|---|"]
             for label, name in variants:
-                scores = {p: [avg_at_k(run_file(f"{name}-s{s}", f"eval_{p}", "results.json"), "toy_math") for s in seeds]
-                          for p in ("easy", "hard")}
+                scores = {p: [avg_at_k(run_file(f"{name}-s{s}", "eval", "results.json"), f"countdown_{n}") for s in seeds]
+                          for p, n in (("easy", 3), ("hard", 4))}
                 out["arms"][arm][label] = dict(run=name, per_seed=scores)
+                finals.setdefault("sft_easy", {})[label], finals.setdefault("sft_hard", {})[label] = \
+                    scores["easy"], scores["hard"]
                 md.append(f"| {label} | {fmt(*mean_std(scores['easy']))} | {fmt(*mean_std(scores['hard']))} |")
-            continue
-        code = arm == "code"
-        steps, window = (cfg.code_steps, max(1, cfg.code_steps // 4)) if code else (cfg.steps, 1)
-        at_steps = table_steps(steps, cfg.eval_every) if not code else table_steps(steps, window)[1:]
-        if code:
-            base = avg_at_k(run_file("base", "eval_code", "results.json"), "toy_code")
-            md.append(f"{cfg.code_steps} RL steps of {cfg.code_prompts_per_step} code prompts x {cfg.group_size} samples. "
-                      f"Columns: the on-policy fraction of samples passing all tests (mean of the last {window} steps), "
-                      f"then eval.py Avg@{cfg.eval_k} on {cfg.eval_code_problems} held-out toy code problems "
-                      f"(the SFT model: {fmt(base, 0)[:5]}). Rewards are on different scales: compare accuracies.")
         else:
-            md.append("Columns: held-out greedy accuracy at eval steps; steps to the target; then, mean over seeds of "
-                      "each run's mean: on-policy accuracy (T=1) of the last 5 steps, token entropy of the last 5 steps, "
-                      "% of tokens clipped low / high and approx KL over all steps.")
-        for label, name in variants:
-            name = run_name(name, cfg)
-            records = [read_metrics(run_file(f"{name}-s{s}", "metrics.jsonl"), steps) for s in seeds]
-            curves = [curve(r, "accuracy", window) if code else curve(r, "eval_accuracy") for r in records]
-            final = [avg_at_k(run_file(f"{name}-s{s}", "eval_code", "results.json"), "toy_code") for s in seeds] if code else []
-            summary, rewards = summarize(curves, at_steps, cfg.target), [curve(r, "reward") for r in records]
-            series = {k: [curve(r, k) for r in records] for k in SWEEP_METRICS}
-            stats = run_stats(series)
-            rows.append((label, summary, [fmt(*mean_std(final))] if code else [
-                fmt(*stats["accuracy_last5"]), fmt(*stats["entropy_last5"]), fmt(*stats["clip_frac_low_pct"], 2),
-                fmt(*stats["clip_frac_high_pct"], 2), fmt(*stats["approx_kl"], 4)]))
-            out["arms"][arm][label] = dict(run=name, curves=curves, rewards=rewards, summary=summary, final_code=final,
-                                           series=series, stats=stats)
-            plots.setdefault(arm, []).append((label, [curve(r, "reward", 5) for r in records], curves))
-            if arm.startswith("offpolicy"):
-                sweep.append((label, series, curves))
-        md.append(arm_table(rows, at_steps, cfg.target, ["held-out code Avg@k (final)"] if code else
-                            ["on-policy acc (last 5)", "entropy (last 5)", "clip low %", "clip high %", "approx KL"]))
+            code = arm == "code"
+            steps, window = (cfg.code_steps, max(1, cfg.code_steps // 4)) if code else (cfg.steps, 1)
+            at_steps = table_steps(steps, cfg.eval_every) if not code else table_steps(steps, window)[1:]
+            if code:
+                base = avg_at_k(run_file("base", "eval_code", "results.json"), "toy_code")
+                md.append(f"{cfg.code_steps} RL steps of {cfg.code_prompts_per_step} code prompts x {cfg.group_size} "
+                          f"samples. Columns: the on-policy fraction of samples passing all tests (mean of the last "
+                          f"{window} steps), then eval.py Avg@{cfg.eval_k} (all tests pass) on {cfg.eval_code_problems} "
+                          f"held-out toy programs (the SFT model: {fmt(base, 0)[:5]}).")
+            else:
+                md.append(f"Columns: held-out Avg@{cfg.rl_eval_k} at eval steps; steps to the target; the last greedy "
+                          f"accuracy and pass@{cfg.rl_eval_k}; then, mean over seeds of each run's mean: on-policy "
+                          "accuracy (T=1) and token entropy of the last 5 steps, the entropy of the clipped tokens, % of "
+                          "tokens clipped low / high and approx KL over all steps.")
+            for label, name in variants:
+                name = run_name(name, cfg)
+                records = [read_metrics(run_file(f"{name}-s{s}", "metrics.jsonl"), steps) for s in seeds]
+                curves = [curve(r, "accuracy", window) if code else curve(r, "eval_avg_k") for r in records]
+                final = [avg_at_k(run_file(f"{name}-s{s}", "eval_code", "results.json"), "toy_code") for s in seeds] \
+                    if code else [c[-1][1] if c and c[-1][0] == steps else None for c in curves]
+                summary, rewards = summarize(curves, at_steps, cfg.target), [curve(r, "reward") for r in records]
+                series = {k: [curve(r, k) for r in records] for k in SWEEP_METRICS}
+                stats = run_stats(series)
+                rows.append((label, summary, [fmt(*mean_std(final))] if code else [
+                    fmt(*stats["greedy_last"]), fmt(*stats["pass_k_last"]), fmt(*stats["accuracy_last5"]),
+                    fmt(*stats["entropy_last5"]), fmt(*stats["entropy_clipped"]), fmt(*stats["clip_frac_low_pct"], 2),
+                    fmt(*stats["clip_frac_high_pct"], 2), fmt(*stats["approx_kl"], 4)]))
+                out["arms"][arm][label] = dict(run=name, curves=curves, rewards=rewards, summary=summary, final=final,
+                                               series=series, stats=stats)
+                finals.setdefault(arm, {})[label] = final
+                plots.setdefault(arm, []).append((label, [curve(r, "reward", 5) for r in records], curves))
+                if arm.startswith("offpolicy"):
+                    sweep.append((label, series, curves))
+            md.append(arm_table(rows, at_steps, cfg.target, ["held-out code Avg@k (final)"] if code else
+                                ["greedy (last)", f"pass@{cfg.rl_eval_k} (last)", "on-policy acc (last 5)",
+                                 "entropy (last 5)", "entropy, clipped tokens", "clip low %", "clip high %",
+                                 "approx KL"]))
+        for claim, values in finals.items():
+            if claim in VERDICTS and VERDICTS[claim][0] in values:
+                favoured, others = VERDICTS[claim]
+                for other in others:
+                    v = verdicts[f"{claim}: {favoured} > {other}"] = verdict(values[favoured], values[other])
+                    md.append(f"- {claim}: {favoured} vs {other}: " + (
+                        f"{v['effect']:+.3f} (2 x s.e. {2 * v['se']:.3f}): **{v['verdict']}**" if v["se"] is not None
+                        else v["verdict"]))
+    out["verdicts"] = verdicts
     text = "\n".join(md) + "\n"
     print("\n" + text)
     with open(os.path.join(cfg.out_dir, "ablation.md"), "w") as f:
@@ -452,7 +480,7 @@ def plot(plots, path):
                 for c in (c for c in series if c):
                     ax.plot(*zip(*c), color=color, alpha=0.25, linewidth=0.8)
         ax_reward.set_title(f"{arm}: training reward (mean of 5 steps)")
-        ax_acc.set_title(f"{arm}: " + ("samples passing all tests (on-policy)" if arm == "code" else "held-out greedy accuracy"))
+        ax_acc.set_title(f"{arm}: " + ("samples passing all tests (on-policy)" if arm == "code" else "held-out Avg@k"))
         for ax in (ax_reward, ax_acc):
             ax.set_xlabel("RL step")
             ax.legend(fontsize=8)
@@ -470,7 +498,7 @@ def plot_sweep(sweep, path):
         import matplotlib.pyplot as plt
     except ImportError:
         return print("matplotlib is not installed: no sweep plot (ablation.json holds the curves)")
-    rows = (("accuracy", "on-policy accuracy (T=1)"), ("eval_accuracy", "held-out greedy accuracy"),
+    rows = (("accuracy", "on-policy accuracy (T=1)"), ("eval_avg_k", "held-out Avg@k"),
             ("entropy", "token entropy"), ("clip_frac_low", "clipped low (fraction)"),
             ("clip_frac_high", "clipped high (fraction)"), ("approx_kl", "approx KL"))
     points = list(dict.fromkeys(label.split(" ", 1)[1] for label, _, _ in sweep))   # "u=4", ..., "u=16 lr=0.0002"
@@ -480,7 +508,7 @@ def plot_sweep(sweep, path):
         rule, u = label.split(" ", 1)
         col = points.index(u)
         for row, (key, title) in enumerate(rows):
-            ax, runs = axes[row][col], (curves if key == "eval_accuracy" else series[key])
+            ax, runs = axes[row][col], (curves if key == "eval_avg_k" else series[key])
             steps = sorted({s for c in runs for s, _ in c})
             if not steps:
                 continue

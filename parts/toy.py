@@ -227,6 +227,71 @@ def sft_conversations(n_math: int, n_code: int, seed: int = 0, wrong_fraction: f
 
 
 
+# ----------------------------------------------------------------------------- programs that earn partial credit
+
+# A family's naive program is right on ordinary inputs and wrong on one class of edge cases, so it passes part of
+# the tests: the soft reward (the fraction passed) pays it, the binary one does not. (question, the right plan, the
+# naive plan, the right program, the naive program, an ordinary input, an edge-case input); {0}: the problem's offset.
+PARTIAL_FAMILIES = {
+    "leap": ("Read a year y and print {0} plus 1 if y is a leap year (Gregorian calendar), else {0}.",
+             "Leap: divisible by 4, except centuries, which must be divisible by 400.",
+             "Leap years are the multiples of 4.",
+             "y = int(input())\nleap = y % 4 == 0 and (y % 100 != 0 or y % 400 == 0)\nprint({0} + (1 if leap else 0))",
+             "y = int(input())\nprint({0} + (1 if y % 4 == 0 else 0))",
+             lambda rng: str(rng.randint(1901, 2099)),
+             lambda rng: str(100 * rng.choice([k for k in range(15, 30) if k % 4]))),
+    "second_max": ("Read a line of integers (at least two distinct) and print the second largest distinct value plus "
+                   "{0}.", "Drop duplicates first, then take the second largest.",
+                   "Sort and take the second element from the end.",
+                   "xs = sorted(set(map(int, input().split())))\nprint(xs[-2] + {0})",
+                   "xs = sorted(map(int, input().split()))\nprint(xs[-2] + {0})",
+                   lambda rng: " ".join(map(str, rng.sample(range(-20, 40), rng.randint(2, 7)))),
+                   lambda rng: (lambda xs: " ".join(map(str, rng.sample(xs + [max(xs)] * rng.randint(1, 2),
+                                                                        len(xs) + 1))))(rng.sample(range(-20, 40), 3))),
+    "trunc_div": ("Read two integers a and b (b not 0) and print a / b rounded toward zero, plus {0}.",
+                  "Divide the absolute values, then put the sign back: Python's // rounds down, not toward zero.",
+                  "Integer division: a // b.",
+                  "a, b = map(int, input().split())\nq = abs(a) // abs(b)\nprint((q if (a < 0) == (b < 0) else -q) + {0})",
+                  "a, b = map(int, input().split())\nprint(a // b + {0})",
+                  lambda rng: f"{rng.randint(0, 99)} {rng.randint(1, 9)}",
+                  lambda rng: rng.choice([f"{-rng.randint(1, 99)} {rng.randint(2, 9)}",
+                                          f"{rng.randint(1, 99)} {-rng.randint(2, 9)}"])),
+}
+
+
+def partial_code_problems(n: int, seed=0, split: str = "train", num_tests: int = 16, edge_share: float = 0.375):
+    """n problems {id, prompt, tests, plan, solutions, naive, naive_plan} of one split (1 in 5 is test), the families
+    interleaved. Of the tests, round(edge_share * num_tests) are edge cases on which the naive program is wrong
+    (checked), the others ordinary inputs on which it is right: the naive program scores 1 - edge_share."""
+    if split not in ("train", "test"):
+        raise ValueError(f"split={split!r}: use train or test")
+    ids = [(name, k) for k in range(1000) for name in sorted(PARTIAL_FAMILIES)
+           if _split_of(f"{name}-{k}", 5) == split]
+    random.Random(f"toy-partial-{split}-{seed}").shuffle(ids)
+    if n > len(ids):
+        raise ValueError(f"only {len(ids)} partial-credit code problems in the {split} split; asked for {n}")
+    out = []
+    for name, k in ids[:n]:
+        question, plan, naive_plan, right, naive, ordinary, edge = PARTIAL_FAMILIES[name]
+        right, naive, rng, tests = right.format(k), naive.format(k), random.Random(f"toy-partial-{name}-{k}"), []
+        for i in range(num_tests):
+            is_edge = i < round(edge_share * num_tests)
+            stdin = (edge if is_edge else ordinary)(rng)
+            while (_run_reference(right, None, stdin) != _run_reference(naive, None, stdin)) != is_edge:
+                stdin = (edge if is_edge else ordinary)(rng)
+            tests.append({"input": stdin + "\n", "output": _run_reference(right, None, stdin)})
+        rng.shuffle(tests)
+        out.append(dict(id=f"{name}-{k}", prompt=question.format(k), tests=tests, plan=plan, solutions=[right],
+                        naive=naive, naive_plan=naive_plan))
+    return out
+
+
+def partial_code_response(problem: dict, rng: random.Random, naive_probability: float = 0.5) -> str:
+    """The toy teacher's answer: with naive_probability the naive plan and program, else the right ones."""
+    naive = rng.random() < naive_probability
+    plan, program = (problem["naive_plan"], problem["naive"]) if naive else (problem["plan"], problem["solutions"][0])
+    return f"<think>\n{plan}\n</think>\n\n```python\n{program}\n```"
+
 
 def _call_test(fn: str, args, result) -> dict:
     """A functional test: one JSON argument per input line, the JSON result."""

@@ -107,8 +107,8 @@ def test_help_of_each_script_shows_every_description_and_only_headings_flush_lef
     source = inspect.getsource(cls)
     headings = {line.strip().lstrip("#").strip() for line in source.splitlines() if re.match(r"    # \S", line)}
     assert {line for line in out[1:] if not line.startswith("  --")} <= headings, out
-    continued = next(o for o in options if o.startswith("  --max_gen_rounds=")) if script == "gppo.py" else None
-    assert continued is None or "(1: no refill, as the paper" in continued
+    continued = next(o for o in options if o.startswith("  --toy_code_k=")) if script == "distill.py" else None
+    assert continued is None or "its teacher always writes the one reference program" in continued
 
 
 def test_unknown_option_fails_loudly():

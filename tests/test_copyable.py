@@ -22,6 +22,10 @@ CHECKS = {
             "    steps: int = 1   # how many\nprint(parse_config(C, ['--steps=3']).steps)", "3"),
     "chat_client": ("import chat_client\nprint(chat_client.assistant_turn({'content': 'x</think> y'}))",
                     "('<think>\\nx\\n</think>\\n\\ny', True)"),
+    "countdown": ("import countdown, random\np = countdown.problems(1, 4, seed=0)[0]\n"
+                  "r = countdown.teacher_response(p, random.Random(0))\n"
+                  "print(countdown.countdown_reward(r, p['numbers'], p['target']) in (0.0, 1.0), "
+                  "countdown.countdown_reward('<think></think> \\\\boxed{2*3+4}', [4, 3, 2], 10))", "True 1.0"),
     "decode_kernels": (None, None),   # its own self-check: `python decode_kernels.py`, below
     "formats": ("import formats\nrows = formats.load('math', 'aime24.jsonl')\nprint(len(rows), rows[0]['answer'])",
                 "1 "),
@@ -30,6 +34,10 @@ CHECKS = {
     "math_checker": ("import math_checker\nprint(math_checker.compare('\\\\frac12', '0.5'))", "(True, True)"),
     "qwen3_tokenizer": ("import qwen3_tokenizer\ntok = qwen3_tokenizer.train(['a+b=c'] * 20, vocab_size=300)\n"
                         "print(tok.encode('<|im_start|>user<think>').ids[-1] == tok.token_to_id('<think>'))", "True"),
+    "results_table": ("import results_table\nb = dict(problems=2, k=4, avg_at_k=0.5, pass_at_k={'1': 0.5, '4': 1.0}, "
+                      "mean_reward=0.5, format_failure_rate=0.0, mean_length=9.0, truncated_rate=0.0)\n"
+                      "t = results_table.format_table([{'model_label': 'm', 'benchmarks': {'b': b}}])\n"
+                      "print([line.split()[-1] for line in t.splitlines() if 'pass@4' in line])", "['100.00']"),
     "sandbox": ("import sandbox\ntests = [{'input': '1 2', 'output': '3'}]\n"
                 "print([sandbox.run_tests(p, tests)[0].passed for p in ('print(sum(map(int, input().split())))',"
                 " 'print(0)')])", "[True, False]"),

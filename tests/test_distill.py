@@ -339,8 +339,8 @@ def test_local_engine_teacher_writes_the_same_records_and_resumes(tmp_path):
 def test_toy_recipe_end_to_end_into_sft_loader(tmp_path):
     import data
     import sft
-    cfg = distill.DistillConfig(toy=True, toy_math_prompts=60, toy_code_prompts=3, toy_code_tests=2, toy_code_k=2,
-                                out_dir=str(tmp_path / "toy"), progress_s=0)
+    cfg = distill.DistillConfig(toy=True, toy_task="sums", toy_math_prompts=60, toy_code_prompts=3, toy_code_tests=2,
+                                toy_code_k=2, out_dir=str(tmp_path / "toy"), progress_s=0)
     report = distill.main(cfg)
     rows = read_lines(os.path.join(cfg.out_dir, "sft.jsonl"))
     verdicts = {(v["id"], v["sample"]): v["correct"] for v in read_lines(os.path.join(cfg.out_dir, "verdicts.jsonl"))}
@@ -361,10 +361,48 @@ def test_toy_recipe_end_to_end_into_sft_loader(tmp_path):
     assert report["sft_rows"] == len(rows) == sum(c["kept"] for by in report["counts"].values() for c in by.values())
     tokenizer, _, loader = sft.load_sft_data(sft.SFTConfig(data=os.path.join(cfg.out_dir, "sft.jsonl"),
                                                            tokenizer=os.path.join(cfg.out_dir, "tokenizer")), 0, 1)
-    assert loader.num_rows >= 1 and tokenizer.to_str() == data.build_toy_tokenizer().to_str()
+    assert loader.num_rows >= 1 and tokenizer.to_str() == data.build_toy_tokenizer("sums").to_str()
     before = open(os.path.join(cfg.out_dir, "sft.jsonl")).read()
     distill.main(cfg)   # a rerun finds everything done and writes the same file
     assert open(os.path.join(cfg.out_dir, "sft.jsonl")).read() == before
+
+
+def test_countdown_recipe_verifies_with_the_checker_and_keeps_by_difficulty(tmp_path):
+    """The default toy: the searching teacher's traces are verified by countdown_reward (recomputed here), the rule
+    keeps every trace of a prompt the teacher solved less than half the time and only the right ones of the others;
+    its programs' naive answers (partial credit, judged wrong) survive only on hard prompts; a benchmark item equal
+    to a train prompt removes that prompt."""
+    import data
+    from parts import countdown, toy
+    problems = {f"countdown_{n}/{p['id']}": p for n in (3, 4) for p in countdown.problems(25, n, "distill-0", "train")}
+    leaked = next(iter(problems.values()))
+    bench = tmp_path / "bench.jsonl"
+    bench.write_text(json.dumps({"problem": leaked["prompt"], "answer": "1"}) + "\n")
+    cfg = distill.DistillConfig(toy=True, toy_easy_prompts=25, toy_hard_prompts=25, toy_code_prompts=6,
+                                toy_code_tests=4, toy_code_k=4, benchmarks=str(bench), out_dir=str(tmp_path / "cd"),
+                                progress_s=0)
+    report = distill.main(cfg)
+    assert report["decontamination"]["benchmark_items_matched"] == 1
+    samples = {(s["id"], s["sample"]): s["content"] for s in read_lines(os.path.join(cfg.out_dir, "samples.jsonl"))}
+    verdicts = {(v["id"], v["sample"]): v["correct"] for v in read_lines(os.path.join(cfg.out_dir, "verdicts.jsonl"))}
+    by_prompt = {}
+    for (pid, j), ok in sorted(verdicts.items()):
+        if pid in problems:
+            p = problems[pid]
+            assert ok == (countdown.countdown_reward(samples[pid, j], p["numbers"], p["target"]) == 1.0)
+        by_prompt.setdefault(pid, []).append(ok)
+    assert f"countdown_3/{leaked['id']}" not in by_prompt and len(by_prompt) == 49 + 6
+    rows = read_lines(os.path.join(cfg.out_dir, "sft.jsonl"))
+    for pid, oks in by_prompt.items():
+        hard = sum(oks) / len(oks) < 0.5
+        kept = sorted(r["id"] for r in rows if r["id"].rsplit("/", 1)[0] == pid)
+        assert kept == sorted(f"{pid}/{j}" for j, ok in enumerate(oks) if hard or ok)
+    wrong = [r for r in rows if r["correct"] is False]
+    assert {r["source"] for r in wrong} >= {"countdown_4"} and all(r["difficulty"] == "hard" for r in wrong)
+    naive = {p["naive"] for p in toy.partial_code_problems(6, 0, "train", 4)}
+    assert any(r["source"] == "toy_code" and any(n in r["messages"][-1]["content"] for n in naive) for r in wrong)
+    tok = data.load_tokenizer(os.path.join(cfg.out_dir, "tokenizer"))
+    assert tok.to_str() == data.build_toy_tokenizer("countdown").to_str()
 
 
 def test_the_client_runs_alone_without_torch(server, tmp_path):

@@ -20,7 +20,7 @@ import eval as ev  # noqa: E402
 from rollout import Sample  # noqa: E402
 from parts.trainer import InputError  # noqa: E402
 
-TINY_RUN = ["--toy_math=6", "--toy_code=3", "--k=3", "--max_tokens=24", "--pass_k=1,2,3"]
+TINY_RUN = ["--toy_task=sums", "--toy_math=6", "--toy_code=3", "--k=3", "--max_tokens=24", "--pass_k=1,2,3"]
 
 
 @pytest.fixture(scope="module")
@@ -285,6 +285,25 @@ def test_end_to_end_files_are_complete_and_consistent(one_process_run, tiny_chec
         assert set(b["pass_at_k"]) == {"1", "2", "3"}
     for metric in ("toy_math", "toy_code", "Avg@k %", "pass@3 %", "format fail %", "mean length", "truncated %"):
         assert metric in stdout
+
+
+def test_countdown_sets_are_judged_by_the_checker(tiny_checkpoint, tmp_path):
+    """The default toy: held-out 3- and 4-number Countdown problems and the toy programs with partial credit; each
+    verdict is countdown_reward's on the sampled text (recomputed here)."""
+    from parts import countdown
+    proc = run_cli(f"--model={tiny_checkpoint}", f"--out_dir={tmp_path}", "--toy_math=4", "--toy_code=2", "--k=2",
+                   "--max_tokens=16")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    results, samples = read_run(tmp_path)
+    assert list(results["benchmarks"]) == ["countdown_3", "countdown_4", "toy_code"]
+    for n in (3, 4):
+        problems = {p["id"]: p for p in countdown.problems(4, n, 0, "test")}
+        mine = [x for x in samples if x["benchmark"] == f"countdown_{n}"]
+        assert [x["problem_id"] for x in mine] == [pid for pid in problems for _ in range(2)]
+        assert all(x["correct"] == (countdown.countdown_reward(x["response"], problems[x["problem_id"]]["numbers"],
+                                                               problems[x["problem_id"]]["target"]) == 1.0) for x in mine)
+    code = [x["problem_id"] for x in samples if x["benchmark"] == "toy_code"]
+    assert code == [p["id"] for p in toy.partial_code_problems(2, 0, "test") for _ in range(2)]
 
 
 def test_one_process_equals_two_processes(one_process_run, tiny_checkpoint, tmp_path):

@@ -15,7 +15,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 import data  # noqa: E402
-from parts import toy  # noqa: E402
 import gppo  # noqa: E402
 from tools import filter_code  # noqa: E402
 from model import from_pretrained  # noqa: E402
@@ -207,8 +206,7 @@ def test_shared_prompts_give_the_logprobs_of_separate_sequences():
 
 def toy_prompt_ids(n, first, count, seed=1234):
     """The ids of stream positions first..first+count-1, as gppo.main's toy prompts (--toy_problems=n) order them."""
-    cfg = gppo.GPPOConfig()
-    tasks = toy.math_problems(n, seed=seed, split="train", min_digits=cfg.toy_min_digits, max_digits=cfg.toy_max_digits)
+    tasks = gppo.toy_problems(gppo.GPPOConfig(), n, seed, "train")
     return [t["id"] for t in gppo.prompts_at(tasks, first, count, seed)]
 
 
@@ -329,3 +327,38 @@ def test_the_rl_loop_drops_code_prompts_with_fewer_than_min_tests(tmp_path, caps
     assert [t["id"] for t in tasks] == ["p16", "p20"] and all(t["kind"] == "code" for t in tasks)
     assert "'dropped_few_tests': 2" in capsys.readouterr().out
     assert len(gppo.load_tasks(gppo.GPPOConfig(code_data=str(path), min_tests=3), tok)) == 4
+
+
+def test_held_out_greedy_avg_at_k_and_pass_at_k_by_hand():
+    """evaluate(): one greedy and eval_k sampled responses per held-out problem, each sampled set seeded by the
+    problem's index; three Countdown problems whose responses are right 1/4, 0/4 and 4/4 times (greedy right only
+    on the first): greedy 1/3, Avg@4 (1/4 + 0 + 1) / 3, pass@4 2/3."""
+    if not dist.is_initialized():
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    from types import SimpleNamespace
+    from parts import countdown
+    tok = data.build_toy_tokenizer("countdown")
+    problems = [dict(p, prompt_ids=[i]) for i, p in enumerate(data.toy_problems("countdown", 3, 0, "test", 3))]
+    for p in problems:
+        assert len(p["numbers"]) == 3 and p["kind"] == "countdown"
+    right = lambda p: "<think>\nx\n</think>\n\n\\boxed{" + countdown.solutions(p["numbers"], p["target"])[0] + "}"  # noqa
+    wrong = "<think>\nx\n</think>\n\n\\boxed{1+1}"
+    sampled_right = {0: 1, 1: 0, 2: 4}
+    calls = []
+
+    class Engine:
+        def generate(self, prompts, params):
+            calls.append([(p.temperature, p.n, p.seed) for p in params])
+            out = []
+            for ids, p in zip(prompts, params):
+                prob = problems[ids[0]]
+                texts = [right(prob) if ids[0] == 0 else wrong] if p.temperature == 0 else \
+                    [right(prob) if j < sampled_right[ids[0]] else wrong for j in range(p.n)]
+                out.append([Sample(tok.encode(t).ids, [0.0], "stop") for t in texts])
+            return out
+
+    cfg = gppo.GPPOConfig(eval_k=4, eval_seed=5)
+    run = SimpleNamespace(cfg=cfg, rank=0, world=1, tokenizer=tok, engine=Engine(), device=torch.device("cpu"))
+    got = gppo.evaluate(run, problems, step=0)
+    assert got == pytest.approx(dict(eval_accuracy=1 / 3, eval_avg_k=(0.25 + 0 + 1) / 3, eval_pass_k=2 / 3))
+    assert calls == [[(0.0, 1, None)] * 3 + [(1.0, 4, 5 * 1_000_003 + i) for i in range(3)]]

@@ -855,3 +855,16 @@ def test_non_root_trainer_uses_a_user_namespace():
     assert report["passed"] == [True, True, True]
     assert report["mode"] == (sandbox.NAMESPACES_UNPRIVILEGED if userns else sandbox.PLAIN)
     assert_no_leftovers()
+
+
+@pytest.mark.parametrize("response,expected", [
+    ("<think>\n12*3=36+5=41 vs 41 yes\n</think>\n\n\\boxed{(12*3)+5}", reward.Verdict(1.0, True, False, "correct")),
+    ("<think>\n\\boxed{(12*3)+5}\n</think>\n\n\\boxed{12+3+5}", reward.Verdict(0.0, False, False, "wrong answer")),
+    ("<think>\n12*3=36+5=41 vs 41 yes\n\\boxed{(12*3)+5}", reward.Verdict(0.0, False, True, "format: no </think>")),
+])
+def test_countdown_is_judged_after_the_last_think_end(response, expected):
+    task = {"kind": "countdown", "numbers": [12, 3, 5], "target": 41}
+    assert reward.judge(task, response) == expected
+    authors = reward.judge(task, response, scale=reward.AUTHORS_SCALE)   # the same verdict on the authors' scale
+    assert authors.reward == {1.0: 1.0, 0.0: -1.0}[expected.reward] if not expected.format_failure else \
+        authors.reward == -0.5

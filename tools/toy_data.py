@@ -36,7 +36,7 @@ def write_toy_datasets(out_dir: str, **sizes) -> dict:
     cfg = replace(ToyConfig(), out=out_dir, **sizes)
     os.makedirs(out_dir, exist_ok=True)
     paths = {"tokenizer": os.path.join(out_dir, "tokenizer")}
-    data.save_tokenizer(data.build_toy_tokenizer(cfg.vocab_size), paths["tokenizer"])
+    data.save_tokenizer(data.build_toy_tokenizer("sums", cfg.vocab_size), paths["tokenizer"])
 
     def write(name, records):
         paths[name] = os.path.join(out_dir, f"{name}.jsonl")
