@@ -196,7 +196,10 @@ class TokenBatch:
         response_mask, sft_mask = self.response_mask.bool(), sft_mask.bool()
         # Inactive rows may hold any id (e.g. -100 padding); active ones must index the vocabulary.
         targets = torch.where(response_mask | sft_mask, self.targets, 0).long().contiguous()
-        if n_rows and (targets.min() < 0 or targets.max() >= vocab):
+        outside = ((targets < 0) | (targets >= vocab)).any()
+        if targets.is_cuda:   # checked on the device, without the host waiting for it (a bad id fails the step)
+            torch._assert_async(~outside, f"gppo_loss: target_ids of response/SFT tokens must lie in [0, {vocab})")
+        elif n_rows and outside:
             raise ValueError(f"gppo_loss: target_ids of response/SFT tokens must lie in [0, {vocab}), got "
                              f"[{targets.min().item()}, {targets.max().item()}]")
         return TokenBatch(targets, self.old_logprobs, self.advantages, response_mask, sft_mask, self.num_tokens,

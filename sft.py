@@ -181,8 +181,7 @@ def load_sft_data(cfg: SFTConfig, rank: int, world: int):
 
 
 def build_model(cfg, vocab_size: int, device: torch.device) -> Qwen3:
-    """The trainable model in fp32 master weights, FSDP2-sharded: a Hugging Face checkpoint, or a tiny one from
-    scratch."""
+    """The trainable model in fp32 master weights, FSDP2-sharded: a Hugging Face checkpoint, or a tiny one."""
     if cfg.init_from:
         model = load_sharded(cfg.init_from, device)
     else:
@@ -214,15 +213,15 @@ def train_step(model, optimizer, rows, cfg: SFTConfig, device, world: int) -> tu
     n_tokens = max(1.0, n_tokens.item())
     loss_sum = torch.zeros((), device=device)
     for i in range(0, len(rows), cfg.micro_rows):
-        batch = {k: torch.stack([r[k] for r in rows[i:i + cfg.micro_rows]]).to(device) for k in rows[0]}
+        batch = {k: torch.stack([r[k] for r in rows[i:i + cfg.micro_rows]]) for k in rows[0]}   # on the CPU
         micro = sft_loss_sum(model, batch, cfg.loss_chunk)
         # FSDP averages gradients over ranks; multiply by world so the result is a global token-mean
         (micro * world / n_tokens).backward()
         loss_sum += micro.detach()
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-    grad_norm = float(grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm)
+    grad_norm = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm
     dist.all_reduce(loss_sum)
-    loss = loss_sum.item() / n_tokens
+    loss, grad_norm = torch.stack([loss_sum / n_tokens, grad_norm.float()]).tolist()   # one transfer for both
     if not math.isfinite(loss) or not math.isfinite(grad_norm):
         raise SystemExit(f"error: loss={loss} grad_norm={grad_norm}: stopping without updating; the last good "
                          f"checkpoint is in {cfg.out_dir}/checkpoint (try a lower --lr)")
@@ -232,12 +231,14 @@ def train_step(model, optimizer, rows, cfg: SFTConfig, device, world: int) -> tu
 
 
 def sft_loss_sum(model, batch, chunk: int):
-    """batch: tensors (B, T). Sum of the NLL over assistant tokens (label = next token)."""
-    hidden = model(batch["input_ids"], position_ids=batch["position_ids"], document_ids=batch["document_ids"],
-                   return_hidden=True)                                     # (B, T, D)
-    targets, mask = batch["input_ids"][:, 1:], target_mask(batch["loss_mask"], batch["document_ids"])
+    """batch: tensors (B, T), best on the CPU (ids are moved to the model's device). Sum of the NLL over assistant
+    tokens (label = next token). Documents and masks stay on the CPU: reading them never waits for the GPU."""
+    device, documents = next(model.parameters()).device, batch["document_ids"].cpu()
+    ids = batch["input_ids"].to(device)
+    hidden = model(ids, position_ids=batch["position_ids"].to(device), document_ids=documents, return_hidden=True)
+    mask = target_mask(batch["loss_mask"].cpu(), documents)                # (B, T-1)
     D = hidden.shape[-1]
-    return chunked_nll_sum(hidden[:, :-1].reshape(-1, D), model.lm_head.weight, targets.reshape(-1),
+    return chunked_nll_sum(hidden[:, :-1].reshape(-1, D), model.lm_head.weight, ids[:, 1:].reshape(-1),
                            mask.reshape(-1), chunk)
 
 
@@ -248,9 +249,8 @@ def target_mask(loss_mask, document_ids):
 
 
 def chunked_nll_sum(hidden, lm_head_weight, targets, mask, chunk: int):
-    """sum over masked tokens of -log softmax(hidden @ W^T)[target], one chunk of tokens at a time.
-    hidden (N, D), targets/mask (N,). Each chunk is recomputed in the backward (checkpoint), so only one
-    (chunk, V) block of logits is alive at a time."""
+    """sum over masked tokens of -log softmax(hidden @ W^T)[target] (hidden (N, D), targets (N,), mask (N,) on the
+    CPU), a chunk of tokens at a time, recomputed in the backward: one (chunk, V) block of logits alive at a time."""
     from torch.utils.checkpoint import checkpoint
 
     def piece(h, t, m):
@@ -263,16 +263,16 @@ def chunked_nll_sum(hidden, lm_head_weight, targets, mask, chunk: int):
     for s in range(0, hidden.shape[0], chunk):
         sl = slice(s, s + chunk)
         if mask[sl].any():
-            total = total + checkpoint(piece, hidden[sl], targets[sl], mask[sl].float(), use_reentrant=False)
+            m = mask[sl].to(hidden.device).float()
+            total = total + checkpoint(piece, hidden[sl], targets[sl], m, use_reentrant=False)
     return total
 
 
 # ----------------------------------------------------------------------------- checkpoints in, an export out
 
 def load_sharded(path: str, device: torch.device, param_dtype: torch.dtype | None = None) -> Qwen3:
-    """A Hugging Face checkpoint as fp32 master weights, FSDP2-sharded, without any rank holding a full fp32 copy:
-    built on the meta device, sharded, then filled from rank 0's reading of the checkpoint in its stored dtype (an 8B
-    model costs each GPU its 1/N fp32 shard, not 30.5 GiB). One rank without a cast: read straight into fp32."""
+    """A Hugging Face checkpoint as fp32 master weights, FSDP2-sharded, no rank holding a full fp32 copy: built on the
+    meta device, sharded, filled from rank 0's reading in the stored dtype. One rank without a cast: read into fp32."""
     model = shard_model(on_meta(path, torch.float32), device, param_dtype)
     if not trainer.is_sharded(model):
         return from_pretrained(path, torch.float32, device)
