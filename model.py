@@ -28,8 +28,7 @@ from torch.utils.checkpoint import checkpoint
 # ----------------------------------------------------------------------------- config
 
 class CheckpointError(ValueError):
-    """A directory that is not a loadable Qwen3 checkpoint (bad config.json, safetensors, tensor names or shapes);
-    the message names the file. A missing file is a FileNotFoundError."""
+    """A directory that is not a loadable Qwen3 checkpoint (config, safetensors, names, shapes); names the file."""
 
 
 @dataclass
