@@ -1,7 +1,7 @@
 """One RL step side by side: this project's `gppo.py` against TRL's GRPOTrainer (use_vllm=False), same workload.
 
-Both sides start from the same SFT checkpoint (a Hugging Face directory: `bash train.sh` or `python sft.py` makes the
-toy's), train on the same prompts in the same order with the same reward (gppo.score: math-verify on the text after
+Both sides start from the same SFT checkpoint (a Hugging Face directory of the sums toy: `TOY=sums OUT=out/sums bash
+train.sh` makes one in out/sums/sft/hf), train on the same prompts in the same order with the same reward (gppo.score: math-verify on the text after
 </think>), 32 prompts x 8 samples per rollout batch, 8 optimizer updates per batch (4 prompts each), T = 1, token-mean
 loss over each mini-batch, clip 0.2 / 0.28 and dual-clip 10, no KL term, old logprobs recomputed before the updates.
 TRL runs `loss_type="bnpo"`, `steps_per_generation=8`, `epsilon_high=0.28`, `delta=10`, `beta=0`; gppo.py runs its
@@ -44,7 +44,7 @@ TRL_PINS = ("trl==1.16.0", "transformers==5.23.0")
 
 @dataclass
 class BenchConfig:
-    model: str = "out/sft/hf"          # the SFT checkpoint both sides start from
+    model: str = "out/sums/sft/hf"     # the sums toy's SFT checkpoint both sides start from
     workloads: str = "toy,longtail"
     steps: int = 4                     # timed RL steps per side (toy); the median is reported
     warmup: int = 1                    # RL steps run first and not timed (first-call costs)
@@ -70,10 +70,16 @@ PROMPTS_PER_STEP, GROUP, MINI_BATCH = 32, 8, 4
 
 
 def workload_options(cfg: BenchConfig, name: str, run_dir: str) -> list:
-    """gppo.py options that define the workload (the rest are gppo.py's defaults)."""
+    """gppo.py options that define the workload (the rest are gppo.py's defaults). The sums toy, pinned: gppo.py's
+    default toy is Countdown now, but this comparison and its logged numbers are on sums (TOY=sums bash train.sh)."""
+    sums = ["--toy_task=sums", "--lr=2e-5"]   # TRL's side: the same lr (run_trl)
     if name == "toy":
-        return []
-    return [f"--math_data={longtail_data(cfg, run_dir)}", f"--max_response_len={cfg.longtail_tokens}"]
+        return [*sums, "--max_response_len=192"]
+    return [*sums, f"--math_data={longtail_data(cfg, run_dir)}", f"--max_response_len={cfg.longtail_tokens}"]
+
+
+def response_limit(options: list) -> int:
+    return int([o for o in options if o.startswith("--max_response_len=")][-1].split("=", 1)[1])
 
 
 def longtail_data(cfg: BenchConfig, run_dir: str) -> str:
@@ -339,7 +345,7 @@ def main(cfg: BenchConfig):
         steps = cfg.steps if name == "toy" else cfg.longtail_steps
         options = workload_options(cfg, name, run_dir)
         prompts = prompt_stream(model, options, (cfg.warmup + steps) * PROMPTS_PER_STEP)
-        max_tokens = 192 if name == "toy" else cfg.longtail_tokens
+        max_tokens = response_limit(options)   # TRL's max_completion_length: gppo.py's, from the same options
         start = time.time()
         ours_steps = [ours_split(r) for r in run_ours(cfg, model, run_dir, options, steps)]
         print(f"[{name}] gppo.py: {len(ours_steps)} timed steps in {time.time() - start:.0f} s (with start-up)", flush=True)

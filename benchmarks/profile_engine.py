@@ -21,8 +21,8 @@ wrappers and without. torch.profiler is not used: on small ops its per-op times 
 calls that contain them. Last, the matmul floor: the FLOPs of every Linear call (2 x rows x in x out), each at the
 rate its shape reaches alone in a hot loop.
 
-Run:  python benchmarks/profile_engine.py --model=out/sft/hf                                   # the toy's step batch
-      out/bench_vs_trl/venv/bin/python benchmarks/profile_engine.py --model=out/sft/hf          # + transformers
+Run:  python benchmarks/profile_engine.py --model=out/sums/sft/hf                                 # the toy's step batch
+      out/bench_vs_trl/venv/bin/python benchmarks/profile_engine.py --model=out/sums/sft/hf        # + transformers
 """
 import os
 import statistics
@@ -48,8 +48,9 @@ from parts.trainer import run_entry_point  # noqa: E402
 
 @dataclass
 class ProfileConfig:
-    model: str = "out/sft/hf"     # a Hugging Face checkpoint directory (with its tokenizer)
-    math_data: str = ""           # RL prompts as gppo.py reads them; empty: gppo.py's toy problems
+    model: str = "out/sums/sft/hf"   # a Hugging Face checkpoint directory (with its tokenizer)
+    math_data: str = ""           # RL prompts as gppo.py reads them; empty: the toy's problems
+    toy_task: str = "sums"        # the toy of the logged numbers (TOY=sums OUT=out/sums bash train.sh); or countdown
     prompts: int = 32             # gppo.py's prompts_per_step
     samples: int = 8              # gppo.py's group_size
     max_tokens: int = 192         # gppo.py's max_response_len
@@ -71,7 +72,7 @@ class ProfileConfig:
 
 def main(c: ProfileConfig):
     torch.set_num_threads(c.threads)
-    rl = gppo.GPPOConfig(math_data=c.math_data, group_size=c.samples, max_response_len=c.max_tokens)
+    rl = gppo.GPPOConfig(math_data=c.math_data, toy_task=c.toy_task, group_size=c.samples, max_response_len=c.max_tokens)
     tokenizer = data.load_tokenizer(c.model)
     tasks = gppo.load_tasks(rl, tokenizer)
     model = model_py.from_pretrained(c.model, dtype=torch.float32, device=torch.device("cpu")).eval()

@@ -26,3 +26,15 @@ def test_longtail_stream_has_the_long_prompts_where_asked(tmp_path):
     tasks = gppo.load_tasks(gcfg, data.load_tokenizer(str(model)))
     assert [p["prompt_ids"] for p in prompts] == [t["prompt_ids"] for t in gppo.prompts_at(tasks, 0, 96, gcfg.seed)]
     assert "What is" in prompts[0]["text"] and prompts[0]["text"].count("<|im_start|>") == 2   # the chat template
+
+
+def test_toy_workload_is_the_sums_toy_both_sides_cut_at_the_same_length(tmp_path):
+    """gppo.py's default toy is Countdown; the benchmark's toy workload (and its logged numbers) is the sums toy, and
+    TRL's completion limit is read from the same options gppo.py runs with."""
+    model = tmp_path / "model"
+    data.save_tokenizer(data.build_toy_tokenizer("sums"), str(model))
+    options = bench_vs_trl.workload_options(bench_vs_trl.BenchConfig(), "toy", str(tmp_path))
+    prompts = bench_vs_trl.prompt_stream(str(model), options, 32)
+    assert all(p["text"].count("What is") == 1 and p["answer"].isdigit() for p in prompts)
+    gcfg = parse_config(gppo.GPPOConfig, [f"--init_from={model}", *options])
+    assert bench_vs_trl.response_limit(options) == gcfg.max_response_len == 192 and gcfg.lr == 2e-5
