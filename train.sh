@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The whole Klear-Reasoner pipeline: long-CoT SFT -> GPPO RL -> evaluation of both models, one table.
 #
-#   bash train.sh                 # the Countdown toy on a CPU (tiny model from scratch): ~15 min on 2 idle cores
+#   bash train.sh                 # the Countdown toy on a CPU (tiny model from scratch): ~13 min on 2 idle cores
 #   TOY=sums bash train.sh        # the old toy, multi-digit sums (docs/toy_sums.md)
-#   bash train.sh ablate          # the off-policy sweep and the paper's ablations in miniature, 3 seeds per arm
-#                                 # (README, "Ablations"): 84 min on 2 cores; writes experiments/results' files
+#   bash train.sh ablate          # the paper's ablations in miniature on Countdown, 3 seeds per arm
+#                                 # (benchmarks/RESULTS.md has the protocol, the cost and the verdicts)
 #   bash train.sh rehearsal       # Qwen3-0.6B's exact shape through every stage, memory vs budget (README, "Rehearsal");
 #                                 # needs QWEN3_TOKENIZER_DIR, ~13 GB of RAM
 #
@@ -108,8 +108,8 @@ else
   # operations, checks it against the target, tries another, within a budget) answers each of 7,500 prompts 4 times;
   # the answers are verified and the difficulty rule keeps every response of a prompt the teacher solved less than
   # half the time (most 4-number ones), only the correct ones of the others; with them, toy programs whose naive
-  # version earns partial credit. The SFT model then solves a 4-number problem at T=1 about 3 times in 10, greedy no
-  # better, 8 samples 3 times in 4: RL's job is to find the searches that work (docs/toy_countdown.md).
+  # version earns partial credit. The SFT model then solves a 4-number problem about 1 time in 4, greedy no better,
+  # 8 samples 2 times in 3: RL's job is to find the searches that work (docs/toy_countdown.md).
   stage distill python distill.py --toy=true --out_dir="$OUT/distill" $DISTILL_ARGS
   # One epoch of rows of 1024 tokens, 2 per step (more, smaller steps learn this best). One thread per process: two
   # processes use two cores better than one process with two threads.

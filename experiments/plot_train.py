@@ -61,7 +61,10 @@ def main(cfg: PlotConfig):
     axes[0].plot(steps, running, label="on-policy, mean of 5 steps")
     evals = sorted((st, r["eval_accuracy"]) for st, r in records.items() if "eval_accuracy" in r)
     axes[0].plot([e[0] for e in evals], [e[1] for e in evals], "o-", label="held-out, greedy")
-    axes[0].set(xlabel="RL step", ylabel="accuracy", ylim=(0, 1.02), title="accuracy")
+    avg_k = sorted((st, r["eval_avg_k"]) for st, r in records.items() if "eval_avg_k" in r)   # gppo.py --eval_k > 0
+    if avg_k:
+        axes[0].plot([e[0] for e in avg_k], [e[1] for e in avg_k], "s-", label="held-out, Avg@k at T=1")
+    axes[0].set(xlabel="RL step", ylabel="accuracy", ylim=(0, max([0.5, *acc, *(e[1] for e in evals + avg_k)]) * 1.05), title="accuracy")
     axes[0].legend(fontsize=8)
     trained = [st for st in steps if "entropy" in records[st]]
     axes[1].plot(trained, [records[st]["entropy"] for st in trained])
