@@ -10,10 +10,9 @@
   6. one optimizer step per mini-batch (the paper: 128/16 = 8 per rollout batch), L = GPPO + α·SFT (gppo_loss.py), a
      token-mean over the mini-batch on all ranks: the policy moves away from the sampler, so the clipping rule matters;
   7. the trained weights copied into the engine's own copy, in place.
-Run:  python gppo.py                          # CPU toy task, after `python sft.py` (or bash train.sh)
+Run:  python gppo.py --init_from=out/sft/hf    # the Countdown toy on CPU, after train.sh's SFT (docs/running.md)
       torchrun --nproc_per_node=8 gppo.py --init_from=out/sft/hf --math_data=math.jsonl --prompts_per_step=128 \
-          --mini_batch_prompts=16 --lr=1e-6 --max_response_len=32768 --train_row_tokens=36864
-"""
+          --mini_batch_prompts=16 --lr=1e-6 --max_response_len=32768 --train_row_tokens=32768"""
 import os
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # read when torch loads OpenMP: see trainer.set_threads

@@ -5,7 +5,7 @@
 #   TOY=sums bash train.sh        # the old toy, multi-digit sums (docs/toy_sums.md)
 #   bash train.sh ablate          # the paper's ablations in miniature on Countdown, 3 seeds per arm
 #                                 # (benchmarks/RESULTS.md has the protocol, the cost and the verdicts)
-#   bash train.sh rehearsal       # Qwen3-0.6B's exact shape through every stage, memory vs budget (README, "Rehearsal");
+#   bash train.sh rehearsal       # Qwen3-0.6B's exact shape through every stage, memory vs budget (docs/scale.md);
 #                                 # needs QWEN3_TOKENIZER_DIR, ~13 GB of RAM
 #
 # The real pipeline is the same script, driven by environment variables (paper hyperparameters by default):

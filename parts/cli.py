@@ -18,9 +18,9 @@ from dataclasses import fields
 def parse_config(config, argv=None, usage: str = ""):
     """The command line of every entry point here: `--key=value` options into a config dataclass.
 
-    config: a dataclass, or {command: dataclass} for a script with commands (`python data.py stats FILE`); the
-    key "" is the dataclass used when the first argument is no command (`python gppo.py --steps=5` beside
-    `python gppo.py filter_code ...`). A value is converted to its field's type; a bool takes true/false/1/0, and
+    config: a dataclass, or {command: dataclass} for a script with commands (`python tool.py stats FILE`); the
+    key "" is the dataclass used when the first argument is no command (`python tool.py --steps=5` beside
+    `python tool.py stats FILE`). A value is converted to its field's type; a bool takes true/false/1/0, and
     a bare `--flag` means true. A dataclass with a class variable `positional = "name"` takes one bare argument as
     that field (`stats FILE`). Unknown keys, bad values and stray words raise SystemExit with a one-line message;
     -h / --help prints a usage line (`usage` replaces the one of a run without a command word), the dataclass's
