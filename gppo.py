@@ -110,7 +110,7 @@ class GPPOConfig:
     device: str = "auto"               # auto | cpu | cuda
     threads: int = 0                   # CPU threads per rank; 0 = usable cores / ranks on this machine
     kv_cache_fraction: float = 0.3     # GPU: share of free memory for the engine's KV pool
-    free_engine: bool = True           # free the engine's weights and KV pool while training (tools/memory_plan.py)
+    free_engine: str = "auto"          # free the engine's weights and KV pool while training: auto (GPU) | true | false
     dist_timeout_minutes: float = 120.0  # how long a rank may wait in a collective (for the slowest rank's rollout)
 
     def __post_init__(self):
@@ -123,8 +123,8 @@ class GPPOConfig:
                   (self.group_size >= 2, "group_size must be >= 2 (GRPO advantages compare the samples of a prompt)"),
                   (self.math_workers >= 0, "math_workers must be >= 0 (0: the cores this rank's threads leave)"),
                   (self.toy_task in data.TOY_TASKS, f"toy_task must be one of {', '.join(data.TOY_TASKS)}"),
-                  (self.activation_checkpointing in ("auto", "true", "false"),
-                   "activation_checkpointing must be auto, true or false"),
+                  ({self.activation_checkpointing, self.free_engine} <= {"auto", "true", "false"},
+                   "activation_checkpointing and free_engine must be auto, true or false"),
                   (self.export_dtype in EXPORT_DTYPES, f"export_dtype must be one of {', '.join(EXPORT_DTYPES)}")]
         for ok, why in checks:
             if not ok:
@@ -153,6 +153,7 @@ class Run:
     world: int
     device: torch.device
     export_dtype: torch.dtype = torch.float32   # the Hugging Face export's (--export_dtype)
+    free_engine: bool = False        # --free_engine, resolved: memory is short on a GPU; on a CPU it would only cost time
 
 
 # ----------------------------------------------------------------------------- one RL step: the docstring's 1-7
@@ -170,7 +171,7 @@ def rl_step(run: Run, step: int, prompt_cursor: int) -> tuple:
         kept += [g for g in new if g.keep]
         if global_sums(dict(kept=len(kept)), run.device)["kept"] >= cfg.prompts_per_step:
             break
-    if cfg.free_engine:   # training gets the engine's memory; step 7 gives its weights back, generate() its KV pool
+    if run.free_engine:   # training gets the engine's memory; step 7 gives its weights back, generate() its KV pool
         run.engine.cache.release()
         for p in run.engine_model.parameters():
             p.data = p.data.new_empty(0)
@@ -181,7 +182,7 @@ def rl_step(run: Run, step: int, prompt_cursor: int) -> tuple:
     t2 = time.time()
     updates = [u for u in (train_mini_batch(run, seqs) for seqs in seqs_by_mb) if u]   # 6. one step per mini-batch
     t3 = time.time()
-    if updates or cfg.free_engine:                                              # 7. the engine's weights
+    if updates or run.free_engine:                                              # 7. the engine's weights
         sync_engine(run.policy, run.engine_model)
     rec, total = step_metrics(run, sampled, kept, seqs_by_mb, gap, updates)
     rec = dict(step=step + 1, gen_rounds=rounds, **rec, rollout_tok_s=total["tokens"] / max(t1 - t0, 1e-9),
@@ -573,8 +574,7 @@ def build_run(cfg: GPPOConfig, reward_fn, rank: int, world: int, device) -> tupl
     kv_bytes = kv_cache_bytes(cfg.kv_cache_fraction, device)   # None on CPU: the engine's default
     engine = LLMEngine(engine_model, max_num_seqs=256, max_model_len=cfg.max_prompt_len + cfg.max_response_len,
                        kv_cache_memory=kv_bytes)
-    # math-verify runs in worker processes while the engine decodes: on the engine's cores (on GPU: its Python
-    # loop's) they would slow it down
+    # math-verify's worker processes run while the engine decodes, off its cores (on GPU: its Python loop's)
     engine_cores = torch.get_num_threads() if device.type == "cpu" else 1
     math_workers = cfg.math_workers or max(1, cores_per_rank() - engine_cores)
     math_checker.set_workers(math_workers)
@@ -582,7 +582,8 @@ def build_run(cfg: GPPOConfig, reward_fn, rank: int, world: int, device) -> tupl
     score_fn = reward_fn or (lambda task, text, ids: score(task, text, cfg))
     run = Run(cfg, policy, optimizer, engine, engine_model, tokenizer, tasks, score_fn,
               ThreadPoolExecutor(cfg.reward_workers), rank, world, device,
-              EXPORT_DTYPES[cfg.export_dtype] or stored_dtype)
+              EXPORT_DTYPES[cfg.export_dtype] or stored_dtype,
+              device.type == "cuda" if cfg.free_engine == "auto" else cfg.free_engine == "true")
     return run, eval_problems
 
 

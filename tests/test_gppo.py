@@ -17,6 +17,7 @@ sys.path.insert(0, ROOT)
 import data  # noqa: E402
 import gppo  # noqa: E402
 from tools import filter_code  # noqa: E402
+from parts.cli import parse_config  # noqa: E402
 from model import from_pretrained  # noqa: E402
 from rollout import Sample  # noqa: E402
 
@@ -71,12 +72,15 @@ def test_one_process_equals_two_processes(tiny_checkpoint, tmp_path, task):
 
 
 def test_freeing_the_engine_while_training_changes_nothing(tiny_checkpoint, tmp_path):
-    """--free_engine (the default) gives the engine's weights and KV pool back while the policy trains; step 7 copies
-    the weights back, generate() allocates the pool again: every sample, reward and loss is the same as without."""
+    """--free_engine (auto: on a GPU) gives the engine's weights and KV pool back while the policy trains; step 7
+    copies the weights back, generate() allocates the pool again: every sample, reward and loss is the same as without.
+    auto leaves them on a CPU (re-allocating the pool costs time there, and memory is not short)."""
     freed, _ = run(tmp_path / "freed", tiny_checkpoint, "--steps=2", "--free_engine=true")
     kept, _ = run(tmp_path / "kept", tiny_checkpoint, "--steps=2", "--free_engine=false")
     strip = lambda rec: {k: v for k, v in rec.items() if not k.startswith("time_") and not k.endswith("tok_s")}  # noqa
     assert [strip(r) for r in freed] == [strip(r) for r in kept] and len(freed) == 2
+    with pytest.raises(SystemExit, match="free_engine must be auto, true or false"):
+        parse_config(gppo.GPPOConfig, ["--free_engine=yes"])
 
 
 def test_a_rank_may_wait_longer_than_the_default_timeout(tiny_checkpoint, tmp_path):

@@ -39,7 +39,7 @@ def plan(size: str, cfg: PlanConfig) -> dict:
     kv = kv_pool_bytes(c, 2, g.kv_cache_fraction * free, 256, row)
     rows = {"load (policy into shards, then the engine's copy)": load,
             "rollout (engine weights + KV pool)": peak_phase(rollout_phase(c, world=cfg.gpus, kv_bytes=kv)),
-            "RL training, engine freed (--free_engine, default)": peak_phase(gppo_phases(
+            "RL training, engine freed (--free_engine, auto on GPU)": peak_phase(gppo_phases(
                 c, world=cfg.gpus, row_tokens=row, kv_bytes=0, gpu=True, loss_chunk=2048, engine_resident=False)),
             "RL training, engine kept (--free_engine=false)": peak_phase(gppo_phases(
                 c, world=cfg.gpus, row_tokens=row, kv_bytes=kv, gpu=True, loss_chunk=2048)),
