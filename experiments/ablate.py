@@ -248,13 +248,13 @@ def plan(cfg):
         jobs.append(eval_job(name, os.path.join(run_dir(name), "hf"), os.path.join(run_dir(name), "eval"),
                              ["--toy_code=0", f"--toy_math={cfg.eval_problems}"], [name]))
     # longest first (LPT), so the last minutes are short jobs on both cores rather than one long job on one; the
-    # base SFT stays first (the RL runs wait for it). Minutes on one core of the toy, measured: SFT 8-9, code RL 5,
-    # math RL 1.1-1.6 (longer with more updates per batch), eval 0.1-2.
+    # base SFT stays first (the RL runs wait for it). Minutes on one core of Countdown, two runs at once: math RL 4
+    # at 8 updates per batch, 5.5 at 16; code RL 7; SFT about 12 (twice train.sh's 2-process 6); eval 0.5-2.
     def minutes(job):
         if job["cmd"][0] != "gppo.py":
-            return {"sft.py": 8.5, "distill.py": 9, "eval.py": 1}[job["cmd"][0]]   # distill: 1 min, before its SFT
+            return {"sft.py": 12, "distill.py": 13, "eval.py": 1}[job["cmd"][0]]   # distill: 2.5 min, before its SFT
         mini = int([a for a in job["cmd"] if a.startswith("--mini_batch_prompts=")][-1].split("=")[1])
-        return 5 if "--toy_problems=0" in job["cmd"] else 1.1 + (cfg.prompts_per_step // mini) / 32
+        return 7 if "--toy_problems=0" in job["cmd"] else 2.5 + 3 * (cfg.prompts_per_step // mini) / 16
     first = 2 if rl_runs and not cfg.sft_from else 0   # the base model's data, then the base model
     return jobs[:first] + sorted(jobs[first:], key=minutes, reverse=True)
 
