@@ -13,6 +13,8 @@ rerun of the same command asks only for what is missing. docs/distillation.md: e
   python distill.py --responses=openr1-math-220k.parquet --out_dir=out/openr1   # responses already there: the rule
   python distill.py --toy=true --out_dir=out/distill                           # what bash train.sh runs
 """
+from __future__ import annotations   # Journal, the resumable store, is defined at the end
+
 import hashlib
 import json
 import os
@@ -30,70 +32,7 @@ import reward
 from parts import countdown, toy
 from parts.chat_client import ChatRequest, ClientConfig, ServerRefused, assistant_turn, sample_chat
 
-# ============================================================================= 2. the journal
-
-
-class Journal:
-    """An append-only JSON-lines file holding one record per key (prompt id, sample index), for work that must survive
-    a kill. Each record is written whole, by one write(), as soon as it exists. Reopening the file drops a last line
-    that has no newline (a kill tore it; that sample is asked for again) and indexes the rest, so a rerun knows what is
-    done; append() refuses a key already there. Records are read back by offset: only the index stays in memory."""
-
-    def __init__(self, path: str):
-        self.path, self.index, self.lock, self.torn = path, {}, threading.Lock(), 0
-        size = 0
-        if os.path.exists(path):
-            with open(path, "rb") as f:
-                for n, line in enumerate(f, 1):
-                    if not line.endswith(b"\n"):
-                        self.torn = len(line)
-                        break
-                    try:
-                        record = json.loads(line)
-                        key = (record["id"], record["sample"])
-                    except (ValueError, KeyError, TypeError) as e:
-                        raise ValueError(f"{path}:{n}: not a record written by distill.py ({e}); move the file "
-                                         "away or use another --out_dir") from None
-                    if key in self.index:
-                        raise ValueError(f"{path}:{n}: record {key} is there twice; this file was not written by "
-                                         "distill.py alone")
-                    self.index[key] = (size, len(line))
-                    size += len(line)
-            if self.torn:
-                os.truncate(path, size)
-        self.size = size
-        self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        self.read_fd = os.open(path, os.O_RDONLY)
-
-    def __contains__(self, key) -> bool:
-        return key in self.index
-
-    def __len__(self) -> int:
-        return len(self.index)
-
-    def append(self, record: dict) -> bool:
-        """Write one record (it must have "id" and "sample"); False if its key is already there."""
-        line = (json.dumps(record, ensure_ascii=False) + "\n").encode()
-        key = (record["id"], record["sample"])
-        with self.lock:
-            if key in self.index:
-                return False
-            view = memoryview(line)
-            while view:
-                view = view[os.write(self.fd, view):]
-            self.index[key] = (self.size, len(line))
-            self.size += len(line)
-        return True
-
-    def read(self, key) -> dict:
-        offset, length = self.index[key]
-        return json.loads(os.pread(self.read_fd, length, offset))
-
-    def close(self):
-        os.close(self.fd)
-        os.close(self.read_fd)
-
-# ============================================================================= 3. prompts: duplicates, decontamination
+# ============================================================================= 1. prompts: duplicates, decontamination
 
 
 def read_benchmarks(paths: list) -> list:
@@ -182,7 +121,7 @@ def prompt_text(prompt) -> str:
     """The text of a prompt: the string, or the contents of its messages."""
     return prompt if isinstance(prompt, str) else "\n".join(m["content"] for m in prompt)
 
-# ============================================================================= 4. the recipe's configuration
+# ============================================================================= 2. the recipe's configuration
 
 
 @dataclass
@@ -309,7 +248,7 @@ def sample_seed(seed: int, key: str, index: int) -> int:
     """The seed of sample `index` of prompt `key`: the same in every run, whatever was sampled before."""
     return int.from_bytes(hashlib.sha256(f"{seed}/{key}/{index}".encode()).digest()[:4], "little") & 0x7FFFFFFF
 
-# ============================================================================= 5. reading the prompts
+# ============================================================================= 3. reading the prompts
 
 
 def read_prompts(cfg: DistillConfig, keep) -> tuple:
@@ -389,7 +328,7 @@ def toy_benchmarks(task: str) -> list:
                                      ("toy_math_test_3digit", data.toy_problems(task, 200, 0, "test", 0, 3, 3))]
     return [(name, p["id"], p["prompt"]) for name, problems in sets for p in problems]
 
-# ============================================================================= 6. the teachers
+# ============================================================================= 4. the teachers
 
 
 def sample_server(cfg: DistillConfig, todo: list, samples: Journal) -> dict:
@@ -481,7 +420,7 @@ def sample_local(cfg: DistillConfig, todo: list, samples: Journal) -> dict:
               f"tokens, {stats['completion_tokens'] / max(elapsed, 1e-9):.0f} tok/s", flush=True)
     return dict(stats)
 
-# ============================================================================= 7. verification and the rule
+# ============================================================================= 5. verification and the rule
 
 
 def verify_all(cfg: DistillConfig, prompts: list, samples: Journal, verdicts: Journal) -> None:
@@ -615,7 +554,7 @@ def keep_responses(verdicts: list, keep: str = "difficulty", hard_below: float =
         return difficulty, [True] * len(verdicts)
     return difficulty, [v is True for v in verdicts]
 
-# ============================================================================= 8. main
+# ============================================================================= 6. main
 
 
 def main(cfg: DistillConfig) -> dict:
@@ -761,6 +700,70 @@ def print_report(report: dict) -> None:
 def _bad_input(message: str):
     """Bad input: one line, exit status 2 (the entry-point wrapper prints it)."""
     raise SystemExit(f"error: {message}")
+
+
+# ============================================================================= 7. the journal (samples and verdicts, appended as they arrive)
+
+
+class Journal:
+    """An append-only JSON-lines file holding one record per key (prompt id, sample index), for work that must survive
+    a kill. Each record is written whole, by one write(), as soon as it exists. Reopening the file drops a last line
+    that has no newline (a kill tore it; that sample is asked for again) and indexes the rest, so a rerun knows what is
+    done; append() refuses a key already there. Records are read back by offset: only the index stays in memory."""
+
+    def __init__(self, path: str):
+        self.path, self.index, self.lock, self.torn = path, {}, threading.Lock(), 0
+        size = 0
+        if os.path.exists(path):
+            with open(path, "rb") as f:
+                for n, line in enumerate(f, 1):
+                    if not line.endswith(b"\n"):
+                        self.torn = len(line)
+                        break
+                    try:
+                        record = json.loads(line)
+                        key = (record["id"], record["sample"])
+                    except (ValueError, KeyError, TypeError) as e:
+                        raise ValueError(f"{path}:{n}: not a record written by distill.py ({e}); move the file "
+                                         "away or use another --out_dir") from None
+                    if key in self.index:
+                        raise ValueError(f"{path}:{n}: record {key} is there twice; this file was not written by "
+                                         "distill.py alone")
+                    self.index[key] = (size, len(line))
+                    size += len(line)
+            if self.torn:
+                os.truncate(path, size)
+        self.size = size
+        self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self.read_fd = os.open(path, os.O_RDONLY)
+
+    def __contains__(self, key) -> bool:
+        return key in self.index
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def append(self, record: dict) -> bool:
+        """Write one record (it must have "id" and "sample"); False if its key is already there."""
+        line = (json.dumps(record, ensure_ascii=False) + "\n").encode()
+        key = (record["id"], record["sample"])
+        with self.lock:
+            if key in self.index:
+                return False
+            view = memoryview(line)
+            while view:
+                view = view[os.write(self.fd, view):]
+            self.index[key] = (self.size, len(line))
+            self.size += len(line)
+        return True
+
+    def read(self, key) -> dict:
+        offset, length = self.index[key]
+        return json.loads(os.pread(self.read_fd, length, offset))
+
+    def close(self):
+        os.close(self.fd)
+        os.close(self.read_fd)
 
 
 if __name__ == "__main__":
