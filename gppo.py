@@ -32,7 +32,7 @@ from gppo_loss import MODES, LossConfig, rl_loss_from_hidden
 from model import check_checkpoint, from_pretrained
 from parts import math_checker
 from parts.cli import parse_config
-from parts.trainer import (Checkpointer, GracefulStop, InputError, MetricsLog, agree_on_inputs, checkpointing_on,
+from parts.trainer import (Checkpointer, GracefulStop, InputError, MetricsLog, agree_on_inputs, on_for_device,
                            cores_per_rank, global_max, global_sums, init_distributed, load_checkpoint, print0,
                            run_entry_point, set_threads)
 from rollout import LLMEngine, SamplingParams, kv_cache_bytes
@@ -153,7 +153,7 @@ class Run:
     world: int
     device: torch.device
     export_dtype: torch.dtype = torch.float32   # the Hugging Face export's (--export_dtype)
-    free_engine: bool = False        # --free_engine, resolved: memory is short on a GPU; on a CPU it would only cost time
+    free_engine: bool = False        # --free_engine, resolved (trainer.on_for_device)
 
 
 # ----------------------------------------------------------------------------- one RL step: the docstring's 1-7
@@ -566,7 +566,7 @@ def build_run(cfg: GPPOConfig, reward_fn, rank: int, world: int, device) -> tupl
     # the trained policy: fp32 master weights, FSDP2-sharded as it loads (no rank holds a full fp32 copy); the
     # engine's own full copy, bf16 on GPU; then the KV pool, from the memory left once the allocator's cache is empty
     policy = load_sharded(cfg.init_from, device)
-    policy.activation_checkpointing = checkpointing_on(cfg.activation_checkpointing, device)
+    policy.activation_checkpointing = on_for_device("activation checkpointing", cfg.activation_checkpointing, device)
     policy.rotary.reserve(cfg.max_prompt_len + cfg.max_response_len)   # RoPE table: no position check on a GPU
     engine_model = from_pretrained(cfg.init_from, dtype=torch.bfloat16 if device.type == "cuda" else torch.float32,
                                    device=device)
@@ -583,7 +583,7 @@ def build_run(cfg: GPPOConfig, reward_fn, rank: int, world: int, device) -> tupl
     run = Run(cfg, policy, optimizer, engine, engine_model, tokenizer, tasks, score_fn,
               ThreadPoolExecutor(cfg.reward_workers), rank, world, device,
               EXPORT_DTYPES[cfg.export_dtype] or stored_dtype,
-              device.type == "cuda" if cfg.free_engine == "auto" else cfg.free_engine == "true")
+              on_for_device("engine freed while training", cfg.free_engine, device))
     return run, eval_problems
 
 

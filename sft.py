@@ -31,7 +31,7 @@ from model import CheckpointError, Qwen3, Qwen3Config, check_checkpoint, from_pr
     save_pretrained
 from parts import toy, trainer
 from parts.cli import parse_config
-from parts.trainer import (Checkpointer, GracefulStop, InputError, MetricsLog, agree_on_inputs, checkpointing_on,
+from parts.trainer import (Checkpointer, GracefulStop, InputError, MetricsLog, agree_on_inputs, on_for_device,
                            init_distributed, load_checkpoint, print0, run_entry_point, set_threads, shard_model)
 
 INPUT_ERRORS = (*data.INPUT_ERRORS, CheckpointError)   # bad input: one line naming the option; the rest are bugs
@@ -190,7 +190,7 @@ def build_model(cfg, vocab_size: int, device: torch.device) -> Qwen3:
                            num_key_value_heads=cfg.n_kv_head, head_dim=cfg.head_dim, max_position_embeddings=4096,
                            tie_word_embeddings=True, torch_dtype="float32", bos_token_id=None, eos_token_id=None)
         model = shard_model(Qwen3(mcfg).to(device).init_weights(seed=cfg.seed), device)
-    model.activation_checkpointing = checkpointing_on(cfg.activation_checkpointing, device)
+    model.activation_checkpointing = on_for_device("activation checkpointing", cfg.activation_checkpointing, device)
     model.rotary.reserve(cfg.row_tokens)   # the RoPE table long enough, so positions on a GPU need no check
     return model
 

@@ -211,11 +211,12 @@ def full_state_dict(model) -> dict | None:
     return sd if dist.get_rank() == 0 else None
 
 
-def checkpointing_on(setting: str, device: torch.device) -> bool:
-    """An --activation_checkpointing setting: auto is on on a GPU (long rows: a 32K-token row of Qwen3-8B saves 7.7 GiB
-    per layer for the backward without it) and off on CPU; said once at start."""
+def on_for_device(what: str, setting: str, device: torch.device) -> bool:
+    """An auto | true | false setting whose auto is on on a GPU and off on a CPU, resolved and said once at start:
+    --activation_checkpointing (a 32K-token row of Qwen3-8B saves 7.7 GiB per layer for the backward without it),
+    --free_engine (memory is short on a GPU; on a CPU freeing only costs time)."""
     on = device.type == "cuda" if setting == "auto" else setting == "true"
-    print0(f"activation checkpointing: {'on' if on else 'off'}" + (f" (auto, on {device.type})" if setting == "auto" else ""))
+    print0(f"{what}: {'on' if on else 'off'}" + (f" (auto, on {device.type})" if setting == "auto" else ""))
     return on
 
 

@@ -211,8 +211,9 @@ def test_export_keeps_the_dtype_the_run_started_from(tmp_path):
     assert exported.config.torch_dtype == "bfloat16"
     for (name, p), q in zip(master.named_parameters(), exported.parameters()):
         assert q.dtype == torch.bfloat16 and torch.equal(q, p.to(torch.bfloat16)), name
-    assert trainer.checkpointing_on("auto", torch.device("cpu")) is False and trainer.checkpointing_on("true", torch.device("cpu"))
-    assert trainer.checkpointing_on("auto", torch.device("cuda")) is True
+    on = lambda setting, device: trainer.on_for_device("activation checkpointing", setting, torch.device(device))  # noqa: E731
+    assert on("auto", "cpu") is False and on("true", "cpu") is True and on("false", "cuda") is False
+    assert on("auto", "cuda") is True
 
 
 def save_dir(path, model):
