@@ -29,7 +29,7 @@ import torch.distributed as dist
 import data
 import reward
 from gppo_loss import MODES, LossConfig, rl_loss_from_hidden
-from model import check_checkpoint, from_pretrained
+from model import check_checkpoint, from_pretrained, logits_fp32
 from parts import math_checker
 from parts.cli import parse_config
 from parts.trainer import (Checkpointer, GracefulStop, InputError, MetricsLog, agree_on_inputs, on_for_device,
@@ -387,9 +387,9 @@ def recompute_old_logprobs(run: Run, seqs: list) -> dict:
 
 @torch.no_grad()
 def row_logprobs(policy, t: dict, temperature: float) -> list:
-    """logπ of each response token of a row (row_tensors): fp32 log-softmax of logits / T, 1024 tokens at a time."""
+    """logπ of each response token of a row (row_tensors): log-softmax of fp32 logits / T, 1024 tokens at a time."""
     hidden, weight = hidden_at_targets(policy, t), policy.lm_head.weight
-    return torch.cat([torch.log_softmax((hidden[i:i + 1024] @ weight.T).float() / temperature, -1)
+    return torch.cat([torch.log_softmax(logits_fp32(hidden[i:i + 1024], weight) / temperature, -1)
                       .gather(1, t["targets"][i:i + 1024, None])[:, 0] for i in range(0, len(hidden), 1024)]).tolist()
 
 

@@ -7,7 +7,7 @@ r/sg(r) is 1 in value, so the forward is PPO with Clip-Higher and dual-clip c, b
 gradient ∂ℓ_t/∂logπ_t = −F·A instead of 0 (token_losses: the per-case table of F for GPPO, GRPO and CISPO).
 token_losses is the rule; policy_loss and sft_loss average it. What a training loop calls, rl_loss_from_hidden (and
 _from_logits), takes ∂L/∂logπ_t by autograd through that same rule on the N log-probabilities, then applies
-∂logπ_t/∂z = (onehot(o_t) − softmax(z/T))/T a chunk of rows at a time (Triton on CUDA): no (N, V) fp32 logits.
+∂logπ_t/∂z = (onehot(o_t) − softmax(z/T))/T a chunk of rows at a time (Triton on CUDA), z in fp32: no (N, V) tensor.
     loss, metrics = rl_loss_from_hidden(hidden, lm_head.weight, targets, old_logprobs, advantages, response_mask,
                                         sft_mask=sft_mask, cfg=LossConfig(mode="gppo", alpha=0.1))   # hidden: (N, D)
 Copy it alone: torch only (triton optional). Tests: tests/test_gppo_loss.py; speed: benchmarks/bench_gppo_loss.py.
@@ -264,7 +264,7 @@ class _LossFromHidden(torch.autograd.Function):
         logprobs, lse, entropy = (torch.empty(len(hidden), device=hidden.device) for _ in range(3))
         for i in range(0, len(hidden), how.chunk_size):
             rows = slice(i, i + how.chunk_size)
-            logits = hidden[rows] @ weight.T  # (c, V) in the compute dtype
+            logits = _mm_fp32(hidden[rows], weight.T)  # (c, V) fp32, from the compute dtype's operands
             logprobs[rows], lse[rows], entropy[rows] = _logit_stats(logits, batch.targets[rows], how)
         loss, coef, policy, sft = objective(logprobs, batch, how.cfg)
         ctx.save_for_backward(hidden, weight, batch.targets, lse, coef)
@@ -280,14 +280,28 @@ class _LossFromHidden(torch.autograd.Function):
         grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)  # fp32 accumulator
         for i in range(0, len(hidden), how.chunk_size):
             rows = slice(i, i + how.chunk_size)
-            logits = hidden[rows] @ weight.T
+            logits = _mm_fp32(hidden[rows], weight.T)  # the forward's fp32 logits, recomputed
             _logit_grad(logits, logits, targets[rows], lse[rows], coef[rows], how)
-            grad_hidden[rows] = logits @ weight
+            grad_logits = logits.to(weight.dtype)      # ∂L/∂z (c, V): the GEMMs take the compute dtype
+            grad_hidden[rows] = grad_logits @ weight
             if weight.dtype == torch.float32:
-                grad_weight.addmm_(logits.T, hidden[rows])
+                grad_weight.addmm_(grad_logits.T, hidden[rows])
             else:
-                grad_weight += logits.T @ hidden[rows]
+                grad_weight += _mm_fp32(grad_logits.T, hidden[rows])
         return grad_hidden, grad_weight.to(weight.dtype), None, None
+
+
+def _mm_fp32(a, b):
+    """a @ b with an fp32 result, accumulated in fp32 (model.logits_fp32's rule, repeated so this file stands alone):
+    bf16 logits would move logπ by up to a few hundredths, the size of the ratio's clip band's noise."""
+    if a.dtype == torch.float32 and b.dtype == torch.float32:
+        return a @ b
+    if a.is_cuda and a.dtype == b.dtype:
+        try:
+            return torch.mm(a, b, out_dtype=torch.float32)
+        except (TypeError, RuntimeError, NotImplementedError):
+            pass   # a torch without mm(out_dtype=): the same values through fp32 copies
+    return a.float() @ b.float()
 
 
 def _with_metrics(outputs, batch: TokenBatch, cfg: LossConfig):

@@ -365,6 +365,21 @@ class Qwen3(nn.Module):
         return x if return_hidden else self.lm_head(x)
 
 
+def logits_fp32(hidden, weight):
+    """hidden (n, D) @ weight (V, D).T -> logits (n, V) in fp32, accumulated in fp32 and never rounded to bf16. A
+    bf16 output rounds each logit to 8 mantissa bits (|z| ~ 10 moves by up to 0.03), and logπ with it, differently
+    in the engine and the trainer: noise in the ratio r = π/π_old next to a 0.2 clip band. On CUDA one bf16 GEMM
+    with an fp32 output (torch >= 2.8); elsewhere (or on an older torch) the operands are cast to fp32 first."""
+    if hidden.dtype == torch.float32 and weight.dtype == torch.float32:
+        return hidden @ weight.T
+    if hidden.is_cuda and hidden.dtype == weight.dtype:
+        try:
+            return torch.mm(hidden, weight.T, out_dtype=torch.float32)
+        except (TypeError, RuntimeError, NotImplementedError):
+            pass   # a torch without mm(out_dtype=): the exact same values through an fp32 copy of the operands
+    return hidden.float() @ weight.float().T
+
+
 def hf_name(name: str) -> str:
     return name if name.startswith("lm_head.") else "model." + name
 

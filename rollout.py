@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from model import logits_fp32
 from parts.decode_kernels import (CPU_KERNEL_HEAD_DIMS, CascadeBatch, cascade_batch, cascade_decode,  # noqa: F401
                                   cascade_workspace_size, load_cpu_kernel, paged_decode_cpu, paged_decode_triton, triton)
 
@@ -184,7 +185,7 @@ class LLMEngine:
                                 kv_cache=self.cache, return_hidden=True)[0]               # (N, D)
         finally:
             self.cache.step = None
-        return self.model.lm_head(hidden if rows is None else hidden[rows]).float()   # only the rows sampled from
+        return logits_fp32(hidden if rows is None else hidden[rows], self.model.lm_head.weight)   # rows sampled from
 
     def _prefill(self, groups: list) -> list:
         """Compute each group's prompt once, share its blocks with the group's other samples, sample each one."""

@@ -15,7 +15,8 @@ Correctness on the GPU is tests/test_gpu.py (same workloads, same shapes): run i
   3. engine  Qwen3-0.6B's exact shape, random bf16 weights: 64 prompts x 8 samples x 512 new tokens, tokens/s; the
              same weights and workload through transformers' generate if it is importable
   4. fsdp    one FSDP2 step each of SFT and GPPO on one GPU (nccl, world size 1), MixedPrecisionPolicy(bf16, fp32
-             reduce), 0.6B shape: step time and its split, peak memory and the budget on paper (parts/memory_plan.py)
+             reduce), 0.6B shape: step time and its split, peak memory and the budget on paper (parts/memory_plan.py);
+             the engine-vs-trainer logπ gap after a sync, with fp32 logits and (for comparison) bf16 logits
 Each section runs in its own process with its own time limit (a hang or a crash costs that section only) and
 writes each result as soon as it has it; a failure is recorded in the table and the JSON, and the next section runs.
 
@@ -50,7 +51,8 @@ import torch  # noqa: E402
 
 from parts.cli import parse_config  # noqa: E402
 from gpu_workloads import (DECODE_CASES, decode_workload, engine_workload, fused_loss, gppo_step_setup,  # noqa: E402
-                           left_padded, loss_workload, model_config, process_group, random_logits, random_qwen3,
+                           left_padded, logprob_gap, loss_workload, model_config, process_group, random_logits,
+                           random_qwen3,
                            reference_loss, sft_step_setup, step_peak_and_time, sync, transformers_twin)
 
 SECTIONS = ("loss", "decode", "engine", "fsdp")
@@ -269,6 +271,9 @@ def section_fsdp(dry: bool, emit):
     emit(f"GPPO step, {len(seqs)} samples in {len(rows)} row(s) of <= {longest} tokens", step_s=seconds,
          **{k: round(v, 3) for k, v in times.items()}, loss=metrics["loss"], peak_GB=_gb(peak), budget_GB=budget / 1e9,
          peak_over_budget=None if peak is None else peak / budget, budget_phase=name)
+    for bf16_logits in (False, True):   # the noise floor of the ratio r, next to its 0.2/0.28 clip band
+        emit(f"engine vs trainer |logπ gap|, {'bf16' if bf16_logits else 'fp32'} logits",
+             **logprob_gap(run, config, bf16_logits))
 
 
 # ----------------------------------------------------------------------------- the runner

@@ -238,6 +238,31 @@ def gppo_step_setup(dry: bool, device, config):
     return step, run, free
 
 
+def logprob_gap(run, config, bf16_logits: bool) -> dict:
+    """The engine-vs-trainer logπ gap on the sampled tokens, the engine's bf16 copy synced from the policy (FSDP2,
+    bf16 compute): with fp32 logits (the code) or, for comparison, the LM head's bf16 output cast after (before)."""
+    import gppo
+    import rollout
+    from rollout import SamplingParams
+    saved = rollout.logits_fp32, gppo.logits_fp32
+    if bf16_logits:
+        rollout.logits_fp32 = gppo.logits_fp32 = lambda hidden, weight: (hidden @ weight.T).float()
+    try:
+        gppo.sync_engine(run.policy, run.engine_model)
+        gen = torch.Generator().manual_seed(5)
+        prompts = [torch.randint(0, config.vocab_size, (run.cfg.max_prompt_len // 2,), generator=gen).tolist()
+                   for _ in range(4)]
+        outs = run.engine.generate(prompts, SamplingParams(temperature=1.0, max_tokens=run.cfg.max_response_len,
+                                                           n=run.cfg.group_size, seed=3))
+        seqs = [gppo.TrainSeq(p + s.token_ids, len(p), group=i, advantage=0.0, correct=False,
+                              engine_logprobs=s.logprobs, old_logprobs=s.logprobs)
+                for i, (p, o) in enumerate(zip(prompts, outs)) for s in o]
+        gap = gppo.recompute_old_logprobs(run, seqs)
+    finally:
+        rollout.logits_fp32, gppo.logits_fp32 = saved
+    return dict(gap_mean=gap["gap_sum"] / max(1, gap["gap_tokens"]), gap_max=gap["gap_max"], tokens=gap["gap_tokens"])
+
+
 # ----------------------------------------------------------------------------- measuring
 
 def sync(device) -> float:

@@ -93,8 +93,9 @@ def gppo_phases(c, *, world: int, row_tokens: int, kv_bytes: int, gpu: bool, los
     """gppo.py per rank: the sft.py terms for the policy, plus the engine's full copy of the weights (bf16 on GPU, fp32
     on CPU) and its KV pool, resident through training unless freed (gppo.py --free_engine: engine_resident=False,
     kv_bytes=0). The loss (rl_loss_from_hidden) keeps an fp32 (V, D)
-    accumulator for the head's gradient and per chunk the logits (CPU: fp32 logits, logits/T and its exp; GPU,
-    Triton: the bf16 logits); the old-logprob pass (no gradient) takes 1,024 rows: logits, logits/T, log-softmax."""
+    accumulator for the head's gradient and per chunk the fp32 logits (CPU: also logits/T and its exp; GPU, Triton:
+    and their gradient cast to bf16 for the GEMMs); the old-logprob pass (no gradient) takes 1,024 rows: fp32 logits,
+    logits/T, log-softmax."""
     P, cb = param_counts(c), (2 if gpu else 4)
     shard = 4 * P["total"] / world
     V, D = c.vocab_size, c.hidden_size
@@ -102,11 +103,11 @@ def gppo_phases(c, *, world: int, row_tokens: int, kv_bytes: int, gpu: bool, los
             "KV pool": kv_bytes}
     root = {"unsharded root params": cb * P["root"], "unsharded root grads": (cb + 4 * gpu) * P["root"]}
     boundaries = activations_with_checkpointing(c, row_tokens, cb) - 2 * layer_activation_bytes(c, row_tokens, cb)
-    loss_chunk_bytes = loss_chunk * V * (2 if gpu else 12)
+    loss_chunk_bytes = loss_chunk * V * (4 + 2 if gpu else 12)
     optimizer_temps = shard if gpu else 4 * P["largest"]      # foreach on GPU; one tensor at a time on CPU
     return {
         "old logprobs": {**held, "unsharded root params": cb * P["root"], "hidden states": row_tokens * D * cb,
-                         "logits of 1024 rows": min(1024, row_tokens) * V * (12 + 2 * gpu)},
+                         "logits of 1024 rows": min(1024, row_tokens) * V * 12},
         "loss backward": {**held, **root, "checkpointed layer inputs": boundaries,
                           "hidden + its gradient": 2 * row_tokens * D * cb, "head-gradient accumulator": 4 * V * D,
                           "loss chunk": loss_chunk_bytes},

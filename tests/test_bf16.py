@@ -221,3 +221,72 @@ def test_fsdp2_bf16_mixed_precision_runs_on_cpu(tied):
         full = p.full_tensor()
         assert full.dtype == torch.float32 and not torch.equal(full, master.get_parameter(name)), name
         torch.testing.assert_close(full, e.detach(), rtol=1e-6, atol=1e-7)   # fp32 AdamW, one step: a few ulps
+
+
+# ----------------------------------------------------------------------------- fp32 logits from bf16 operands
+
+U_FP32 = 2.0 ** -24  # unit roundoff of fp32
+
+
+def bf16_head(seed, n=48, V=700, D=256):
+    """bf16 hidden states (n, D) and head (V, D) whose logits spread over +-10 or so, like a trained model's, and
+    their exact logits: fp64 products of the same bf16 values (exact, 16 significant bits each) summed in fp64."""
+    g = torch.Generator().manual_seed(seed)
+    h = (torch.randn(n, D, generator=g) * 1.0).bfloat16()
+    w = (torch.randn(V, D, generator=g) * 0.25).bfloat16()
+    exact = h.double() @ w.double().T
+    bound = D * U_FP32 / (1 - D * U_FP32) * (h.double().abs() @ w.double().abs().T)   # fp32 summation of D terms
+    return h, w, exact, bound
+
+
+def test_logits_fp32_are_fp32_accumulations_of_bf16_operands():
+    from model import logits_fp32
+    h, w, exact, bound = bf16_head(seed=0)
+    z = logits_fp32(h, w)
+    assert z.dtype == torch.float32 and z.shape == exact.shape
+    err = (z.double() - exact).abs()
+    assert (err <= bound + exact.abs() * U_FP32).all(), float((err - bound).max())   # + the final rounding to fp32
+    # what the code did before (a bf16 output): each logit rounded to 8 bits, an error the bound above excludes
+    old = (h @ w.T).float().double()
+    assert ((old - exact).abs() > bound + exact.abs() * U_FP32).float().mean() > 0.5
+    assert (old - exact).abs().max() > 100 * err.max()
+
+
+def test_loss_from_bf16_hidden_takes_logprobs_from_fp32_logits():
+    """rl_loss_from_hidden with bf16 hidden and head (a GPU run's compute dtype): the logπ it reports and trains on
+    are log_softmax of the fp32 logits, within fp32 rounding of the exact value, not of bf16 logits."""
+    import gppo_loss
+    h, w, exact, bound = bf16_head(seed=1)
+    n, V = exact.shape
+    targets = torch.randint(0, V, (n,), generator=torch.Generator().manual_seed(2))
+    exact_logp = torch.log_softmax(exact, -1).gather(1, targets[:, None])[:, 0]
+    mask = torch.ones(n, dtype=torch.bool)
+    A = torch.linspace(-1, 1, n)
+    _, metrics = gppo_loss.rl_loss_from_hidden(h, w, targets, exact_logp.float(), A, mask, chunk_size=16,
+                                               backend="torch")
+    # |d logπ| <= |dz_target| + |d lse| <= 2 max|dz| per row, plus the fp32 roundings of the log-sum-exp (a few ulp
+    # of its magnitude)
+    z_bound = (bound + exact.abs() * U_FP32).max(-1).values
+    lse = torch.logsumexp(exact, -1)
+    tol = 2 * z_bound + 8 * U_FP32 * (lse.abs() + exact.abs().max(-1).values)
+    err = (metrics["logprobs"].double() - exact_logp).abs()
+    assert (err <= tol).all(), float((err - tol).max())
+    bf16_logp = torch.log_softmax((h @ w.T).float().double(), -1).gather(1, targets[:, None])[:, 0]
+    assert (bf16_logp - exact_logp).abs().max() > 10 * tol.max()   # the old path would fail the bound above
+
+
+def test_engine_and_trainer_logprobs_of_a_bf16_model_agree():
+    """The engine's sampled-token logπ and the trainer's recomputation (gppo.row_logprobs) from one bf16 model:
+    both take fp32 logits, so they differ only by the attention path (paged decode vs one SDPA call)."""
+    model = policy_model(seed=3).to(torch.bfloat16)
+    engine = LLMEngine(model, max_num_seqs=4, max_model_len=64, kv_cache_memory=2**20)
+    prompt = [5, 9, 2, 33, 7]
+    out = engine.generate([prompt], SamplingParams(temperature=1.0, max_tokens=20, seed=0))[0][0]
+    ids = prompt + list(out.token_ids)
+    t = dict(input_ids=torch.tensor([ids]), position_ids=torch.arange(len(ids))[None],
+             document_ids=torch.zeros(1, len(ids), dtype=torch.long), prefix_docs=None,
+             where=torch.arange(len(prompt) - 1, len(ids) - 1), targets=torch.tensor(out.token_ids))
+    trainer_logp = torch.tensor(gppo.row_logprobs(model, t, temperature=1.0))
+    tol = logit_error_bound(model, ids, roundings_per_layer=3, final_roundings=0)   # attention only (see above)
+    gap = (trainer_logp - torch.tensor(out.logprobs)).abs().max()
+    assert gap <= 2 * tol, (float(gap), tol)
