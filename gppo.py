@@ -4,8 +4,8 @@
   2. rewards (reward.py), each response scored by a thread as soon as it finishes, while the engine decodes the rest;
   3. GRPO advantages per group, A = (R − mean) / (std + 1e-6); a group whose rewards are all equal has no signal and
      is dropped (--max_gen_rounds > 1 samples more prompts until prompts_per_step groups survive, as the authors do);
-  4. the survivors, re-packed into mini-batches of mini_batch_prompts groups, each into rows of train_row_tokens tokens
-     where a group's prompt appears once and its responses attend to it;
+  4. the survivors, re-packed into mini-batches of mini_batch_prompts groups, spread evenly over the ranks by tokens,
+     each into rows of train_row_tokens tokens where a group's prompt appears once and its responses attend to it;
   5. the old logprobs, recomputed by the trainer before any update (their gap to the engine's is logged);
   6. one optimizer step per mini-batch (the paper: 128/16 = 8 per rollout batch), L = GPPO + α·SFT (gppo_loss.py), a
      token-mean over the mini-batch on all ranks: the policy moves away from the sampler, so the clipping rule matters;
@@ -66,6 +66,7 @@ class GPPOConfig:
     # update (paper, math: 16 prompts per mini-batch, i.e. 8 optimizer steps per rollout batch)
     mini_batch_prompts: int = 4        # prompt groups per optimizer step: 32/4 = 8 per batch, as the paper's 128/16
     train_row_tokens: int = 8192       # tokens per forward/backward (packed): bounds activation memory
+    balance_ranks: bool = True         # move sequences so each rank trains as many tokens (the gradient is the same)
     share_prompts: bool = True         # a group's prompt once per packed row, its responses attending to it
     lr: float = 5e-5                   # paper: 1e-6 math, 5e-7 code; constant after warmup
     warmup_steps: int = 10             # linear warmup, in RL steps
@@ -176,6 +177,8 @@ def rl_step(run: Run, step: int, prompt_cursor: int) -> tuple:
         for p in run.engine_model.parameters():
             p.data = p.data.new_empty(0)
     seqs_by_mb = [training_sequences(groups, cfg) for groups in mini_batches_of(kept, cfg, run.world)]   # 4.
+    if cfg.balance_ranks:
+        seqs_by_mb = balance_ranks(seqs_by_mb, run.rank, run.world)
     t1 = time.time()
     gap = recompute_old_logprobs(run, [s for seqs in seqs_by_mb for s in seqs]) if cfg.old_logprobs == "recompute" \
         else dict(gap_sum=0.0, gap_tokens=0, gap_max=0.0)                      # 5. old logprobs (or the engine's)
@@ -297,6 +300,46 @@ def training_sequences(groups: list, cfg) -> list:
                      s.logprobs, s.logprobs)
             for g in groups for s, advantage, correct in zip(g.samples, g.advantages.tolist(), g.correct)
             if s.token_ids and not (cfg.mask_truncated and s.finish_reason == "length")]
+
+
+def balance_ranks(seqs_by_mb: list, rank: int, world: int) -> list:
+    """Per mini-batch, move sequences between ranks so that each trains about as many tokens as the others: a rank
+    holds the groups it sampled, 0 to mini_batch_prompts of them, and every other rank would wait for the busiest
+    one. The loss is a token-mean over all ranks' tokens, so where a sequence trains does not change the gradient.
+    Only the lengths travel to plan; then only the sequences that move."""
+    if world == 1:
+        return seqs_by_mb
+    lengths = [None] * world
+    dist.all_gather_object(lengths, [[len(s.ids) for s in seqs] for seqs in seqs_by_mb])
+    plans = [balance_plan([lengths[r][mb] for r in range(world)]) for mb in range(len(seqs_by_mb))]
+    outgoing = [(mb, rank, i, s) for mb, seqs in enumerate(seqs_by_mb) for i, s in enumerate(seqs)
+                if plans[mb][rank][i] != rank]
+    moved = [None] * world
+    dist.all_gather_object(moved, outgoing)
+    balanced = [[s for i, s in enumerate(seqs) if plans[mb][rank][i] == rank] for mb, seqs in enumerate(seqs_by_mb)]
+    for mb, src, i, s in sorted((m for ms in moved for m in ms), key=lambda m: m[:3]):  # by source: groups together
+        if plans[mb][src][i] == rank:
+            balanced[mb].append(s)
+    return balanced
+
+
+def balance_plan(lengths: list) -> list:
+    """lengths[r]: the token counts of rank r's sequences -> dest[r][i], the rank that trains each. Each rank keeps
+    its own, in order, while they fit under the mean load; the rest go longest first to the least loaded rank
+    (its own on a tie). No rank ends above the mean by more than the longest sequence."""
+    world = len(lengths)
+    target = sum(map(sum, lengths)) / world
+    dest, load, spill = [[r] * len(ls) for r, ls in enumerate(lengths)], [0] * world, []
+    for r, ls in enumerate(lengths):
+        for i, n in enumerate(ls):
+            if load[r] + n <= target:
+                load[r] += n
+            else:
+                spill.append((-n, r, i))
+    for neg_n, r, i in sorted(spill):
+        to = min(range(world), key=lambda q: (load[q], q != r, q))
+        dest[r][i], load[to] = to, load[to] - neg_n
+    return dest
 
 
 def pack_micro_batches(seqs: list, row_tokens: int, share_prompts: bool = False) -> list:
@@ -455,12 +498,14 @@ def step_metrics(run: Run, sampled: list, kept: list, seqs_by_mb: list, gap: dic
         responses=len(samples), tokens=sum(lengths), truncated=sum(s.finish_reason == "length" for s in samples),
         kept=len(kept), sampled=len(sampled), gap_sum=gap["gap_sum"], gap_tokens=gap["gap_tokens"],
         train_tokens=sum(len(s.ids) for seqs in seqs_by_mb for s in seqs)), run.device)
+    busiest = global_max(sum(len(s.ids) for seqs in seqs_by_mb for s in seqs), run.device)
     n, groups, survived = max(total["responses"], 1), int(total["sampled"]), int(total["kept"])
     rec = dict(reward=total["reward"] / n, accuracy=total["correct"] / n, prompts_sampled=groups,
                groups_kept=survived / max(groups, 1), groups_dropped=groups - survived,
                groups_trained=min(survived, cfg.prompts_per_step), response_len_mean=total["tokens"] / n,
                response_len_max=int(global_max(max(lengths, default=0), run.device)),
-               truncated=int(total["truncated"]), logprob_diff_mean=total["gap_sum"] / max(total["gap_tokens"], 1),
+               truncated=int(total["truncated"]), rank_load_max=busiest * run.world / max(total["train_tokens"], 1),
+               logprob_diff_mean=total["gap_sum"] / max(total["gap_tokens"], 1),
                logprob_diff_max=global_max(gap["gap_max"], run.device), updates=len(updates),
                lr=run.optimizer.param_groups[0]["lr"])
     for k in ("loss", "grad_norm") + METRICS if updates else ():

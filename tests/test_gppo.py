@@ -7,6 +7,7 @@ import subprocess
 import sys
 import zlib
 
+import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
@@ -245,6 +246,61 @@ def test_mini_batches_are_full_and_in_stream_order():
     assert [[g.position for g in b] for b in batches] == [[1, 2, 5], [7, 9]]
     cfg = gppo.GPPOConfig(prompts_per_step=4, mini_batch_prompts=2)   # more survivors than a step trains on
     assert [[g.position for g in b] for b in gppo.mini_batches_of(groups, cfg, world=1)] == [[1, 2], [5, 7]]
+
+
+def test_balance_plan_by_hand_and_its_bound():
+    # 110 tokens, mean 55: rank 0 keeps 50 (30 and 20 would pass the mean), rank 1 keeps its 10 and takes both
+    assert gppo.balance_plan([[50, 30, 20], [10]]) == [[0, 1, 1], [1]]
+    assert gppo.balance_plan([[5, 5], [5, 5]]) == [[0, 0], [1, 1]]          # balanced already: nothing moves
+    assert gppo.balance_plan([[], [7, 7, 7, 7]]) == [[], [1, 1, 0, 0]]        # a rank with no groups gets half
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        world = int(rng.integers(2, 6))
+        lengths = [rng.integers(1, 400, size=int(rng.integers(0, 7))).tolist() for _ in range(world)]
+        dest = gppo.balance_plan(lengths)
+        load = [0] * world
+        for r, ls in enumerate(lengths):
+            for i, n in enumerate(ls):
+                load[dest[r][i]] += n
+        total = sum(map(sum, lengths))
+        assert sum(load) == total
+        assert max(load) <= total / world + max(map(max, filter(None, lengths)), default=0), (lengths, dest)
+        assert max(load) <= max(map(sum, lengths))     # never worse than not moving
+
+
+def _balance_worker(rank, store_path, results):
+    dist.init_process_group("gloo", init_method=f"file://{store_path}", rank=rank, world_size=2)
+    try:
+        seq = lambda n, tag: gppo.TrainSeq([tag] * n, 1, tag, 0.0, False, [0.0] * (n - 1), [0.0] * (n - 1))  # noqa
+        mine = [[seq(50, 0), seq(30, 1), seq(20, 2)], [seq(8, 3)]] if rank == 0 else [[seq(10, 4)], [seq(8, 5)]]
+        results[rank] = [[(s.group, len(s.ids), len(s.old_logprobs)) for s in seqs]
+                         for seqs in gppo.balance_ranks(mine, rank, 2)]
+    finally:
+        dist.destroy_process_group()
+
+
+def test_balance_ranks_moves_sequences_between_two_ranks(tmp_path):
+    """Two gloo ranks: in the first mini-batch rank 0 holds 100 tokens and rank 1 10, so rank 1 takes the 30 and the
+    20 (the plan above); the second mini-batch is balanced and stays. Each sequence arrives whole."""
+    import torch.multiprocessing as mp
+    results = mp.Manager().dict()
+    mp.spawn(_balance_worker, args=(str(tmp_path / "store"), results), nprocs=2, join=True)
+    assert results[0] == [[(0, 50, 49)], [(3, 8, 7)]]
+    assert results[1] == [[(4, 10, 9), (1, 30, 29), (2, 20, 19)], [(5, 8, 7)]]
+
+
+def test_balancing_ranks_changes_no_gradient(tiny_checkpoint, tmp_path):
+    """Two ranks whose groups are dropped unevenly (task `half`): the same losses and updates with sequences moved
+    between ranks as without (rel 1e-3: fp32 sums in another order, as test_one_process_equals_two_processes)."""
+    args = ["--steps=2", "--sgd", "--max_gen_rounds=3"]
+    moved, _ = run(tmp_path / "moved", tiny_checkpoint, *args, nproc=2, task="half")
+    stay, _ = run(tmp_path / "stay", tiny_checkpoint, *args, "--balance_ranks=false", nproc=2, task="half")
+    for a, b in zip(moved, stay):
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-3, abs=1e-6) and a["updates"] == b["updates"]
+        assert a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-3)
+        assert 1.0 <= a["rank_load_max"] and 1.0 <= b["rank_load_max"]
+    w0 = {n: p.detach().clone() for n, p in from_pretrained(tiny_checkpoint).named_parameters()}
+    assert_same_updates(w0, weights(tmp_path / "moved"), weights(tmp_path / "stay"), rel=1e-3)
 
 
 def test_truncated_responses_can_be_left_out_of_the_loss():
