@@ -140,7 +140,7 @@ def split_timers():
     parts["calls"] = Counter()           # part -> calls
     patches = []
 
-    def timed(owner, name, part, shapes=False):
+    def timed(owner, name, part, shapes=None):
         original = getattr(owner, name)
 
         def wrapper(*args, **kwargs):
@@ -148,15 +148,19 @@ def split_timers():
             out = original(*args, **kwargs)
             parts[part] += time.perf_counter() - start
             parts["calls"][part] += 1
-            if shapes:   # nn.Linear.forward(self, x)
+            if shapes == "linear":   # nn.Linear.forward(self, x)
                 layer, x = args
                 parts["linear_shapes"][x.numel() // x.shape[-1], layer.in_features, layer.out_features] += 1
+            elif shapes == "logits":   # logits_fp32(hidden (n, D), weight (V, D))
+                hidden, weight = args
+                parts["linear_shapes"][hidden.shape[0], weight.shape[1], weight.shape[0]] += 1
             return out
         patches.append((owner, name, original))
         setattr(owner, name, wrapper)
 
     try:
-        timed(torch.nn.Linear, "forward", "matmuls", shapes=True)
+        timed(torch.nn.Linear, "forward", "matmuls", shapes="linear")
+        timed(rollout, "logits_fp32", "matmuls", shapes="logits")   # the LM head: one GEMM with an fp32 output
         timed(rollout.PagedKVCache, "attend", "attention")
         timed(model_py.RMSNorm, "forward", "norms")
         timed(model_py, "apply_rope", "rotary")        # Attention.forward looks it up in model.py's namespace

@@ -20,12 +20,12 @@ def test_split_counts_every_matmul_and_restores_what_it_patched(tiny_checkpoint)
     cfg = model.config
     engine = rollout.LLMEngine(model, max_num_seqs=8, max_model_len=64)
     originals = (torch.nn.Linear.forward, rollout.PagedKVCache.attend, model_py.RMSNorm.forward, model_py.apply_rope,
-                 rollout.sample, rollout.LLMEngine._forward)
+                 rollout.sample, rollout.LLMEngine._forward, rollout.logits_fp32)
     prompts = [[1, 2, 3, 4, 5], list(range(3, 23))]
     with profile_engine.split_timers() as parts:
         outs = engine.generate(prompts, rollout.SamplingParams(temperature=1.0, max_tokens=6, n=3, seed=0))
     assert originals == (torch.nn.Linear.forward, rollout.PagedKVCache.attend, model_py.RMSNorm.forward,
-                         model_py.apply_rope, rollout.sample, rollout.LLMEngine._forward)
+                         model_py.apply_rope, rollout.sample, rollout.LLMEngine._forward, rollout.logits_fp32)
     # by hand: every token the layers computed meets each layer's 7 projections; lm_head meets each decoded token
     # and each prompt's last token once (its n samples draw their first token from the same logits)
     D, I, hd = cfg.hidden_size, cfg.intermediate_size, cfg.head_dim
