@@ -4,7 +4,8 @@
   2. a paged KV cache: token t of a sequence lives in slot table[t // block_size] * block_size + t % block_size of its
      layer's pool; the n samples of a prompt share its blocks, and a shared block is copied on its first write;
   3. attention on pages: causal inside each new sequence, then one query per sequence against its blocks
-     (paged_decode_reference: the formula; parts/decode_kernels.py: Triton on CUDA, a C++ kernel on CPU);
+     (paged_decode_reference: the formula; parts/decode_kernels.py: Triton on CUDA, a C++ kernel on CPU); on CUDA
+     the block tables live on the device, and a decode step replays a CUDA graph (parts/cuda_graphs.py);
   4. sampling, each sample from its own seeded stream; the logprobs are those of the distribution sampled from:
          p = softmax(keep_top_k_top_p(logits / T)),   logprob = log p[token]
 The engine holds the trainer's model itself and no KV cache between generate() calls, so after an in-place weight
@@ -22,6 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from model import logits_fp32
+from parts.cuda_graphs import BucketedGraphs
 from parts.decode_kernels import (CPU_KERNEL_HEAD_DIMS, CascadeBatch, cascade_batch, cascade_decode,  # noqa: F401
                                   cascade_workspace_size, load_cpu_kernel, paged_decode_cpu, paged_decode_triton, triton)
 
@@ -91,12 +93,14 @@ class LLMEngine:
     bytes (default: 90% of free CUDA memory; on CPU 512 MiB, or one max_model_len sequence if that is larger), capped
     at what max_num_seqs full-length sequences need. use_triton: None = on CUDA. cpu_kernel: decode attention on CPU
     with the fused C++ kernel (paged_decode_cpu); None = if the model is fp32 with a supported head_dim and the
-    kernel builds (else the PyTorch cascade path, with a one-line notice), False = never, True = required."""
+    kernel builds (else the PyTorch cascade path, with a one-line notice), False = never, True = required.
+    cuda_graphs (Triton decode only): decode steps replayed from CUDA graphs per batch bucket; None = on CUDA; True on
+    a CPU runs the same padded static-buffer step without capturing (what tests compare with the plain step)."""
 
     def __init__(self, model, *, max_num_seqs: int = 256, max_model_len: int | None = None,
                  num_blocks: int | None = None, block_size: int = 16, max_num_batched_tokens: int = 16384,
                  kv_cache_memory: int | None = None, use_triton: bool | None = None,
-                 cpu_kernel: bool | None = None):
+                 cpu_kernel: bool | None = None, cuda_graphs: bool | None = None):
         cfg, param = model.config, next(model.parameters())
         self.model, self.device, self.dtype, self.vocab_size = model, param.device, param.dtype, cfg.vocab_size
         self.max_model_len = cfg.max_position_embeddings if max_model_len is None else max_model_len
@@ -125,8 +129,14 @@ class LLMEngine:
             _require(fits or not cpu_kernel, f"LLMEngine(cpu_kernel=True): the CPU kernel takes fp32 and head_dim in "
                      f"{CPU_KERNEL_HEAD_DIMS}, not {self.dtype} and {cfg.head_dim}")
             on_cpu_kernel = fits and load_cpu_kernel(required=bool(cpu_kernel)) is not None
-        self.cache = PagedKVCache(cfg, num_blocks, block_size, dtype=self.dtype, device=self.device,
-                                  use_triton=use_triton, cpu_kernel=on_cpu_kernel)
+        # Triton decode: one more block than the manager hands out, a scratch block that padded rows write and read
+        self.cache = PagedKVCache(cfg, num_blocks + bool(use_triton), block_size, dtype=self.dtype,
+                                  device=self.device, use_triton=use_triton, cpu_kernel=on_cpu_kernel)
+        self.tables = DeviceBlockTables(max_num_seqs, blocks_per_seq, num_blocks, self.device) if use_triton else None
+        graphs = self.device.type == "cuda" and bool(use_triton) if cuda_graphs is None else cuda_graphs
+        _require(not (graphs and not use_triton), "LLMEngine(cuda_graphs=True): graphs replay the Triton decode step; "
+                 "pass use_triton=True (on a CPU: with TRITON_INTERPRET=1)")
+        self.graphs = self._decode_graphs(max_num_seqs, blocks_per_seq, num_blocks) if graphs else None
         self.stats = EngineStats()
         self.num_prefixes = 0          # prefix ids handed out (a group's samples share one)
 
@@ -137,6 +147,8 @@ class LLMEngine:
         if given, is called as soon as a sample is finished (e.g. to score it while the others are still decoding)."""
         groups = make_groups(prompt_token_ids, params, self.max_model_len, self.vocab_size, self.max_num_seqs)
         self.cache.allocate()                             # after a release()
+        if self.tables is not None:
+            self.tables.reset()
         self.on_finish, self._cascade = on_finish, None   # _cascade: the last decode step's CascadeBatch
         self.stats = EngineStats()
         self.blocks.peak_used = 0
@@ -158,6 +170,8 @@ class LLMEngine:
         finally:   # also on an exception: no block may stay allocated
             for seq in all_seqs:
                 self.blocks.release(seq)
+            if self.graphs is not None:   # they hold the pool's and the weights' addresses, which may change
+                self.graphs.clear()
         assert self.blocks.num_free == self.blocks.num_blocks, "rollout.py: KV blocks leaked"
         self.stats.peak_blocks_used = self.blocks.peak_used
         return [[seq.result() for seq in g] for g in groups]
@@ -198,6 +212,8 @@ class LLMEngine:
             self.num_prefixes += 1
             for seq in group:
                 seq.prefix_id, seq.prefix_blocks = self.num_prefixes, len(lead) // self.blocks.block_size
+                if self.tables is not None:
+                    self.tables.admit(seq)
             ids += lead.token_ids
             positions += range(len(lead))
             slots += [self.blocks.slot(lead, t) for t in range(len(lead))]
@@ -216,11 +232,11 @@ class LLMEngine:
         """One token for every running sequence, oldest first; preempt the youngest when blocks run out."""
         slots, copies, i = [], [], 0
         while i < len(running):
-            seq = running[i]
+            seq, blocks_before = running[i], len(running[i].block_table)
             appended = self.blocks.append(seq)
             if appended is None:                         # it needs a block and none is free
                 victim = running.pop()                   # the youngest (if it is seq, the loop ends; else seq retries)
-                self.blocks.release(victim)
+                self._retire(victim)
                 victim.preempted = True
                 waiting.appendleft([victim])             # recomputed first when blocks free up
                 self.stats.preemptions += 1
@@ -229,23 +245,69 @@ class LLMEngine:
             slots.append(slot)
             if copy:
                 copies.append(copy)
+            if self.tables is not None and (copy or len(seq.block_table) != blocks_before):
+                self.tables.update(seq, len(seq.block_table) - 1)   # a new last block, or its private copy
             i += 1
         if not running:
             return
         self.cache.copy_blocks(copies)   # before the forward writes into the copies
-        # (the CPU kernel writes the new K/V at each sequence's last position itself: no slots to hand it)
-        step = StepBatch(False, None if self.cache.cpu_kernel else torch.tensor(slots, device=self.device))
-        lengths = [len(seq.token_ids) for seq in running]
-        if self.cache.use_triton or self.cache.cpu_kernel:
-            max_blocks = max(len(seq.block_table) for seq in running)
-            step.block_tables = torch.tensor([seq.block_table + [0] * (max_blocks - len(seq.block_table))
-                                              for seq in running], dtype=torch.int32, device=self.device)
-            step.context_lens = torch.tensor(lengths, dtype=torch.int32, device=self.device)
+        if self.cache.use_triton:
+            logits = self._decode_on_device(running, slots)
         else:
-            step.cascade = self._cascade = cascade_batch(running, self.blocks.block_size, self.device, self._cascade)
-        logits = self._forward([seq.token_ids[-1] for seq in running], [n - 1 for n in lengths], step)
+            # (the CPU kernel writes the new K/V at each sequence's last position itself: no slots to hand it)
+            step = StepBatch(False, None if self.cache.cpu_kernel else torch.tensor(slots, device=self.device))
+            lengths = [len(seq.token_ids) for seq in running]
+            if self.cache.cpu_kernel:
+                max_blocks = max(len(seq.block_table) for seq in running)
+                step.block_tables = torch.tensor([seq.block_table + [0] * (max_blocks - len(seq.block_table))
+                                                  for seq in running], dtype=torch.int32)
+                step.context_lens = torch.tensor(lengths, dtype=torch.int32)
+            else:
+                step.cascade = self._cascade = cascade_batch(running, self.blocks.block_size, self.device,
+                                                             self._cascade)
+            logits = self._forward([seq.token_ids[-1] for seq in running], [n - 1 for n in lengths], step)
         self.stats.decode_tokens += len(running)
         self._append_tokens(running, logits)
+
+    def _decode_on_device(self, running: list, slots: list):
+        """The Triton decode step: the step's integers in one host-to-device copy, the block tables gathered on the
+        device, the model run directly or replayed from a CUDA graph. Returns the logits (B, V) fp32."""
+        ids, positions, slots, lengths, rows = torch.tensor(
+            [[seq.token_ids[-1] for seq in running], [len(seq) - 1 for seq in running], slots,
+             [len(seq) for seq in running], [seq.row for seq in running]], device=self.device)   # (5, B)
+        if self.graphs is not None:   # the graphs' tables are full width: static shapes
+            hidden = self.graphs.run(len(running), input_ids=ids, positions=positions, slots=slots,
+                                     block_tables=self.tables.gather(rows), context_lens=lengths.int())
+        else:
+            width = max(len(seq.block_table) for seq in running)
+            hidden = self._decode_hidden(ids, positions, slots, self.tables.gather(rows, width), lengths.int())
+        return logits_fp32(hidden, self.model.lm_head.weight)
+
+    def _decode_hidden(self, input_ids, positions, slots, block_tables, context_lens):
+        """(B,) tokens at (B,) positions, K/V written to (B,) slots -> final hidden states (B, D); graph-capturable:
+        tensors in, tensors out, no host synchronisation."""
+        self.cache.step = StepBatch(False, slots, block_tables=block_tables, context_lens=context_lens)
+        try:
+            return self.model(input_ids[None], position_ids=positions[None], kv_cache=self.cache,
+                              return_hidden=True)[0]
+        finally:
+            self.cache.step = None
+
+    def _decode_graphs(self, max_batch: int, width: int, scratch: int) -> BucketedGraphs:
+        tensor = lambda value, *shape, dtype=torch.long: torch.full(shape, value, dtype=dtype, device=self.device)  # noqa
+        buffers = dict(input_ids=tensor(0, max_batch), positions=tensor(0, max_batch), slots=tensor(0, max_batch),
+                       block_tables=tensor(scratch, max_batch, width, dtype=torch.int32),
+                       context_lens=tensor(1, max_batch, dtype=torch.int32))
+        # a padded row: token 0 at position 0, its K/V written into the scratch block and read back from it alone
+        pads = dict(input_ids=0, positions=0, slots=scratch * self.blocks.block_size, block_tables=scratch,
+                    context_lens=1)
+        return BucketedGraphs(self._decode_hidden, buffers, pads, capture=self.device.type == "cuda")
+
+    def _retire(self, seq) -> None:
+        """A finished or preempted sequence gives back its blocks (and its row of the device block tables)."""
+        self.blocks.release(seq)
+        if self.tables is not None:
+            self.tables.free(seq)
 
     def _append_tokens(self, seqs: list, logits) -> None:
         uniforms = [0.0 if seq.params.temperature == 0 else seq.next_uniform() for seq in seqs]
@@ -256,7 +318,7 @@ class LLMEngine:
             stop = token in seq.params.stop_token_ids
             seq.finish_reason = "stop" if stop else "length" if len(seq) >= seq.max_len else None
             if seq.finish_reason:
-                self.blocks.release(seq)                 # free at once, for the waiting requests
+                self._retire(seq)                        # free at once, for the waiting requests
                 if self.on_finish is not None:
                     self.on_finish(*seq.index, seq.result())
 
@@ -349,6 +411,7 @@ class Sequence:
         self.prefix_blocks = 0                 # the full blocks of the prompt prefilled for them (never written again)
         self.finish_reason: str | None = None
         self.preempted = False                 # its next prefill is a recomputation
+        self.row = -1                          # its row of DeviceBlockTables while it runs (Triton decode)
 
     def __len__(self):
         return len(self.token_ids)
@@ -417,6 +480,42 @@ class BlockManager:
             self.ref_counts[src] -= 1                       # the other owners keep src as it is
             seq.block_table[-1], copy = dst, (src, dst)
         return seq.block_table[index] * self.block_size + offset, copy
+
+
+class DeviceBlockTables:
+    """The running sequences' block tables as one (max_num_seqs, blocks_per_seq) int32 tensor on the engine's
+    device, a row per sequence, changed only where an entry changes (a sequence's blocks when it is admitted, a new or
+    copied last block), in one copy per step: not rebuilt from Python lists each step. Unused entries hold the
+    scratch block (a valid id; the context length masks it)."""
+
+    def __init__(self, rows: int, width: int, scratch: int, device):
+        self.table = torch.full((rows, width), scratch, dtype=torch.int32, device=device)
+        self.reset()
+
+    def reset(self) -> None:
+        self.free_rows, self.pending = list(range(len(self.table)))[::-1], {}   # pending: (row, column) -> block
+
+    def admit(self, seq: Sequence) -> None:
+        seq.row = self.free_rows.pop()
+        for column in range(len(seq.block_table)):
+            self.update(seq, column)
+
+    def update(self, seq: Sequence, column: int) -> None:
+        self.pending[seq.row, column] = seq.block_table[column]   # a row freed and reused: the last write wins
+
+    def free(self, seq: Sequence) -> None:
+        if seq.row >= 0:
+            self.free_rows.append(seq.row)
+            seq.row = -1
+
+    def gather(self, rows: torch.Tensor, width: int | None = None) -> torch.Tensor:
+        """The tables of these rows (B,), their first `width` columns (None: all) -> (B, width) int32."""
+        if self.pending:
+            (r, c), b = zip(*self.pending), list(self.pending.values())
+            index = torch.tensor([r, c, b], device=self.table.device)
+            self.table[index[0], index[1]] = index[2].int()
+            self.pending = {}
+        return (self.table if width is None else self.table[:, :width]).index_select(0, rows)
 
 
 # ----------------------------------------------------------------------------- 3. attention on pages

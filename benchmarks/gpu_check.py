@@ -12,11 +12,14 @@ Correctness on the GPU is tests/test_gpu.py (same workloads, same shapes): run i
   2. decode  the paged-decode kernel (rollout.py) on realistic block tables: 64 sequences of 1K-16K tokens, GQA 32:8,
              head_dim 128, bf16 pool: time per step against the K/V bytes read, with its context splits
              (flash-decoding) and with one split, also for 4 long sequences alone
-  3. engine  Qwen3-0.6B's exact shape, random bf16 weights: 64 prompts x 8 samples x 512 new tokens, tokens/s; the
-             same weights and workload through transformers' generate if it is importable
+  3. engine  Qwen3-0.6B's exact shape, random bf16 weights: 64 prompts x 8 samples x 512 new tokens, tokens/s, with
+             CUDA-graph decode steps and eager ones (greedy tokens identical?); one 32K-token prompt; the same
+             weights and workload through transformers' generate if it is importable
   4. fsdp    one FSDP2 step each of SFT and GPPO on one GPU (nccl, world size 1), MixedPrecisionPolicy(bf16, fp32
              reduce), 0.6B shape: step time and its split, peak memory and the budget on paper (parts/memory_plan.py);
              the engine-vs-trainer logπ gap after a sync, with fp32 logits and (for comparison) bf16 logits
+  5. load    gppo.py's load path from a checkpoint on disk (fp32 shards, the engine's bf16 copy, the KV pool sized
+             from the memory left) at the 0.6B shape: peak, free memory and pool, measured and as planned
 Each section runs in its own process with its own time limit (a hang or a crash costs that section only) and
 writes each result as soon as it has it; a failure is recorded in the table and the JSON, and the next section runs.
 
@@ -51,12 +54,13 @@ import torch  # noqa: E402
 
 from parts.cli import parse_config  # noqa: E402
 from gpu_workloads import (DECODE_CASES, decode_workload, engine_workload, fused_loss, gppo_step_setup,  # noqa: E402
-                           left_padded, logprob_gap, loss_workload, model_config, process_group, random_logits,
+                           left_padded, load_path, logprob_gap, loss_workload, model_config, process_group,
+                           random_logits,
                            random_qwen3,
                            reference_loss, sft_step_setup, step_peak_and_time, sync, transformers_twin)
 
-SECTIONS = ("loss", "decode", "engine", "fsdp")
-SECONDS = {"loss": 130, "decode": 40, "engine": 170, "fsdp": 110}   # per section on the GPU; 450 s in all
+SECTIONS = ("loss", "decode", "engine", "fsdp", "load")
+SECONDS = {"loss": 115, "decode": 45, "engine": 175, "fsdp": 100, "load": 35}   # per section on the GPU; 470 s in all
 
 
 @dataclass
@@ -199,6 +203,16 @@ def section_decode(dry: bool, emit):
              read_GB_s=kv_bytes * share / seconds / 1e9, x_floor=seconds / (floor * share),
              speedup_vs_ref=ref_s / seconds if b == len(w.q) else None,
              splits=splits or decode_splits(b, w.k_pool.shape[0], tables.shape[1], device))
+    del w
+    _empty_cache(device)
+    w = decode_workload(dry, device, long=True)   # a 32K rollout's last steps: the longest contexts
+    kv_bytes = int(w.context_lens.sum()) * w.k_pool.shape[0] * w.k_pool.shape[3] * 2 * 2
+    seconds = seconds_per_call(lambda: paged_decode_triton(w.q, w.k_pool, w.v_pool, w.block_tables, w.context_lens),
+                               device)
+    error = (paged_decode_triton(w.q, w.k_pool, w.v_pool, w.block_tables, w.context_lens).float()
+             - paged_decode_reference(w.q, w.k_pool, w.v_pool, w.block_tables, w.context_lens).float()).abs().max()
+    emit(f"paged_decode_triton, {w.describe}", ms=seconds * 1e3, read_GB_s=kv_bytes / seconds / 1e9,
+         x_floor=seconds / (kv_bytes / copy_bandwidth(device, 2**24 if dry else 2**30)), max_abs_err=float(error))
 
 
 # ----------------------------------------------------------------------------- 3. the engine
@@ -209,15 +223,40 @@ def section_engine(dry: bool, emit):
     config = model_config(dry)
     prompts, n, T, longest = engine_workload(config, dry)
     model = random_qwen3(config, torch.bfloat16, device).eval()
-    engine = LLMEngine(model, max_num_seqs=len(prompts) * n, max_model_len=longest + T, use_triton=True if dry else None)
-    if not dry:
-        engine.generate(prompts[:2], SamplingParams(temperature=1.0, max_tokens=4, n=2, seed=1))   # warm-up, compile
+    greedy = {}
+    for graphs in (True, False):   # the engine's default on CUDA first; then the eager decode step, for comparison
+        engine = LLMEngine(model, max_num_seqs=len(prompts) * n, max_model_len=longest + T,
+                           use_triton=True if dry else None, cuda_graphs=graphs)
+        if not dry:
+            engine.generate(prompts[:2], SamplingParams(temperature=1.0, max_tokens=4, n=2, seed=1))   # compile
+        start = sync(device)
+        outs = engine.generate(prompts, SamplingParams(temperature=1.0, max_tokens=T, n=n, seed=0))   # no stop tokens
+        engine_s = sync(device) - start
+        tokens = sum(len(s.token_ids) for o in outs for s in o)
+        emit(f"engine, {len(prompts)} prompts x {n} samples x {T} tokens, cuda_graphs={graphs}",
+             tokens_per_s=tokens / engine_s, wall_s=engine_s, tokens=tokens, KV_pool_GB=engine.cache.nbytes / 1e9,
+             preemptions=engine.stats.preemptions)
+        # 8 prompts decoded together to the end (no stop tokens): a batch of 8 is a bucket, so the graph replays the
+        # eager step's very shapes and the tokens must be identical, not merely close
+        greedy[graphs] = [o[0].token_ids for o in engine.generate(prompts[:8], SamplingParams(temperature=0.0,
+                                                                                             max_tokens=32))]
+        if graphs:
+            tokens_per_s = tokens / engine_s
+        else:
+            emit("CUDA-graph decode vs eager, greedy tokens", status="ok" if greedy[True] == greedy[False] else
+                 "MISMATCH", identical=sum(a == b for a, b in zip(greedy[True], greedy[False])), of=len(greedy[True]),
+                 graphs_speedup=tokens_per_s / (tokens / engine_s))
+        del engine
+        _empty_cache(device)
+    long_prompt = torch.randint(0, config.vocab_size, (40 if dry else 32000,),
+                                generator=torch.Generator().manual_seed(3)).tolist()
+    new = 4 if dry else 64
+    engine = LLMEngine(model, max_num_seqs=4, max_model_len=len(long_prompt) + new, use_triton=True if dry else None)
     start = sync(device)
-    outs = engine.generate(prompts, SamplingParams(temperature=1.0, max_tokens=T, n=n, seed=0))   # no stop tokens
-    engine_s = sync(device) - start
-    tokens = sum(len(s.token_ids) for o in outs for s in o)
-    emit(f"engine, {len(prompts)} prompts x {n} samples x {T} tokens", tokens_per_s=tokens / engine_s, wall_s=engine_s,
-         tokens=tokens, KV_pool_GB=engine.cache.nbytes / 1e9, preemptions=engine.stats.preemptions)
+    outs = engine.generate([long_prompt], SamplingParams(temperature=1.0, max_tokens=new, n=4, seed=2))
+    long_s = sync(device) - start
+    emit(f"engine, one {len(long_prompt)}-token prompt x 4 samples x {new} tokens", wall_s=long_s,
+         tokens=sum(len(s.token_ids) for s in outs[0]), KV_pool_GB=engine.cache.nbytes / 1e9)
     del engine
     _empty_cache(device)
     try:
@@ -235,7 +274,7 @@ def section_engine(dry: bool, emit):
     hf_s = sync(device) - start
     hf_tokens = (out.shape[1] - batch["input_ids"].shape[1]) * out.shape[0]
     emit(f"transformers {transformers.__version__} generate, same workload", tokens_per_s=hf_tokens / hf_s,
-         wall_s=hf_s, engine_speedup=(tokens / engine_s) / (hf_tokens / hf_s))
+         wall_s=hf_s, engine_speedup=tokens_per_s / (hf_tokens / hf_s))   # the default engine (CUDA graphs)
 
 
 # ----------------------------------------------------------------------------- 4. FSDP2 steps
@@ -274,6 +313,17 @@ def section_fsdp(dry: bool, emit):
     for bf16_logits in (False, True):   # the noise floor of the ratio r, next to its 0.2/0.28 clip band
         emit(f"engine vs trainer |logπ gap|, {'bf16' if bf16_logits else 'fp32'} logits",
              **logprob_gap(run, config, bf16_logits))
+
+
+# ----------------------------------------------------------------------------- 5. the load path
+
+def section_load(dry: bool, emit):
+    import tempfile
+    device = torch.device("cpu" if dry else "cuda")
+    process_group(dry)
+    with tempfile.TemporaryDirectory() as directory:
+        emit("checkpoint on disk -> fp32 shards -> engine copy -> KV pool, vs plan",
+             **load_path(dry, device, model_config(dry), directory))
 
 
 # ----------------------------------------------------------------------------- the runner

@@ -2,9 +2,11 @@
 what is checked and what is timed, at full size on a GPU (`dry=False`) or tiny on the CPU (`dry=True`).
 
   loss     N = 32,768 tokens x V = 151,936 (Qwen3's vocabulary), ratios spread over every clipping case
-  decode   64 sequences of 1K-16K tokens on scattered blocks of a bf16 pool, GQA 32:8, head_dim 128
-  engine   Qwen3-0.6B's exact shape with random bf16 weights; 64 prompts x 8 samples x 512 new tokens
+  decode   64 sequences of 1K-16K tokens (and 8 of 32K) on scattered blocks of a bf16 pool, GQA 32:8, head_dim 128
+  engine   Qwen3-0.6B's exact shape with random bf16 weights; 64 prompts x 8 samples x 512 new tokens, with and without
+           CUDA graphs; one 32K-token prompt x 4 samples
   fsdp     one SFT step on a packed row of 8,192 tokens; one GPPO step (sample, old logprobs, update, weight sync)
+  load     gppo.py's load path from a checkpoint on disk (shards, engine copy, KV pool) against the memory plan
 """
 import time
 from dataclasses import dataclass
@@ -118,10 +120,11 @@ class DecodeWorkload:
     describe: str
 
 
-def decode_workload(dry: bool, device) -> DecodeWorkload:
-    B, Hq, Hkv, hd, bs = (4, 4, 2, 16, 16) if dry else (64, 32, 8, 128, 16)
+def decode_workload(dry: bool, device, long: bool = False) -> DecodeWorkload:
+    """64 sequences of 1K-16K tokens; long: 8 of 32,768 (a 32K rollout's last steps)."""
+    B, Hq, Hkv, hd, bs = (4, 4, 2, 16, 16) if dry else (8 if long else 64, 32, 8, 128, 16)
     gen, gen_device = torch.Generator().manual_seed(0), torch.Generator(device=device).manual_seed(0)
-    lo, hi = (5, 70) if dry else (1024, 16384)
+    lo, hi = ((70, 70) if long else (5, 70)) if dry else ((32768, 32768) if long else (1024, 16384))
     contexts = torch.linspace(lo, hi, B).round().long()[torch.randperm(B, generator=gen)]
     blocks_per_seq = [-(-int(c) // bs) for c in contexts]
     num_blocks = sum(blocks_per_seq) + 8
@@ -236,6 +239,34 @@ def gppo_step_setup(dry: bool, device, config):
         times = dict(generate_s=t1 - t0, old_logprobs_s=t2 - t1, train_s=t3 - t2, sync_s=sync(device) - t3)
         return seqs, metrics, times
     return step, run, free
+
+
+def load_path(dry: bool, device, config, directory: str, fraction: float = 0.3) -> dict:
+    """gppo.py's start on this device, from a bf16 checkpoint on disk: the policy read into fp32 FSDP2 shards
+    (sft.load_sharded), the engine's bf16 copy (from_pretrained), then the KV pool from the memory left
+    (rollout.kv_cache_bytes after emptying the allocator's cache); measured, and planned by parts/memory_plan.py."""
+    import rollout
+    import sft
+    from model import from_pretrained, save_pretrained
+    from parts.memory_plan import load_phases, peak_phase
+    save_pretrained(random_qwen3(config, torch.bfloat16, device), directory)
+    cuda = device.type == "cuda"
+    free_before = rollout.free_memory(device) if cuda else 2**30         # CPU: a given 1 GiB "free"
+    base = torch.cuda.memory_allocated(device) if cuda else 0
+    if cuda:
+        torch.cuda.reset_peak_memory_stats(device)
+    policy = sft.load_sharded(directory, device)
+    engine_model = from_pretrained(directory, dtype=torch.bfloat16, device=device)
+    loaded = sum(p.numel() * p.element_size() for m in (policy, engine_model) for p in m.parameters())
+    peak = torch.cuda.max_memory_allocated(device) - base if cuda else None
+    free = rollout.free_memory(device) if cuda else free_before - loaded
+    pool = rollout.kv_cache_bytes(fraction, device, None if cuda else free)
+    phases = load_phases(config, world=1)
+    plan_free = free_before - sum(phases["engine copy"].values())
+    del policy, engine_model
+    return dict(load_peak_GB=None if peak is None else peak / 1e9, plan_load_GB=peak_phase(phases)[1] / 1e9,
+                free_GB=free / 1e9, plan_free_GB=plan_free / 1e9, pool_GB=pool / 1e9,
+                plan_pool_GB=fraction * plan_free / 1e9, pool_over_plan=pool / (fraction * plan_free))
 
 
 def logprob_gap(run, config, bf16_logits: bool) -> dict:

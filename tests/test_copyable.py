@@ -26,6 +26,9 @@ CHECKS = {
                   "r = countdown.teacher_response(p, random.Random(0))\n"
                   "print(countdown.countdown_reward(r, p['numbers'], p['target']) in (0.0, 1.0), "
                   "countdown.countdown_reward('<think></think> \\\\boxed{2*3+4}', [4, 3, 2], 10))", "True 1.0"),
+    "cuda_graphs": ("import torch, cuda_graphs\ng = cuda_graphs.BucketedGraphs(lambda x: x * 2, dict(x=torch.zeros(20)), "
+                    "dict(x=-1.0), capture=False)\nprint(g.buckets, g.run(3, x=torch.ones(3)).tolist(), "
+                    "g.buffers['x'][:5].tolist())", "[1, 2, 4, 8, 16, 20] [2.0, 2.0, 2.0] [1.0, 1.0, 1.0, -1.0, 0.0]"),
     "decode_kernels": (None, None),   # its own self-check: `python decode_kernels.py`, below
     "formats": ("import formats\nrows = formats.load('math', 'aime24.jsonl')\nprint(len(rows), rows[0]['answer'])",
                 "1 "),

@@ -6,6 +6,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 
@@ -17,7 +19,7 @@ def test_dry_run_runs_every_section_and_records_its_results(tmp_path):
                           env=dict(os.environ, OMP_NUM_THREADS="1"))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     report = json.loads(out.read_text())
-    assert report["dry_run"] and list(report["sections"]) == ["loss", "decode", "engine", "fsdp"]
+    assert report["dry_run"] and list(report["sections"]) == ["loss", "decode", "engine", "fsdp", "load"]
     rows = {(r["section"], r["name"]): r for s in report["sections"].values() for r in s["rows"]}
     bad = {k: r for k, r in rows.items() if r["status"] not in ("ok", "skipped")}
     assert not bad, bad
@@ -28,13 +30,20 @@ def test_dry_run_runs_every_section_and_records_its_results(tmp_path):
     assert any(k[0] == "loss" and k[1].startswith("rl_loss_from_hidden bf16 backend=triton") for k in rows)
     decode = rows[("decode", "paged_decode_triton (one step, one layer)")]
     assert decode["ms"] > 0 and decode["splits"] >= 1
-    assert rows[("engine", "engine, 2 prompts x 2 samples x 4 tokens")]["tokens"] == 2 * 2 * 4
+    for graphs in (True, False):
+        assert rows[("engine", f"engine, 2 prompts x 2 samples x 4 tokens, cuda_graphs={graphs}")]["tokens"] == 2 * 2 * 4
+    assert rows[("engine", "CUDA-graph decode vs eager, greedy tokens")]["identical"] == 2
+    assert rows[("decode", "paged_decode_triton, 4 seqs 70-70 tokens, GQA 4:2, hd 16")]["max_abs_err"] < 2 ** -7
+    gaps = [rows[("fsdp", f"engine vs trainer |logπ gap|, {t} logits")] for t in ("fp32", "bf16")]
+    assert all(g["tokens"] > 0 and g["gap_max"] >= g["gap_mean"] >= 0 for g in gaps)
+    load = rows[("load", "checkpoint on disk -> fp32 shards -> engine copy -> KV pool, vs plan")]
+    assert load["pool_over_plan"] == pytest.approx(1.0)   # CPU: the plan's arithmetic and the code's agree exactly
     gppo_step = next(r for k, r in rows.items() if k[1].startswith("GPPO step"))
     assert gppo_step["train_s"] > 0 and gppo_step["budget_GB"] > 0
     assert next(r for k, r in rows.items() if k[1].startswith("SFT step"))["step_s"] > 0
     assert not list(tmp_path.glob(".gpu_check.*"))    # the per-section result files are cleaned up
     table = proc.stdout[proc.stdout.index("section result"):]
-    assert all(f"\n{s}" in table for s in ("loss", "decode", "engine", "fsdp"))
+    assert all(f"\n{s}" in table for s in ("loss", "decode", "engine", "fsdp", "load"))
 
 
 def test_a_failing_section_is_recorded_not_fatal(tmp_path, monkeypatch):

@@ -542,3 +542,57 @@ def test_on_finish_hands_over_each_sample_as_it_finishes(model):
     assert [p for p, _, _ in seen] == [1, 1, 1, 0, 0]
     for p, j, sample in seen:
         assert sample == out[p][j]
+
+
+# ----------------------------------------------------------------------------- the device-side decode step (CUDA path)
+
+def test_device_block_tables_follow_the_sequences_tables(model, monkeypatch):
+    """The Triton path's block tables live on the device and change only where an entry changes (admission, a new
+    block, a copy-on-write, a row freed by a finished or preempted sequence and reused): at every decode step each
+    running sequence's row must hold exactly its block table. A pool of 10 blocks forces preemptions; n=3 samples
+    share their prompt's blocks (copy-on-write)."""
+    engine = LLMEngine(model, max_num_seqs=6, max_model_len=32, num_blocks=10, block_size=4, use_triton=True)
+    checked, original = [], engine._decode_on_device
+
+    def checking(running, slots):
+        rows = torch.tensor([seq.row for seq in running])
+        width = max(len(seq.block_table) for seq in running)
+        tables = engine.tables.gather(rows, width)
+        for seq, row in zip(running, tables.tolist()):
+            assert row[:len(seq.block_table)] == seq.block_table
+        assert len({seq.row for seq in running}) == len(running) >= 1      # a row per running sequence
+        checked.append(len(running))
+        return original(running, slots)
+
+    monkeypatch.setattr(engine, "_decode_on_device", checking)
+    prompts = prompts_of([6, 9, 3], seed=4)
+    out = engine.generate(prompts, SamplingParams(temperature=1.0, max_tokens=14, n=3, seed=5))
+    assert engine.stats.preemptions > 0 and len(checked) > 10
+    assert [[len(s.token_ids) for s in o] for o in out] == [[14] * 3] * 3
+    assert_no_leaks(engine)
+    plain = LLMEngine(model, max_num_seqs=6, max_model_len=32, num_blocks=10, block_size=4)   # the PyTorch path
+    expected = plain.generate(prompts, SamplingParams(temperature=1.0, max_tokens=14, n=3, seed=5))
+    assert [[s.token_ids for s in o] for o in out] == [[s.token_ids for s in o] for o in expected]
+
+
+def test_cuda_graph_decode_equals_the_plain_decode(model, monkeypatch):
+    """cuda_graphs=True runs each decode step on static buffers padded to a bucket (on a CPU without capturing: the
+    padding, the scratch block and the slicing are what a graph replays). Its tokens are the plain Triton step's, and
+    its logprobs equal to fp32 rounding: real rows never see the padded ones."""
+    prompts = prompts_of([5, 17, 2], seed=9)
+    params = [SamplingParams(temperature=0.0, max_tokens=9), SamplingParams(temperature=1.0, max_tokens=12, n=2, seed=3),
+              SamplingParams(temperature=0.8, max_tokens=7, n=2, seed=4)]
+    plain = LLMEngine(model, max_num_seqs=8, max_model_len=48, use_triton=True, cuda_graphs=False)
+    graphed = LLMEngine(model, max_num_seqs=8, max_model_len=48, use_triton=True, cuda_graphs=True)
+    assert plain.graphs is None and graphed.graphs is not None and not graphed.graphs.capture
+    batches, run = [], graphed.graphs.run
+    monkeypatch.setattr(graphed.graphs, "run", lambda n, **kw: batches.append(n) or run(n, **kw))
+    expected, got = plain.generate(prompts, params), graphed.generate(prompts, params)
+    assert {n for n in batches} - set(graphed.graphs.buckets)                 # some steps were padded
+    for a, b in zip(expected, got):
+        for x, y in zip(a, b):
+            assert x.token_ids == y.token_ids and x.finish_reason == y.finish_reason
+            assert max(abs(p - q) for p, q in zip(x.logprobs, y.logprobs)) <= 1e-4
+    assert got[0][0].token_ids == reference_greedy(model, prompts[0], 9)
+    with pytest.raises(ValueError, match=r"cuda_graphs=True\): graphs replay the Triton decode step"):
+        LLMEngine(model, max_num_seqs=8, max_model_len=48, cuda_graphs=True)
