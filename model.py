@@ -8,6 +8,7 @@ Three seams for the rest of the project:
     (one causal SDPA call each, no (T, T) mask); prefix_docs lets a document continue another (an RL group's prompt
     packed once, each response attending to it, then to itself);
   - an external KV cache: kv_cache= any object with attend(layer_idx, q, k, v) -> out (rollout.py's paged engine);
+    if it has a `fused` attribute (parts/norm_kernels.py), the norms and RoPE run as its kernels (same roundings);
   - return_hidden=True: the final normed hidden states, so a loss applies the LM head itself, in chunks.
 Checkpoints are Hugging Face directories; from_pretrained builds the model on the meta device and reads one tensor
 at a time into its final dtype and device (an 8B model is never allocated twice, nor kept memory-mapped).
@@ -125,7 +126,9 @@ class RMSNorm(nn.Module):
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(dim))
 
-    def forward(self, x):
+    def forward(self, x, fused=None):
+        if fused is not None:   # the engine's kernels (parts/norm_kernels.py): this formula, these roundings
+            return fused.rms_norm(x, self.weight, self.eps)
         if x.dtype == torch.float32 == self.weight.dtype:   # the same formula as one fused op (faster decode)
             return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
         dtype = x.dtype
@@ -248,10 +251,15 @@ class Attention(nn.Module):
 
     def forward(self, x, cos, sin, docs, kv_cache):
         B, T, _ = x.shape
-        q = self.q_norm(self.q_proj(x).view(B, T, self.n_heads, self.head_dim))
-        k = self.k_norm(self.k_proj(x).view(B, T, self.n_kv_heads, self.head_dim))
+        q = self.q_proj(x).view(B, T, self.n_heads, self.head_dim)
+        k = self.k_proj(x).view(B, T, self.n_kv_heads, self.head_dim)
         v = self.v_proj(x).view(B, T, self.n_kv_heads, self.head_dim)
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        fused = getattr(kv_cache, "fused", None)
+        if fused is not None:   # the engine on a GPU: each norm and its rotation in one kernel, the same roundings
+            q = fused.norm_rope(q, self.q_norm.weight, self.q_norm.eps, cos, sin)
+            k = fused.norm_rope(k, self.k_norm.weight, self.k_norm.eps, cos, sin)
+        else:
+            q, k = apply_rope(self.q_norm(q), cos, sin), apply_rope(self.k_norm(k), cos, sin)
         if kv_cache is not None:
             y = kv_cache.attend(self.layer_idx, q, k, v)                     # (B, T, Hq, hd)
         else:
@@ -280,8 +288,9 @@ class DecoderLayer(nn.Module):
         self.mlp = MLP(cfg)
 
     def forward(self, x, cos, sin, docs=None, kv_cache=None):
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, docs, kv_cache)
-        return x + self.mlp(self.post_attention_layernorm(x))
+        fused = getattr(kv_cache, "fused", None)
+        x = x + self.self_attn(self.input_layernorm(x, fused), cos, sin, docs, kv_cache)
+        return x + self.mlp(self.post_attention_layernorm(x, fused))
 
 
 def documents(document_ids: torch.Tensor, prefix_docs=None) -> list[tuple[list, list]]:
@@ -361,7 +370,7 @@ class Qwen3(nn.Module):
                 x = checkpoint(layer, x, cos, sin, docs, kv_cache, use_reentrant=False)
             else:
                 x = layer(x, cos, sin, docs, kv_cache)
-        x = self.norm(x)
+        x = self.norm(x, getattr(kv_cache, "fused", None))
         return x if return_hidden else self.lm_head(x)
 
 

@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from model import logits_fp32
+from parts import norm_kernels
 from parts.cuda_graphs import BucketedGraphs
 from parts.decode_kernels import (CPU_KERNEL_HEAD_DIMS, CascadeBatch, cascade_batch, cascade_decode,  # noqa: F401
                                   cascade_workspace_size, load_cpu_kernel, paged_decode_cpu, paged_decode_triton, triton)
@@ -95,12 +96,14 @@ class LLMEngine:
     with the fused C++ kernel (paged_decode_cpu); None = if the model is fp32 with a supported head_dim and the
     kernel builds (else the PyTorch cascade path, with a one-line notice), False = never, True = required.
     cuda_graphs (Triton decode only): decode steps replayed from CUDA graphs per batch bucket; None = on CUDA; True on
-    a CPU runs the same padded static-buffer step without capturing (what tests compare with the plain step)."""
+    a CPU runs the same padded static-buffer step without capturing (what tests compare with the plain step).
+    fused_norms: the model's RMSNorms, and its q/k norms with RoPE, as one Triton kernel each (parts/norm_kernels.py,
+    the same roundings); None = with the Triton decode on CUDA, True = required."""
 
     def __init__(self, model, *, max_num_seqs: int = 256, max_model_len: int | None = None,
                  num_blocks: int | None = None, block_size: int = 16, max_num_batched_tokens: int = 16384,
                  kv_cache_memory: int | None = None, use_triton: bool | None = None,
-                 cpu_kernel: bool | None = None, cuda_graphs: bool | None = None):
+                 cpu_kernel: bool | None = None, cuda_graphs: bool | None = None, fused_norms: bool | None = None):
         cfg, param = model.config, next(model.parameters())
         self.model, self.device, self.dtype, self.vocab_size = model, param.device, param.dtype, cfg.vocab_size
         self.max_model_len = cfg.max_position_embeddings if max_model_len is None else max_model_len
@@ -129,9 +132,14 @@ class LLMEngine:
             _require(fits or not cpu_kernel, f"LLMEngine(cpu_kernel=True): the CPU kernel takes fp32 and head_dim in "
                      f"{CPU_KERNEL_HEAD_DIMS}, not {self.dtype} and {cfg.head_dim}")
             on_cpu_kernel = fits and load_cpu_kernel(required=bool(cpu_kernel)) is not None
+        kernels_take = triton is not None and self.dtype in (torch.float32, torch.bfloat16)
+        fused = self.device.type == "cuda" and bool(use_triton) and kernels_take if fused_norms is None else fused_norms
+        _require(not fused or kernels_take,
+                 f"LLMEngine(fused_norms=True) needs triton and a bf16 or fp32 model, not {self.dtype}")
         # Triton decode: one more block than the manager hands out, a scratch block that padded rows write and read
         self.cache = PagedKVCache(cfg, num_blocks + bool(use_triton), block_size, dtype=self.dtype,
-                                  device=self.device, use_triton=use_triton, cpu_kernel=on_cpu_kernel)
+                                  device=self.device, use_triton=use_triton, cpu_kernel=on_cpu_kernel,
+                                  fused=norm_kernels if fused else None)
         self.tables = DeviceBlockTables(max_num_seqs, blocks_per_seq, num_blocks, self.device) if use_triton else None
         graphs = self.device.type == "cuda" and bool(use_triton) if cuda_graphs is None else cuda_graphs
         _require(not (graphs and not use_triton), "LLMEngine(cuda_graphs=True): graphs replay the Triton decode step; "
@@ -535,12 +543,13 @@ class PagedKVCache:
     """The block pools of every layer (cfg: the model's config); model.py calls attend() in every attention layer."""
 
     def __init__(self, cfg, num_blocks: int, block_size: int, *, dtype, device, use_triton: bool,
-                 cpu_kernel: bool = False):
+                 cpu_kernel: bool = False, fused=None):
         # head-major: gathering blocks of one head yields (Hkv, B, L, hd), ready for a batched matmul, no transpose
         self.shape = (cfg.num_hidden_layers, cfg.num_key_value_heads, num_blocks, block_size, cfg.head_dim)
         self.dtype, self.device = dtype, device
         self.use_triton, self.cpu_kernel = use_triton, cpu_kernel   # decode: Triton, the C++ kernel, else cascade
         self.step: StepBatch | None = None
+        self.fused = fused   # parts/norm_kernels, if the model's norms and RoPE run as its kernels (model.py asks)
         self.allocate()
 
     def allocate(self) -> None:

@@ -11,10 +11,11 @@ Correctness on the GPU is tests/test_gpu.py (same workloads, same shapes): run i
              rl_loss_from_hidden, the path training takes, at Qwen3-0.6B's hidden size
   2. decode  the paged-decode kernel (rollout.py) on realistic block tables: 64 sequences of 1K-16K tokens, GQA 32:8,
              head_dim 128, bf16 pool: time per step against the K/V bytes read, with its context splits
-             (flash-decoding) and with one split, also for 4 long sequences alone
+             (flash-decoding) and with one split, also for 4 long sequences alone and 8 of 32K tokens
   3. engine  Qwen3-0.6B's exact shape, random bf16 weights: 64 prompts x 8 samples x 512 new tokens, tokens/s, with
-             CUDA-graph decode steps and eager ones (greedy tokens identical?); one 32K-token prompt; the same
-             weights and workload through transformers' generate if it is importable
+             the defaults (CUDA-graph decode steps, fused norm/RoPE kernels) and each turned off (greedy tokens
+             identical?); one 32K-token prompt; the same weights and workload through transformers' generate if it
+             is importable
   4. fsdp    one FSDP2 step each of SFT and GPPO on one GPU (nccl, world size 1), MixedPrecisionPolicy(bf16, fp32
              reduce), 0.6B shape: step time and its split, peak memory and the budget on paper (parts/memory_plan.py);
              the engine-vs-trainer logπ gap after a sync, with fp32 logits and (for comparison) bf16 logits
@@ -60,7 +61,7 @@ from gpu_workloads import (DECODE_CASES, decode_workload, engine_workload, fused
                            reference_loss, sft_step_setup, step_peak_and_time, sync, transformers_twin)
 
 SECTIONS = ("loss", "decode", "engine", "fsdp", "load")
-SECONDS = {"loss": 115, "decode": 45, "engine": 175, "fsdp": 100, "load": 35}   # per section on the GPU; 470 s in all
+SECONDS = {"loss": 110, "decode": 45, "engine": 195, "fsdp": 100, "load": 35}   # per section on the GPU; 485 s in all
 
 
 @dataclass
@@ -68,7 +69,7 @@ class CheckConfig:
     out: str = "gpu_check.json"        # the results, written after every section
     dry_run: bool = False              # tiny shapes on the CPU (Triton interpreted, gloo): a rehearsal
     sections: str = ",".join(SECTIONS)  # which sections, in this order
-    time_limit_s: float = 470.0        # the whole script; each section gets min(its share, what is left)
+    time_limit_s: float = 485.0        # the whole script; each section gets min(its share, what is left)
     section: str = ""                  # internal: run this section in this process
     rows_file: str = ""                # internal: where the section appends its results (JSON lines)
 
@@ -223,31 +224,32 @@ def section_engine(dry: bool, emit):
     config = model_config(dry)
     prompts, n, T, longest = engine_workload(config, dry)
     model = random_qwen3(config, torch.bfloat16, device).eval()
-    greedy = {}
-    for graphs in (True, False):   # the engine's default on CUDA first; then the eager decode step, for comparison
+    greedy, tokens_per_s = {}, {}
+    # the engine's defaults on CUDA first (CUDA graphs, fused norm kernels); then each turned off, for comparison
+    for graphs, fused in ((True, True), (False, True), (True, False)):
         engine = LLMEngine(model, max_num_seqs=len(prompts) * n, max_model_len=longest + T,
-                           use_triton=True if dry else None, cuda_graphs=graphs)
+                           use_triton=True if dry else None, cuda_graphs=graphs, fused_norms=fused)
         if not dry:
             engine.generate(prompts[:2], SamplingParams(temperature=1.0, max_tokens=4, n=2, seed=1))   # compile
         start = sync(device)
         outs = engine.generate(prompts, SamplingParams(temperature=1.0, max_tokens=T, n=n, seed=0))   # no stop tokens
         engine_s = sync(device) - start
         tokens = sum(len(s.token_ids) for o in outs for s in o)
-        emit(f"engine, {len(prompts)} prompts x {n} samples x {T} tokens, cuda_graphs={graphs}",
+        tokens_per_s[graphs, fused] = tokens / engine_s
+        emit(f"engine, {len(prompts)} prompts x {n} samples x {T} tokens, cuda_graphs={graphs}, fused_norms={fused}",
              tokens_per_s=tokens / engine_s, wall_s=engine_s, tokens=tokens, KV_pool_GB=engine.cache.nbytes / 1e9,
              preemptions=engine.stats.preemptions)
         # 8 prompts decoded together to the end (no stop tokens): a batch of 8 is a bucket, so the graph replays the
-        # eager step's very shapes and the tokens must be identical, not merely close
-        greedy[graphs] = [o[0].token_ids for o in engine.generate(prompts[:8], SamplingParams(temperature=0.0,
-                                                                                             max_tokens=32))]
-        if graphs:
-            tokens_per_s = tokens / engine_s
-        else:
-            emit("CUDA-graph decode vs eager, greedy tokens", status="ok" if greedy[True] == greedy[False] else
-                 "MISMATCH", identical=sum(a == b for a, b in zip(greedy[True], greedy[False])), of=len(greedy[True]),
-                 graphs_speedup=tokens_per_s / (tokens / engine_s))
+        # eager step's very shapes, and the fused kernels round as the eager norms: the tokens must be identical
+        greedy[graphs, fused] = [o[0].token_ids for o in engine.generate(prompts[:8], SamplingParams(temperature=0.0,
+                                                                                                    max_tokens=32))]
         del engine
         _empty_cache(device)
+    for name, other in (("CUDA-graph decode vs eager", (False, True)), ("fused norm kernels vs eager", (True, False))):
+        same = sum(a == b for a, b in zip(greedy[True, True], greedy[other]))
+        emit(f"{name}, greedy tokens", status="ok" if same == len(greedy[other]) else "MISMATCH", identical=same,
+             of=len(greedy[other]), speedup=tokens_per_s[True, True] / tokens_per_s[other])
+    tokens_per_s = tokens_per_s[True, True]
     long_prompt = torch.randint(0, config.vocab_size, (40 if dry else 32000,),
                                 generator=torch.Generator().manual_seed(3)).tolist()
     new = 4 if dry else 64

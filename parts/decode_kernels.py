@@ -419,55 +419,76 @@ def decode_splits(batch: int, num_kv_heads: int, max_blocks: int, device) -> int
     return max(1, min(wanted, max_blocks // 16))
 
 
+DECODE_TOKENS = 64   # tokens of K/V per iteration of the decode kernel (4 blocks of 16)
+
+
 def decode_kernel_meta(num_q_heads: int, num_kv_heads: int, block_size: int, head_dim: int, splits: int) -> tuple:
-    """The compile-time constants of the two decode kernels (an ahead-of-time compile for sm_80/sm_90 uses them)."""
-    group, head_dim_p2 = num_q_heads // num_kv_heads, triton.next_power_of_2(head_dim)
-    return (dict(GROUP=group, GROUP_P2=triton.next_power_of_2(group), BLOCK_SIZE=block_size,
-                 BLOCK_P2=triton.next_power_of_2(block_size), HEAD_DIM=head_dim, HEAD_DIM_P2=head_dim_p2),
+    """The compile-time constants of the two decode kernels (an ahead-of-time compile for sm_80/sm_90 uses them).
+    A dot needs at least 16 rows, columns and inner elements: the query group, the tokens and head_dim are padded."""
+    group, head_dim_p2 = num_q_heads // num_kv_heads, max(16, triton.next_power_of_2(head_dim))
+    return (dict(GROUP=group, Q_ROWS=max(16, triton.next_power_of_2(group)), BLOCK_SIZE=block_size,
+                 TOKENS=max(DECODE_TOKENS, triton.next_power_of_2(block_size)), HEAD_DIM=head_dim,
+                 HEAD_DIM_P2=head_dim_p2, UPCAST=os.environ.get("TRITON_INTERPRET") == "1"),
             dict(SPLITS_P2=triton.next_power_of_2(splits), HEAD_DIM=head_dim, HEAD_DIM_P2=head_dim_p2))
 
 
 if triton is not None:
     @triton.jit
+    def _dot(a, b, UPCAST: tl.constexpr):
+        """a @ b with fp32 accumulation; products of bf16 (or fp32, "ieee": no TF32) operands are exact."""
+        if UPCAST:
+            return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
+        return tl.dot(a, b, input_precision="ieee")
+
+    @triton.jit
     def _paged_decode_kernel(q_ptr, k_ptr, v_ptr, m_ptr, l_ptr, acc_ptr, block_tables_ptr, context_lens_ptr, scale,
                              stride_qb, stride_qh, stride_kb, stride_ks, stride_kh, stride_bt, num_q_heads,
                              blocks_per_split, num_splits,
-                             GROUP: tl.constexpr, GROUP_P2: tl.constexpr, BLOCK_SIZE: tl.constexpr,
-                             BLOCK_P2: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_P2: tl.constexpr):
+                             GROUP: tl.constexpr, Q_ROWS: tl.constexpr, BLOCK_SIZE: tl.constexpr,
+                             TOKENS: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_P2: tl.constexpr,
+                             UPCAST: tl.constexpr):
         # One program per (sequence, KV head, split of the context). All GROUP query heads that share the KV head
         # are processed together, so each K/V block is read once for the whole group (GQA 32:8: once, not 4 times);
         # the split covers blocks_per_split blocks of the block table (flash-decoding), so a long context runs on
-        # many programs. Online softmax per query head: running max m, normaliser l, accumulator acc; the partial
-        # (m, l, acc) of each split goes to fp32 scratch, and _combine_splits_kernel merges the splits.
+        # many programs. Each iteration takes TOKENS tokens (several KV blocks, each token's block looked up in the
+        # table) and multiplies on the tensor cores: scores = q k^T, (Q_ROWS, TOKENS), and p v, (Q_ROWS, HEAD_DIM);
+        # the query group is padded to Q_ROWS >= 16 rows (a dot's smallest M) with zero rows that are never stored.
+        # Online softmax per query head: running max m, normaliser l, accumulator acc; the partial (m, l, acc) of
+        # each split goes to fp32 scratch, and _combine_splits_kernel merges the splits. Products of the pool's
+        # dtype are exact in the fp32 accumulators; p is rounded to that dtype for p v, as flash attention does.
+        # UPCAST (Triton's interpreter, whose dot misreads bf16): the same rounded operands multiplied in fp32, so
+        # the same products, summed in another order.
         seq, kv_head, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-        g = tl.arange(0, GROUP_P2)
+        g = tl.arange(0, Q_ROWS)
         d = tl.arange(0, HEAD_DIM_P2)
         g_ok, d_ok = g < GROUP, d < HEAD_DIM
-        heads = kv_head * GROUP + g                                               # (GROUP_P2,) query heads
+        heads = kv_head * GROUP + g                                               # (Q_ROWS,) query heads
         q = tl.load(q_ptr + seq * stride_qb + heads[:, None] * stride_qh + d[None, :],
-                    mask=g_ok[:, None] & d_ok[None, :], other=0.0).to(tl.float32) * scale   # (GROUP_P2, HEAD_DIM_P2)
+                    mask=g_ok[:, None] & d_ok[None, :], other=0.0)                # (Q_ROWS, HEAD_DIM_P2)
         context_len = tl.load(context_lens_ptr + seq)
         first = split * blocks_per_split * BLOCK_SIZE
         last = tl.minimum(context_len, first + blocks_per_split * BLOCK_SIZE)
-        offs = tl.arange(0, BLOCK_P2)
-        m = tl.full([GROUP_P2], float("-inf"), tl.float32)
-        l = tl.zeros([GROUP_P2], tl.float32)
-        acc = tl.zeros([GROUP_P2, HEAD_DIM_P2], tl.float32)
+        t = tl.arange(0, TOKENS)
+        m = tl.full([Q_ROWS], float("-inf"), tl.float32)
+        l = tl.zeros([Q_ROWS], tl.float32)
+        acc = tl.zeros([Q_ROWS, HEAD_DIM_P2], tl.float32)
         head_offset = kv_head.to(tl.int64) * stride_kh    # a whole head of the pool can pass 2**31 elements
-        for start in range(first, last, BLOCK_SIZE):      # an empty split (first >= context_len) skips the loop
-            block = tl.load(block_tables_ptr + seq * stride_bt + start // BLOCK_SIZE).to(tl.int64)
-            t_ok = (offs < BLOCK_SIZE) & (start + offs < context_len)
-            kv_offs = head_offset + block * stride_kb + offs[:, None] * stride_ks + d[None, :]
+        for start in range(first, last, TOKENS):          # an empty split (first >= context_len) skips the loop
+            position = start + t                                                  # (TOKENS,)
+            t_ok = position < last                        # this split's tokens only: a tile may reach the next's
+            block = tl.load(block_tables_ptr + seq * stride_bt + position // BLOCK_SIZE, mask=t_ok,
+                            other=0).to(tl.int64)
+            kv_offs = head_offset + block[:, None] * stride_kb + (position % BLOCK_SIZE)[:, None] * stride_ks + d[None, :]
             kv_ok = t_ok[:, None] & d_ok[None, :]
-            k = tl.load(k_ptr + kv_offs, mask=kv_ok, other=0.0).to(tl.float32)    # (BLOCK_P2, HEAD_DIM_P2)
-            v = tl.load(v_ptr + kv_offs, mask=kv_ok, other=0.0).to(tl.float32)
-            s = tl.sum(q[:, None, :] * k[None, :, :], axis=2)                     # (GROUP_P2, BLOCK_P2) scores
+            k = tl.load(k_ptr + kv_offs, mask=kv_ok, other=0.0)                  # (TOKENS, HEAD_DIM_P2)
+            v = tl.load(v_ptr + kv_offs, mask=kv_ok, other=0.0)
+            s = _dot(q, tl.trans(k), UPCAST) * scale                             # (Q_ROWS, TOKENS) scores
             s = tl.where(t_ok[None, :], s, float("-inf"))
-            m_new = tl.maximum(m, tl.max(s, axis=1))      # finite: every block visited has a visible token
+            m_new = tl.maximum(m, tl.max(s, axis=1))      # finite: every tile visited has a visible token
             p = tl.exp(s - m_new[:, None])
             alpha = tl.exp(m - m_new)
             l = l * alpha + tl.sum(p, axis=1)
-            acc = acc * alpha[:, None] + tl.sum(p[:, :, None] * v[None, :, :], axis=1)
+            acc = acc * alpha[:, None] + _dot(p.to(v.dtype), v, UPCAST)
             m = m_new
         row = (seq * num_q_heads + heads) * num_splits + split                   # scratch (B, Hq, splits[, hd])
         tl.store(m_ptr + row, m, mask=g_ok)

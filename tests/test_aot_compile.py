@@ -45,6 +45,17 @@ def kernels():
                    num_q_heads="i32", num_splits="i32", **dict.fromkeys(combine_meta, "constexpr"))
     out += [("decode_kernels._paged_decode_kernel bf16", decode_kernels._paged_decode_kernel, decode, decode_meta, 4),
             ("decode_kernels._combine_splits_kernel bf16", decode_kernels._combine_splits_kernel, combine, combine_meta, 4)]
+    from parts import norm_kernels
+    rounding = dict(BF16=True, EMULATE=False)
+    norm = dict(x_ptr="*bf16", w_ptr="*bf16", out_ptr="*bf16", stride="i32", eps="fp32", DIM="constexpr",
+                BLOCK="constexpr", BF16="constexpr", EMULATE="constexpr")
+    norm_rope = dict(x_ptr="*bf16", w_ptr="*bf16", cos_ptr="*fp32", sin_ptr="*fp32", out_ptr="*bf16", stride="i32",
+                     num_heads="i32", eps="fp32", HALF="constexpr", HALF_P2="constexpr", BF16="constexpr",
+                     EMULATE="constexpr")
+    out += [("norm_kernels._rms_norm_kernel bf16", norm_kernels._rms_norm_kernel, norm,
+             dict(norm_kernels.norm_kernel_meta(4096), **rounding), 4),
+            ("norm_kernels._norm_rope_kernel bf16", norm_kernels._norm_rope_kernel, norm_rope,
+             dict(norm_kernels.norm_rope_kernel_meta(128), **rounding), 4)]
     return out
 
 
@@ -56,8 +67,9 @@ def compile_all():
     for name, fn, signature, constexprs, num_warps in kernels():
         assert set(signature) == set(fn.arg_names), (name, set(fn.arg_names) ^ set(signature))
         for capability in TARGETS:
+            options = {"num_warps": num_warps, "enable_fp_fusion": not name.startswith("norm_kernels")}  # as launched
             compiled = triton.compile(ASTSource(fn, signature, constexprs=constexprs),
-                                      target=GPUTarget("cuda", capability, 32), options={"num_warps": num_warps})
+                                      target=GPUTarget("cuda", capability, 32), options=options)
             print(json.dumps(dict(kernel=name, sm=capability, cubin_bytes=len(compiled.asm["cubin"]),
                                   shared=compiled.metadata.shared, warps=compiled.metadata.num_warps)), flush=True)
 
@@ -73,7 +85,8 @@ def test_every_triton_kernel_compiles_for_sm80_and_sm90(tmp_path):
     results = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     assert {(r["kernel"], r["sm"]) for r in results} == {(name, sm) for name in (
         "gppo_loss._stats_kernel bf16", "gppo_loss._grad_kernel bf16", "gppo_loss._stats_kernel fp32",
-        "gppo_loss._grad_kernel fp32", "decode_kernels._paged_decode_kernel bf16", "decode_kernels._combine_splits_kernel bf16")
+        "gppo_loss._grad_kernel fp32", "decode_kernels._paged_decode_kernel bf16", "decode_kernels._combine_splits_kernel bf16",
+        "norm_kernels._rms_norm_kernel bf16", "norm_kernels._norm_rope_kernel bf16")
         for sm in TARGETS}
     assert all(r["cubin_bytes"] > 0 and r["shared"] <= 99 * 1024 for r in results), results   # fits sm_80's smem
 

@@ -34,6 +34,9 @@ CHECKS = {
                 "1 "),
     "memory_plan": ("import types, memory_plan\nc = types.SimpleNamespace(**memory_plan.QWEN3['8B'])\n"
                     "print(memory_plan.param_counts(c)['total'])", "8190735360"),   # Qwen3-8B's published count
+    "norm_kernels": ("import torch, norm_kernels\nx = torch.tensor([[3.0, 4.0]])\n"
+                     "print(norm_kernels.rms_norm(x, torch.ones(2), 0.0).tolist())",
+                     "[[0.8485281"),   # (3, 4) / sqrt(12.5)
     "math_checker": ("import math_checker\nprint(math_checker.compare('\\\\frac12', '0.5'))", "(True, True)"),
     "qwen3_tokenizer": ("import qwen3_tokenizer\ntok = qwen3_tokenizer.train(['a+b=c'] * 20, vocab_size=300)\n"
                         "print(tok.encode('<|im_start|>user<think>').ids[-1] == tok.token_to_id('<think>'))", "True"),

@@ -30,9 +30,11 @@ def test_dry_run_runs_every_section_and_records_its_results(tmp_path):
     assert any(k[0] == "loss" and k[1].startswith("rl_loss_from_hidden bf16 backend=triton") for k in rows)
     decode = rows[("decode", "paged_decode_triton (one step, one layer)")]
     assert decode["ms"] > 0 and decode["splits"] >= 1
-    for graphs in (True, False):
-        assert rows[("engine", f"engine, 2 prompts x 2 samples x 4 tokens, cuda_graphs={graphs}")]["tokens"] == 2 * 2 * 4
+    for graphs, fused in ((True, True), (False, True), (True, False)):
+        row = rows[("engine", f"engine, 2 prompts x 2 samples x 4 tokens, cuda_graphs={graphs}, fused_norms={fused}")]
+        assert row["tokens"] == 2 * 2 * 4
     assert rows[("engine", "CUDA-graph decode vs eager, greedy tokens")]["identical"] == 2
+    assert rows[("engine", "fused norm kernels vs eager, greedy tokens")]["identical"] == 2
     assert rows[("decode", "paged_decode_triton, 4 seqs 70-70 tokens, GQA 4:2, hd 16")]["max_abs_err"] < 2 ** -7
     gaps = [rows[("fsdp", f"engine vs trainer |logπ gap|, {t} logits")] for t in ("fp32", "bf16")]
     assert all(g["tokens"] > 0 and g["gap_max"] >= g["gap_mean"] >= 0 for g in gaps)

@@ -1,6 +1,7 @@
 """Tests of rollout.py against independent references: a no-cache greedy decode (full forward at every step),
 teacher-forced logprobs of model.py with a separately written top-k/top-p filter, and a per-token loop over
 block tables for the paged attention kernels. A tiny random fp32 Qwen3 keeps everything fast on a CPU."""
+import copy
 import dataclasses
 import math
 import os
@@ -10,7 +11,7 @@ import pytest
 import torch
 
 import rollout
-from parts import decode_kernels
+from parts import decode_kernels, norm_kernels
 from model import Qwen3, Qwen3Config, save_pretrained
 from rollout import (LLMEngine, SamplingParams, Sequence, cascade_batch, cascade_decode, cascade_workspace_size,
                      inverse_cdf, paged_decode_cpu, paged_decode_reference, paged_decode_triton)
@@ -334,6 +335,25 @@ def test_paged_decode_kernel_equals_reference(block_size, head_dim, group):
                                    expected, atol=1e-5, rtol=1e-5)
 
 
+def test_paged_decode_kernel_tiles_span_blocks_and_splits():
+    """The kernel takes DECODE_TOKENS (64) tokens per iteration, each token's block looked up in the table: contexts
+    shorter than, equal to, one past and longer than a tile, in 1 split (two iterations), 2 (one tile per split,
+    the last partial) and 4 (splits of 2 blocks, shorter than a tile: the tile's end belongs to the next split and
+    must be masked), against the per-token loop."""
+    from parts.decode_kernels import DECODE_TOKENS
+    assert DECODE_TOKENS == 64
+    g = torch.Generator().manual_seed(7)
+    block_size, head_dim, Hkv, group, width = 16, 32, 2, 4, 8
+    k_pool, v_pool = (torch.randn(Hkv, 3 * width, block_size, head_dim, generator=g) for _ in range(2))
+    context_lens = torch.tensor([1, 63, 64, 65, 128], dtype=torch.int32)
+    block_tables = torch.stack([torch.randperm(3 * width, generator=g)[:width] for _ in range(5)]).int()   # scattered
+    q = torch.randn(5, Hkv * group, head_dim, generator=g)
+    expected = paged_attention_by_hand(q, k_pool, v_pool, block_tables, context_lens)
+    for splits in (1, 2, 4):
+        torch.testing.assert_close(paged_decode_triton(q, k_pool, v_pool, block_tables, context_lens, splits),
+                                   expected, atol=1e-5, rtol=1e-5)
+
+
 @pytest.mark.parametrize("block_size,head_dim,group", [(16, 16, 2), (4, 32, 1), (8, 64, 3), (1, 128, 8),
                                                        (16, 256, 5)])
 def test_paged_decode_cpu_kernel_equals_float64_loop(block_size, head_dim, group):
@@ -596,3 +616,33 @@ def test_cuda_graph_decode_equals_the_plain_decode(model, monkeypatch):
     assert got[0][0].token_ids == reference_greedy(model, prompts[0], 9)
     with pytest.raises(ValueError, match=r"cuda_graphs=True\): graphs replay the Triton decode step"):
         LLMEngine(model, max_num_seqs=8, max_model_len=48, cuda_graphs=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_fused_norm_kernels_leave_the_engines_tokens_unchanged(model, dtype):
+    """fused_norms=True runs every RMSNorm, and the q/k norms with RoPE, as parts/norm_kernels.py's Triton kernels
+    (interpreted here), in prefill and decode; with the same roundings as the eager formulas the greedy tokens are
+    the eager engine's and the model's own, and the logprobs agree to the dtype's rounding (bf16: a logit moved by
+    a flipped rounding of a norm moves logπ by at most a few bf16 ulps of the logits, ~0.1 at |z| ~ 10)."""
+    m = model if dtype == torch.float32 else copy.deepcopy(model).to(dtype)
+    prompts = prompts_of([5, 17, 2], seed=11)
+    params = [SamplingParams(temperature=0.0, max_tokens=10), SamplingParams(temperature=0.0, max_tokens=10),
+              SamplingParams(temperature=0.0, max_tokens=10)]
+    calls = []
+    fused = LLMEngine(m, max_num_seqs=8, max_model_len=48, use_triton=True, fused_norms=True)
+    assert fused.cache.fused is norm_kernels
+    original = norm_kernels.norm_rope
+    try:
+        norm_kernels.norm_rope = lambda *a: calls.append(1) or original(*a)
+        got = fused.generate(prompts, params)
+    finally:
+        norm_kernels.norm_rope = original
+    expected = LLMEngine(m, max_num_seqs=8, max_model_len=48, use_triton=True, fused_norms=False).generate(prompts, params)
+    assert len(calls) >= 2 * m.config.num_hidden_layers * 2   # q and k, every layer, prefill and decode
+    tolerance = 1e-4 if dtype == torch.float32 else 0.1
+    for a, b in zip(expected, got):
+        assert a[0].token_ids == b[0].token_ids
+        assert max(abs(p - q) for p, q in zip(a[0].logprobs, b[0].logprobs)) <= tolerance
+    if dtype == torch.float32:
+        assert got[0][0].token_ids == reference_greedy(m, prompts[0], 10)
+    assert LLMEngine(m, max_num_seqs=8, max_model_len=48).cache.fused is None   # a CPU engine: eager by default
