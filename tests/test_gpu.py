@@ -81,16 +81,17 @@ def test_loss_from_hidden_triton_matches_torch():
 @pytest.mark.parametrize("case", workloads.DECODE_CASES[DRY], ids=lambda case: case[0].strip() or "all")
 def test_paged_decode_kernel_matches_the_reference(case):
     """The Triton paged-decode kernel (in place, split contexts) against gather + SDPA on scattered block tables.
-    Both outputs are rounded to bf16 once (u each of the largest), and the kernel rounds each weight p_t to bf16 for
-    its p·V dot (relative u), so its weighted mean of V rows moves by at most u·max|V|; scores and sums in fp32 add
-    only fp32 rounding, far below that."""
+    Both outputs are rounded to bf16 once, and the kernel rounds each weight p_t to bf16 for its p·V dot, so its
+    weighted mean of V rows moves by at most that relative rounding times max|V|; scores and sums in fp32 add only
+    fp32 rounding, far below that. A rounding is relative u to nearest (a GPU, the reference), 2u under Triton's
+    interpreter, whose fp32 -> bf16 cast truncates: u + 2u of the largest output, 2u max|V|."""
     from rollout import paged_decode_reference, paged_decode_triton
     _, b, splits = case
     w = workloads.decode_workload(DRY, DEVICE)
     tables, lens = w.block_tables[:b], w.context_lens[:b]
     expected = paged_decode_reference(w.q[:b], w.k_pool, w.v_pool, tables, lens).float()
     out = paged_decode_triton(w.q[:b], w.k_pool, w.v_pool, tables, lens, splits).float()
-    bound = 2 * U_BF16 * float(expected.abs().max()) + U_BF16 * float(w.v_pool.float().abs().max())
+    bound = 3 * U_BF16 * float(expected.abs().max()) + 2 * U_BF16 * float(w.v_pool.float().abs().max())
     assert float((out - expected).abs().max()) <= bound
 
 
