@@ -51,11 +51,6 @@ class TestResult(NamedTuple):
     reason: str                  # "passed", or why not: "wrong answer on line 2: ...", "timeout after 6s", ...
 
 
-class TestResult(NamedTuple):
-    passed: bool
-    reason: str                  # "passed", or why not: "wrong answer on line 2: ...", "timeout after 6s", ...
-
-
 class BadTests(ValueError):
     """The tests themselves are broken (the data's fault, never the candidate's): validate_tests names test and field."""
 
@@ -505,7 +500,9 @@ def _guarantees(plan: _Plan, cfg: SandboxConfig) -> tuple[list[str], list[str]]:
         enforced += plan.cgroups.guarantees(cfg)
         gaps += plan.cgroups.gaps()
         return enforced, gaps
-    enforced.append(f"memory of the whole test, read every {_POLL_S * 1000:g} ms: the proportional set size of all "
+    enforced.append(f"memory of the whole test, read every {_POLL_S * 1000:g} ms by a watchdog process in a session "
+                    f"of its own (nice {_WATCHDOG_NICE} where permitted, so a busy trainer does not delay the reads; "
+                    "the trainer reads it itself if that process cannot run): the proportional set size of all "
                     "its processes (shared and copy-on-write pages counted once), memfd files they hold and, in "
                     f"namespaces, its /tmp and /dev/shm; the test is killed above {cfg.memory_mb} MB; System V "
                     f"shared memory is capped at a quarter of that; each process's address space at "
@@ -845,11 +842,16 @@ def _run_in_sandbox(plan: _Plan, cfg: SandboxConfig, program: str, test: dict, c
                 os.close(fd)
             theirs = []
             stdin_fd = ours.pop(0)  # _communicate closes it
+            # without a memory cgroup, the watchdog process reads the test's memory (and kills it above the limit)
+            watched = not cgroup and _WATCHDOG.watch(proc.pid, cfg.memory_mb << 20, bool(plan.launcher))
             try:
                 out, err, status = _communicate(proc, stdin_fd, out_read, err_read,
                                                 test["input"].encode("utf-8", "replace"), cfg,
                                                 _Meter(proc, cfg, cgroup, bool(plan.launcher)))
             finally:
+                # forgotten before _stop reaps the launcher: its pid cannot be reused while it is watched
+                if watched and _WATCHDOG.forget(proc.pid):
+                    status = "memory"
                 _stop(proc, bool(plan.launcher))
     finally:
         for fd in ours + theirs:
@@ -861,7 +863,8 @@ def _run_in_sandbox(plan: _Plan, cfg: SandboxConfig, program: str, test: dict, c
 
 class _Meter:
     """What a running test has used: CPU time of all its processes (its cgroup's, or summed from /proc), and
-    without cgroups its memory (_tree_usage, plus its tmpfs mounts). over() says which limit it passed, if any."""
+    without cgroups its memory (_test_memory) when the watchdog process is not there to read it. over() says which
+    limit it passed, if any."""
 
     def __init__(self, proc: subprocess.Popen, cfg: SandboxConfig, cgroup: "_TestCgroup | None", isolated: bool):
         self.proc, self.cfg, self.cgroup, self.isolated = proc, cfg, cgroup, isolated
@@ -873,6 +876,8 @@ class _Meter:
             cpu = self.cgroup.cpu_seconds()
             cpu = _tree_usage(self.proc.pid)[0] if cpu is None else cpu
             return "timeout" if cpu > self.cfg.timeout_s else None
+        if _WATCHDOG.alive():  # it reads the memory; the CPU time is read here
+            return "timeout" if _tree_usage(self.proc.pid, memory=False)[0] > self.cfg.timeout_s else None
         cpu, memory = _tree_usage(self.proc.pid)
         if self.isolated:
             memory += sum(map(_tmpfs_usage, _children(self.proc.pid)))
@@ -943,21 +948,30 @@ def _stop(proc: subprocess.Popen, isolated: bool):
     """Kill what is left of a test and wait until none of its processes is left. Namespaces: the pid namespace
     dies with its init, and the launcher exits only once the kernel has reaped the whole namespace (killing the
     launcher first would return while the namespace is still dying)."""
+    _kill_test(proc.pid, isolated)
     if isolated:
-        for init in _children(proc.pid):
-            try:
-                os.kill(init, signal.SIGKILL)
-            except OSError:
-                pass
         try:
             proc.wait(timeout=_TEARDOWN_S)
         except subprocess.TimeoutExpired:
             pass
+        _kill_test(proc.pid, False)  # what is left of the launcher
+    proc.wait()
+
+
+def _kill_test(pid: int, isolated: bool):
+    """SIGKILL a test started as process `pid`: in namespaces its pid namespace's init (the kernel then kills the
+    whole namespace), otherwise its process group (the session it started)."""
+    if isolated:
+        for init in _children(pid):
+            try:
+                os.kill(init, signal.SIGKILL)
+            except OSError:
+                pass
+        return
     try:
-        os.killpg(proc.pid, signal.SIGKILL)  # the whole session (plain mode), what is left of the launcher
+        os.killpg(pid, signal.SIGKILL)
     except OSError:
         pass
-    proc.wait()
 
 
 def _crash_reason(returncode: int, via_shell: bool, stderr) -> str:
@@ -1005,30 +1019,36 @@ def _has_exited(proc: subprocess.Popen) -> bool:
         return True
 
 
-def _tree_usage(pid: int) -> tuple[float, int]:
+def _test_memory(pid: int, isolated: bool) -> int:
+    """Bytes a test started as process `pid` holds: _tree_usage's, plus in namespaces its /tmp and /dev/shm."""
+    return _tree_usage(pid)[1] + (sum(map(_tmpfs_usage, _children(pid))) if isolated else 0)
+
+
+def _tree_usage(pid: int, memory: bool = True) -> tuple[float, int]:
     """(CPU seconds, memory bytes) of process `pid` and its descendants, from /proc: user + system time, with that of
     their reaped children; proportional set size (a page that n processes map counts 1/n to each, so shared and
-    copy-on-write pages count once) plus the memfd files they hold open, each file once."""
-    ticks, memory, files, pending = 0, 0, set(), [pid]
+    copy-on-write pages count once) plus the memfd files they hold open, each file once (0 if not `memory`)."""
+    ticks, used, files, pending = 0, 0, set(), [pid]
     while pending:
         pid = pending.pop()
         try:
             with open(f"/proc/{pid}/stat", "rb") as file:
                 ticks += sum(map(int, file.read().rsplit(b")", 1)[1].split()[11:15]))  # utime stime cutime cstime
-            with open(f"/proc/{pid}/smaps_rollup", "rb") as file:
-                memory += next((int(line.split()[1]) << 10 for line in file if line.startswith(b"Pss:")), 0)
-            for fd in os.scandir(f"/proc/{pid}/fd"):
-                if os.readlink(fd.path).startswith("/memfd:"):
-                    stat = os.stat(fd.path)
-                    if (stat.st_dev, stat.st_ino) not in files:
-                        files.add((stat.st_dev, stat.st_ino))
-                        memory += stat.st_blocks * 512
+            if memory:
+                with open(f"/proc/{pid}/smaps_rollup", "rb") as file:
+                    used += next((int(line.split()[1]) << 10 for line in file if line.startswith(b"Pss:")), 0)
+                for fd in os.scandir(f"/proc/{pid}/fd"):
+                    if os.readlink(fd.path).startswith("/memfd:"):
+                        stat = os.stat(fd.path)
+                        if (stat.st_dev, stat.st_ino) not in files:
+                            files.add((stat.st_dev, stat.st_ino))
+                            used += stat.st_blocks * 512
             for task in os.listdir(f"/proc/{pid}/task"):  # a child is listed under the thread that forked it
                 with open(f"/proc/{pid}/task/{task}/children", "rb") as file:
                     pending += map(int, file.read().split())
         except (OSError, ValueError):
             continue  # it exited meanwhile
-    return ticks / _TICKS, memory
+    return ticks / _TICKS, used
 
 
 def _tmpfs_usage(init: int) -> int:
@@ -1043,6 +1063,130 @@ def _tmpfs_usage(init: int) -> int:
         except OSError:
             pass
     return used
+
+# ----------------------------------------------------------------------------- code: the memory watchdog
+# Without a memory cgroup nothing in the kernel bounds a test's processes together: their memory is read from /proc
+# every _POLL_S and the test is killed above its limit. How much a test overshoots is what it allocates between two
+# reads, so the reads must come on time even when the trainer is busy: its own threads (rollouts, the optimizer)
+# and whatever else runs in its session share its CPU, and a thread of the trainer was measured to fall behind
+# while a 10-process attack filled memory. The reads therefore run in a small process of their own: a session of
+# its own (the scheduler's autogroups share the CPU between sessions first) at nice -10 where that is permitted.
+
+_WATCHDOG_NICE = -10
+_WATCHDOG_REPLY_S = 10.0  # a watchdog that does not answer within this is killed and replaced by the trainer's reads
+
+
+def _watchdog_main():
+    """The watchdog process (`python sandbox.py --memory-watchdog`): reads requests on stdin, one line each,
+    `watch PID LIMIT_BYTES ISOLATED` and `forget PID`, and answers each with one line (`ok`; for forget `1` if it
+    killed that test, else `0`); every _POLL_S it reads the memory of each test it watches and kills one above its
+    limit as _stop would. Exits when stdin closes (the trainer is gone)."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, 0, _WATCHDOG_NICE)
+        with open("/proc/self/autogroup", "w") as file:  # the session's weight among sessions
+            file.write(str(_WATCHDOG_NICE))
+    except OSError:
+        pass  # not permitted: it keeps nice 0, in a session of its own
+    os.write(1, b"ready %d\n" % os.getpriority(os.PRIO_PROCESS, 0))
+    watched, pending, next_check = {}, b"", time.monotonic()  # watched: pid -> [limit, isolated, killed]
+    with selectors.DefaultSelector() as selector:
+        selector.register(0, selectors.EVENT_READ)
+        while True:
+            if selector.select(max(0.0, next_check - time.monotonic())):
+                chunk = os.read(0, 1 << 16)
+                if not chunk:
+                    return
+                *lines, pending = (pending + chunk).split(b"\n")
+                for line in lines:
+                    verb, pid, *rest = line.split()
+                    if verb == b"watch":
+                        watched[int(pid)] = [int(rest[0]), rest[1] == b"1", False]
+                        os.write(1, b"ok\n")
+                    else:
+                        entry = watched.pop(int(pid), None)
+                        os.write(1, b"1\n" if entry and entry[2] else b"0\n")
+            if time.monotonic() >= next_check:
+                next_check = time.monotonic() + _POLL_S
+                for pid, entry in watched.items():
+                    if not entry[2] and _test_memory(pid, entry[1]) > entry[0]:
+                        _kill_test(pid, entry[1])
+                        entry[2] = True
+
+
+class _Watchdog:
+    """The trainer's side of the watchdog process, started at the first test without a memory cgroup (and again
+    in a forked child, or after it died). watch() after a test starts; forget() -> whether the watchdog killed it,
+    before the test is reaped. Where the process cannot start or stops answering, watch() says False and the
+    trainer reads the memory itself (_Meter)."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.proc, self.owner, self.nice, self.pending = None, None, None, b""
+
+    def alive(self) -> bool:
+        proc = self.proc
+        return proc is not None and self.owner == os.getpid() and proc.poll() is None
+
+    def watch(self, pid: int, limit: int, isolated: bool) -> bool:
+        with self.lock:
+            if not self.alive() and not self._start():
+                return False
+            return self._ask(b"watch %d %d %d\n" % (pid, limit, isolated)) == b"ok"
+
+    def forget(self, pid: int) -> bool:
+        with self.lock:
+            return self.alive() and self._ask(b"forget %d\n" % pid) == b"1"
+
+    def _start(self) -> bool:
+        self._close()
+        try:
+            self.proc = subprocess.Popen([sys.executable, "-I", "-S", os.path.abspath(__file__), "--memory-watchdog"],
+                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True)
+        except (OSError, ValueError):  # no usable interpreter path (an embedded Python)
+            return False
+        self.owner, self.pending = os.getpid(), b""
+        ready = self._reply()
+        if not ready.startswith(b"ready "):
+            self._close()
+            return False
+        self.nice = int(ready.split()[1])
+        return True
+
+    def _ask(self, request: bytes) -> bytes:
+        try:
+            os.write(self.proc.stdin.fileno(), request)
+        except OSError:
+            self._close()
+            return b""
+        return self._reply()
+
+    def _reply(self) -> bytes:
+        """One line from the watchdog, or b"" (and the watchdog closed) if it ends or does not answer in time."""
+        fd, deadline = self.proc.stdout.fileno(), time.monotonic() + _WATCHDOG_REPLY_S
+        with selectors.DefaultSelector() as selector:
+            selector.register(fd, selectors.EVENT_READ)
+            while b"\n" not in self.pending:
+                left = deadline - time.monotonic()
+                chunk = os.read(fd, 4096) if left > 0 and selector.select(left) else b""
+                if not chunk:
+                    self._close()
+                    return b""
+                self.pending += chunk
+        line, self.pending = self.pending.split(b"\n", 1)
+        return line
+
+    def _close(self):
+        proc, self.proc = self.proc, None
+        if proc is None or self.owner != os.getpid():
+            return  # a forked child leaves its parent's watchdog alone
+        proc.kill()
+        proc.stdin.close()
+        proc.stdout.close()
+        proc.wait()
+
+
+_WATCHDOG = _Watchdog()
+atexit.register(_WATCHDOG._close)
 
 
 # ----------------------------------------------------------------------------- code: comparing outputs
@@ -1125,7 +1269,9 @@ def _same_numbers(got_line: str, expected_line: str) -> bool:
 
 # ----------------------------------------------------------------------------- self-check
 
-if __name__ == "__main__":   # what the sandbox enforces on this machine, and two programs judged
+if __name__ == "__main__" and sys.argv[1:] == ["--memory-watchdog"]:  # started by _Watchdog
+    _watchdog_main()
+elif __name__ == "__main__":   # what the sandbox enforces on this machine, and two programs judged
     print(json.dumps(sandbox_info(), indent=2))
     tests = [{"input": "1 2\n", "output": "3"}, {"input": "5 7\n", "output": "12"}]
     for name, program in [("honest", "print(sum(map(int, input().split())))"), ("sys.exit(0) cheat", "import sys; sys.exit(0)")]:

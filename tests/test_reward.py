@@ -17,6 +17,7 @@ import decimal
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -657,6 +658,64 @@ def test_memory_limit_holds_for_the_test_as_a_whole(namespaced):
     assert value == 0.0 and "memory limit" in results[0].reason, results
     assert time.monotonic() - start < config.timeout_s + SLACK_S
     assert_no_leftovers()
+
+
+# 600 MB written at once, above FAST's 256 MB, and held for 2 s: long enough for a fallback that starts late
+MEMORY_BOMB = "import time\nblock = bytearray(600 << 20)\ntime.sleep(2)\nprint('done')"
+
+
+def test_without_a_cgroup_a_watchdog_process_of_its_own_reads_the_memory(namespaced):
+    """cgroup="off": the test's memory is read by a watchdog process in a session of its own (so the trainer's
+    busy session does not delay it), at nice -10 where permitted (root); the trainer's reads take over when that
+    process dies or cannot start, and a watchdog that stops answering is replaced."""
+    config = dataclasses.replace(FAST, cgroup="off")
+    bomb = [{"input": "", "output": "done"}]
+    assert "memory limit" in run_tests(MEMORY_BOMB, bomb, config)[0].reason
+    watchdog = sandbox._WATCHDOG.proc
+    assert sandbox._WATCHDOG.alive() and os.getsid(watchdog.pid) == watchdog.pid != os.getsid(0)
+    assert sandbox._WATCHDOG.nice == (sandbox._WATCHDOG_NICE if os.geteuid() == 0 else os.nice(0))
+    assert run_tests("print(sum(map(int, input().split())))", ADD, config)[0].passed
+
+    watchdog.kill()  # dead: restarted at the next test
+    watchdog.wait()
+    assert "memory limit" in run_tests(MEMORY_BOMB, bomb, config)[0].reason
+    assert sandbox._WATCHDOG.alive() and sandbox._WATCHDOG.proc.pid != watchdog.pid
+
+    os.kill(sandbox._WATCHDOG.proc.pid, signal.SIGSTOP)  # not answering: killed, and the trainer reads
+    stopped = sandbox._WATCHDOG.proc
+    real, sandbox._WATCHDOG_REPLY_S = sandbox._WATCHDOG_REPLY_S, 0.5
+    try:
+        assert "memory limit" in run_tests(MEMORY_BOMB, bomb, config)[0].reason
+    finally:
+        sandbox._WATCHDOG_REPLY_S = real
+    assert stopped.poll() is not None
+
+    unable = sandbox._Watchdog()  # cannot start at all: no interpreter where sys.executable says
+    executable, sys.executable = sys.executable, "/nonexistent/python"
+    try:
+        assert unable.watch(os.getpid(), 1 << 30, False) is False and not unable.alive()
+    finally:
+        sys.executable = executable
+    assert_no_leftovers()
+
+
+def test_the_watchdog_kills_what_it_watches_above_the_limit_and_says_so():
+    """The watchdog protocol on its own: a process tree holding 64 MB is killed under a 32 MB limit (forget -> it
+    killed it), one under a 1 GB limit is left alone."""
+    watchdog = sandbox._Watchdog()
+    holder = "import time\nblock = bytearray(64 << 20)\ntime.sleep(30)"
+    procs = [subprocess.Popen([sys.executable, "-c", holder], start_new_session=True) for _ in range(2)]
+    try:
+        time.sleep(0.5)  # ~20 ms to start; generous for a loaded machine
+        assert watchdog.watch(procs[0].pid, 32 << 20, False) and watchdog.watch(procs[1].pid, 1 << 30, False)
+        assert procs[0].wait(timeout=30) == -signal.SIGKILL
+        assert watchdog.forget(procs[0].pid) is True and watchdog.forget(procs[1].pid) is False
+        assert procs[1].poll() is None
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+        watchdog._close()
 
 
 def test_one_test_cannot_starve_another_of_processes(namespaced):
