@@ -1,4 +1,4 @@
-"""The toy diagnosis and the curve summary (experiments/), on hand-made samples and logs."""
+"""The toy diagnoses (sums, Countdown) and the curve summary (experiments/), on hand-made samples and logs."""
 import json
 import os
 import sys
@@ -7,6 +7,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "experiments"))
 sys.path.insert(0, ROOT)
 
+import countdown_diagnose  # noqa: E402
 import plot_train  # noqa: E402
 import toy_diagnose  # noqa: E402
 
@@ -26,6 +27,27 @@ def test_classify_each_bucket_on_hand_written_samples():
     assert toy_diagnose.classify(57, 68, sample(["7+8=15", "5+6+1=12"], 124)) == "format"      # a malformed line
     # a right boxed answer counts as right even if the trace is odd: the reward only reads the answer
     assert toy_diagnose.classify(57, 68, sample(["7+8+0=16"], 125)) == "right"
+
+
+def test_countdown_classify_each_bucket_on_hand_written_samples():
+    nums, target = [12, 3, 5], 41
+    def c(lines, answer):
+        return countdown_diagnose.classify(sample(lines, answer), nums, target)
+    assert c(["12+5=17*3=51 vs 41 no", "12*3=36+5=41 vs 41 yes"], "(12*3)+5") == ("right", 2)
+    assert c(["12+5=17*3=51 vs 41 no", "12-5=7*3=21 vs 41 no"], "(12-5)*3") == ("gave_up", 2)
+    assert c(["12+5=17*3=52 vs 41 no"], "(12+5)*3") == ("arithmetic", 1)           # 17*3 is 51
+    assert c(["12/5=2*3=6 vs 41 no"], "(12/5)*3") == ("arithmetic", 1)             # not the teacher's exact division
+    assert c(["12+5=17*4=68 vs 41 no"], "(12+5)*4") == ("numbers", 1)              # 4 is not given
+    assert c(["12+5=17 vs 41 no"], "12+5") == ("numbers", 1)                       # 3 is not used
+    assert c(["12+5=17*3=51 vs 41 yes"], "(12+5)*3") == ("false_yes", 1)           # 51 is not 41
+    assert c(["12*3=36+5=41 vs 41 no", "12+5=17*3=51 vs 41 no"], "(12+5)*3") == ("false_yes", 2)  # 41 said no
+    assert c(["12*3=36+5=41 vs 41 yes"], "(12*3)-5") == ("answer", 1)              # found, then boxed wrong
+    assert c(["12+5=17*3=51 vs 41 no", "12*3=36+"], "(12*3)+5") == ("right", 1)    # the reward reads the answer only
+    assert c(["12+5=17*3=51 vs 41 no", "12*3=36+"], "(12*3)-5")[0] == "format"     # a cut line
+    assert countdown_diagnose.classify("<think>\n12+5=17*3=51 vs 41 no\n", nums, target)[0] == "format"  # cut off
+    # ties: a repeated number must be used as often as it is given
+    assert countdown_diagnose.classify(sample(["3+3=6*5=30 vs 30 yes"], "(3+3)*5"), [3, 3, 5], 30)[0] == "right"
+    assert countdown_diagnose.classify(sample(["5+3=8*5=40 vs 30 no"], "(5+3)*5"), [3, 3, 5], 30)[0] == "numbers"
 
 
 def test_summary_first_step_last_five_and_held_out(tmp_path):
