@@ -2,8 +2,9 @@
 
 Every RL run is `gppo.py` from the SAME toy SFT model (distill.py's recipe, sft.py as train.sh runs it); the runs of
 an arm differ in one option and in the seed (prompt order, sampling). Per run, every eval_every steps on the same
-held-out 4-number problems: greedy accuracy, Avg@k and pass@k of k samples at T = 1 (gppo.py --eval_k); per step:
-on-policy accuracy, entropy (mean, and on the clipped tokens), clip fractions, approx KL. The protocol (arms, seeds,
+held-out 4-number problems (3-number ones with --gppo_args=--toy_numbers=3): greedy accuracy, Avg@k and pass@k of k
+samples at T = 1 (gppo.py --eval_k); per step: on-policy accuracy, entropy (mean, and on the clipped tokens), clip
+fractions, approx KL. The protocol (arms, seeds,
 steps, the one metric per claim, the verdict rule) is VERDICTS below and benchmarks/RESULTS.md, committed before the
 runs. Arms:
   loss     GPPO vs GRPO with Clip-Higher vs CISPO at 8 updates per rollout batch   [Fig. 2: GPPO ends highest]
@@ -38,7 +39,10 @@ from parts.cli import parse_config  # noqa: E402
 
 from gppo import GPPOConfig  # noqa: E402
 
-GPPO_HELD_OUT = f"{GPPOConfig.toy_numbers}-number"   # gppo.py's toy RL prompts and held-out problems
+def held_out_kind(gppo_args: str) -> str:
+    """'3-number' or '4-number': the toy RL prompts and held-out problems of gppo.py, as --gppo_args sets them."""
+    given = [a.split("=", 1)[1] for a in shlex.split(gppo_args) if a.startswith("--toy_numbers=")]
+    return f"{given[-1] if given else GPPOConfig.toy_numbers}-number"
 
 # arm -> (title with the paper's claim, [(variant label, run name)]); run name -> gppo.py options
 ARMS = {"loss": ("GPPO vs GRPO (Clip-Higher) vs CISPO at 8 updates per batch — paper Fig. 2: GPPO ends highest",
@@ -384,7 +388,7 @@ def report(cfg, wall_minutes):
     md = [f"# Countdown ablations: {cfg.seeds} seed(s), {cfg.steps} RL steps of {cfg.prompts_per_step} prompts x "
           f"{cfg.group_size} samples, {cfg.prompts_per_step // cfg.mini_batch_prompts} updates per step unless "
           f"labelled, lr {cfg.lr:g}",
-          f"Mean ± std over seeds. Held-out: {cfg.eval_problems} {GPPO_HELD_OUT} problems per eval, greedy and "
+          f"Mean ± std over seeds. Held-out: {cfg.eval_problems} {held_out_kind(cfg.gppo_args)} problems per eval, greedy and "
           f"Avg@{cfg.rl_eval_k} / pass@{cfg.rl_eval_k} at T = 1. Wall time: {sum(wall_minutes):.0f} min in "
           f"{len(wall_minutes)} invocation(s). Command: `{shlex.join(sys.argv)}`"]
     out, plots, sweep, verdicts = dict(config=asdict(cfg), wall_minutes=wall_minutes, arms={}), {}, [], {}
