@@ -67,7 +67,8 @@ def targets(table: dict, k: int, rl_numbers: int) -> dict:
 
 def main(cfg: CalibrateConfig):
     if cfg.rl_numbers not in (3, 4):
-        raise SystemExit(f"countdown_calibrate.py: --rl_numbers must be 3 or 4 (the held-out sets), got {cfg.rl_numbers}")
+        raise SystemExit(f"countdown_calibrate.py: --rl_numbers must be 3 or 4 (the held-out sets), "
+                         f"got {cfg.rl_numbers}")
     model = cfg.sft_dir
     if not model:
         stage(["distill.py", "--toy=true", f"--out_dir={cfg.out_dir}/distill"], 1)

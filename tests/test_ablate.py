@@ -201,4 +201,5 @@ def test_scheduler_runs_in_dependency_order_skips_dependents_of_failures_and_res
 def test_held_out_kind_follows_gppo_args():
     assert ablate.held_out_kind("") == f"{ablate.GPPOConfig.toy_numbers}-number"
     assert ablate.held_out_kind("--toy_numbers=3") == "3-number"
-    assert ablate.held_out_kind("--lr=1e-5 --toy_numbers=4 --toy_numbers=3") == "3-number"   # the last wins, as parts/cli.py reads it
+    # the last one wins, as parts/cli.py reads it
+    assert ablate.held_out_kind("--lr=1e-5 --toy_numbers=4 --toy_numbers=3") == "3-number"
