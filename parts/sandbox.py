@@ -842,17 +842,22 @@ def _run_in_sandbox(plan: _Plan, cfg: SandboxConfig, program: str, test: dict, c
                 os.close(fd)
             theirs = []
             stdin_fd = ours.pop(0)  # _communicate closes it
-            # without a memory cgroup, the watchdog process reads the test's memory (and kills it above the limit)
-            watched = not cgroup and _WATCHDOG.watch(proc.pid, cfg.memory_mb << 20, bool(plan.launcher))
+            watcher = None
             try:
+                # without a memory cgroup, the watchdog process reads the test's memory (and kills it above the
+                # limit); watcher is the one that accepted this test, None if none did
+                watcher = None if cgroup else _WATCHDOG.watch(proc.pid, cfg.memory_mb << 20, bool(plan.launcher))
                 out, err, status = _communicate(proc, stdin_fd, out_read, err_read,
                                                 test["input"].encode("utf-8", "replace"), cfg,
-                                                _Meter(proc, cfg, cgroup, bool(plan.launcher)))
+                                                _Meter(proc, cfg, cgroup, bool(plan.launcher), watcher))
             finally:
-                # forgotten before _stop reaps the launcher: its pid cannot be reused while it is watched
-                if watched and _WATCHDOG.forget(proc.pid):
-                    status = "memory"
-                _stop(proc, bool(plan.launcher))
+                try:
+                    # forgotten before _stop reaps the launcher: in plain mode its pid cannot be reused while it
+                    # is watched
+                    if watcher is not None and _WATCHDOG.forget(proc.pid, watcher):
+                        status = "memory"
+                finally:
+                    _stop(proc, bool(plan.launcher))
     finally:
         for fd in ours + theirs:
             os.close(fd)
@@ -863,11 +868,13 @@ def _run_in_sandbox(plan: _Plan, cfg: SandboxConfig, program: str, test: dict, c
 
 class _Meter:
     """What a running test has used: CPU time of all its processes (its cgroup's, or summed from /proc), and
-    without cgroups its memory (_test_memory) when the watchdog process is not there to read it. over() says which
+    without cgroups its memory (_test_memory) unless the watchdog process that accepted this test (watcher) is
+    still the one running: a replacement started for another test does not know this one. over() says which
     limit it passed, if any."""
 
-    def __init__(self, proc: subprocess.Popen, cfg: SandboxConfig, cgroup: "_TestCgroup | None", isolated: bool):
-        self.proc, self.cfg, self.cgroup, self.isolated = proc, cfg, cgroup, isolated
+    def __init__(self, proc: subprocess.Popen, cfg: SandboxConfig, cgroup: "_TestCgroup | None", isolated: bool,
+                 watcher: "subprocess.Popen | None" = None):
+        self.proc, self.cfg, self.cgroup, self.isolated, self.watcher = proc, cfg, cgroup, isolated, watcher
 
     def over(self) -> str | None:
         if self.cgroup:  # the kernel counts its memory, and its CPU time where there is a cpuacct (or v2) cgroup
@@ -876,7 +883,7 @@ class _Meter:
             cpu = self.cgroup.cpu_seconds()
             cpu = _tree_usage(self.proc.pid)[0] if cpu is None else cpu
             return "timeout" if cpu > self.cfg.timeout_s else None
-        if _WATCHDOG.alive():  # it reads the memory; the CPU time is read here
+        if _WATCHDOG.serves(self.watcher):  # it reads the memory; the CPU time is read here
             return "timeout" if _tree_usage(self.proc.pid, memory=False)[0] > self.cfg.timeout_s else None
         cpu, memory = _tree_usage(self.proc.pid)
         if self.isolated:
@@ -1115,9 +1122,10 @@ def _watchdog_main():
 
 class _Watchdog:
     """The trainer's side of the watchdog process, started at the first test without a memory cgroup (and again
-    in a forked child, or after it died). watch() after a test starts; forget() -> whether the watchdog killed it,
-    before the test is reaped. Where the process cannot start or stops answering, watch() says False and the
-    trainer reads the memory itself (_Meter)."""
+    in a forked child, or after it died). watch() after a test starts -> the watchdog process that accepted it;
+    forget() -> whether that one killed it, before the test is reaped. Where the process cannot start or stops
+    answering, watch() says None and the trainer reads the memory itself (_Meter), as it does for every test
+    whose watchdog has died or been replaced since (serves())."""
 
     def __init__(self):
         self.lock = threading.Lock()
@@ -1127,14 +1135,22 @@ class _Watchdog:
         proc = self.proc
         return proc is not None and self.owner == os.getpid() and proc.poll() is None
 
-    def watch(self, pid: int, limit: int, isolated: bool) -> bool:
+    def serves(self, watcher: "subprocess.Popen | None") -> bool:
+        """Is `watcher` (what watch() returned) still the running watchdog, so that it reads that test's memory?"""
+        return watcher is not None and watcher is self.proc and self.alive()
+
+    def watch(self, pid: int, limit: int, isolated: bool) -> "subprocess.Popen | None":
         with self.lock:
             if not self.alive() and not self._start():
-                return False
-            return self._ask(b"watch %d %d %d\n" % (pid, limit, isolated)) == b"ok"
+                return None
+            proc = self.proc
+            return proc if self._ask(b"watch %d %d %d\n" % (pid, limit, isolated)) == b"ok" else None
 
-    def forget(self, pid: int) -> bool:
+    def forget(self, pid: int, watcher: "subprocess.Popen | None" = None) -> bool:
+        """Whether the watchdog killed test `pid`; False if `watcher` (watch()'s answer, if given) is gone."""
         with self.lock:
+            if watcher is not None and watcher is not self.proc:
+                return False
             return self.alive() and self._ask(b"forget %d\n" % pid) == b"1"
 
     def _start(self) -> bool:
@@ -1142,7 +1158,7 @@ class _Watchdog:
         try:
             self.proc = subprocess.Popen([sys.executable, "-I", "-S", os.path.abspath(__file__), "--memory-watchdog"],
                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True)
-        except (OSError, ValueError):  # no usable interpreter path (an embedded Python)
+        except (OSError, ValueError, TypeError):  # no usable interpreter path (an embedded Python: None)
             return False
         self.owner, self.pending = os.getpid(), b""
         ready = self._reply()
@@ -1158,7 +1174,11 @@ class _Watchdog:
         except OSError:
             self._close()
             return b""
-        return self._reply()
+        try:
+            return self._reply()
+        except BaseException:  # interrupted mid-reply (Ctrl-C): an unread answer would pair with the next request
+            self._close()
+            raise
 
     def _reply(self) -> bytes:
         """One line from the watchdog, or b"" (and the watchdog closed) if it ends or does not answer in time."""

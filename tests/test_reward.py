@@ -22,6 +22,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -693,9 +694,32 @@ def test_without_a_cgroup_a_watchdog_process_of_its_own_reads_the_memory(namespa
     unable = sandbox._Watchdog()  # cannot start at all: no interpreter where sys.executable says
     executable, sys.executable = sys.executable, "/nonexistent/python"
     try:
-        assert unable.watch(os.getpid(), 1 << 30, False) is False and not unable.alive()
+        assert unable.watch(os.getpid(), 1 << 30, False) is None and not unable.alive()
     finally:
         sys.executable = executable
+    assert_no_leftovers()
+
+
+def test_a_test_whose_watchdog_was_replaced_during_it_is_read_by_the_trainer(namespaced):
+    """The watchdog dies while a test runs, and another test starts its replacement, which does not know the
+    first: the first test's memory is read by the trainer from then on. The bomb allocates 3 s after it starts;
+    if the replacement came later than that, the trainer read it anyway (a dead watchdog), so load cannot fail
+    this test, only keep it from catching the bug."""
+    config = dataclasses.replace(FAST, cgroup="off", wall_timeout_s=30)
+    late_bomb = "import time\ntime.sleep(3)\nblock = bytearray(600 << 20)\ntime.sleep(2)\nprint('done')"
+    assert run_tests("print(sum(map(int, input().split())))", ADD, config)[0].passed   # a watchdog is running
+    first = sandbox._WATCHDOG.proc
+    result = []
+    thread = threading.Thread(target=lambda: result.extend(run_tests(late_bomb, [{"input": "", "output": "done"}],
+                                                                     config)))
+    thread.start()
+    time.sleep(1.0)  # the bomb's test is watched by `first` by now (if not yet, it starts its own: still a pass)
+    first.kill()
+    first.wait()
+    assert run_tests("print(sum(map(int, input().split())))", ADD, config)[0].passed   # starts the replacement
+    assert sandbox._WATCHDOG.alive() and sandbox._WATCHDOG.proc is not first
+    thread.join(timeout=60)
+    assert not thread.is_alive() and "memory limit" in result[0].reason, result
     assert_no_leftovers()
 
 
