@@ -127,7 +127,9 @@ def spin():
         pass
 for _ in range(busy):  # a busy trainer: threads that hold its GIL, processes that share its session's CPU
     threading.Thread(target=spin, daemon=True).start()
-neighbours = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(busy)]
+# they spin while the trainer lives: one that dies mid-attack (the failure measured here) leaves none behind
+spinner = f"import os\\nwhile os.getppid() == {os.getpid()}:\\n    pass"
+neighbours = [subprocess.Popen([sys.executable, "-c", spinner]) for _ in range(busy)]
 known = {field.name for field in dataclasses.fields(reward.SandboxConfig)}
 def read(name):
     with open(os.path.join(bound, name)) as file:
