@@ -1086,8 +1086,9 @@ _WATCHDOG_REPLY_S = 10.0  # a watchdog that does not answer within this is kille
 def _watchdog_main():
     """The watchdog process (`python sandbox.py --memory-watchdog`): reads requests on stdin, one line each,
     `watch PID LIMIT_BYTES ISOLATED` and `forget PID`, and answers each with one line (`ok`; for forget `1` if it
-    killed that test, else `0`); every _POLL_S it reads the memory of each test it watches and kills one above its
-    limit as _stop would. Exits when stdin closes (the trainer is gone)."""
+    killed that test, else `0`); every _POLL_S it reads the memory of each test it watches and sends SIGKILL to one
+    above its limit (its process group, or its pid namespace's init; the trainer's _stop reaps it). Exits when stdin
+    closes (the trainer is gone). A watchdog that is stopped, not dead, is noticed only at the next request."""
     try:
         os.setpriority(os.PRIO_PROCESS, 0, _WATCHDOG_NICE)
         with open("/proc/self/autogroup", "w") as file:  # the session's weight among sessions
