@@ -1137,8 +1137,9 @@ class _Watchdog:
         return proc is not None and self.owner == os.getpid() and proc.poll() is None
 
     def serves(self, watcher: "subprocess.Popen | None") -> bool:
-        """Is `watcher` (what watch() returned) still the running watchdog, so that it reads that test's memory?"""
-        return watcher is not None and watcher is self.proc and self.alive()
+        """Is `watcher` (what watch() returned) still the running watchdog, so that it reads that test's memory?
+        Not if it died, was replaced, or is stopped (SIGSTOP: alive, but reading nothing)."""
+        return watcher is not None and watcher is self.proc and self.alive() and not _stopped(watcher.pid)
 
     def watch(self, pid: int, limit: int, isolated: bool) -> "subprocess.Popen | None":
         with self.lock:
@@ -1204,6 +1205,15 @@ class _Watchdog:
         proc.stdin.close()
         proc.stdout.close()
         proc.wait()
+
+
+def _stopped(pid: int) -> bool:
+    """Is process `pid` stopped (state T, or t: traced)? A process that is gone counts as stopped."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as file:
+            return file.read().rsplit(b")", 1)[1].split()[0] in (b"T", b"t")
+    except (OSError, IndexError):
+        return True
 
 
 _WATCHDOG = _Watchdog()

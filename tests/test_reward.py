@@ -697,6 +697,7 @@ def test_without_a_cgroup_a_watchdog_process_of_its_own_reads_the_memory(namespa
         assert unable.watch(os.getpid(), 1 << 30, False) is None and not unable.alive()
     finally:
         sys.executable = executable
+        unable._close()
     assert_no_leftovers()
 
 
@@ -720,6 +721,30 @@ def test_a_test_whose_watchdog_was_replaced_during_it_is_read_by_the_trainer(nam
     assert sandbox._WATCHDOG.alive() and sandbox._WATCHDOG.proc is not first
     thread.join(timeout=60)
     assert not thread.is_alive() and "memory limit" in result[0].reason, result
+    assert_no_leftovers()
+
+
+def test_a_test_whose_watchdog_is_stopped_during_it_is_read_by_the_trainer(namespaced):
+    """The watchdog is stopped (alive, reading nothing) while a test runs: the trainer reads that test's memory
+    from the next poll on, and the stopped watchdog is replaced at the next request. As above, load can only keep
+    this test from catching the bug (the bomb allocates 3 s after it starts), never fail it."""
+    config = dataclasses.replace(FAST, cgroup="off", wall_timeout_s=30)
+    late_bomb = "import time\ntime.sleep(3)\nblock = bytearray(600 << 20)\ntime.sleep(2)\nprint('done')"
+    assert run_tests("print(sum(map(int, input().split())))", ADD, config)[0].passed   # a watchdog is running
+    watchdog = sandbox._WATCHDOG.proc
+    result = []
+    real, sandbox._WATCHDOG_REPLY_S = sandbox._WATCHDOG_REPLY_S, 0.5   # the stopped one's forget() times out
+    try:
+        thread = threading.Thread(target=lambda: result.extend(
+            run_tests(late_bomb, [{"input": "", "output": "done"}], config)))
+        thread.start()
+        time.sleep(1.0)  # the bomb's test is watched by now (if not yet, its watch() times out: still a pass)
+        os.kill(watchdog.pid, signal.SIGSTOP)
+        thread.join(timeout=60)
+    finally:
+        sandbox._WATCHDOG_REPLY_S = real
+    assert not thread.is_alive() and "memory limit" in result[0].reason, result
+    assert watchdog.poll() is not None   # killed when it did not answer
     assert_no_leftovers()
 
 
