@@ -1031,6 +1031,20 @@ def _test_memory(pid: int, isolated: bool) -> int:
     return _tree_usage(pid)[1] + (sum(map(_tmpfs_usage, _children(pid))) if isolated else 0)
 
 
+def _stat_fields(pid: int) -> list[bytes]:
+    """/proc/PID/stat after the command name (which may hold spaces and parentheses): [state, ppid, ...]."""
+    with open(f"/proc/{pid}/stat", "rb") as file:
+        return file.read().rsplit(b")", 1)[1].split()
+
+
+def _stopped(pid: int) -> bool:
+    """Is process `pid` stopped (state T, or t: traced)? A process that is gone counts as stopped."""
+    try:
+        return _stat_fields(pid)[0] in (b"T", b"t")
+    except (OSError, IndexError):
+        return True
+
+
 def _tree_usage(pid: int, memory: bool = True) -> tuple[float, int]:
     """(CPU seconds, memory bytes) of process `pid` and its descendants, from /proc: user + system time, with that of
     their reaped children; proportional set size (a page that n processes map counts 1/n to each, so shared and
@@ -1039,8 +1053,7 @@ def _tree_usage(pid: int, memory: bool = True) -> tuple[float, int]:
     while pending:
         pid = pending.pop()
         try:
-            with open(f"/proc/{pid}/stat", "rb") as file:
-                ticks += sum(map(int, file.read().rsplit(b")", 1)[1].split()[11:15]))  # utime stime cutime cstime
+            ticks += sum(map(int, _stat_fields(pid)[11:15]))  # utime stime cutime cstime
             if memory:
                 with open(f"/proc/{pid}/smaps_rollup", "rb") as file:
                     used += next((int(line.split()[1]) << 10 for line in file if line.startswith(b"Pss:")), 0)
@@ -1088,7 +1101,8 @@ def _watchdog_main():
     `watch PID LIMIT_BYTES ISOLATED` and `forget PID`, and answers each with one line (`ok`; for forget `1` if it
     killed that test, else `0`); every _POLL_S it reads the memory of each test it watches and sends SIGKILL to one
     above its limit (its process group, or its pid namespace's init; the trainer's _stop reaps it). Exits when stdin
-    closes (the trainer is gone). A watchdog that is stopped, not dead, is noticed only at the next request."""
+    closes (the trainer is gone). A stopped watchdog is noticed at the trainer's next poll (_Watchdog.serves); one
+    that runs but does not answer, only at the next request."""
     try:
         os.setpriority(os.PRIO_PROCESS, 0, _WATCHDOG_NICE)
         with open("/proc/self/autogroup", "w") as file:  # the session's weight among sessions
@@ -1205,15 +1219,6 @@ class _Watchdog:
         proc.stdin.close()
         proc.stdout.close()
         proc.wait()
-
-
-def _stopped(pid: int) -> bool:
-    """Is process `pid` stopped (state T, or t: traced)? A process that is gone counts as stopped."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as file:
-            return file.read().rsplit(b")", 1)[1].split()[0] in (b"T", b"t")
-    except (OSError, IndexError):
-        return True
 
 
 _WATCHDOG = _Watchdog()
