@@ -2,7 +2,7 @@
 
 Every RL run is `gppo.py` from the SAME toy SFT model (distill.py's recipe, sft.py as train.sh runs it); the runs of
 an arm differ in one option and in the seed (prompt order, sampling). Per run, every eval_every steps on the same
-held-out 4-number problems (3-number ones with --gppo_args=--toy_numbers=3): greedy accuracy, Avg@k and pass@k of k
+held-out 3-number problems (train.sh's RL set; --toy_numbers=4 for the hard ones): greedy accuracy, Avg@k and pass@k of k
 samples at T = 1 (gppo.py --eval_k); per step: on-policy accuracy, entropy (mean, and on the clipped tokens), clip
 fractions, approx KL. The protocol (arms, seeds,
 steps, the one metric per claim, the verdict rule) is VERDICTS below and benchmarks/RESULTS.md, committed before the
@@ -37,12 +37,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 from parts.cli import parse_config  # noqa: E402
 
-from gppo import GPPOConfig  # noqa: E402
 
-def held_out_kind(gppo_args: str) -> str:
-    """'3-number' or '4-number': the toy RL prompts and held-out problems of gppo.py, as --gppo_args sets them."""
+def held_out_kind(toy_numbers: int, gppo_args: str) -> str:
+    """'3-number' or '4-number': the toy RL prompts and held-out problems of gppo.py, --toy_numbers unless
+    --gppo_args overrides it (the last option wins, as parts/cli.py reads it)."""
     given = [a.split("=", 1)[1] for a in shlex.split(gppo_args) if a.startswith("--toy_numbers=")]
-    return f"{given[-1] if given else GPPOConfig.toy_numbers}-number"
+    return f"{given[-1] if given else toy_numbers}-number"
 
 # arm -> (title with the paper's claim, [(variant label, run name)]); run name -> gppo.py options
 ARMS = {"loss": ("GPPO vs GRPO (Clip-Higher) vs CISPO at 8 updates per batch — paper Fig. 2: GPPO ends highest",
@@ -114,6 +114,8 @@ class AblateConfig:
     parallel: int = 2                  # runs at once, one thread each
     sft_from: str = ""                 # an SFT Hugging Face dir for the RL arms; empty = train one (mixed, seed 0)
     sft_args: str = "--epochs=1 --row_tokens=1024 --rows_per_step=2"   # sft.py options of every SFT run (train.sh's)
+    toy_numbers: int = 3               # Countdown numbers per RL prompt and held-out problem (train.sh's RL set: 3,
+    #   where the SFT model meets the calibration; 4: the hard prompts)
     gppo_args: str = ""                # extra gppo.py options for every RL run
     steps: int = 30                    # RL steps (rollout batches) of the Countdown arms
     prompts_per_step: int = 16         # prompt groups per rollout batch (train.sh: 32; halved so the arms fit 2 cores)
@@ -233,7 +235,8 @@ def plan(cfg):
         steps = cfg.code_steps if code else cfg.steps
         task = ["--toy_problems=0", f"--toy_code_prompts={cfg.code_prompts}", "--eval_every=0",
                 f"--prompts_per_step={cfg.code_prompts_per_step}", "--max_response_len=256"] if code else \
-            [f"--eval_every={cfg.eval_every}", f"--eval_problems={cfg.eval_problems}", f"--eval_k={cfg.rl_eval_k}",
+            [f"--toy_numbers={cfg.toy_numbers}", f"--eval_every={cfg.eval_every}", f"--eval_problems={cfg.eval_problems}",
+             f"--eval_k={cfg.rl_eval_k}",
              f"--prompts_per_step={cfg.prompts_per_step}", f"--max_gen_rounds={cfg.max_gen_rounds}",
              f"--max_response_len={cfg.max_response_len}"]
         for s in seeds:
@@ -388,7 +391,7 @@ def report(cfg, wall_minutes):
     md = [f"# Countdown ablations: {cfg.seeds} seed(s), {cfg.steps} RL steps of {cfg.prompts_per_step} prompts x "
           f"{cfg.group_size} samples, {cfg.prompts_per_step // cfg.mini_batch_prompts} updates per step unless "
           f"labelled, lr {cfg.lr:g}",
-          f"Mean ± std over seeds. Held-out: {cfg.eval_problems} {held_out_kind(cfg.gppo_args)} problems per eval, greedy and "
+          f"Mean ± std over seeds. Held-out: {cfg.eval_problems} {held_out_kind(cfg.toy_numbers, cfg.gppo_args)} problems per eval, greedy and "
           f"Avg@{cfg.rl_eval_k} / pass@{cfg.rl_eval_k} at T = 1. Wall time: {sum(wall_minutes):.0f} min in "
           f"{len(wall_minutes)} invocation(s). Command: `{shlex.join(sys.argv)}`"]
     out, plots, sweep, verdicts = dict(config=asdict(cfg), wall_minutes=wall_minutes, arms={}), {}, [], {}

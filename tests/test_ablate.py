@@ -74,6 +74,10 @@ def test_plan_shares_runs_one_sft_checkpoint_and_several_updates_per_batch(tmp_p
     base = os.path.join(str(tmp_path / "abl"), "runs", "sft-mixed-s0", "hf")
     assert all(f"--init_from={base}" in j["cmd"] and j["after"] == ["sft-mixed-s0"] for j in rl)
     assert all("--prompts_per_step=16" in j["cmd"] and "--mini_batch_prompts=2" in j["cmd"] for j in rl)
+    # train.sh's RL set (3-number prompts) by default; --toy_numbers moves every math run, and --gppo_args comes last
+    assert all("--toy_numbers=3" in j["cmd"] for j in rl)
+    hard = ablate.plan(cfg(tmp_path, arms="loss", seeds=1, toy_numbers=4, gppo_args="--toy_numbers=5"))
+    assert [a for a in hard[-1]["cmd"] if a.startswith("--toy_numbers=")] == ["--toy_numbers=4", "--toy_numbers=5"]
     # with --sft_from the sft arm still trains both of its models, the RL runs use the given one
     jobs = ablate.plan(cfg(tmp_path, arms="sft,code", seeds=1, sft_from="/ckpt/sft/hf", code_steps=6))
     assert {j["name"] for j in jobs if j["cmd"][0] == "sft.py"} == {"sft-mixed-s0", "sft-correct-s0"}
@@ -199,7 +203,7 @@ def test_scheduler_runs_in_dependency_order_skips_dependents_of_failures_and_res
 
 
 def test_held_out_kind_follows_gppo_args():
-    assert ablate.held_out_kind("") == f"{ablate.GPPOConfig.toy_numbers}-number"
-    assert ablate.held_out_kind("--toy_numbers=3") == "3-number"
+    assert ablate.held_out_kind(3, "") == "3-number"
+    assert ablate.held_out_kind(3, "--toy_numbers=4") == "4-number"
     # the last one wins, as parts/cli.py reads it
-    assert ablate.held_out_kind("--lr=1e-5 --toy_numbers=4 --toy_numbers=3") == "3-number"
+    assert ablate.held_out_kind(4, "--lr=1e-5 --toy_numbers=4 --toy_numbers=3") == "3-number"
