@@ -19,6 +19,7 @@ import re
 import selectors
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import tempfile
@@ -1090,25 +1091,31 @@ def _tmpfs_usage(init: int) -> int:
 # reads, so the reads must come on time even when the trainer is busy: its own threads (rollouts, the optimizer)
 # and whatever else runs in its session share its CPU, and a thread of the trainer was measured to fall behind
 # while a 10-process attack filled memory. The reads therefore run in a small process of their own: a session of
-# its own (the scheduler's autogroups share the CPU between sessions first) at nice -10 where that is permitted.
+# its own (in the root cpu cgroup, the scheduler's autogroups share the CPU between sessions first; inside a cpu
+# cgroup the nice value alone gives it the lead) at nice -10 where that is permitted. After each round of reads it
+# writes the time (CLOCK_MONOTONIC, one clock for every process) into a small shared file, its heartbeat: a watchdog
+# whose heartbeat is older than _WATCHDOG_STALE_S (hung, stopped or starved) no longer counts as reading anything.
 
 _WATCHDOG_NICE = -10
 _WATCHDOG_REPLY_S = 10.0  # a watchdog that does not answer within this is killed and replaced by the trainer's reads
+_WATCHDOG_STALE_S = 2.0   # a heartbeat older than this (100 rounds of reads missed): the trainer reads the memory
+_WATCHDOG_RETRY_S = 5.0   # after a failed start, tests go without a watchdog this long before the next try
 
 
-def _watchdog_main():
-    """The watchdog process (`python sandbox.py --memory-watchdog`): reads requests on stdin, one line each,
+def _watchdog_main(beat_fd: int):
+    """The watchdog process (`python sandbox.py --memory-watchdog BEAT_FD`): reads requests on stdin, one line each,
     `watch PID LIMIT_BYTES ISOLATED` and `forget PID`, and answers each with one line (`ok`; for forget `1` if it
     killed that test, else `0`); every _POLL_S it reads the memory of each test it watches and sends SIGKILL to one
     above its limit (its process group, or its pid namespace's init; the trainer's _stop reaps it). Exits when stdin
-    closes (the trainer is gone). A stopped watchdog is noticed at the trainer's next poll (_Watchdog.serves); one
-    that runs but does not answer, only at the next request."""
+    closes (the trainer is gone). After every round of reads it writes time.monotonic() to file BEAT_FD (8 bytes, a
+    double, at offset 0): the trainer checks that heartbeat at each of its polls (_Watchdog.serves)."""
     try:
         os.setpriority(os.PRIO_PROCESS, 0, _WATCHDOG_NICE)
         with open("/proc/self/autogroup", "w") as file:  # the session's weight among sessions
             file.write(str(_WATCHDOG_NICE))
     except OSError:
         pass  # not permitted: it keeps nice 0, in a session of its own
+    os.pwrite(beat_fd, struct.pack("d", time.monotonic()), 0)
     os.write(1, b"ready %d\n" % os.getpriority(os.PRIO_PROCESS, 0))
     watched, pending, next_check = {}, b"", time.monotonic()  # watched: pid -> [limit, isolated, killed]
     with selectors.DefaultSelector() as selector:
@@ -1133,18 +1140,34 @@ def _watchdog_main():
                     if not entry[2] and _test_memory(pid, entry[1]) > entry[0]:
                         _kill_test(pid, entry[1])
                         entry[2] = True
+                os.pwrite(beat_fd, struct.pack("d", time.monotonic()), 0)
 
 
 class _Watchdog:
     """The trainer's side of the watchdog process, started at the first test without a memory cgroup (and again
-    in a forked child, or after it died). watch() after a test starts -> the watchdog process that accepted it;
-    forget() -> whether that one killed it, before the test is reaped. Where the process cannot start or stops
-    answering, watch() says None and the trainer reads the memory itself (_Meter), as it does for every test
-    whose watchdog has died or been replaced since (serves())."""
+    in a forked child, or after it died or its heartbeat went stale). watch() after a test starts -> the watchdog
+    process that accepted it; forget() -> whether that one killed it, before the test is reaped. Where the process
+    cannot start (then not again for _WATCHDOG_RETRY_S) or stops answering, watch() says None and the trainer reads
+    the memory itself (_Meter), as it does for every test whose watchdog has died, been replaced, stopped or gone
+    stale since (serves())."""
 
     def __init__(self):
         self.lock = threading.Lock()
-        self.proc, self.owner, self.nice, self.pending = None, None, None, b""
+        self.proc, self.owner, self.nice, self.pending, self.beat, self.retry_at = None, None, None, b"", None, 0.0
+
+    def after_fork_in_child(self):
+        """The child of a fork starts a watchdog of its own: a lock another thread held at the fork is never
+        released in the child, and the parent's pipes must not stay open in it (the parent's watchdog would not
+        see its stdin close when the parent exits)."""
+        self.lock = threading.Lock()
+        proc, beat, self.proc, self.beat, self.pending, self.retry_at = self.proc, self.beat, None, None, b"", 0.0
+        if proc is not None:
+            for pipe in (proc.stdin, proc.stdout):
+                with contextlib.suppress(OSError):
+                    pipe.close()   # the child's copies only; the parent's watchdog keeps running
+        if beat is not None:
+            with contextlib.suppress(OSError):
+                os.close(beat)
 
     def alive(self) -> bool:
         proc = self.proc
@@ -1152,12 +1175,24 @@ class _Watchdog:
 
     def serves(self, watcher: "subprocess.Popen | None") -> bool:
         """Is `watcher` (what watch() returned) still the running watchdog, so that it reads that test's memory?
-        Not if it died, was replaced, or is stopped (SIGSTOP: alive, but reading nothing)."""
-        return watcher is not None and watcher is self.proc and self.alive() and not _stopped(watcher.pid)
+        Not if it died, was replaced, is stopped (SIGSTOP: alive, but reading nothing) or its heartbeat is stale."""
+        return watcher is not None and watcher is self.proc and self.alive() and not _stopped(watcher.pid) and \
+            self.beating(watcher)
+
+    def beating(self, watcher: "subprocess.Popen") -> bool:
+        """Did `watcher` finish a round of reads within the last _WATCHDOG_STALE_S? (A file closed or reused meanwhile
+        reads as garbage or fails: not beating, so the trainer reads, which is always safe.)"""
+        try:
+            last = struct.unpack("d", os.pread(watcher.beat, 8, 0))[0]
+        except (OSError, struct.error, AttributeError, TypeError):
+            return False
+        return 0.0 <= time.monotonic() - last < _WATCHDOG_STALE_S
 
     def watch(self, pid: int, limit: int, isolated: bool) -> "subprocess.Popen | None":
         with self.lock:
-            if not self.alive() and not self._start():
+            if self.alive() and not self.beating(self.proc):
+                self._close()   # hung or starved: asking would block this test's checks for _WATCHDOG_REPLY_S
+            if not self.alive() and (time.monotonic() < self.retry_at or not self._start()):
                 return None
             proc = self.proc
             return proc if self._ask(b"watch %d %d %d\n" % (pid, limit, isolated)) == b"ok" else None
@@ -1171,17 +1206,20 @@ class _Watchdog:
 
     def _start(self) -> bool:
         self._close()
+        self.retry_at = time.monotonic() + _WATCHDOG_RETRY_S   # until it has said it is ready
         try:
-            self.proc = subprocess.Popen([sys.executable, "-I", "-S", os.path.abspath(__file__), "--memory-watchdog"],
-                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True)
+            self.beat = os.memfd_create("sandbox-watchdog-heartbeat")   # close-on-exec: tests never see it
+            self.proc = subprocess.Popen([*_watchdog_command(), str(self.beat)], stdin=subprocess.PIPE,
+                                         stdout=subprocess.PIPE, start_new_session=True, pass_fds=(self.beat,))
         except (OSError, ValueError, TypeError):  # no usable interpreter path (an embedded Python: None)
+            self._close()
             return False
-        self.owner, self.pending = os.getpid(), b""
+        self.proc.beat, self.owner, self.pending = self.beat, os.getpid(), b""
         ready = self._reply()
         if not ready.startswith(b"ready "):
             self._close()
             return False
-        self.nice = int(ready.split()[1])
+        self.nice, self.retry_at = int(ready.split()[1]), 0.0
         return True
 
     def _ask(self, request: bytes) -> bytes:
@@ -1212,17 +1250,26 @@ class _Watchdog:
         return line
 
     def _close(self):
-        proc, self.proc = self.proc, None
+        proc, beat, self.proc, self.beat = self.proc, self.beat, None, None
+        if beat is not None:
+            os.close(beat)
         if proc is None or self.owner != os.getpid():
             return  # a forked child leaves its parent's watchdog alone
+        proc.beat = None
         proc.kill()
         proc.stdin.close()
         proc.stdout.close()
         proc.wait()
 
 
+def _watchdog_command() -> list[str]:
+    """The watchdog's command line, before the heartbeat's file descriptor."""
+    return [sys.executable, "-I", "-S", os.path.abspath(__file__), "--memory-watchdog"]
+
+
 _WATCHDOG = _Watchdog()
 atexit.register(_WATCHDOG._close)
+os.register_at_fork(after_in_child=_WATCHDOG.after_fork_in_child)
 
 
 # ----------------------------------------------------------------------------- code: comparing outputs
@@ -1305,8 +1352,8 @@ def _same_numbers(got_line: str, expected_line: str) -> bool:
 
 # ----------------------------------------------------------------------------- self-check
 
-if __name__ == "__main__" and sys.argv[1:] == ["--memory-watchdog"]:  # started by _Watchdog
-    _watchdog_main()
+if __name__ == "__main__" and sys.argv[1:2] == ["--memory-watchdog"]:  # started by _Watchdog
+    _watchdog_main(int(sys.argv[2]))
 elif __name__ == "__main__":   # what the sandbox enforces on this machine, and two programs judged
     print(json.dumps(sandbox_info(), indent=2))
     tests = [{"input": "1 2\n", "output": "3"}, {"input": "5 7\n", "output": "12"}]
