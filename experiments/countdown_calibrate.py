@@ -1,7 +1,7 @@
 """The Countdown toy's calibration, on SFT statistics only (no RL): is the SFT model in the regime where RL can matter?
 
 After SFT, on the RL prompt distribution (held-out problems of --rl_numbers numbers: 3, as train.sh's gppo stage runs
---toy_numbers=3; the ablations ran on 4) the targets are:
+--toy_numbers=3, and `bash train.sh ablate`) the targets are:
     0.2 <= pass@1 at T = 1 <= 0.5      greedy accuracy <= 0.7      pass@8 >= 1.5 x pass@1
 and the hard prompts markedly harder than the easy (3-number) ones: pass@1 hard <= 0.75 x pass@1 easy.
 It runs train.sh's first two stages (distill.py --toy=true, then sft.py as train.sh runs it) unless --sft_dir is
@@ -28,7 +28,7 @@ class CalibrateConfig:
     k: int = 8                       # samples per problem at T = 1
     max_tokens: int = 400            # new tokens per response
     nproc: int = 2                   # processes for sft.py and eval.py (one thread each)
-    rl_numbers: int = 3              # the RL prompts' numbers (train.sh: 3; the ablations: 4): the targets' set
+    rl_numbers: int = 3              # the RL prompts' numbers (train.sh and its ablate: 3): the targets' set
 
 
 def stage(cmd, nproc):

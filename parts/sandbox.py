@@ -12,8 +12,10 @@ import atexit
 import contextlib
 import decimal
 import itertools
+import errno
 import json
 import math
+import mmap
 import os
 import re
 import selectors
@@ -1067,7 +1069,9 @@ def _tree_usage(pid: int, memory: bool = True) -> tuple[float, int]:
             for task in os.listdir(f"/proc/{pid}/task"):  # a child is listed under the thread that forked it
                 with open(f"/proc/{pid}/task/{task}/children", "rb") as file:
                     pending += map(int, file.read().split())
-        except (OSError, ValueError):
+        except (OSError, ValueError) as error:
+            if getattr(error, "errno", None) in (errno.EMFILE, errno.ENFILE, errno.ENOMEM):
+                raise  # this reader cannot read (a candidate of its uid may lower its RLIMIT_NOFILE): not a 0
             continue  # it exited meanwhile
     return ticks / _TICKS, used
 
@@ -1107,8 +1111,10 @@ def _watchdog_main(beat_fd: int):
     `watch PID LIMIT_BYTES ISOLATED` and `forget PID`, and answers each with one line (`ok`; for forget `1` if it
     killed that test, else `0`); every _POLL_S it reads the memory of each test it watches and sends SIGKILL to one
     above its limit (its process group, or its pid namespace's init; the trainer's _stop reaps it). Exits when stdin
-    closes (the trainer is gone). After every round of reads it writes time.monotonic() to file BEAT_FD (8 bytes, a
-    double, at offset 0): the trainer checks that heartbeat at each of its polls (_Watchdog.serves)."""
+    closes (the trainer is gone). After every read of a test's memory, and every round, it writes time.monotonic() to
+    file BEAT_FD (8 bytes, a double, at offset 0): the trainer checks that heartbeat at each of its polls
+    (_Watchdog.serves). A read that fails for want of descriptors or memory ends the watchdog (the trainer then
+    reads), rather than counting that test as holding nothing."""
     try:
         os.setpriority(os.PRIO_PROCESS, 0, _WATCHDOG_NICE)
         with open("/proc/self/autogroup", "w") as file:  # the session's weight among sessions
@@ -1140,6 +1146,7 @@ def _watchdog_main(beat_fd: int):
                     if not entry[2] and _test_memory(pid, entry[1]) > entry[0]:
                         _kill_test(pid, entry[1])
                         entry[2] = True
+                    os.pwrite(beat_fd, struct.pack("d", time.monotonic()), 0)   # progress, so a long round is not stale
                 os.pwrite(beat_fd, struct.pack("d", time.monotonic()), 0)
 
 
@@ -1153,21 +1160,18 @@ class _Watchdog:
 
     def __init__(self):
         self.lock = threading.Lock()
-        self.proc, self.owner, self.nice, self.pending, self.beat, self.retry_at = None, None, None, b"", None, 0.0
+        self.proc, self.owner, self.nice, self.pending, self.retry_at = None, None, None, b"", 0.0
 
     def after_fork_in_child(self):
         """The child of a fork starts a watchdog of its own: a lock another thread held at the fork is never
         released in the child, and the parent's pipes must not stay open in it (the parent's watchdog would not
         see its stdin close when the parent exits)."""
         self.lock = threading.Lock()
-        proc, beat, self.proc, self.beat, self.pending, self.retry_at = self.proc, self.beat, None, None, b"", 0.0
+        proc, self.proc, self.pending, self.retry_at = self.proc, None, b"", 0.0
         if proc is not None:
             for pipe in (proc.stdin, proc.stdout):
                 with contextlib.suppress(OSError):
                     pipe.close()   # the child's copies only; the parent's watchdog keeps running
-        if beat is not None:
-            with contextlib.suppress(OSError):
-                os.close(beat)
 
     def alive(self) -> bool:
         proc = self.proc
@@ -1179,19 +1183,18 @@ class _Watchdog:
         return watcher is not None and watcher is self.proc and self.alive() and not _stopped(watcher.pid) and \
             self.beating(watcher)
 
-    def beating(self, watcher: "subprocess.Popen") -> bool:
-        """Did `watcher` finish a round of reads within the last _WATCHDOG_STALE_S? (A file closed or reused meanwhile
-        reads as garbage or fails: not beating, so the trainer reads, which is always safe.)"""
-        try:
-            last = struct.unpack("d", os.pread(watcher.beat, 8, 0))[0]
-        except (OSError, struct.error, AttributeError, TypeError):
-            return False
+    @staticmethod
+    def beating(watcher: "subprocess.Popen") -> bool:
+        """Did `watcher` read a test's memory or finish a round within the last _WATCHDOG_STALE_S? Its heartbeat is
+        mapped into this process and the mapping stays with the Popen, so no descriptor can be closed or reused
+        under a reader; a torn read can only look stale, and then the trainer reads, which is always safe."""
+        last = struct.unpack_from("d", watcher.heartbeat, 0)[0]
         return 0.0 <= time.monotonic() - last < _WATCHDOG_STALE_S
 
     def watch(self, pid: int, limit: int, isolated: bool) -> "subprocess.Popen | None":
         with self.lock:
-            if self.alive() and not self.beating(self.proc):
-                self._close()   # hung or starved: asking would block this test's checks for _WATCHDOG_REPLY_S
+            if self.alive() and (not self.beating(self.proc) or _stopped(self.proc.pid)):
+                self._close()   # hung, starved or stopped: asking would block this test's checks for _WATCHDOG_REPLY_S
             if not self.alive() and (time.monotonic() < self.retry_at or not self._start()):
                 return None
             proc = self.proc
@@ -1205,19 +1208,27 @@ class _Watchdog:
             return self.alive() and self._ask(b"forget %d\n" % pid) == b"1"
 
     def _start(self) -> bool:
+        """Start a watchdog; after a failure (here or in its first answer) no other try for _WATCHDOG_RETRY_S."""
         self._close()
-        self.retry_at = time.monotonic() + _WATCHDOG_RETRY_S   # until it has said it is ready
+        beat = None
         try:
-            self.beat = os.memfd_create("sandbox-watchdog-heartbeat")   # close-on-exec: tests never see it
-            self.proc = subprocess.Popen([*_watchdog_command(), str(self.beat)], stdin=subprocess.PIPE,
-                                         stdout=subprocess.PIPE, start_new_session=True, pass_fds=(self.beat,))
-        except (OSError, ValueError, TypeError):  # no usable interpreter path (an embedded Python: None)
-            self._close()
+            beat = os.memfd_create("sandbox-watchdog-heartbeat")   # close-on-exec: tests never see it
+            os.ftruncate(beat, mmap.PAGESIZE)                        # a mapping needs the bytes to exist
+            heartbeat = mmap.mmap(beat, mmap.PAGESIZE, prot=mmap.PROT_READ)
+            self.proc = subprocess.Popen([*_watchdog_command(), str(beat)], stdin=subprocess.PIPE,
+                                         stdout=subprocess.PIPE, start_new_session=True, pass_fds=(beat,))
+        except (OSError, ValueError, TypeError, AttributeError):
+            # no usable interpreter path (an embedded Python: None), or no memfd_create (glibc < 2.27)
+            self.retry_at = time.monotonic() + _WATCHDOG_RETRY_S
             return False
-        self.proc.beat, self.owner, self.pending = self.beat, os.getpid(), b""
+        finally:
+            if beat is not None:
+                os.close(beat)   # the mapping, and the watchdog's copy, keep the file
+        self.proc.heartbeat, self.owner, self.pending = heartbeat, os.getpid(), b""
         ready = self._reply()
         if not ready.startswith(b"ready "):
             self._close()
+            self.retry_at = time.monotonic() + _WATCHDOG_RETRY_S   # counted from the failure: a hung start too
             return False
         self.nice, self.retry_at = int(ready.split()[1]), 0.0
         return True
@@ -1250,12 +1261,9 @@ class _Watchdog:
         return line
 
     def _close(self):
-        proc, beat, self.proc, self.beat = self.proc, self.beat, None, None
-        if beat is not None:
-            os.close(beat)
+        proc, self.proc = self.proc, None
         if proc is None or self.owner != os.getpid():
             return  # a forked child leaves its parent's watchdog alone
-        proc.beat = None
         proc.kill()
         proc.stdin.close()
         proc.stdout.close()
@@ -1269,7 +1277,18 @@ def _watchdog_command() -> list[str]:
 
 _WATCHDOG = _Watchdog()
 atexit.register(_WATCHDOG._close)
-os.register_at_fork(after_in_child=_WATCHDOG.after_fork_in_child)
+
+
+def _after_fork_in_child():
+    """A forked child has only the thread that forked: every lock another thread held stays held in it, and the
+    slots of the parent's running tests stay taken. Fresh ones; the probed plans stay (the machine is the same)."""
+    _PLANS.lock = threading.Lock()
+    _PROCESS_CGROUPS.lock = threading.Lock()
+    _SLOTS.__init__()
+    _WATCHDOG.after_fork_in_child()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 # ----------------------------------------------------------------------------- code: comparing outputs
@@ -1353,7 +1372,10 @@ def _same_numbers(got_line: str, expected_line: str) -> bool:
 # ----------------------------------------------------------------------------- self-check
 
 if __name__ == "__main__" and sys.argv[1:2] == ["--memory-watchdog"]:  # started by _Watchdog
-    _watchdog_main(int(sys.argv[2]))
+    try:
+        _watchdog_main(int(sys.argv[2]))
+    except OSError as error:
+        sys.exit(f"sandbox memory watchdog: cannot read /proc ({error}); the trainer reads the memory itself")
 elif __name__ == "__main__":   # what the sandbox enforces on this machine, and two programs judged
     print(json.dumps(sandbox_info(), indent=2))
     tests = [{"input": "1 2\n", "output": "3"}, {"input": "5 7\n", "output": "12"}]

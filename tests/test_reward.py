@@ -16,6 +16,7 @@ import dataclasses
 import decimal
 import json
 import os
+import resource
 import shutil
 import signal
 import socket
@@ -771,7 +772,7 @@ def test_a_watchdog_that_answers_but_has_stopped_reading_is_noticed_by_its_heart
         assert hung is not None and hung.poll() is None and not sandbox._WATCHDOG.beating(hung)
         monkeypatch.undo()
         assert run_tests("print(sum(map(int, input().split())))", ADD, config)[0].passed
-        assert hung.poll() is not None and sandbox._WATCHDOG.beating(sandbox._WATCHDOG.proc)
+        assert hung.poll() is not None and sandbox._WATCHDOG.alive() and sandbox._WATCHDOG.proc is not hung
     finally:
         monkeypatch.undo()
         with sandbox._WATCHDOG.lock:
@@ -792,40 +793,62 @@ def test_a_watchdog_that_cannot_start_is_not_tried_again_at_every_test(monkeypat
         unable._close()
 
 
-def test_a_forked_child_starts_a_watchdog_of_its_own_even_while_the_parent_held_the_lock(namespaced):
-    """fork() while another thread is inside a request (the lock held): the child's watch() must not wait for a
-    lock no one in it will release, and the parent's pipes and heartbeat are closed in the child."""
+def test_a_forked_child_judges_tests_even_while_the_parent_held_every_lock_and_slot(namespaced):
+    """fork() while other threads are inside the sandbox (the watchdog's lock, the plan cache's and the process
+    cgroups' locks held, every test slot taken): the child has none of those threads, so nothing would ever release
+    them there. The child must judge a test with a watchdog of its own, the parent's pipes closed in it."""
     config = dataclasses.replace(FAST, cgroup="off")
     assert run_tests("print(sum(map(int, input().split())))", ADD, config)[0].passed   # a watchdog is running
     watchdog = sandbox._WATCHDOG
     parent_watchdog = watchdog.proc
-    inherited = (parent_watchdog.stdin.fileno(), parent_watchdog.stdout.fileno(), watchdog.beat)
-    with watchdog.lock:
-        pid = os.fork()
-        if pid == 0:   # the child: exit status 0 only if all is well
-            status = 1
-            try:
-                closed = []
-                for fd in inherited:
-                    try:
-                        os.fstat(fd)
-                        closed.append(False)
-                    except OSError:
-                        closed.append(True)
-                watcher = watchdog.watch(os.getpid(), 1 << 40, False)
-                status = 0 if all(closed) and watcher is not None and watcher is not parent_watchdog \
-                    and watchdog.forget(os.getpid(), watcher) is False else 2
-            finally:
-                os._exit(status)
+    inherited = (parent_watchdog.stdin.fileno(), parent_watchdog.stdout.fileno())
+    with watchdog.lock, sandbox._PLANS.lock, sandbox._PROCESS_CGROUPS.lock:
+        sandbox._SLOTS.busy += 1000   # as if 1,000 tests of the parent's threads were running
+        try:
+            pid = os.fork()
+            if pid == 0:   # the child: exit status 0 only if all is well
+                status = 1
+                try:
+                    closed = []
+                    for fd in inherited:
+                        try:
+                            os.fstat(fd)
+                            closed.append(False)
+                        except OSError:
+                            closed.append(True)
+                    judged = run_tests("print(sum(map(int, input().split())))", ADD, config)[0].passed
+                    status = 0 if all(closed) and judged and watchdog.proc not in (None, parent_watchdog) else 2
+                finally:
+                    os._exit(status)
+        finally:
+            sandbox._SLOTS.busy -= 1000
     deadline = time.monotonic() + 60
     while (done := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
         time.sleep(0.05)
     if done[0] == 0:
         os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
-        pytest.fail("the forked child's watch() hung (the lock held at the fork)")
+        pytest.fail("the forked child could not judge a test (a lock or slot held at the fork)")
     assert os.waitstatus_to_exitcode(done[1]) == 0
     assert watchdog.proc is parent_watchdog and parent_watchdog.poll() is None   # the parent's is untouched
+    assert_no_leftovers()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="lowering another process's RLIMIT_NOFILE needs root or its uid")
+def test_a_watchdog_that_cannot_open_files_stops_instead_of_reading_zero(namespaced):
+    """A candidate of the watchdog's uid can lower its RLIMIT_NOFILE (prlimit), so that every read of /proc fails
+    with EMFILE: read as "that process exited", the test would hold 0 bytes. The watchdog ends instead, and the
+    trainer reads the memory: the 600 MB bomb is killed."""
+    config = dataclasses.replace(FAST, cgroup="off", wall_timeout_s=30)
+    assert run_tests("print(sum(map(int, input().split())))", ADD, config)[0].passed   # a watchdog is running
+    watchdog = sandbox._WATCHDOG.proc
+    resource.prlimit(watchdog.pid, resource.RLIMIT_NOFILE, (3, 3))
+    holder = "import time\nblock = bytearray(600 << 20)\ntime.sleep(8)\nprint('done')"
+    assert "memory limit" in run_tests(holder, [{"input": "", "output": "done"}], config)[0].reason
+    assert watchdog.wait(timeout=30) != 0   # it ended (the trainer's reads took over), and a new one serves
+    assert run_tests("print(sum(map(int, input().split())))", ADD, config)[0].passed
+    assert sandbox._WATCHDOG.proc is not watchdog and sandbox._WATCHDOG.alive()
+    assert_no_leftovers()
 
 
 def test_the_watchdog_kills_what_it_watches_above_the_limit_and_says_so():
