@@ -2,11 +2,10 @@
 
 Every RL run is `gppo.py` from the SAME toy SFT model (distill.py's recipe, sft.py as train.sh runs it); the runs of
 an arm differ in one option and in the seed (prompt order, sampling). Per run, every eval_every steps on the same
-held-out 3-number problems (train.sh's RL set; --toy_numbers=4 for the hard ones): greedy accuracy, Avg@k and pass@k of k
-samples at T = 1 (gppo.py --eval_k); per step: on-policy accuracy, entropy (mean, and on the clipped tokens), clip
-fractions, approx KL. The protocol (arms, seeds,
-steps, the one metric per claim, the verdict rule) is VERDICTS below and benchmarks/RESULTS.md, committed before the
-runs. Arms:
+held-out 3-number problems (train.sh's RL set; --toy_numbers=4: the hard ones): greedy accuracy, Avg@k and pass@k
+of k samples at T = 1 (gppo.py --eval_k); per step: on-policy accuracy, entropy (mean, and on the clipped tokens),
+clip fractions, approx KL. The protocol (arms, seeds, steps, the one metric per claim, the verdict rule) is VERDICTS
+below and benchmarks/RESULTS.md, committed before the runs. Arms:
   loss     GPPO vs GRPO with Clip-Higher vs CISPO at 8 updates per rollout batch   [Fig. 2: GPPO ends highest]
   loss16   the same at 16 updates per batch (further off-policy: more tokens clipped)
   alpha    SFT-loss weight α = 0 vs 0.1 vs 0.2 (GPPO)                             [Table 6: 0.1 best]
@@ -235,8 +234,8 @@ def plan(cfg):
         steps = cfg.code_steps if code else cfg.steps
         task = ["--toy_problems=0", f"--toy_code_prompts={cfg.code_prompts}", "--eval_every=0",
                 f"--prompts_per_step={cfg.code_prompts_per_step}", "--max_response_len=256"] if code else \
-            [f"--toy_numbers={cfg.toy_numbers}", f"--eval_every={cfg.eval_every}", f"--eval_problems={cfg.eval_problems}",
-             f"--eval_k={cfg.rl_eval_k}",
+            [f"--toy_numbers={cfg.toy_numbers}", f"--eval_every={cfg.eval_every}",
+             f"--eval_problems={cfg.eval_problems}", f"--eval_k={cfg.rl_eval_k}",
              f"--prompts_per_step={cfg.prompts_per_step}", f"--max_gen_rounds={cfg.max_gen_rounds}",
              f"--max_response_len={cfg.max_response_len}"]
         for s in seeds:
@@ -391,7 +390,8 @@ def report(cfg, wall_minutes):
     md = [f"# Countdown ablations: {cfg.seeds} seed(s), {cfg.steps} RL steps of {cfg.prompts_per_step} prompts x "
           f"{cfg.group_size} samples, {cfg.prompts_per_step // cfg.mini_batch_prompts} updates per step unless "
           f"labelled, lr {cfg.lr:g}",
-          f"Mean ± std over seeds. Held-out: {cfg.eval_problems} {held_out_kind(cfg.toy_numbers, cfg.gppo_args)} problems per eval, greedy and "
+          f"Mean ± std over seeds. Held-out: {cfg.eval_problems} {held_out_kind(cfg.toy_numbers, cfg.gppo_args)} "
+          "problems per eval, greedy and "
           f"Avg@{cfg.rl_eval_k} / pass@{cfg.rl_eval_k} at T = 1. Wall time: {sum(wall_minutes):.0f} min in "
           f"{len(wall_minutes)} invocation(s). Command: `{shlex.join(sys.argv)}`"]
     out, plots, sweep, verdicts = dict(config=asdict(cfg), wall_minutes=wall_minutes, arms={}), {}, [], {}

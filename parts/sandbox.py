@@ -11,8 +11,8 @@ standard library only. `python sandbox.py` prints what is enforced on this machi
 import atexit
 import contextlib
 import decimal
-import itertools
 import errno
+import itertools
 import json
 import math
 import mmap
@@ -1180,8 +1180,11 @@ class _Watchdog:
     def serves(self, watcher: "subprocess.Popen | None") -> bool:
         """Is `watcher` (what watch() returned) still the running watchdog, so that it reads that test's memory?
         Not if it died, was replaced, is stopped (SIGSTOP: alive, but reading nothing) or its heartbeat is stale."""
-        return watcher is not None and watcher is self.proc and self.alive() and not _stopped(watcher.pid) and \
-            self.beating(watcher)
+        return watcher is not None and watcher is self.proc and self.alive() and self.reading(watcher)
+
+    def reading(self, watcher: "subprocess.Popen") -> bool:
+        """Not stopped, and its heartbeat fresh."""
+        return not _stopped(watcher.pid) and self.beating(watcher)
 
     @staticmethod
     def beating(watcher: "subprocess.Popen") -> bool:
@@ -1193,7 +1196,7 @@ class _Watchdog:
 
     def watch(self, pid: int, limit: int, isolated: bool) -> "subprocess.Popen | None":
         with self.lock:
-            if self.alive() and (not self.beating(self.proc) or _stopped(self.proc.pid)):
+            if self.alive() and not self.reading(self.proc):
                 self._close()   # hung, starved or stopped: asking would block this test's checks for _WATCHDOG_REPLY_S
             if not self.alive() and (time.monotonic() < self.retry_at or not self._start()):
                 return None

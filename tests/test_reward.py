@@ -784,6 +784,7 @@ def test_a_watchdog_that_cannot_start_is_not_tried_again_at_every_test(monkeypat
     """Each failed start costs a process start; after one, tests go without a watchdog for _WATCHDOG_RETRY_S."""
     unable, tries = sandbox._Watchdog(), []
     monkeypatch.setattr(sandbox, "_watchdog_command", lambda: tries.append(1) or ["/nonexistent/python"])
+    monkeypatch.setattr(sandbox, "_WATCHDOG_RETRY_S", 3600.0)   # no load can make the wait pass between two calls
     try:
         assert unable.watch(os.getpid(), 1 << 30, False) is None and unable.watch(os.getpid(), 1 << 30, False) is None
         assert len(tries) == 1 and unable.retry_at > time.monotonic()
