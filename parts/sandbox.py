@@ -3,15 +3,17 @@ its output by LiveCodeBench's rule, with the judging's time and memory bounded b
 
     results = run_tests(program, [{"input": "1 2\n", "output": "3"}], SandboxConfig(timeout_s=6))   # [TestResult]
     results = run_tests(program, [{"input": "1\n2", "output": "3", "fn_name": "add"}])   # functional: JSON in, out
-Each test: a new session, an unprivileged uid with no capabilities (as root), rlimits, a seccomp filter (no file
-locks), and where `unshare` works network, pid, IPC, mount and user namespaces of its own, a memory/pids/CPU cgroup;
-at most `cores` tests of the whole process at once; CPU time of all its processes, a wall-clock backstop. Linux,
-standard library only. `python sandbox.py` prints what is enforced on this machine and runs two examples.
+Each test: a new session; as root, an unprivileged host uid that no other test running on the machine has, without
+capabilities; rlimits; a seccomp filter (no file locks); its whole input as a regular file on stdin; and where
+`unshare` works network, pid, IPC, mount and user namespaces of its own (no view of the cgroup tree), a
+memory/pids/CPU cgroup; at most `cores` tests of the whole process at once; CPU time of all its processes, a
+wall-clock backstop. Linux, standard library only. `python sandbox.py` prints what is enforced on this machine and runs two examples.
 """
 import atexit
 import contextlib
 import decimal
 import errno
+import fcntl
 import itertools
 import json
 import math
@@ -21,6 +23,7 @@ import re
 import selectors
 import shutil
 import signal
+import stat
 import struct
 import subprocess
 import sys
@@ -45,7 +48,9 @@ class SandboxConfig:
     cores: int = 0               # tests of this whole process run at once, on as many cores; 0 -> usable CPUs
     namespaces: str = "auto"     # "auto": use them when unshare works; "on": required; "off": never
     cgroup: str = "auto"         # "auto": cgroups (v2 or v1) per test where we may make them; "off"; or a v2 directory
-    uid: int = 65534             # user the candidate runs as when we are root (65534 = nobody)
+    uid: int = 65534             # as root: the uid a candidate has inside its user namespace (65534 = nobody)
+    first_uid: int = 1_900_000_000  # as root: tests run at once run as host uids first_uid, first_uid + 1, ...
+    uid_count: int = 1024        # ... (this many, machine-wide), so none shares a per-uid kernel budget; 0 = all as uid
     python: str = ""             # interpreter for candidates (e.g. a virtualenv with numpy); "" -> first one that works
 
 
@@ -112,7 +117,8 @@ def sandbox_info(config: SandboxConfig | None = None) -> dict:
     enforced, not_enforced = _guarantees(plan, cfg)
     return {"mode": plan.mode + (" + cgroup" if plan.cgroups else ""),
             "cgroup": f"v{plan.cgroups.version}: " + " ".join(plan.cgroups.directories()) if plan.cgroups else None,
-            "python": plan.python, "uid": plan.uid if plan.uid is not None else os.geteuid(), "cores": _cores(cfg),
+            "python": plan.python, "uid": plan.uid if plan.uid is not None else os.geteuid(),
+            "host_uids": [plan.host_uids[0], plan.host_uids[-1]] if plan.host_uids else None, "cores": _cores(cfg),
             "enforced": enforced, "not_enforced": not_enforced}
 
 
@@ -127,7 +133,7 @@ def sandbox_info(config: SandboxConfig | None = None) -> dict:
 # The modes, best first. The names are shown to the user; code compares modes only through these constants (to
 # build a plan: _make_plan), and a plan's behaviour comes from its fields.
 NAMESPACES = "namespaces"                     # root; a user namespace per test
-NAMESPACES_SHARED_UID = "namespaces (shared uid)"  # root; user namespaces refused: all tests share one uid
+NAMESPACES_NO_USER_NAMESPACE = "namespaces (no user namespace)"  # root; user namespaces refused
 NAMESPACES_UNPRIVILEGED = "namespaces (user namespace)"  # the trainer is not root
 PLAIN = "plain"                               # no namespaces
 
@@ -143,7 +149,7 @@ class _PlanCache:
         self.lock = threading.Lock()
 
     def get(self, cfg: SandboxConfig) -> "_Plan":
-        key = (cfg.namespaces, cfg.cgroup, cfg.uid, cfg.python)  # the fields that decide the plan
+        key = (cfg.namespaces, cfg.cgroup, cfg.uid, cfg.first_uid, cfg.uid_count, cfg.python)  # what decides it
         with self.lock:
             if key not in self.plans:
                 self.plans[key] = _choose_plan(cfg)  # raises for a bad configuration: nothing is cached
@@ -174,7 +180,7 @@ def _choose_plan(cfg: SandboxConfig) -> "_Plan":
     pythons = list(dict.fromkeys(p for p in pythons if p and os.path.exists(p)))
     if cfg.python and not pythons:
         raise ValueError(f"SandboxConfig.python: {cfg.python} does not exist")
-    modes = [NAMESPACES, NAMESPACES_SHARED_UID] if root else [NAMESPACES_UNPRIVILEGED]
+    modes = [NAMESPACES, NAMESPACES_NO_USER_NAMESPACE] if root else [NAMESPACES_UNPRIVILEGED]
     modes = (modes if cfg.namespaces != "off" and unshare else []) + ([PLAIN] if cfg.namespaces != "on" else [])
     cgroups, no_cgroup = _find_cgroups(cfg.cgroup if cfg.namespaces != "off" else "off")
     choices = [cgroups, None] if cgroups and cfg.cgroup == "auto" else [cgroups]  # "auto": with, then without
@@ -183,7 +189,7 @@ def _choose_plan(cfg: SandboxConfig) -> "_Plan":
     for mode, test_cgroups, python in [(mode, test_cgroups, python) for mode in modes
                                        for test_cgroups in (choices if mode != PLAIN else [None])
                                        for python in pythons]:
-        plan = _make_plan(mode, python, cfg.uid, test_cgroups, no_cgroup)
+        plan = _make_plan(mode, python, cfg, test_cgroups, no_cgroup)
         result = _run_one_test(plan, SandboxConfig(timeout_s=30, cores=_cores(cfg)), _PROBE,
                                {"input": "1 2\n", "output": "3"})
         if result.passed:
@@ -311,6 +317,10 @@ _PROBE = ("import os, sys, json, math, collections, heapq, bisect, itertools, fu
 _SYSTEM_DIRS = frozenset({"bin", "dev", "etc", "lib", "lib32", "lib64", "libx32", "proc", "sbin", "sys", "tmp",
                           "usr", "var"})
 _COVERED_WRITABLE = ("/var/tmp", "/dev/mqueue")  # world-writable directories a test must not share
+# What a test would learn of other tests through the system directories: the cgroup tree (every test's cgroup, with
+# its pids.current and memory usage, numbers a neighbour chooses) and the count of cgroups per hierarchy. A test's
+# limits are the kernel's business; it needs to see none of it.
+_COVERED_SYSTEM = ("/sys/fs/cgroup/", "/proc/cgroups")
 _POLL_S = 0.02           # a test's CPU time (and, without a memory cgroup, its memory) is read this often
 _TEARDOWN_S = 10         # how long a killed test's pid namespace may take to die before we stop waiting
 _TMPFS_INODES = 4096     # files a test may create in its /tmp, and in its /dev/shm
@@ -323,9 +333,10 @@ _TICKS = os.sysconf("SC_CLK_TCK")
 
 # Run as (namespace-)root in the new namespaces, before privileges are dropped: volunteer for the OOM killer; one
 # `mount -a` reads an fstab ($1, an inherited descriptor) that covers entries of / and gives the test its own /tmp,
-# /dev/shm and devpts; cap the System V shared memory of the new IPC namespace at $2 pages; if $3 is 1 (the
-# namespaces belong to a user namespace of the test's own), forbid nested user namespaces. Then start the candidate
-# and move it into the test's cgroups ($5) while its interpreter starts (joining a cgroup waits for an RCU grace
+# /dev/shm and devpts (and covers the cgroup tree); cap the System V shared memory of the new IPC namespace at $2
+# pages; if $3 is 1 (the namespaces belong to a user namespace of the test's own), forbid nested user namespaces.
+# Then start the candidate and move it into the test's cgroups ($5: their directories as /proc/self/fd/N, open
+# descriptors that still reach them under the cover) while its interpreter starts (joining a cgroup waits for an RCU grace
 # period, ~8 ms; the harness runs nothing of the candidate's before it is in them); a watchdog kills it after $4
 # seconds even if the trainer died. sh stays the pid namespace's init: when the candidate exits, sh exits and the
 # kernel kills everything left in the namespace.
@@ -363,43 +374,51 @@ def _limits(cfg: SandboxConfig, per_test_pids: bool, memory_cgroup: bool) -> dic
 @dataclass(frozen=True)
 class _Plan:
     """How each test is launched on this machine (chosen by _choose_plan)."""
-    mode: str                # NAMESPACES, NAMESPACES_SHARED_UID, NAMESPACES_UNPRIVILEGED or PLAIN (shown only)
+    mode: str                # NAMESPACES, NAMESPACES_NO_USER_NAMESPACE, NAMESPACES_UNPRIVILEGED or PLAIN (shown only)
     python: str
-    uid: int | None          # uid the candidate runs as after we drop root, None if we are not root
+    uid: int | None          # as root: the candidate's uid in its user namespace, and its host uid without
+                             # host_uids; None if we are not root
     launcher: tuple = ()     # unshare ... sh -c _NS_SCRIPT sandbox   (namespaces only)
-    drop: tuple = ()         # setpriv ... [unshare --user ...]: become the candidate
+    drop: tuple = ()         # setpriv ... [unshare --user ...]: become the candidate (_HOST_UID: the test's host uid)
     own_user_namespace: bool = False   # each test has a user namespace of its own
     cgroups: "_Cgroups | None" = None  # where each test gets cgroups of its own
     no_cgroup: str = ""      # why there are none
+    host_uids: range | None = None  # as root: the host uids tests lease, one per test running on the machine
+    no_host_uids: str = ""   # why there are none (then every test runs as uid)
 
-    def argv(self, cfg: SandboxConfig, fds: dict, cgroup: "_TestCgroup | None", fn_name: str) -> list[str]:
-        """fds: the inherited descriptors "program", "input" and "fstab"."""
+    def argv(self, cfg: SandboxConfig, fds: dict, cgroup: "_TestCgroup | None", fn_name: str,
+             host_uid: int | None) -> list[str]:
+        """fds: the inherited descriptors "program", "input", "fstab" and "cgroups" (a list: the test's cgroup
+        directories, reached through them once the cgroup tree is covered)."""
         before_drop = []
         if self.launcher:
             nested = "1" if self.own_user_namespace and self.uid is None else "0"  # made by the trainer's user
+            cgroup_dirs = " ".join(f"/proc/self/fd/{fd}" for fd in fds["cgroups"])
             before_drop = [f"/proc/self/fd/{fds['fstab']}", str((cfg.memory_mb << 20) // 4 // _PAGE), nested,
-                           str(math.ceil(_wall_timeout(cfg)) + 2), " ".join(cgroup.paths if cgroup else [])]
+                           str(math.ceil(_wall_timeout(cfg)) + 2), cgroup_dirs]
+        drop = [str(host_uid) if part == _HOST_UID else part for part in self.drop]
         settings = {"program_fd": fds["program"], "input_fd": fds["input"], "fn_name": fn_name,
                     "cgroup": [cgroup.name, len(cgroup.paths)] if cgroup else None,
                     "keyctl": _KEYCTL.get(os.uname().machine), "seccomp": _SECCOMP.get(os.uname().machine),
                     "limits": _limits(cfg, per_test_pids=bool(cgroup), memory_cgroup=bool(cgroup))}
-        return [*self.launcher, *before_drop, *self.drop, self.python, "-I", "-c", _HARNESS, json.dumps(settings)]
+        return [*self.launcher, *before_drop, *drop, self.python, "-I", "-c", _HARNESS, json.dumps(settings)]
 
     def covered(self) -> list[str]:
         """Paths a candidate must not see, directories ending in / (listed afresh for every test): the entries of
         / but the system directories, the interpreter's own (as named, e.g. a virtualenv's, and as resolved) and
-        symlinks; the world-writable directories that are not the test's own."""
+        symlinks; the world-writable directories that are not the test's own; the cgroup tree."""
         keep = {self.python.split(os.sep)[1], os.path.realpath(self.python).split(os.sep)[1]}  # e.g. opt
         return [entry.path + "/" * entry.is_dir(follow_symlinks=False) for entry in os.scandir("/")
                 if entry.name not in _SYSTEM_DIRS | keep and not entry.is_symlink()] + \
-               [path + "/" for path in _COVERED_WRITABLE if os.path.isdir(path)]
+               [path + "/" for path in _COVERED_WRITABLE if os.path.isdir(path)] + \
+               [path for path in _COVERED_SYSTEM if os.path.exists(path)]
 
-    def fstab(self, cfg: SandboxConfig) -> bytes:
+    def fstab(self, cfg: SandboxConfig, host_uid: int | None) -> bytes:
         escape = lambda path: re.sub(r"[\s\\]", lambda m: "\\%03o" % ord(m.group()), path)  # noqa: E731 (fstab(5))
         lines = [f"sandbox-hide {escape(path[:-1])} tmpfs ro,size=4k,nosuid,nodev,noexec" if path.endswith("/")
                  else f"/dev/null {escape(path)} none bind,ro,nosuid,nodev,noexec"  # nodev: cannot even be opened
                  for path in self.covered()]
-        uid = 0 if self.uid is None else self.uid  # sources named sandbox-*: `mount -a` skips a mounted source
+        uid = 0 if host_uid is None else host_uid  # sources named sandbox-*: `mount -a` skips a mounted source
         lines += [f"sandbox-work /tmp tmpfs size={cfg.file_size_mb}m,nr_inodes={_TMPFS_INODES},mode=700,uid={uid},"
                   f"gid={uid},nosuid,nodev",
                   f"sandbox-shm /dev/shm tmpfs size={cfg.memory_mb}m,nr_inodes={_TMPFS_INODES},mode=1777,nosuid,nodev",
@@ -422,30 +441,63 @@ def _write(path: str, value) -> None:
         file.write(str(value))
 
 
-def _make_plan(mode: str, python: str, uid: int, cgroups: "_Cgroups | None", no_cgroup: str) -> _Plan:
+# In a plan's `drop`, the place of the test's host uid (leased per test from the plan's host_uids, else plan.uid).
+_HOST_UID = "{host uid}"
+
+
+def _make_plan(mode: str, python: str, cfg: SandboxConfig, cgroups: "_Cgroups | None", no_cgroup: str) -> _Plan:
     """The plan of one mode: the commands that isolate a test (namespaces), then make it the candidate."""
     unshare, setpriv, root = _which("unshare"), _which("setpriv"), os.geteuid() == 0
-    drop = (setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--inh-caps=-all",
+    uid = cfg.uid
+    host_uids, no_host_uids = _usable_host_uids(cfg) if root else (None, "the trainer is not root")
+    drop = (setpriv, "--reuid", _HOST_UID, "--regid", _HOST_UID, "--clear-groups", "--inh-caps=-all",
             "--bounding-set=-all", "--no-new-privs") if root else ()
     if mode == PLAIN:
-        return _Plan(mode, python, uid if root else None, drop=drop, no_cgroup="plain mode")
-    own_user_namespace = mode != NAMESPACES_SHARED_UID
-    if mode == NAMESPACES:  # root: as uid, enter a user namespace of the test's own, forbid nested ones, then
-        drop += (unshare, "--user", f"--map-user={uid}", f"--map-group={uid}", "--keep-caps",  # drop its capabilities
+        return _Plan(mode, python, uid if root else None, drop=drop, no_cgroup="plain mode", host_uids=host_uids,
+                     no_host_uids=no_host_uids)
+    own_user_namespace = mode != NAMESPACES_NO_USER_NAMESPACE
+    if mode == NAMESPACES:  # root: as the host uid, enter a user namespace of the test's own where it is `uid`,
+        drop += (unshare, "--user", f"--map-user={uid}", f"--map-group={uid}", "--keep-caps",  # forbid nested ones,
                  "/bin/sh", "-c", _NO_NESTED_USER_NAMESPACES, "sandbox", setpriv, "--inh-caps=-all",
-                 "--bounding-set=-all")
+                 "--bounding-set=-all")  # then drop its capabilities
     elif not root:  # NAMESPACES_UNPRIVILEGED: we are root only inside it; drop its capabilities for good
         uid, drop = None, (setpriv, "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs",
                            "--securebits=+noroot,+noroot_locked,+no_setuid_fixup,+no_setuid_fixup_locked"
                            ) if setpriv else ()
     launcher = (unshare, *(() if root else ("--user", "--map-root-user")), "--ipc", "--net", "--pid", "--fork",
                 "--kill-child", "--mount-proc", "--mount", "/bin/sh", "-c", _NS_SCRIPT, "sandbox")
-    return _Plan(mode, python, uid, launcher, drop, own_user_namespace, cgroups, no_cgroup)
+    return _Plan(mode, python, uid, launcher, drop, own_user_namespace, cgroups, no_cgroup, host_uids, no_host_uids)
+
+
+def _usable_host_uids(cfg: SandboxConfig) -> tuple[range | None, str]:
+    """(the host uids tests may lease, "") or (None, why not): all mapped in this user namespace (uid and gid), and
+    none a user or group of this machine. The default range sits above systemd's container uids (up to 1879048191)
+    and below its foreign range (2147352576 and up)."""
+    if cfg.uid_count <= 0:
+        return None, "SandboxConfig.uid_count=0"
+    uids = range(cfg.first_uid, cfg.first_uid + cfg.uid_count)
+    for name in ("uid_map", "gid_map"):
+        with open(f"/proc/self/{name}") as file:
+            spans = [tuple(map(int, line.split())) for line in file]   # (inside, outside, count)
+        if not any(inside <= uids[0] and uids[-1] < inside + count for inside, _, count in spans):
+            return None, f"host uids {uids[0]}-{uids[-1]} are not all mapped here (/proc/self/{name})"
+    for path in ("/etc/passwd", "/etc/group"):
+        try:
+            with open(path) as file:
+                entries = [line.split(":") for line in file]
+        except OSError:
+            continue
+        for entry in entries:
+            if len(entry) > 2 and entry[2].isdigit() and int(entry[2]) in uids:
+                return None, f"{path} has {entry[0]!r} (id {entry[2]}) among host uids {uids[0]}-{uids[-1]}"
+    return uids, ""
 
 
 def _guarantees(plan: _Plan, cfg: SandboxConfig) -> tuple[list[str], list[str]]:
     """(what the plan enforces, what it does not): sandbox_info's report, feature by feature."""
-    who = "the trainer itself" if plan.uid is None else f"other candidates running as uid {plan.uid}"
+    who = "the trainer itself" if plan.uid is None else (
+        "processes that earlier tests of its leased uid left behind" if plan.host_uids else
+        "other candidates running as its uid")
     wall = _wall_timeout(cfg)
     enforced = [f"at most {_cores(cfg)} tests of this process run at once (all threads, all programs together)",
                 f"time: {cfg.timeout_s:g} s of CPU time for all the test's processes together, and {wall:g} s of "
@@ -466,8 +518,17 @@ def _guarantees(plan: _Plan, cfg: SandboxConfig) -> tuple[list[str], list[str]]:
     else:
         gaps.append(f"file locks (flock, fcntl) on shared files can carry bits between tests ({os.uname().machine}: "
                     "no seccomp filter here)")
-    if plan.uid is not None:
+    if plan.host_uids:
+        enforced.append(f"runs with no capabilities (setpriv) as a host uid of its own among {plan.host_uids[0]}-"
+                        f"{plan.host_uids[-1]}, leased for the test (no other test running on this machine at the "
+                        "same time has it), so no budget the kernel keeps per uid is shared: descriptors in flight "
+                        "over unix sockets, pipe buffer pages, message-queue bytes, key quota, RLIMIT_NPROC" + (
+                            f"; uid {plan.uid} inside its user namespace" if plan.own_user_namespace else ""))
+    elif plan.uid is not None:
         enforced.append(f"runs as uid {plan.uid} with no capabilities (setpriv)")
+        gaps.append(f"every test runs as host uid {plan.uid} ({plan.no_host_uids}): the budgets the kernel keeps per "
+                    "uid are shared by tests running at once (descriptors in flight over unix sockets, pipe buffer "
+                    "pages, message-queue bytes, key quota), so a neighbour can make an honest test fail")
     if plan.launcher:
         enforced += ["no network (new, empty network namespace)",
                      "pid namespace: kill(-1) reaches only its own processes; none outlives the test's result (the "
@@ -490,8 +551,10 @@ def _guarantees(plan: _Plan, cfg: SandboxConfig) -> tuple[list[str], list[str]]:
                         "and its process count (RLIMIT_NPROC, per user namespace since Linux 5.14) are its own")
     elif plan.launcher:  # without a cgroup, RLIMIT_NPROC (per uid) bounds its processes
         nproc = ("", "") if plan.cgroups else (" and RLIMIT_NPROC", ", and one can starve another of processes")
-        gaps.append(f"no user namespace per test: kernel keyrings{nproc[0]} are per uid, shared by all candidates "
-                    f"running as uid {plan.uid} at once: they can pass notes through their user keyring{nproc[1]}")
+        if not plan.host_uids:
+            gaps.append(f"no user namespace per test: kernel keyrings{nproc[0]} are per uid, shared by all "
+                        f"candidates running as uid {plan.uid} at once: they can pass notes through their user "
+                        f"keyring{nproc[1]}")
     if plan.launcher and plan.uid is None:  # the candidate is the trainer's own user, mapped to root
         gaps.append("the candidate has the trainer's real uid: it can kill the watchdog (not the trainer, outside "
                     "its pid namespace), and RLIMIT_NPROC also counts the trainer's own processes")
@@ -624,36 +687,49 @@ def _find_cgroups(setting: str) -> tuple[_Cgroups | None, str]:
 
 
 class _ProcessCgroups:
-    """This process's parent cgroups for its tests (one per hierarchy), made on first use and removed at exit;
-    made afresh in a forked child. Their CPU quota holds all tests of the process to `cores` cores. A trainer that
-    was killed leaves its parents behind: the next one removes those of dead processes of its pid namespace."""
+    """This process's parent cgroups for its tests (one per hierarchy), made on first use and removed at exit; made
+    afresh in a forked child. Their CPU quota holds all tests of the process to `cores` cores.
+
+    A trainer that is killed leaves its parents behind, and the next one must tell a dead trainer's from a living
+    one's whatever pid namespace each ran in (a container's trainer is pid 1 of its own: its pid means nothing
+    elsewhere). So each parent holds a child cgroup `alive` with a sentinel in it, a small process that exits when
+    its trainer does (at the end of a pipe only the trainer holds). The kernel removes only an empty cgroup: removing
+    `alive` succeeds exactly when the sentinel, and so its trainer, is gone, and that rmdir both tests and claims a
+    stale parent (_remove_stale_parents, at first use and at exit)."""
 
     def __init__(self):
         self.parents: dict[tuple, list[str]] = {}
         self.lock = threading.Lock()
+        self.sentinel: subprocess.Popen | None = None
+        self.owner = os.getpid()   # the process that started the sentinel
         atexit.register(self.remove)
 
     def get(self, cgroups: _Cgroups, cores: int) -> list[str]:
         key = (os.getpid(), cgroups)
         with self.lock:
-            if key not in self.parents or not all(map(os.path.isdir, self.parents[key])):
+            made = self.parents.get(key)
+            if not made or not all(map(os.path.isdir, made)) or not self._sentinel_running():
                 self.parents[key] = [self._make(cgroups, directory, controllers, cores)
                                      for directory, controllers in cgroups.hierarchies]
             return self.parents[key]
 
+    def _make(self, cgroups: _Cgroups, directory: str, controllers: tuple, cores: int) -> str:
+        _remove_stale_parents(directory)
+        path = os.path.join(directory, f"reward-{os.stat('/proc/self/ns/pid').st_ino}-{os.getpid()}")
+        for attempt in range(3):
+            try:
+                os.makedirs(path, exist_ok=True)
+                self._limit(cgroups, path, controllers, cores)
+                os.makedirs(os.path.join(path, "alive"), exist_ok=True)
+                _write(os.path.join(path, "alive", "cgroup.procs"), self._sentinel().pid)
+                return path
+            except FileNotFoundError:
+                if attempt == 2:   # another trainer's cleaning took it between two steps, three times
+                    raise
+        return path
+
     @staticmethod
-    def _make(cgroups: _Cgroups, directory: str, controllers: tuple, cores: int) -> str:
-        prefix = f"reward-{os.stat('/proc/self/ns/pid').st_ino}-"  # pids are ours to check in our pid namespace only
-        for entry in os.scandir(directory):
-            pid = entry.name[len(prefix):]
-            if entry.name.startswith(prefix) and pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
-                for cgroup in [child.path for child in os.scandir(entry.path) if child.is_dir()] + [entry.path]:
-                    try:
-                        os.rmdir(cgroup)  # only an empty cgroup can be removed
-                    except OSError:
-                        pass
-        path = os.path.join(directory, prefix + str(os.getpid()))
-        os.makedirs(path, exist_ok=True)
+    def _limit(cgroups: _Cgroups, path: str, controllers: tuple, cores: int):
         # CPU: the tests together weigh as `cores` busy processes against the rest of the machine (each of which
         # weighs one), and use at most `cores` cores
         if cgroups.version == 2:
@@ -665,17 +741,74 @@ class _ProcessCgroups:
             _write(os.path.join(path, "cpu.shares"), 1024 * cores)
             _write(os.path.join(path, "cpu.cfs_period_us"), 100_000)
             _write(os.path.join(path, "cpu.cfs_quota_us"), cores * 100_000)
-        return path
+
+    def _sentinel_running(self) -> bool:
+        return self.sentinel is not None and self.owner == os.getpid() and self.sentinel.poll() is None
+
+    def _sentinel(self) -> subprocess.Popen:
+        """The sentinel: `sh` waiting to read a line from a pipe whose writing end only this process holds (a forked
+        child closes its copy), so it exits when this process does; in a session of its own, so a Ctrl-C to the
+        trainer's terminal does not end it while the trainer lives on."""
+        if not self._sentinel_running():
+            self.sentinel = subprocess.Popen(["/bin/sh", "-c", "read -r line  # sandbox cgroup sentinel"],
+                                             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                             stderr=subprocess.DEVNULL, start_new_session=True)
+            self.owner = os.getpid()
+        return self.sentinel
+
+    def after_fork_in_child(self):
+        """A forked child gets a fresh lock and closes its copy of the sentinel's pipe: the parent's sentinel must
+        end with the parent. The child makes parents (and a sentinel) of its own."""
+        self.lock = threading.Lock()
+        sentinel, self.sentinel = self.sentinel, None
+        if sentinel is not None:
+            with contextlib.suppress(OSError):
+                sentinel.stdin.close()
 
     def remove(self):
         with self.lock:
-            for (pid, _), paths in self.parents.items():
-                for path in paths if pid == os.getpid() else []:
-                    try:
-                        os.rmdir(path)
-                    except OSError:
-                        pass
+            mine = [paths for (pid, _), paths in self.parents.items() if pid == os.getpid()]
             self.parents.clear()
+            if self._sentinel_running():
+                self.sentinel.stdin.close()
+                self.sentinel.wait()
+            for path in (path for paths in mine for path in paths):
+                _remove_empty_cgroups([os.path.join(path, "alive"), path])
+                _remove_stale_parents(os.path.dirname(path))
+
+
+def _remove_stale_parents(directory: str):
+    """Remove the parents of dead trainers under `directory`, and their test cgroups (see _ProcessCgroups). A test
+    cgroup that still holds processes (a test's pid namespace that is being torn down) is left to the next sweep."""
+    for entry in os.scandir(directory):
+        if entry.name.startswith("reward-") and entry.is_dir(follow_symlinks=False) and \
+                not _trainer_alive(entry.path, entry.name):
+            tests = [child.path for child in os.scandir(entry.path) if child.is_dir(follow_symlinks=False)]
+            _remove_empty_cgroups(tests + [entry.path])
+
+
+def _trainer_alive(path: str, name: str) -> bool:
+    """Is the trainer that made parent cgroup `path` alive? Its `alive` cgroup cannot be removed while its sentinel
+    is in it. Without one (a trainer that died while making it, or made by an earlier version), only a trainer of our
+    own pid namespace whose pid (the name's last part) still runs counts as alive."""
+    try:
+        os.rmdir(os.path.join(path, "alive"))
+        return False   # it was empty: the sentinel, and so its trainer, is gone
+    except FileNotFoundError:
+        namespace, _, pid = name[len("reward-"):].partition("-")
+        ours = namespace == str(os.stat("/proc/self/ns/pid").st_ino)
+        return ours and pid.isdigit() and os.path.exists(f"/proc/{pid}")
+    except OSError:
+        return True    # busy: the sentinel is in it
+
+
+def _remove_empty_cgroups(paths: list[str]):
+    """rmdir each of `paths` that is empty, in order (the others, still holding processes, stay)."""
+    for path in paths:
+        try:
+            os.rmdir(path)
+        except OSError:
+            pass
 
 
 _PROCESS_CGROUPS = _ProcessCgroups()
@@ -753,10 +886,10 @@ class _TestCgroup:
 def _run_one_test(plan: _Plan, cfg: SandboxConfig, program: str, test: dict) -> TestResult:
     """Run one test of one program in a fresh sandbox (and cgroups), when the process-wide budget has a slot for
     it, and judge it here, in the parent."""
-    with _SLOTS.take(_cores(cfg)):
+    with _SLOTS.take(_cores(cfg)), _host_uid(plan) as host_uid:
         cgroup = _TestCgroup(plan.cgroups, cfg) if plan.cgroups else None
         try:
-            returncode, out, err, status = _run_in_sandbox(plan, cfg, program, test, cgroup)
+            returncode, out, err, status = _run_in_sandbox(plan, cfg, program, test, cgroup, host_uid)
         finally:
             memory_killed = cgroup.remove() if cgroup else False
     if status == "memory" or memory_killed:
@@ -808,50 +941,126 @@ class _TestSlots:
 _SLOTS = _TestSlots()
 
 
-def _run_in_sandbox(plan: _Plan, cfg: SandboxConfig, program: str, test: dict, cgroup: "_TestCgroup | None"):
-    """Run one test in a fresh sandbox; -> (returncode, stdout, stderr, status) as _communicate's, or
-    (None, b"", b"", "sandbox could not start: ...")."""
+@contextlib.contextmanager
+def _host_uid(plan: _Plan):
+    """The host uid a test runs as: leased from plan.host_uids for the test's duration, else plan.uid (None: the
+    trainer's own, not root)."""
+    if not plan.host_uids:
+        yield plan.uid
+        return
+    lease, uid = _UID_LEASES.take(plan.host_uids)
+    try:
+        yield uid
+    finally:
+        os.close(lease)   # releases the lock
+
+
+class _UidLeases:
+    """Host uids for tests, one per test running on this machine at once, whichever trainer process runs it: a uid
+    is leased by holding an exclusive flock on its file in a directory only root may enter, so the kernel releases it
+    when the test ends or its trainer dies. Leases go round the range (not always the lowest free uid), so what a
+    test leaves in a per-uid budget until the kernel collects it (keys, descriptors of a dying namespace) meets no
+    test soon after. Trainers that do not share /run (or the temporary directory) but do share host uids, such as
+    containers without user namespaces, need ranges of their own (SandboxConfig.first_uid)."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.next = 0            # where the next search starts, as an index into the range
+        self.directory = ""
+
+    def take(self, uids: range) -> tuple[int, int]:
+        """-> (the lock's descriptor: close it to release the uid, the uid); waits while every uid is leased."""
+        directory = self._directory()
+        while True:
+            with self.lock:
+                start = self.next
+            for offset in range(len(uids)):
+                index = (start + offset) % len(uids)
+                path = os.path.join(directory, str(uids[index]))
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    os.close(fd)
+                    continue
+                with self.lock:
+                    self.next = index + 1
+                return fd, uids[index]
+            time.sleep(0.01)   # more tests at once on this machine than uids in the range: wait for one
+
+    def _directory(self) -> str:
+        with self.lock:
+            if not self.directory:
+                parent = "/run" if os.access("/run", os.W_OK) else tempfile.gettempdir()
+                directory = os.path.join(parent, "sandbox-uids")
+                os.makedirs(directory, mode=0o700, exist_ok=True)
+                info = os.lstat(directory)
+                if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid() or info.st_mode & 0o077:
+                    raise RuntimeError(f"sandbox: {directory} must be a directory of uid {os.geteuid()} that no one "
+                                       "else may enter (the host uids' leases are taken there); remove it")
+                self.directory = directory
+            return self.directory
+
+
+_UID_LEASES = _UidLeases()
+
+
+def _run_in_sandbox(plan: _Plan, cfg: SandboxConfig, program: str, test: dict, cgroup: "_TestCgroup | None",
+                    host_uid: int | None):
+    """Run one test in a fresh sandbox as `host_uid` (None: the trainer's own uid); -> (returncode, stdout, stderr,
+    status) as _communicate's, or (None, b"", b"", "sandbox could not start: ...")."""
     workdir = "" if plan.launcher else tempfile.mkdtemp(prefix="reward-sandbox-")  # namespaces: a tmpfs on /tmp
     env = dict(_CANDIDATE_ENV, HOME=workdir or "/tmp", TMPDIR=workdir or "/tmp")
-    # The test's stdin, stdout and stderr are pipes of our own, given to the candidate's user: a program may reopen
-    # them by path (open('/dev/stdin'), '/proc/self/fd/1'), and the kernel then checks the pipe's owner and mode
-    # (0600), which would refuse a root-owned pipe to the dropped user. The harness makes the input pipe its stdin.
-    pipes = [os.pipe() for _ in range(3)]  # (read, write) of stdin, stdout, stderr
-    (input_read, input_write), (out_read, out_write), (err_read, err_write) = pipes
-    ours, theirs = [input_write, out_read, err_read], [input_read, out_write, err_write]
+    # The test's stdout and stderr are pipes of our own, given to the candidate's user: a program may reopen them by
+    # path ('/dev/stdout', '/proc/self/fd/1'), and the kernel then checks the pipe's owner and mode (0600), which
+    # would refuse a root-owned pipe to the dropped user. Its stdin is a regular file holding the whole input, as
+    # judges give it: os.fstat(0).st_size is its size and one os.read(0, n) reads up to n bytes of it (from a pipe
+    # fed in chunks, both read a part), given to the candidate's user too.
+    pipes = [os.pipe() for _ in range(2)]  # (read, write) of stdout, stderr
+    (out_read, out_write), (err_read, err_write) = pipes
+    ours, theirs = [out_read, err_read], [out_write, err_write]
+    cgroup_dirs = []
     try:
-        if plan.uid is not None:
+        if host_uid is not None:
             for read_end, _ in pipes:
-                os.fchown(read_end, plan.uid, plan.uid)  # a pipe is one inode: both ends change owner
-        # Program and fstab are passed as open descriptors of unlinked files: no argv size limit, nothing on
-        # disk to go stale, readable by the dropped user only through the descriptor.
-        with tempfile.TemporaryFile() as source, tempfile.TemporaryFile() as fstab:
-            if workdir and plan.uid is not None:
-                os.chown(workdir, plan.uid, plan.uid)
+                os.fchown(read_end, host_uid, host_uid)  # a pipe is one inode: both ends change owner
+        # Program, input and fstab are passed as open descriptors of unlinked files: no argv size limit, nothing
+        # on disk to go stale, readable by the dropped user only through the descriptor.
+        with tempfile.TemporaryFile() as source, tempfile.TemporaryFile() as stdin, \
+                tempfile.TemporaryFile() as fstab:
+            if workdir and host_uid is not None:
+                os.chown(workdir, host_uid, host_uid)
             source.write(program.encode("utf-8", "replace"))
             source.flush()
+            stdin.write(test["input"].encode("utf-8", "replace"))
+            stdin.flush()
+            stdin.seek(0)
+            if host_uid is not None:
+                os.fchown(stdin.fileno(), host_uid, host_uid)   # so that /dev/stdin may be reopened by path
             if plan.launcher:
-                fstab.write(plan.fstab(cfg))
+                fstab.write(plan.fstab(cfg, host_uid))
                 fstab.flush()
-            fds = {"program": source.fileno(), "input": input_read, "fstab": fstab.fileno()}
+            # the test's cgroup directories, which its namespace's init joins it to after the tree is covered
+            cgroup_dirs = [os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC) for path in
+                           (cgroup.paths if cgroup else [])]
+            fds = {"program": source.fileno(), "input": stdin.fileno(), "fstab": fstab.fileno(),
+                   "cgroups": cgroup_dirs}
             try:
-                proc = subprocess.Popen(plan.argv(cfg, fds, cgroup, test.get("fn_name") or ""),
+                proc = subprocess.Popen(plan.argv(cfg, fds, cgroup, test.get("fn_name") or "", host_uid),
                                         stdin=subprocess.DEVNULL, stdout=out_write, stderr=err_write,
                                         cwd=workdir or "/", env=env, start_new_session=True,
-                                        pass_fds=tuple(fds.values()))
+                                        pass_fds=(source.fileno(), stdin.fileno(), fstab.fileno(), *cgroup_dirs))
             except OSError as error:
                 return None, b"", b"", f"sandbox could not start: {error}"
-            for fd in theirs:  # the candidate holds them now; its pipes close when its last process exits
+            for fd in theirs + cgroup_dirs:  # the candidate holds them now; its pipes close when its last process exits
                 os.close(fd)
-            theirs = []
-            stdin_fd = ours.pop(0)  # _communicate closes it
+            theirs, cgroup_dirs = [], []
             watcher = None
             try:
                 # without a memory cgroup, the watchdog process reads the test's memory (and kills it above the
                 # limit); watcher is the one that accepted this test, None if none did
                 watcher = None if cgroup else _WATCHDOG.watch(proc.pid, cfg.memory_mb << 20, bool(plan.launcher))
-                out, err, status = _communicate(proc, stdin_fd, out_read, err_read,
-                                                test["input"].encode("utf-8", "replace"), cfg,
+                out, err, status = _communicate(proc, out_read, err_read, cfg,
                                                 _Meter(proc, cfg, cgroup, bool(plan.launcher), watcher))
             finally:
                 try:
@@ -862,7 +1071,7 @@ def _run_in_sandbox(plan: _Plan, cfg: SandboxConfig, program: str, test: dict, c
                 finally:
                     _stop(proc, bool(plan.launcher))
     finally:
-        for fd in ours + theirs:
+        for fd in ours + theirs + cgroup_dirs:
             os.close(fd)
         if workdir:
             shutil.rmtree(workdir, ignore_errors=True)
@@ -896,25 +1105,19 @@ class _Meter:
         return "memory" if memory > self.cfg.memory_mb << 20 else None
 
 
-def _communicate(proc: subprocess.Popen, stdin_fd: int, stdout_fd: int, stderr_fd: int, data: bytes,
-                 cfg: SandboxConfig, meter: _Meter):
-    """Feed `data` to stdin_fd (closed on return), read stdout_fd/stderr_fd up to cfg.output_mb in all, and check
-    every 20 ms that the test is within its CPU time and memory; -> (stdout, stderr, status), the outputs as the
-    bytearrays they were read into (no copy), status in "exited", "timeout", "wall timeout", "overflow", "memory".
-    Never waits past the wall-clock deadline."""
-    deadline, next_check = time.monotonic() + _wall_timeout(cfg), time.monotonic() + _POLL_S
+def _communicate(proc: subprocess.Popen, stdout_fd: int, stderr_fd: int, cfg: SandboxConfig, meter: _Meter):
+    """Read stdout_fd/stderr_fd up to cfg.output_mb in all, and check every 20 ms that the test is within its CPU
+    time and memory; -> (stdout, stderr, status), the outputs as the bytearrays they were read into (no copy),
+    status in "exited", "timeout", "wall timeout", "overflow", "memory". Never waits past the wall-clock deadline."""
+    deadline = time.monotonic() + _wall_timeout(cfg)
+    next_check = time.monotonic() + _POLL_S
     cap = int(cfg.output_mb * 2**20)
     stdout, stderr = bytearray(), bytearray()
-    output, sent, exited = {stdout_fd: stdout, stderr_fd: stderr}, 0, False
-    with contextlib.closing(os.fdopen(stdin_fd, "wb", buffering=0)) as stdin, \
-            selectors.DefaultSelector() as selector:  # stdin: written with os.write, closed once all is sent
+    output = {stdout_fd: stdout, stderr_fd: stderr}
+    exited = False
+    with selectors.DefaultSelector() as selector:
         for fd in output:
             selector.register(fd, selectors.EVENT_READ)
-        if data:
-            os.set_blocking(stdin_fd, False)
-            selector.register(stdin_fd, selectors.EVENT_WRITE)
-        else:
-            stdin.close()
         while True:
             now = time.monotonic()
             if now >= deadline:
@@ -934,17 +1137,7 @@ def _communicate(proc: subprocess.Popen, stdin_fd: int, stdout_fd: int, stderr_f
             if exited and not events:
                 break
             for key, _ in events:
-                if key.fd == stdin_fd:
-                    try:
-                        sent += os.write(stdin_fd, data[sent:sent + (1 << 16)])
-                    except BlockingIOError:
-                        continue
-                    except BrokenPipeError:  # the program stopped reading its input
-                        sent = len(data)
-                    if sent >= len(data):
-                        selector.unregister(stdin_fd)
-                        stdin.close()
-                elif chunk := os.read(key.fd, 1 << 16):
+                if chunk := os.read(key.fd, 1 << 16):
                     output[key.fd] += chunk
                     if len(stdout) + len(stderr) > cap:
                         return stdout, stderr, "overflow"
@@ -1286,7 +1479,8 @@ def _after_fork_in_child():
     """A forked child has only the thread that forked: every lock another thread held stays held in it, and the
     slots of the parent's running tests stay taken. Fresh ones; the probed plans stay (the machine is the same)."""
     _PLANS.lock = threading.Lock()
-    _PROCESS_CGROUPS.lock = threading.Lock()
+    _PROCESS_CGROUPS.after_fork_in_child()
+    _UID_LEASES.lock = threading.Lock()
     _SLOTS.__init__()
     _WATCHDOG.after_fork_in_child()
 
