@@ -218,16 +218,21 @@ def _choose_plan(cfg: SandboxConfig) -> "_Plan":
 # machine. A seccomp filter sees only the descriptor, not the file, so it cannot allow locks on the test's own files
 # alone; it makes every flock() and fcntl() record lock succeed without taking anything (a program that locks its
 # own files still runs; processes of one test no longer exclude each other) and F_GETLK fail with ENOLCK.
+# The same filter refuses kernel AIO and io_uring (ENOSYS, as on a kernel without them, which Python's own I/O never
+# needs): their budget is the machine's (fs.aio-max-nr), and one test taking it all failed a neighbour's io_setup.
 _HARNESS = r"""
 import json, os, resource, sys
 
-def _forbid_file_locks(audit_arch, flock, fcntl):
+def _seccomp_filter(audit_arch, flock, fcntl, refused):
     import ctypes
     LD, JEQ, JGE, RET = 0x20, 0x15, 0x35, 0x06       # BPF_LD|W|ABS, BPF_JMP|JEQ|K, BPF_JMP|JGE|K, BPF_RET|K
     ALLOW, KILL, NOOP, NOLCK = 0x7FFF0000, 0x80000000, 0x50000, 0x50000 | 37  # SECCOMP_RET_*; ERRNO 0 = success
+    NOSYS = 0x50000 | 38
     program = [(LD, 0, 0, 4), (JEQ, 1, 0, audit_arch), (RET, 0, 0, KILL),   # another system call ABI: kill
-               (LD, 0, 0, 0), (JGE, 0, 1, 0x40000000), (RET, 0, 0, KILL),   # x32 numbers: kill
-               (JEQ, 0, 1, flock), (RET, 0, 0, NOOP), (JEQ, 1, 0, fcntl), (RET, 0, 0, ALLOW),
+               (LD, 0, 0, 0), (JGE, 0, 1, 0x40000000), (RET, 0, 0, KILL)]   # x32 numbers: kill
+    for number in refused:
+        program += [(JEQ, 0, 1, number), (RET, 0, 0, NOSYS)]
+    program += [(JEQ, 0, 1, flock), (RET, 0, 0, NOOP), (JEQ, 1, 0, fcntl), (RET, 0, 0, ALLOW),
                (LD, 0, 0, 24)]                                               # fcntl's command: args[1]
     for command, verdict in ((6, NOOP), (7, NOOP), (37, NOOP), (38, NOOP), (5, NOLCK), (36, NOLCK)):
         program += [(JEQ, 0, 1, command), (RET, 0, 0, verdict)]  # F_SETLK(W), F_OFD_SETLK(W); F_GETLK, F_OFD_GETLK
@@ -275,7 +280,7 @@ def _prepare():
     for name, (soft, hard) in settings["limits"].items():
         resource.setrlimit(getattr(resource, name), (soft, hard))
     if settings["seccomp"]:
-        _forbid_file_locks(*settings["seccomp"])
+        _seccomp_filter(*settings["seccomp"])
     sys.argv = [path]
     return b"".join(chunks).decode("utf-8", "replace"), path, settings["fn_name"]
 
@@ -299,12 +304,13 @@ _source, __file__, _fn_name = _prepare()
 if _fn_name:
     _call(_source, __file__, _fn_name)
 _code = compile(_source, __file__, "exec")
-del _prepare, _call, _forbid_file_locks, _source, _fn_name, json, os, resource
+del _prepare, _call, _seccomp_filter, _source, _fn_name, json, os, resource
 exec(_code)
 """
 
 _KEYCTL = {"x86_64": 250, "aarch64": 219, "riscv64": 219, "ppc64le": 271, "s390x": 280}  # keyctl's syscall number
-_SECCOMP = {"x86_64": (0xC000003E, 73, 72), "aarch64": (0xC00000B7, 32, 25)}  # AUDIT_ARCH_*, flock, fcntl numbers
+# AUDIT_ARCH_*, the numbers of flock and fcntl, and of the calls refused (io_setup, io_uring_setup)
+_SECCOMP = {"x86_64": (0xC000003E, 73, 72, (206, 425)), "aarch64": (0xC00000B7, 32, 25, (0, 425))}
 
 _PROBE = ("import os, sys, json, math, collections, heapq, bisect, itertools, functools\n"
           "prefix = os.path.realpath(sys.base_prefix)\n"
@@ -496,7 +502,7 @@ def _usable_host_uids(cfg: SandboxConfig) -> tuple[range | None, str]:
 def _guarantees(plan: _Plan, cfg: SandboxConfig) -> tuple[list[str], list[str]]:
     """(what the plan enforces, what it does not): sandbox_info's report, feature by feature."""
     who = "the trainer itself" if plan.uid is None else (
-        "processes that earlier tests of its leased uid left behind" if plan.host_uids else
+        "what an earlier test of its leased uid left if that test's trainer died" if plan.host_uids else
         "other candidates running as its uid")
     wall = _wall_timeout(cfg)
     enforced = [f"at most {_cores(cfg)} tests of this process run at once (all threads, all programs together)",
@@ -514,7 +520,8 @@ def _guarantees(plan: _Plan, cfg: SandboxConfig) -> tuple[list[str], list[str]]:
         enforced.append("a fresh, empty session keyring (not the trainer's)")
     if os.uname().machine in _SECCOMP:
         enforced.append("no file locks: flock() and fcntl() locks succeed without locking (seccomp), so they "
-                        "carry nothing between tests")
+                        "carry nothing between tests; no kernel AIO or io_uring (ENOSYS), whose budget is the "
+                        "machine's")
     else:
         gaps.append(f"file locks (flock, fcntl) on shared files can carry bits between tests ({os.uname().machine}: "
                     "no seccomp filter here)")
@@ -538,12 +545,13 @@ def _guarantees(plan: _Plan, cfg: SandboxConfig) -> tuple[list[str], list[str]]:
                      f"{_TMPFS_INODES} files), with a writable /dev/shm of its own ({_TMPFS_INODES} files) and a "
                      f"devpts of its own ({_PTYS} pseudo-terminals); covered (empty): " + " ".join(plan.covered())]
     else:
+        escaped = ("processes that setsid and double-fork escape its memory and CPU count until the test ends "
+                   "(then every process of its leased uid is killed)") if plan.host_uids else (
+                   "processes that setsid and double-fork outlive the test (CPU-limited, not time-limited) and "
+                   "escape its memory and CPU count")
         gaps += ["network access", f"pid isolation: kill(-1) reaches {who}, and /proc/PID/fd their input and "
-                 "output pipes",
-                 "if the trainer dies mid-test, nothing kills a sleeping candidate",
-                 "processes that setsid and double-fork outlive the test (CPU-limited, not time-limited) and "
-                 "escape its memory and CPU count", "files readable by the candidate's user (datasets, test "
-                 "files) stay readable", "world-writable directories (/tmp, /var/tmp, /dev/shm) and the host's "
+                 "output pipes", "if the trainer dies mid-test, nothing kills a sleeping candidate", escaped,
+                 "files readable by the candidate's user (datasets, test files) stay readable", "world-writable directories (/tmp, /var/tmp, /dev/shm) and the host's "
                  "pseudo-terminals are shared", f"System V IPC, POSIX message queues, keyrings and RLIMIT_NPROC "
                  f"are shared with {who}, and IPC objects outlive the test"]
     if plan.own_user_namespace:
@@ -949,24 +957,60 @@ def _host_uid(plan: _Plan):
         yield plan.uid
         return
     lease, uid = _UID_LEASES.take(plan.host_uids)
+    plain = not plan.launcher
     try:
+        if os.pread(lease, 1, 0):   # marked: a plain-mode test of this uid ended without its sweep (its trainer died)
+            _kill_every_process_of(uid)
+            os.ftruncate(lease, 0)
+        if plain:   # no pid namespace: what it leaves behind (setsid, double fork) is killed when it ends
+            os.pwrite(lease, b"plain", 0)
         yield uid
     finally:
-        os.close(lease)   # releases the lock
+        try:
+            if plain:
+                _kill_every_process_of(uid)
+                os.ftruncate(lease, 0)
+        finally:
+            _UID_LEASES.release(lease)
+
+
+def _kill_every_process_of(uid: int):
+    """SIGKILL every process of host uid `uid` in this pid namespace and those below it: kill(-1) sent by a process
+    of that uid, which reaches exactly its uid's processes. The uids of the range belong to the sandbox alone."""
+    subprocess.run([_which("setpriv"), "--reuid", str(uid), "--regid", str(uid), "--clear-groups",
+                    "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "/bin/sh", "-c", "kill -KILL -1"],
+                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 class _UidLeases:
     """Host uids for tests, one per test running on this machine at once, whichever trainer process runs it: a uid
     is leased by holding an exclusive flock on its file in a directory only root may enter, so the kernel releases it
-    when the test ends or its trainer dies. Leases go round the range (not always the lowest free uid), so what a
-    test leaves in a per-uid budget until the kernel collects it (keys, descriptors of a dying namespace) meets no
-    test soon after. Trainers that do not share /run (or the temporary directory) but do share host uids, such as
-    containers without user namespaces, need ranges of their own (SandboxConfig.first_uid)."""
+    when the test ends or its trainer dies. Each process goes round the range from a random place (not always to the
+    lowest free uid), so what a test leaves in a per-uid budget until the kernel collects it (keys, descriptors of a
+    dying namespace) meets no test soon after. A plain-mode test (no pid namespace to end its processes) marks its
+    lease file, and every process of its uid is killed when it ends, or at the next lease of that uid if its
+    trainer died first (_host_uid). Trainers that do not share /run (or the temporary directory) but do share host
+    uids, such as containers without user namespaces, need ranges of their own (SandboxConfig.first_uid)."""
 
     def __init__(self):
         self.lock = threading.Lock()
-        self.next = 0            # where the next search starts, as an index into the range
+        self.next = int.from_bytes(os.urandom(4), "little")   # where the next search starts (mod the range's size)
         self.directory = ""
+        self.held: set[int] = set()   # the descriptors of the leases this process holds
+
+    def release(self, lease: int):
+        with self.lock:
+            self.held.discard(lease)
+        os.close(lease)   # releases the lock
+
+    def after_fork_in_child(self):
+        """A forked child closes its copies of the parent's leases: an flock lives as long as any copy of its
+        descriptor, so a child that outlived the test would keep its uid leased."""
+        self.lock = threading.Lock()
+        for lease in self.held:
+            with contextlib.suppress(OSError):
+                os.close(lease)
+        self.held = set()
 
     def take(self, uids: range) -> tuple[int, int]:
         """-> (the lock's descriptor: close it to release the uid, the uid); waits while every uid is leased."""
@@ -985,6 +1029,7 @@ class _UidLeases:
                     continue
                 with self.lock:
                     self.next = index + 1
+                    self.held.add(fd)
                 return fd, uids[index]
             time.sleep(0.01)   # more tests at once on this machine than uids in the range: wait for one
 
@@ -1013,12 +1058,12 @@ def _run_in_sandbox(plan: _Plan, cfg: SandboxConfig, program: str, test: dict, c
     env = dict(_CANDIDATE_ENV, HOME=workdir or "/tmp", TMPDIR=workdir or "/tmp")
     # The test's stdout and stderr are pipes of our own, given to the candidate's user: a program may reopen them by
     # path ('/dev/stdout', '/proc/self/fd/1'), and the kernel then checks the pipe's owner and mode (0600), which
-    # would refuse a root-owned pipe to the dropped user. Its stdin is a regular file holding the whole input, as
-    # judges give it: os.fstat(0).st_size is its size and one os.read(0, n) reads up to n bytes of it (from a pipe
-    # fed in chunks, both read a part), given to the candidate's user too.
+    # would refuse a root-owned pipe to the dropped user. Its stdin is a file holding the whole input (_input_file).
+    stdin = _input_file(test["input"].encode("utf-8", "replace"))
     pipes = [os.pipe() for _ in range(2)]  # (read, write) of stdout, stderr
     (out_read, out_write), (err_read, err_write) = pipes
-    ours, theirs = [out_read, err_read], [out_write, err_write]
+    ours = [stdin, out_read, err_read]
+    theirs = [out_write, err_write]
     cgroup_dirs = []
     try:
         if host_uid is not None:
@@ -1026,30 +1071,23 @@ def _run_in_sandbox(plan: _Plan, cfg: SandboxConfig, program: str, test: dict, c
                 os.fchown(read_end, host_uid, host_uid)  # a pipe is one inode: both ends change owner
         # Program, input and fstab are passed as open descriptors of unlinked files: no argv size limit, nothing
         # on disk to go stale, readable by the dropped user only through the descriptor.
-        with tempfile.TemporaryFile() as source, tempfile.TemporaryFile() as stdin, \
-                tempfile.TemporaryFile() as fstab:
+        with tempfile.TemporaryFile() as source, tempfile.TemporaryFile() as fstab:
             if workdir and host_uid is not None:
                 os.chown(workdir, host_uid, host_uid)
             source.write(program.encode("utf-8", "replace"))
             source.flush()
-            stdin.write(test["input"].encode("utf-8", "replace"))
-            stdin.flush()
-            stdin.seek(0)
-            if host_uid is not None:
-                os.fchown(stdin.fileno(), host_uid, host_uid)   # so that /dev/stdin may be reopened by path
             if plan.launcher:
                 fstab.write(plan.fstab(cfg, host_uid))
                 fstab.flush()
             # the test's cgroup directories, which its namespace's init joins it to after the tree is covered
             cgroup_dirs = [os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC) for path in
                            (cgroup.paths if cgroup else [])]
-            fds = {"program": source.fileno(), "input": stdin.fileno(), "fstab": fstab.fileno(),
-                   "cgroups": cgroup_dirs}
+            fds = {"program": source.fileno(), "input": stdin, "fstab": fstab.fileno(), "cgroups": cgroup_dirs}
             try:
                 proc = subprocess.Popen(plan.argv(cfg, fds, cgroup, test.get("fn_name") or "", host_uid),
                                         stdin=subprocess.DEVNULL, stdout=out_write, stderr=err_write,
                                         cwd=workdir or "/", env=env, start_new_session=True,
-                                        pass_fds=(source.fileno(), stdin.fileno(), fstab.fileno(), *cgroup_dirs))
+                                        pass_fds=(source.fileno(), stdin, fstab.fileno(), *cgroup_dirs))
             except OSError as error:
                 return None, b"", b"", f"sandbox could not start: {error}"
             for fd in theirs + cgroup_dirs:  # the candidate holds them now; its pipes close when its last process exits
@@ -1076,6 +1114,31 @@ def _run_in_sandbox(plan: _Plan, cfg: SandboxConfig, program: str, test: dict, c
         if workdir:
             shutil.rmtree(workdir, ignore_errors=True)
     return proc.returncode, out, err, status
+
+
+def _input_file(data: bytes) -> int:
+    """A descriptor of a file holding `data`, the test's stdin, as judges give it: os.fstat(0).st_size is its size
+    and one os.read(0, n) reads up to n bytes (from a pipe fed in chunks, both read only a part). Nothing can write
+    it, through this descriptor or by reopening /proc/self/fd/0: a memfd sealed against writing, growing and
+    shrinking (a file the candidate could write would let it reserve the trainer's disk with fallocate, past
+    RLIMIT_FSIZE, and signal its neighbours through the free space). Without memfd: a root-owned 0444 file, read-only."""
+    try:
+        fd = os.memfd_create("sandbox-stdin", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    except (AttributeError, OSError):
+        fd = None
+    if fd is None:
+        with tempfile.TemporaryFile() as file:
+            file.write(data)
+            file.flush()
+            os.fchmod(file.fileno(), 0o444)
+            return os.open(f"/proc/self/fd/{file.fileno()}", os.O_RDONLY | os.O_CLOEXEC)
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+    os.lseek(fd, 0, os.SEEK_SET)
+    fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_WRITE | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SHRINK |
+                fcntl.F_SEAL_SEAL)
+    return fd
 
 
 class _Meter:
@@ -1480,7 +1543,7 @@ def _after_fork_in_child():
     slots of the parent's running tests stay taken. Fresh ones; the probed plans stay (the machine is the same)."""
     _PLANS.lock = threading.Lock()
     _PROCESS_CGROUPS.after_fork_in_child()
-    _UID_LEASES.lock = threading.Lock()
+    _UID_LEASES.after_fork_in_child()
     _SLOTS.__init__()
     _WATCHDOG.after_fork_in_child()
 

@@ -22,7 +22,7 @@ import pytest
 import reward
 from parts import sandbox
 from reward import SandboxConfig, run_tests
-from test_reward import adopt_orphans, leftovers  # noqa: F401 (adopt_orphans: this module's too)
+from test_reward import adopt_orphans, descendants, leftovers  # noqa: F401 (adopt_orphans: this module's too)
 from test_sandbox_load import score_all
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -214,6 +214,93 @@ def test_honest_idioms_still_score(name):
     program, stdin = HONEST_IDIOMS[name]
     result = run_tests(program, [{"input": stdin, "output": "6"}], SandboxConfig(timeout_s=10))[0]
     assert result.passed, result
+
+
+STDIN_WRITER = textwrap.dedent("""\
+    import ctypes, os
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_long, ctypes.c_long]
+    done = []
+    if libc.fallocate(0, 1, 0, 64 << 20) == 0:   # FALLOC_FL_KEEP_SIZE: reserve 64 MB of the file's disk
+        done.append('fallocate')
+    for how in (os.O_WRONLY, os.O_RDWR | os.O_APPEND):
+        try:
+            fd = os.open('/proc/self/fd/0', how)
+            os.write(fd, b'x')
+            done.append('reopened for writing')
+        except OSError:
+            pass
+    try:
+        os.truncate(0, 1 << 30)
+        done.append('grown')
+    except OSError:
+        pass
+    print(done or 'refused')
+""")
+
+
+def test_a_test_cannot_write_grow_or_reserve_its_stdin(root_namespaced):
+    """A file the candidate could write would let it reserve the trainer's disk (fallocate is not bounded by
+    RLIMIT_FSIZE) and signal its neighbours through the free space."""
+    result = run_tests(STDIN_WRITER, [{"input": "40 2\n", "output": "refused"}], CONFIG)[0]
+    assert result.passed, result
+
+
+def test_kernel_aio_is_refused():
+    """fs.aio-max-nr is the machine's budget: one test taking it all failed a neighbour's io_setup."""
+    program = ("import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\ncontext = ctypes.c_ulong(0)\n"
+               "number = {'x86_64': 206, 'aarch64': 0}[__import__('os').uname().machine]\n"
+               "print('refused' if libc.syscall(number, 128, ctypes.byref(context)) else 'allowed')")
+    if os.uname().machine not in sandbox._SECCOMP:
+        pytest.skip(f"no seccomp filter on {os.uname().machine}")
+    assert run_tests(program, [{"input": "", "output": "refused"}], CONFIG)[0].passed
+
+
+def test_plain_mode_kills_what_a_test_leaves_behind(root_namespaced):
+    """Without a pid namespace a test can leave a process behind (setsid, double fork); with a leased uid, every
+    process of that uid is killed when the test ends, so it cannot wait for a later test of the same uid."""
+    marker = f"pl{uuid.uuid4().hex[:10]}"   # its name (comm holds 15 characters)
+    program = (f"import ctypes, os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
+               f"        ctypes.CDLL(None).prctl(15, b'{marker}', 0, 0, 0)\n        time.sleep(60)\n"
+               "    os._exit(0)\nos.wait()\nprint('left')")
+    config = SandboxConfig(timeout_s=5, namespaces="off")
+    assert run_tests(program, [{"input": "", "output": "left"}], config)[0].passed
+    deadline = time.monotonic() + 5
+    while (alive := named(marker)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not alive, alive
+
+
+def named(name: str) -> list[int]:
+    """Our live descendants called `name` (the double fork re-parents them to us: we are a child subreaper)."""
+    return [pid for pid, comm, state, _ in descendants() if comm == name and state != "Z"]
+
+
+def test_a_forked_child_holds_no_uid_lease(root_namespaced):
+    """A trainer forked (no exec) while a test runs: the child's copy of the lease would keep the uid leased for as
+    long as the child lives."""
+    code = textwrap.dedent(f"""\
+        import os, sys, threading, time
+        sys.path.insert(0, {REPO!r})
+        import reward
+        test = threading.Thread(target=reward.run_tests, args=('import time\\ntime.sleep(2)', [{{'input': '',
+                                'output': ''}}], reward.SandboxConfig(timeout_s=5)))
+        test.start()
+        time.sleep(1.0)   # the test holds its lease now
+        child = os.fork()
+        if child == 0:
+            held = []
+            for fd in os.listdir('/proc/self/fd'):
+                try:
+                    held.append(os.readlink('/proc/self/fd/' + fd))
+                except OSError:   # the descriptor listdir itself used
+                    pass
+            os._exit(1 if any('sandbox-uids' in path for path in held) else 0)
+        test.join()
+        _, status = os.waitpid(child, 0)
+        sys.exit(os.waitstatus_to_exitcode(status))
+    """)
+    assert subprocess.run([sys.executable, "-c", code], timeout=120).returncode == 0
 
 
 # ----------------------------------------------------------------------------- 4. a dead trainer's cgroups
