@@ -476,7 +476,8 @@ def plot(plots, path):
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        return print("matplotlib is not installed: no plot (the tables hold the numbers)")
+        return print("matplotlib is not installed (pip install -r requirements-extras.txt): no plot (the tables "
+                     "hold the numbers)")
     fig, axes = plt.subplots(len(plots), 2, figsize=(11, 3.2 * len(plots)), squeeze=False)
     for (arm, variants), (ax_reward, ax_acc) in zip(plots.items(), axes):
         for label, rewards, curves in variants:
@@ -504,7 +505,8 @@ def plot_sweep(sweep, path):
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        return print("matplotlib is not installed: no sweep plot (ablation.json holds the curves)")
+        return print("matplotlib is not installed (pip install -r requirements-extras.txt): no sweep plot "
+                     "(ablation.json holds the curves)")
     rows = (("accuracy", "on-policy accuracy (T=1)"), ("eval_avg_k", "held-out Avg@k"),
             ("entropy", "token entropy"), ("clip_frac_low", "clipped low (fraction)"),
             ("clip_frac_high", "clipped high (fraction)"), ("approx_kl", "approx KL"))
