@@ -148,9 +148,11 @@ class AblateConfig:
 # ---- metrics -> tables (pure functions; tests/test_ablate.py)
 
 def read_metrics(path, max_step=None):
-    """metrics.jsonl -> {step: record}; a step logged twice (a resumed run) keeps its last record."""
+    """metrics.jsonl -> {step: record}; a step logged twice (a resumed run) keeps its last record. A null (a NaN, as
+    the metrics file writes it) is left out, as a value the step does not have."""
     records = [json.loads(line) for line in open(path) if line.strip()] if os.path.exists(path) else []
-    return {r["step"]: r for r in records if max_step is None or r["step"] <= max_step}
+    return {r["step"]: {k: v for k, v in r.items() if v is not None} for r in records
+            if max_step is None or r["step"] <= max_step}
 
 
 def curve(records, key, window=1):

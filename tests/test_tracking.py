@@ -68,6 +68,18 @@ def test_metrics_file_is_strict_json_and_a_resume_drops_later_steps(tmp_path, on
     assert [r["step"] for r in read_jsonl(path)] == [1]
 
 
+def test_the_ablation_report_reads_null_as_a_missing_value(tmp_path):
+    """experiments/ablate.py's statistics over a metrics file where one step had no clipped token (its
+    entropy_clipped written as null): the mean is over the steps that have one, as it was over the non-NaN ones."""
+    import ablate
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("".join(json.dumps(dict(step=s, accuracy=0.5, entropy_clipped=e)) + "\n"
+                            for s, e in ((1, None), (2, 0.25), (3, 0.75))))
+    records = ablate.read_metrics(str(path))
+    stats = ablate.run_stats({"entropy_clipped": [ablate.curve(records, "entropy_clipped")]})
+    assert stats["entropy_clipped"][0] == 0.5
+
+
 def test_report_to_names_an_unknown_backend_or_a_missing_package(monkeypatch):
     with pytest.raises(SystemExit, match="'mlflow' is not one of tensorboard, wandb"):
         parse_config(sft.SFTConfig, ["--report_to=mlflow"])
