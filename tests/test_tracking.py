@@ -146,8 +146,11 @@ def assert_mirrored(metrics: list, scalars: dict, rows: list, keys: tuple):
             assert [(row["_step"], row[key]) for row in rows if key in row] == pytest.approx(expected), key
 
 
-def run_script(*argv, cwd=ROOT):
+def run_script(*argv, cwd=ROOT, scratch=None):
+    """A script run to its end; scratch: where wandb keeps its cache, config and logs (else under $HOME)."""
     env = dict(os.environ, OMP_NUM_THREADS="1", WANDB_MODE="offline", WANDB_SILENT="true")
+    if scratch:
+        env.update({f"WANDB_{name}_DIR": str(scratch / name.lower()) for name in ("CACHE", "CONFIG", "DATA")})
     proc = subprocess.run([sys.executable, *argv], capture_output=True, text=True, env=env, timeout=400, cwd=cwd)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc.stdout
@@ -161,7 +164,7 @@ def test_sft_metrics_go_to_tensorboard_and_wandb_and_plot(tmp_path):
     out = tmp_path / "sft"
     run_script("sft.py", f"--out_dir={out}", "--toy_math_examples=200", "--toy_code_examples=20", "--max_steps=3",
                "--log_every=1", "--n_layer=1", "--hidden=32", "--intermediate=64", "--n_head=2", "--n_kv_head=1",
-               "--head_dim=16", "--row_tokens=256", "--max_len=256", "--report_to=tensorboard,wandb")
+               "--head_dim=16", "--row_tokens=256", "--max_len=256", "--report_to=tensorboard,wandb", scratch=tmp_path)
     metrics = read_jsonl(out / "metrics.jsonl")
     assert [r["step"] for r in metrics] == [1, 2, 3]
     rows, config = wandb_history(out)
