@@ -18,7 +18,8 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from parts import countdown, formats, qwen3_tokenizer, toy
-from parts.formats import DataError, Records, UngradableRow, copy_rows, guess_kind, read_rows  # noqa: F401 (the API)
+from parts.formats import (DataError, Records, UngradableRow, copy_rows, guess_kind, hub_hint,  # noqa: F401 (API)
+                           read_rows)
 
 # What reading a user's files raises for bad input: shown as one line naming the file; anything else is a bug and
 # keeps its traceback.
@@ -31,7 +32,8 @@ def load_tokenizer(path: str) -> Tokenizer:
     """A `tokenizers.Tokenizer` from a directory holding tokenizer.json, or from the file itself."""
     file = os.path.join(path, "tokenizer.json") if os.path.isdir(path) else path
     if not os.path.isfile(file):
-        raise FileNotFoundError(f"no tokenizer at {path!r}: expected a directory with tokenizer.json, or the file")
+        raise FileNotFoundError(f"no tokenizer at {path!r}: expected a directory with tokenizer.json, or the file"
+                                + hub_hint(path, "model"))
     try:
         tok = Tokenizer.from_file(file)
     except Exception as e:  # noqa: BLE001 (tokenizers raises a bare Exception for a file it cannot parse)

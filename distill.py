@@ -200,6 +200,8 @@ class DistillConfig:
             (bool(prompts or self.toy) or not teachers, "a teacher needs prompts: --math_prompts, --code_prompts or "
              "--sft_prompts"),
             (not self.server or bool(self.served_model), "--server needs --served_model (the name the server serves)"),
+            (not self.model or os.path.isdir(self.model),
+             f"--model={self.model}: no such directory" + data.hub_hint(self.model, "model")),
             (self.keep in ("difficulty", "correct", "all"), f"--keep={self.keep!r}: use difficulty, correct or all"),
             (0 <= self.hard_below <= 1, "--hard_below must be in [0, 1]"),
             (self.k >= 1 and self.ngram >= 1 and self.concurrency >= 1 and self.max_retries >= 0 and self.n_per_request >= 1,

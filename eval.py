@@ -137,7 +137,8 @@ def main(cfg: EvalConfig):
     def load():   # every rank reads; all stop together on bad input
         if not os.path.isfile(os.path.join(cfg.model, "config.json")):
             raise InputError(f"--model={cfg.model}: no checkpoint there (no config.json): run sft.py / gppo.py, "
-                             "or `bash train.sh`, or pass --model=DIR (a Hugging Face Qwen3 directory)")
+                             "or `bash train.sh`, or pass --model=DIR (a Hugging Face Qwen3 directory)"
+                             + data.hub_hint(cfg.model, "model"))
         tokenizer = read(f"--tokenizer={cfg.tokenizer or cfg.model}", data.load_tokenizer, cfg.tokenizer or cfg.model)
         benchmarks = [] if cfg.prompt else read("--math_data/--code_data", load_benchmarks, cfg)
         return tokenizer, benchmarks, read(f"--model={cfg.model}", from_pretrained, cfg.model, dtype=dtype,

@@ -17,7 +17,9 @@ import os
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # read when torch loads OpenMP: see trainer.set_threads
 
+import dataclasses
 import math
+import random
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -30,7 +32,7 @@ import data
 import reward
 from gppo_loss import MODES, LossConfig, rl_loss_from_hidden
 from model import check_checkpoint, from_pretrained, logits_fp32
-from parts import math_checker
+from parts import math_checker, tracking
 from parts.cli import parse_config
 from parts.trainer import (Checkpointer, GracefulStop, InputError, MetricsLog, agree_on_inputs, on_for_device,
                            cores_per_rank, global_max, global_sums, init_distributed, load_checkpoint, print0,
@@ -45,7 +47,8 @@ class GPPOConfig:
     math_data: str = ""                # math RL prompts (problem + answer)
     code_data: str = ""                # code RL prompts (with tests)
     skip_bad_rows: bool = False        # skip rows that cannot be graded ("proof" answers, no runnable test), counted
-    eval_data: str = ""                # held-out math JSONL; empty = the toy held-out split
+    eval_data: str = ""                # held-out math JSONL; empty = the toy's held-out split (with --math_data or
+    #                                    --code_data: none, the toy would say nothing of that model)
     toy_task: str = "countdown"        # countdown (reach a target from numbers: parts/countdown.py) | sums
     toy_problems: int = 2000           # toy RL prompts; 0 = none
     toy_numbers: int = 4               # countdown: numbers per prompt (4: the hard prompts; 3: the easy ones)
@@ -102,6 +105,9 @@ class GPPOConfig:
     eval_problems: int = 200           # held-out problems
     eval_k: int = 4                    # and k samples each at the RL temperature: Avg@k, pass@k (0 = greedy only)
     eval_seed: int = 0                 # the toy held-out set; fixed, so every run (any --seed) sees the same problems
+    log_samples: int = 4               # responses per step to out_dir/samples.jsonl (prompt, response, reward,
+    #                                    advantage, finish reason), drawn at random from rank 0's; 0 = none
+    report_to: str = ""                # metrics also to: tensorboard, wandb (comma-separated; parts/tracking.py)
     ckpt_every: int = 20               # DCP checkpoint (exact resume) every k steps; always at the end
     ckpt_minutes: float = 30.0         # ... and every this many minutes (0 = off); SIGTERM/Ctrl-C also save one
     ckpt_background: bool = True       # write checkpoints while training goes on (host RAM for a copy of the shards)
@@ -123,6 +129,7 @@ class GPPOConfig:
                   (self.oversample >= 1 and self.max_gen_rounds >= 1, "oversample and max_gen_rounds must be >= 1"),
                   (self.group_size >= 2, "group_size must be >= 2 (GRPO advantages compare the samples of a prompt)"),
                   (self.math_workers >= 0, "math_workers must be >= 0 (0: the cores this rank's threads leave)"),
+                  (self.log_samples >= 0, "log_samples must be >= 0 (0: none)"),
                   (self.toy_task in data.TOY_TASKS, f"toy_task must be one of {', '.join(data.TOY_TASKS)}"),
                   ({self.activation_checkpointing, self.free_engine} <= {"auto", "true", "false"},
                    "activation_checkpointing and free_engine must be auto, true or false"),
@@ -130,6 +137,10 @@ class GPPOConfig:
         for ok, why in checks:
             if not ok:
                 raise SystemExit(f"error: GPPOConfig: {why}")
+        try:
+            tracking.backends(self.report_to)   # a missing package: one line now, not after the model is loaded
+        except ValueError as e:
+            raise SystemExit(f"error: {e}") from None
         try:   # the loss's whole definition, built once: the update passes it on as it is
             self.loss = LossConfig(mode=self.loss_mode, eps_low=self.eps_low, eps_high=self.eps_high,
                                    dual_clip=self.dual_clip, beta1=self.beta1, beta2=self.beta2,
@@ -155,6 +166,7 @@ class Run:
     device: torch.device
     export_dtype: torch.dtype = torch.float32   # the Hugging Face export's (--export_dtype)
     free_engine: bool = False        # --free_engine, resolved (trainer.on_for_device)
+    samples_log: object = None       # rank 0's MetricsLog of samples.jsonl (--log_samples), set by main
 
 
 # ----------------------------------------------------------------------------- one RL step: the docstring's 1-7
@@ -172,6 +184,7 @@ def rl_step(run: Run, step: int, prompt_cursor: int) -> tuple:
         kept += [g for g in new if g.keep]
         if global_sums(dict(kept=len(kept)), run.device)["kept"] >= cfg.prompts_per_step:
             break
+    log_samples(run, step + 1, sampled)
     if run.free_engine:   # training gets the engine's memory; step 7 gives its weights back, generate() its KV pool
         run.engine.cache.release()
         for p in run.engine_model.parameters():
@@ -263,6 +276,22 @@ def group_advantages(rewards):
     adv = (r - r.mean(1, keepdim=True)) / (r.std(1, keepdim=True) + 1e-6)   # std unbiased, as verl's GRPO
     keep = (r.max(1).values - r.min(1).values) > 1e-9
     return adv.float(), keep
+
+
+def log_samples(run: Run, step: int, groups: list):
+    """cfg.log_samples of the step's responses on rank 0 (all rounds), drawn at random (seeded by the step, so a
+    resumed run draws the same), to samples.jsonl: what the policy writes, with its reward and advantage."""
+    if run.samples_log is None or run.rank != 0:
+        return
+    responses = [(g, j) for g in groups for j in range(len(g.samples))]
+    drawn = random.Random(run.cfg.seed * 1_000_003 + step).sample(responses, min(run.cfg.log_samples, len(responses)))
+    for g, j in sorted(drawn, key=lambda pair: (pair[0].position, pair[1])):
+        s = g.samples[j]
+        run.samples_log.write(dict(step=step, prompt_position=g.position, sample=j, reward=g.rewards[j],
+                                   advantage=float(g.advantages[j]), correct=bool(g.correct[j]),
+                                   group_kept=g.keep, finish_reason=s.finish_reason, response_tokens=len(s.token_ids),
+                                   prompt=run.tokenizer.decode(g.task["prompt_ids"], skip_special_tokens=False),
+                                   response=run.tokenizer.decode(s.token_ids, skip_special_tokens=False)))
 
 
 # ----------------------------------------------------------------------------- 4. the survivors, re-packed
@@ -565,10 +594,15 @@ def main(cfg: GPPOConfig, reward_fn=None):
         step, prompt_cursor = state["step"], state.get("prompt_cursor", state["step"] * cfg.prompts_per_step)
         sync_engine(run.policy, run.engine_model)
         print0(f"resumed from {ckpt_dir} at step {step}")
-    metrics, stop = MetricsLog(os.path.join(cfg.out_dir, "metrics.jsonl"), step), GracefulStop(cfg.ckpt_minutes, device)
-    if cfg.eval_every and step == 0:
+    tracker = tracking.Tracker(cfg.report_to, cfg.out_dir, dataclasses.asdict(cfg), step) if rank == 0 else None
+    metrics = MetricsLog(os.path.join(cfg.out_dir, "metrics.jsonl"), step, mirror=tracker)
+    run.samples_log = MetricsLog(os.path.join(cfg.out_dir, "samples.jsonl"), step) if cfg.log_samples else None
+    stop = GracefulStop(cfg.ckpt_minutes, device)
+    evaluating = bool(cfg.eval_every and eval_problems)
+    if evaluating and step == 0:
         metrics.write({"step": 0, **evaluate(run, eval_problems, 0)})
     ckpt, t_run, start_step = Checkpointer(ckpt_dir, cfg.ckpt_background), time.time(), step
+    streak = idle_steps = 0   # steps without an update: in a row, and in all
     try:
         while step < cfg.steps:
             for group in run.optimizer.param_groups:
@@ -576,7 +610,11 @@ def main(cfg: GPPOConfig, reward_fn=None):
             rec, prompt_cursor = rl_step(run, step, prompt_cursor)
             step += 1
             print_step(rec, cfg, (time.time() - t_run) / (step - start_step) * (cfg.steps - step))
-            if cfg.eval_every and (step % cfg.eval_every == 0 or step == cfg.steps):
+            streak = 0 if rec["updates"] else streak + 1
+            idle_steps += not rec["updates"]
+            if streak == NO_UPDATE_WARNING_STEPS:
+                print0(no_update_warning(rec, streak, cfg))
+            if evaluating and (step % cfg.eval_every == 0 or step == cfg.steps):
                 rec.update(evaluate(run, eval_problems, step))
             metrics.write(rec)
             state = dict(step=step, prompt_cursor=prompt_cursor)
@@ -589,7 +627,30 @@ def main(cfg: GPPOConfig, reward_fn=None):
         stop.close()
         run.pool.shutdown(cancel_futures=True)
         metrics.close()
-    print0(f"done: {step} steps; Hugging Face export in {cfg.out_dir}/hf")
+        if run.samples_log:
+            run.samples_log.close()
+    idle = f"{idle_steps} of the {step - start_step} steps of this command updated nothing (every group's rewards " \
+        "were equal)" if idle_steps else "every step of this command updated the policy"
+    print0(f"done: {step} steps, {idle}; Hugging Face export in {cfg.out_dir}/hf")
+
+
+NO_UPDATE_WARNING_STEPS = 3   # steps in a row without an update before the run says why and what to do
+
+
+def no_update_warning(rec: dict, streak: int, cfg: GPPOConfig) -> str:
+    """Why `streak` steps in a row updated nothing, and what to change: every group's rewards were equal, so every
+    advantage was 0 (GRPO compares a prompt's samples with each other) and the filter dropped every group."""
+    accuracy = rec["accuracy"]
+    if accuracy == 0:
+        cause = "The policy never solves these prompts: train the SFT model longer, or give easier prompts"
+    elif accuracy == 1:
+        cause = "The policy always solves these prompts: give harder prompts"
+    else:
+        cause = "Each prompt is solved by all of its samples or by none: give prompts of middling difficulty"
+    return (f"warning: {streak} steps in a row without an update: every group's {cfg.group_size} rewards were equal "
+            f"(on-policy accuracy {accuracy:.3f}), so no advantage was nonzero. {cause}; a larger "
+            f"--group_size (now {cfg.group_size}) or --max_gen_rounds=3 (more prompts sampled until groups survive; "
+            f"now {cfg.max_gen_rounds}) finds more groups that differ.")
 
 
 def build_run(cfg: GPPOConfig, reward_fn, rank: int, world: int, device) -> tuple:
@@ -598,13 +659,11 @@ def build_run(cfg: GPPOConfig, reward_fn, rank: int, world: int, device) -> tupl
     def load():
         if not os.path.isfile(os.path.join(cfg.init_from, "config.json")):
             raise InputError(f"--init_from={cfg.init_from}: no SFT checkpoint there (no config.json): run `python "
-                             "sft.py` first (or `bash train.sh`), or pass --init_from=DIR (a Hugging Face directory)")
+                             "sft.py` first (or `bash train.sh`), or pass --init_from=DIR (a Hugging Face directory)"
+                             + data.hub_hint(cfg.init_from, "model"))
         tokenizer = read(f"--init_from={cfg.init_from} (its tokenizer)", data.load_tokenizer, cfg.init_from)
         tasks = load_tasks(cfg, tokenizer)
-        eval_problems = [dict(p, kind="math") for p in read("--eval_data", data.load_math_jsonl, cfg.eval_data)] \
-            if cfg.eval_data else toy_problems(cfg, cfg.eval_problems, cfg.eval_seed, "test")
-        eval_problems = data.encode_prompts(tokenizer, eval_problems[:cfg.eval_problems], cfg.max_prompt_len,
-                                            "truncate")[0]
+        eval_problems = held_out_problems(cfg, tokenizer)
         stored_dtype = read(f"--init_from={cfg.init_from}", check_checkpoint, cfg.init_from)
         return tokenizer, tasks, eval_problems, stored_dtype
     tokenizer, tasks, eval_problems, stored_dtype = agree_on_inputs(load)
@@ -653,6 +712,22 @@ def load_tasks(cfg, tokenizer):
     tasks, report = data.encode_prompts(tokenizer, tasks, cfg.max_prompt_len, overlong="truncate")
     print0(f"prompts: {report}")
     return tasks
+
+
+def held_out_problems(cfg, tokenizer) -> list:
+    """The problems evaluated every eval_every steps, encoded: --eval_data, else the toy's held-out split when the
+    RL prompts are the toy's. Real prompts without --eval_data: none, said once (a toy's accuracy would measure
+    nothing of a math or code model, at the cost of a rollout step at every evaluation)."""
+    if cfg.eval_data:
+        problems = [dict(p, kind="math") for p in read("--eval_data", data.load_math_jsonl, cfg.eval_data)]
+    elif cfg.math_data or cfg.code_data:
+        if cfg.eval_every:
+            print0("held-out evaluation: off (--math_data/--code_data without --eval_data); give --eval_data=FILE "
+                   "to evaluate every --eval_every steps, or run eval.py on the exports")
+        return []
+    else:
+        problems = toy_problems(cfg, cfg.eval_problems, cfg.eval_seed, "test")
+    return data.encode_prompts(tokenizer, problems[:cfg.eval_problems], cfg.max_prompt_len, "truncate")[0]
 
 
 def toy_problems(cfg, n: int, seed, split: str, code: bool = False) -> list:

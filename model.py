@@ -17,6 +17,7 @@ at a time into its final dtype and device (an 8B model is never allocated twice,
 import json
 import math
 import os
+import re
 import sys
 from dataclasses import dataclass, fields
 
@@ -472,12 +473,22 @@ def from_pretrained(path: str, dtype: torch.dtype | None = None, device=None) ->
 def on_meta(path: str, dtype: torch.dtype | None = None) -> Qwen3:
     """The model of a checkpoint directory's config.json, on the meta device (no storage): shapes and names only."""
     if not os.path.isdir(path):
-        raise FileNotFoundError(f"{path}: checkpoint directory does not exist")
+        raise FileNotFoundError(f"{path}: checkpoint directory does not exist" + hub_hint(path))
     cfg = Qwen3Config.from_json(os.path.join(path, "config.json"))
     if dtype is not None:
         cfg.torch_dtype = str(dtype).removeprefix("torch.")
     with torch.device("meta"):
         return Qwen3(cfg)
+
+
+def hub_hint(path: str) -> str:
+    """For a missing path shaped like a Hugging Face Hub id (owner/name): how to download it, as a clause for the
+    error (this file reads local directories only); "" otherwise."""
+    if os.path.exists(path) or not re.fullmatch(r"[A-Za-z0-9][\w.-]*/[\w.-]+", path):
+        return ""
+    local = path.split("/")[1]
+    return (f"; if {path} is a Hugging Face Hub model, this project reads local directories: `hf download {path} "
+            f"--local-dir {local}` (or `huggingface-cli download` with the same arguments), then pass {local}")
 
 
 def read_weights(path: str, model: Qwen3, dtype: torch.dtype | None = None, device=None) -> dict:

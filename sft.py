@@ -16,6 +16,7 @@ import os
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # read when torch loads OpenMP: see trainer.set_threads
 
+import dataclasses
 import functools
 import math
 import shutil
@@ -29,7 +30,7 @@ import torch.nn.functional as F
 import data
 from model import CheckpointError, Qwen3, Qwen3Config, check_checkpoint, from_pretrained, on_meta, read_weights, \
     save_pretrained
-from parts import toy, trainer
+from parts import toy, tracking, trainer
 from parts.cli import parse_config
 from parts.trainer import (Checkpointer, GracefulStop, InputError, MetricsLog, agree_on_inputs, on_for_device,
                            init_distributed, load_checkpoint, print0, run_entry_point, set_threads, shard_model)
@@ -77,6 +78,7 @@ class SFTConfig:
     export_dtype: str = "auto"       # the export's dtype: auto (the --init_from checkpoint's; fp32 from scratch) | ...
     seed: int = 1234                 # model init, data order
     log_every: int = 10              # print and log a metrics record every k steps
+    report_to: str = ""              # metrics also to: tensorboard, wandb (comma-separated; parts/tracking.py)
     ckpt_every: int = 200            # DCP checkpoint every k steps (and at the end); 0 = only at the end
     ckpt_minutes: float = 30.0       # ... and every this many minutes (0 = off); SIGTERM/Ctrl-C also save one
     ckpt_background: bool = True     # write checkpoints while training goes on (host RAM: a copy of the shards)
@@ -95,6 +97,10 @@ class SFTConfig:
         for ok, why in checks:
             if not ok:
                 raise SystemExit(f"error: SFTConfig: {why}")
+        try:
+            tracking.backends(self.report_to)   # a missing package: one line now, not after the data is read
+        except ValueError as e:
+            raise SystemExit(f"error: {e}") from None
 
 
 # ----------------------------------------------------------------------------- main, then what it calls
@@ -108,9 +114,9 @@ def main(cfg: SFTConfig):
                          f"= {world} x {cfg.micro_rows}")
     os.makedirs(cfg.out_dir, exist_ok=True)
 
-    def load():
-        tokenizer, tokenizer_dir, loader = load_sft_data(cfg, rank, world)
+    def load():   # the checkpoint first: a wrong --init_from is said before the data is read and tokenized
         stored = read(f"--init_from={cfg.init_from}", check_checkpoint, cfg.init_from) if cfg.init_from else None
+        tokenizer, tokenizer_dir, loader = load_sft_data(cfg, rank, world)
         return tokenizer.get_vocab_size(), tokenizer_dir, loader, stored or torch.float32
     vocab_size, tokenizer_dir, loader, stored_dtype = agree_on_inputs(load)
     model = build_model(cfg, vocab_size, device)   # collectives: only once every rank has its inputs
@@ -127,7 +133,9 @@ def main(cfg: SFTConfig):
         step = state["step"]
         read(f"{ckpt_dir} (--resume=true)", loader.load_state_dict, state["loader"])
         print0(f"resumed from {ckpt_dir} at step {step}")
-    metrics, stop = MetricsLog(os.path.join(cfg.out_dir, "metrics.jsonl"), step), GracefulStop(cfg.ckpt_minutes, device)
+    tracker = tracking.Tracker(cfg.report_to, cfg.out_dir, dataclasses.asdict(cfg), step) if rank == 0 else None
+    metrics = MetricsLog(os.path.join(cfg.out_dir, "metrics.jsonl"), step, mirror=tracker)
+    stop = GracefulStop(cfg.ckpt_minutes, device)
     ckpt, t_start, tokens_seen, start_step = Checkpointer(ckpt_dir, cfg.ckpt_background), time.time(), 0, step
     try:
         while step < stop_step:

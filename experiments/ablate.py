@@ -148,9 +148,11 @@ class AblateConfig:
 # ---- metrics -> tables (pure functions; tests/test_ablate.py)
 
 def read_metrics(path, max_step=None):
-    """metrics.jsonl -> {step: record}; a step logged twice (a resumed run) keeps its last record."""
+    """metrics.jsonl -> {step: record}; a step logged twice (a resumed run) keeps its last record. A null (a NaN, as
+    the metrics file writes it) is left out, as a value the step does not have."""
     records = [json.loads(line) for line in open(path) if line.strip()] if os.path.exists(path) else []
-    return {r["step"]: r for r in records if max_step is None or r["step"] <= max_step}
+    return {r["step"]: {k: v for k, v in r.items() if v is not None} for r in records
+            if max_step is None or r["step"] <= max_step}
 
 
 def curve(records, key, window=1):
@@ -476,7 +478,8 @@ def plot(plots, path):
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        return print("matplotlib is not installed: no plot (the tables hold the numbers)")
+        return print("matplotlib is not installed (pip install -r requirements-extras.txt): no plot (the tables "
+                     "hold the numbers)")
     fig, axes = plt.subplots(len(plots), 2, figsize=(11, 3.2 * len(plots)), squeeze=False)
     for (arm, variants), (ax_reward, ax_acc) in zip(plots.items(), axes):
         for label, rewards, curves in variants:
@@ -504,7 +507,8 @@ def plot_sweep(sweep, path):
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        return print("matplotlib is not installed: no sweep plot (ablation.json holds the curves)")
+        return print("matplotlib is not installed (pip install -r requirements-extras.txt): no sweep plot "
+                     "(ablation.json holds the curves)")
     rows = (("accuracy", "on-policy accuracy (T=1)"), ("eval_avg_k", "held-out Avg@k"),
             ("entropy", "token entropy"), ("clip_frac_low", "clipped low (fraction)"),
             ("clip_frac_high", "clipped high (fraction)"), ("approx_kl", "approx KL"))

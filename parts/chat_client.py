@@ -51,13 +51,15 @@ def sample_chat(requests: list, cfg: ClientConfig, sampling: dict, on_sample, lo
     (the request's), choice (its place among the request's choices, only when n > 1), prompt_tokens, completion_tokens}
     (token counts per sample when one sample is asked per request, else None).
     `sampling` goes into every request body (temperature, top_p, max_tokens, ...). Returns the counts of the run.
-    Raises ServerRefused on 401/403/404; a request that fails for good is counted in stats["failed"] and its samples
+    Raises ServerRefused on 401/403/404, and when no request could connect at all (after max_retries retries: a
+    server still starting has that long); a request that fails for good is counted in stats["failed"] and its samples
     are left out (a rerun asks again), never raised: one bad prompt does not stop the others."""
     return _Client(cfg, sampling, on_sample, log).run(requests)
 
 
 class ServerRefused(Exception):
-    """The server refuses this run as a whole (401, 403, 404: a wrong key, model name or URL): stop at once."""
+    """The server refuses this run as a whole (401, 403, 404: a wrong key, model name or URL), or nothing answers at
+    its URL: stop at once."""
 
 
 class _RequestFailed(Exception):
@@ -78,6 +80,7 @@ class _Client:
             self.headers["Authorization"] = f"Bearer {key}"   # kept here only: never logged, never written
         self.local, self.lock, self.stop = threading.local(), threading.Lock(), threading.Event()
         self.units, self.outstanding, self.fatal = queue.Queue(), 0, None
+        self.unreachable_said = False   # "cannot connect, retrying" is said once, not per request
         self.stats = dict(requests=0, samples=0, prompt_tokens=0, completion_tokens=0, truncated=0,
                           retries=Counter(), failed=0, failures=[], refilled=0)
 
@@ -113,12 +116,12 @@ class _Client:
     def _progress(self, total: int, elapsed: float) -> str:
         s = self.stats
         rate = s["samples"] / max(elapsed, 1e-9)
-        eta = (total - s["samples"] - s["failed"]) / rate if rate else float("inf")
+        eta = f"{(total - s['samples'] - s['failed']) / rate:.0f}s" if rate else "unknown"
         retries = ", ".join(f"{k}: {v}" for k, v in sorted(s["retries"].items())) or "none"
         return (f"samples {s['samples']}/{total} | {s['requests'] / max(elapsed, 1e-9):.1f} req/s, "
                 f"{s['completion_tokens'] / max(elapsed, 1e-9):.0f} tok/s | tokens in {s['prompt_tokens']} out "
                 f"{s['completion_tokens']} | truncated {s['truncated']} | retries ({retries}) | failed {s['failed']} | "
-                f"ETA {eta:.0f}s")
+                f"ETA {eta}")
 
     def _worker(self):
         while True:
@@ -182,9 +185,11 @@ class _Client:
             except TimeoutError:
                 reason = "timeout"
                 self._drop_connection()
-            except (OSError, http.client.HTTPException):   # refused, reset, dropped mid-answer
+            except (OSError, http.client.HTTPException) as e:   # refused, reset, dropped mid-answer
                 reason = "connection"
+                last_error = str(e) or type(e).__name__
                 self._drop_connection()
+                self._unreachable(attempt, last_error)
             else:
                 with self.lock:
                     self.stats["requests"] += 1
@@ -204,12 +209,28 @@ class _Client:
             with self.lock:
                 self.stats["retries"][reason] += 1
             if attempt == self.cfg.max_retries or self.stop.is_set():
-                detail = f": {last_error}" if reason == "malformed answer" else ""
+                if reason == "connection":
+                    self._unreachable(attempt, last_error, final=True)
+                detail = f": {last_error}" if reason in ("malformed answer", "connection") else ""
                 raise _RequestFailed(f"gave up after {attempt} retries (last: {reason}{detail})")
             if wait is None:   # exponential backoff with jitter, so retries from many threads do not arrive together
                 cap = min(self.cfg.max_backoff_s, self.cfg.backoff_s * 2 ** attempt)
                 wait = cap * (0.5 + 0.5 * random.random())
             self.stop.wait(wait)
+
+    def _unreachable(self, attempt: int, error: str, final: bool = False):
+        """While no request has ever connected: say once that the URL does not answer and that it is retried (a
+        server may still be starting); when a request's retries are used up, stop the run with ServerRefused."""
+        with self.lock:
+            if self.stats["requests"]:   # the server has answered before: a dropped connection, retried as usual
+                return
+            said, self.unreachable_said = self.unreachable_said, True
+        if final:
+            raise ServerRefused(f"cannot connect to {self.cfg.url} ({error}) after {attempt} retries: is the server "
+                                "running and listening there? Check --server")
+        if not said:
+            self.log(f"cannot connect to {self.cfg.url} ({error}); retrying up to {self.cfg.max_retries} times, "
+                     "with growing waits, in case the server is still starting")
 
     def _send(self, body: bytes) -> tuple:
         conn = getattr(self.local, "conn", None)

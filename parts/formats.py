@@ -148,7 +148,7 @@ def read_rows(path: str):
     A missing or empty file, malformed JSON, text that is not UTF-8, or a record that is not an object is an
     error naming the file (and n)."""
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"{path}: no such data file")
+        raise FileNotFoundError(f"{path}: no such data file" + hub_hint(path, "dataset"))
     if path.endswith(".parquet"):
         rows = _parquet_rows(path)
     elif path.endswith(".json") and _first_char(path) == "[":
@@ -167,6 +167,20 @@ def read_rows(path: str):
 
 
 # ----------------------------------------------------------------------------- reading rows
+
+def hub_hint(path: str, repo_type: str) -> str:
+    """For a path that does not exist and has the shape of a Hugging Face Hub id (owner/name): how to download it
+    (repo_type "model" or "dataset") with the usual tools, as a clause to add to the error; "" otherwise."""
+    if os.path.exists(path) or not re.fullmatch(r"[A-Za-z0-9][\w.-]*/[\w.-]+", path):
+        return ""
+    local = path.split("/")[1]
+    if repo_type == "model":
+        return (f"; if {path} is a Hugging Face Hub model, this project reads local directories: `hf download {path} "
+                f"--local-dir {local}` (or `huggingface-cli download` with the same arguments), then pass {local}")
+    return (f"; if {path} is a Hugging Face Hub data set, this project reads local files: `hf download {path} "
+            f"--repo-type dataset --local-dir {local}` (or `huggingface-cli download` with the same arguments), "
+            f"then pass its .parquet or .jsonl file(s) under {local}/")
+
 
 PARQUET_BATCH_ROWS = 1024  # rows decoded at a time: memory stays that of one batch, however long the file
 

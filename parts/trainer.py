@@ -5,11 +5,12 @@
     ckpt = Checkpointer(path); ckpt.save(model, optimizer, state)  # sharded DCP, in the background
     run_entry_point(main, cfg)                        # bad input: one line from rank 0, exit status 2
 Also: threads per rank, InputError and agree_on_inputs (every rank stops together on bad input), loading the full
-weights from rank 0 into the shards (no rank holds a full fp32 copy), the metrics file, the graceful stop on SIGTERM
-and Ctrl-C with a checkpoint, and the full state dict gathered on rank 0 for an export. torch only.
+weights from rank 0 into the shards (no rank holds a full fp32 copy), the metrics file (strict JSON), the graceful
+stop on SIGTERM and Ctrl-C with a checkpoint, and the full state dict gathered on rank 0 for an export. torch only.
 """
 import datetime
 import json
+import math
 import os
 import shutil
 import signal
@@ -287,11 +288,14 @@ def checkpoint_state(model, optimizer):
 
 
 class MetricsLog:
-    """Rank 0's metrics file (JSON lines), positioned at `step`: records of later steps (logged by a run that died
-    before its next checkpoint) are dropped, so a resumed run does not log a step twice. write() on other ranks: no-op."""
+    """Rank 0's JSON-lines log of records keyed by "step" (metrics.jsonl, samples.jsonl), positioned at `step`:
+    records of later steps (logged by a run that died before its next checkpoint) are dropped, so a resumed run does
+    not log a step twice. Strict JSON: a NaN or infinity is written as null (JSON has neither; strict readers reject
+    them). mirror: an object whose log(record) and close() get every record as written (an experiment tracker,
+    parts/tracking.py). write() on other ranks: no-op."""
 
-    def __init__(self, path: str, step: int):
-        self.file = None
+    def __init__(self, path: str, step: int, mirror=None):
+        self.file, self.mirror = None, mirror
         if dist.get_rank() != 0:
             return
         kept = []
@@ -304,12 +308,28 @@ class MetricsLog:
 
     def write(self, record: dict):
         if self.file:
-            self.file.write(json.dumps(record) + "\n")
+            record = finite_or_none(record)
+            self.file.write(json.dumps(record, allow_nan=False) + "\n")
             self.file.flush()
+            if self.mirror:
+                self.mirror.log(record)
 
     def close(self):
         if self.file:
             self.file.close()
+        if self.mirror:
+            self.mirror.close()
+
+
+def finite_or_none(value):
+    """value with every float that is NaN or infinite, at any depth of dicts and lists, replaced by None."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: finite_or_none(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite_or_none(v) for v in value]
+    return value
 
 
 class GracefulStop:

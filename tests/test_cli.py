@@ -176,6 +176,25 @@ def test_gppo_bad_input_is_one_line(bad_files, tiny_checkpoint, tmp_path):
     assert f"--init_from={bad_files}" in line and "run `python sft.py` first" in line
 
 
+def test_a_hub_id_instead_of_a_path_says_how_to_download_it_before_any_work(tiny_checkpoint, tmp_path):
+    """A Hugging Face Hub id where a local path is expected: one line with the download command of the usual tools,
+    for a model and for a data set, from every entry point; sft.py says it before building its toy data (14,000
+    conversations, whose report line would come first)."""
+    out = f"--out_dir={tmp_path}/out"
+    model = "hf download Qwen/Qwen3-0.6B --local-dir Qwen3-0.6B"
+    dataset = "hf download openai/gsm8k --repo-type dataset --local-dir gsm8k"
+    for script, args, command in [("gppo.py", ["--init_from=Qwen/Qwen3-0.6B"], model),
+                                  ("gppo.py", [f"--init_from={tiny_checkpoint}", "--math_data=openai/gsm8k"], dataset),
+                                  ("sft.py", ["--init_from=Qwen/Qwen3-0.6B"], model),
+                                  ("eval.py", ["--model=Qwen/Qwen3-0.6B"], model),
+                                  ("distill.py", ["--server=http://127.0.0.1:9/v1", "--served_model=x",
+                                                  "--math_prompts=openai/gsm8k"], dataset)]:
+        proc = run(script, *args, out)
+        line = one_error_line(proc)
+        assert command in line and "huggingface-cli download" in line, (script, line)
+        assert "data: " not in proc.stdout, (script, proc.stdout[-2000:])   # sft.py: no data was built
+
+
 def test_eval_bad_model(bad_files):
     line = one_error_line(run("eval.py", f"--model={bad_files}/missing_model"))
     assert "--model=" in line and "missing_model" in line

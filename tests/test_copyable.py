@@ -49,6 +49,8 @@ CHECKS = {
                 " 'print(0)')])", "[True, False]"),
     "toy": ("import toy\np = toy.math_problems(3, split='test')[0]\na, b = map(int, p['id'].split('-')[1:])\n"
             "print(int(p['answer']) == a + b)", "True"),
+    "tracking": ("import tracking\ntracking.Tracker('none', '.', {}).log({'step': 1, 'loss': 0.5})\n"
+                 "print(tracking.backends(''))", "[]"),
     "trainer": ("import os, torch, trainer\ntrainer.init_distributed('cpu')\nm = torch.nn.Linear(2, 2)\n"
                 "o = torch.optim.AdamW(m.parameters())\ntrainer.save_checkpoint('ck', m, o, {'step': 3})\n"
                 "print(trainer.load_checkpoint('ck', m, o)['step'])", "3"),

@@ -34,8 +34,16 @@ def run(out_dir, ckpt, *extra, nproc=1, task="even", env=None):
                       f"--out_dir={out_dir}", *SMALL, *extra]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=400, cwd=ROOT)
     assert proc.returncode == 0, f"{' '.join(cmd)}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-    with open(os.path.join(out_dir, "metrics.jsonl")) as fh:
-        return [json.loads(line) for line in fh], proc.stdout
+    return read_jsonl(os.path.join(out_dir, "metrics.jsonl")), proc.stdout
+
+
+def read_jsonl(path):
+    """Every record of a JSON-lines file, read as strict JSON: NaN and Infinity, which Python's json writes by
+    default and other readers reject, raise here."""
+    def no_constant(name):
+        raise ValueError(f"{path}: {name} is not JSON")
+    with open(path) as fh:
+        return [json.loads(line, parse_constant=no_constant) for line in fh]
 
 
 def weights(out_dir):
@@ -131,12 +139,78 @@ def test_simple_task_is_learned(tiny_checkpoint, tmp_path):
 
 
 def test_all_equal_groups_skip_the_step(tiny_checkpoint, tmp_path):
-    metrics, out = run(tmp_path / "const", tiny_checkpoint, "--steps=2", task="constant")
+    """Every response right: every group dropped, no step updates the policy; after NO_UPDATE_WARNING_STEPS such steps
+    in a row one warning names the cause (always right) and the fixes, and the last line counts the idle steps."""
+    steps = gppo.NO_UPDATE_WARNING_STEPS
+    metrics, out = run(tmp_path / "const", tiny_checkpoint, f"--steps={steps}", task="constant")
     assert "no update this step" in out
+    warnings = [line for line in out.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1 and f"{steps} steps in a row without an update" in warnings[0], out[-3000:]
+    assert "always solves these prompts" in warnings[0] and "--group_size" in warnings[0], warnings
+    assert f"done: {steps} steps, {steps} of the {steps} steps of this command updated nothing" in out, out[-1000:]
     assert all(m["updates"] == 0 and m["groups_kept"] == 0 and "loss" not in m for m in metrics)
     before = {n: p for n, p in from_pretrained(tiny_checkpoint).named_parameters()}
     for name, w in weights(tmp_path / "const").items():
         assert torch.equal(w, before[name]), name
+
+
+def test_no_update_warning_names_the_cause():
+    """The cause follows the on-policy accuracy of the step: never right, always right, or prompts all-or-nothing."""
+    said = lambda accuracy: gppo.no_update_warning(dict(accuracy=accuracy), 3, gppo.GPPOConfig())   # noqa: E731
+    assert "never solves these prompts: train the SFT model longer" in said(0.0)
+    assert "always solves these prompts: give harder prompts" in said(1.0)
+    assert "all of its samples or by none" in said(0.5)
+
+
+def test_real_prompts_without_eval_data_evaluate_nothing_and_samples_are_logged(tiny_checkpoint, tmp_path):
+    """--math_data without --eval_data: no held-out evaluation (the toy's would measure nothing of this model), said
+    once. samples.jsonl, here every response of the step (4 prompts x 4): their rewards average to the step's logged
+    reward, and within each prompt's group the advantages are GRPO's of the logged rewards, recomputed here. A run
+    that died after logging step 2 and before its checkpoint: the resumed run logs step 2 again, once."""
+    rows = [dict(id=f"q{i}", problem=f"What is {i} + {i}?", answer=str(2 * i)) for i in range(16)]
+    (tmp_path / "math.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "math"
+    args = (f"--math_data={tmp_path / 'math.jsonl'}", "--eval_every=1", "--log_samples=16")
+    metrics, stdout = run(out, tiny_checkpoint, "--steps=1", *args)
+    assert stdout.count("held-out evaluation: off (--math_data/--code_data without --eval_data)") == 1, stdout
+    assert "held-out greedy" not in stdout and not any("eval_accuracy" in r for r in metrics)
+    with open(out / "samples.jsonl", "a") as fh:   # what a run killed after step 2's log, before its checkpoint, left
+        fh.write(json.dumps(dict(step=2, response="from the killed run")) + "\n")
+    metrics, stdout = run(out, tiny_checkpoint, "--steps=2", *args)
+    assert "resumed from" in stdout and [r["step"] for r in metrics] == [1, 2]
+    samples = read_jsonl(out / "samples.jsonl")
+    assert [s["step"] for s in samples] == [1] * 16 + [2] * 16, [s["step"] for s in samples]
+    for rec in metrics:
+        mine = [s for s in samples if s["step"] == rec["step"]]
+        assert np.mean([s["reward"] for s in mine]) == pytest.approx(rec["reward"], rel=1e-12)
+        for position in {s["prompt_position"] for s in mine}:
+            group = sorted((s for s in mine if s["prompt_position"] == position), key=lambda s: s["sample"])
+            r = np.array([s["reward"] for s in group])
+            expected = (r - r.mean()) / (r.std(ddof=1) + 1e-6)
+            assert [s["advantage"] for s in group] == pytest.approx(expected, abs=1e-6)   # fp32 of values < 2
+            assert all(s["group_kept"] == (r.max() > r.min()) for s in group)
+            assert all(s["prompt"].startswith("<|im_start|>user\nWhat is ") for s in group)
+            assert all(s["finish_reason"] in ("stop", "length") and isinstance(s["response"], str) for s in group)
+
+
+def test_log_samples_draws_a_fixed_number_per_step_the_same_on_resume():
+    """log_samples: min(log_samples, responses) records per step, in stream order, drawn by a generator seeded by
+    the step (a resumed run draws the same ones); another step draws others."""
+    from types import SimpleNamespace
+    tok = data.build_toy_tokenizer()
+    groups = [gppo.Group(position, dict(prompt_ids=[1, 2]), [Sample([3, 4], [0.0, 0.0], "stop")] * 8,
+                         [float(j % 2) for j in range(8)], [bool(j % 2) for j in range(8)], torch.zeros(8), True)
+              for position in range(4)]
+
+    def drawn(step, n):
+        written = []
+        run = SimpleNamespace(cfg=gppo.GPPOConfig(log_samples=n), rank=0, tokenizer=tok,
+                              samples_log=SimpleNamespace(write=written.append))
+        gppo.log_samples(run, step, groups)
+        return [(w["prompt_position"], w["sample"]) for w in written]
+
+    assert len(drawn(1, 3)) == 3 and drawn(1, 3) == sorted(drawn(1, 3)) and drawn(1, 3) == drawn(1, 3)
+    assert drawn(1, 3) != drawn(2, 3) and len(drawn(1, 100)) == 32
 
 
 def test_no_sft_checkpoint_says_what_to_do(tmp_path):
