@@ -34,6 +34,7 @@ from dataclasses import asdict, dataclass
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+from experiments.verdicts import Claim, family_verdicts  # noqa: E402
 from parts.cli import parse_config  # noqa: E402
 
 
@@ -340,27 +341,31 @@ def run_jobs(jobs, cfg):
 SWEEP_METRICS = ("accuracy", "eval_avg_k", "eval_accuracy", "eval_pass_k", "entropy", "entropy_clipped",
                  "clip_frac_low", "clip_frac_high", "approx_kl")
 
-# The protocol: per claim, the one metric, the variant the paper favours and the ones it is compared with. A claim is
-# "reproduced" when the favoured variant's mean exceeds each other's by more than twice the standard error of the
-# difference, sqrt(sd_a^2 / n_a + sd_b^2 / n_b) over seeds; "reversed" when it is below by as much; otherwise "not
-# reproduced (within seed noise)". RL arms: held-out Avg@k at the last step; code: eval.py's held-out Avg@k (all tests
-# pass) of the final models; sft: eval.py's Avg@k of the SFT models on hard (4-number) problems (mixed favoured)
-# and on easy (3-number) ones (only-correct favoured: the paper finds mixed data hurts on easy prompts).
+# The protocol: per claim, the one metric, the variant the paper favours and the ones it is compared with. RL arms:
+# held-out Avg@k at the last step; code: eval.py's held-out Avg@k (all tests pass) of the final models; sft: eval.py's
+# Avg@k of the SFT models on hard (4-number) problems (mixed favoured) and on easy (3-number) ones (only-correct
+# favoured: the paper finds mixed data hurts on easy prompts). The verdict (experiments/verdicts.py): every arm runs
+# seeds 0..seeds-1 from the same base model or data seed, so each claim is a paired t test on the per-seed
+# differences, Holm's correction over all claims of the report, "reproduced"/"reversed" only where the Holm-adjusted
+# 95% interval excludes 0, else "not resolved (minimum detectable effect X at 80% power)".
 VERDICTS = {"loss": ("GPPO", ("GRPO", "CISPO")), "loss16": ("GPPO", ("GRPO", "CISPO")),
             "alpha": ("α=0.1", ("α=0", "α=0.2")), "filter": ("filter on", ("filter off",)),
             "code": ("soft", ("binary",)), "sft_hard": ("mixed (the difficulty rule)", ("only-correct (--keep=correct)",)),
             "sft_easy": ("only-correct (--keep=correct)", ("mixed (the difficulty rule)",))}
 
 
-def verdict(favoured: list, other: list) -> dict:
-    """The protocol's verdict on per-seed values of the favoured and another variant."""
-    (ma, sa), (mb, sb) = mean_std(favoured), mean_std(other)
-    if ma is None or mb is None:
-        return dict(verdict="missing runs", effect=None, se=None)
-    se = (sa ** 2 / len(favoured) + sb ** 2 / len(other)) ** 0.5
-    effect = ma - mb
-    word = "reproduced" if effect > 2 * se else "reversed" if effect < -2 * se else "not reproduced (within seed noise)"
-    return dict(verdict=word, effect=effect, se=se)
+def verdict_lines(verdicts: list) -> list:
+    """Markdown lines of the family's verdicts: effect, unadjusted and Holm-adjusted 95% intervals, the word."""
+    lines = ["", "## Verdicts: paired t per claim, Holm over the claims above (experiments/verdicts.py)",
+             "| claim | effect | 95% CI | Holm-adjusted 95% CI | p (Holm) | verdict |", "|---|---|---|---|---|---|"]
+    for v in verdicts:
+        if "effect" not in v:
+            lines.append(f"| {v['claim']} | — | — | — | — | {v['verdict']} |")
+            continue
+        lines.append(f"| {v['claim']} | {v['effect']:+.3f} | [{v['ci95'][0]:+.3f}, {v['ci95'][1]:+.3f}] | "
+                     f"[{v['ci_holm'][0]:+.3f}, {v['ci_holm'][1]:+.3f}] | {v['p']:.3g} ({v['p_holm']:.3g}) | "
+                     f"**{v['verdict']}** |")
+    return lines
 
 
 def run_stats(series) -> dict:
@@ -394,7 +399,7 @@ def report(cfg, wall_minutes):
           "problems per eval, greedy and "
           f"Avg@{cfg.rl_eval_k} / pass@{cfg.rl_eval_k} at T = 1. Wall time: {sum(wall_minutes):.0f} min in "
           f"{len(wall_minutes)} invocation(s). Command: `{shlex.join(sys.argv)}`"]
-    out, plots, sweep, verdicts = dict(config=asdict(cfg), wall_minutes=wall_minutes, arms={}), {}, [], {}
+    out, plots, sweep, claims = dict(config=asdict(cfg), wall_minutes=wall_minutes, arms={}), {}, [], []
     for arm in cfg.arms.split(","):
         title, variants = ARMS[arm]
         md += ["", f"## {arm}: {title}"]
@@ -450,12 +455,10 @@ def report(cfg, wall_minutes):
         for claim, values in finals.items():
             if claim in VERDICTS and VERDICTS[claim][0] in values:
                 favoured, others = VERDICTS[claim]
-                for other in others:
-                    v = verdicts[f"{claim}: {favoured} > {other}"] = verdict(values[favoured], values[other])
-                    md.append(f"- {claim}: {favoured} vs {other}: " + (
-                        f"{v['effect']:+.3f} (2 x s.e. {2 * v['se']:.3f}): **{v['verdict']}**" if v["se"] is not None
-                        else v["verdict"]))
-    out["verdicts"] = verdicts
+                claims += [Claim(f"{claim}: {favoured} > {other}", values[favoured], values[other], paired=True)
+                           for other in others]
+    out["verdicts"] = family_verdicts(claims)
+    md += verdict_lines(out["verdicts"])
     text = "\n".join(md) + "\n"
     print("\n" + text)
     with open(os.path.join(cfg.out_dir, "ablation.md"), "w") as f:

@@ -159,12 +159,19 @@ def test_report_on_synthetic_runs(tmp_path, capsys):
     # code: on-policy accuracy k/20 at step k, averaged over the last 20/4 = 5 steps; ≥ 0.75 from step 17 on
     assert "| soft | 0.150 ± 0.000 | 0.400 ± 0.000 | 0.650 ± 0.000 | 0.900 ± 0.000 | 17 ± 0 (2/2 seeds) | 0.500 ± 0.354 |" in md
     assert "| only-correct (--keep=correct) | 1.000 ± 0.000 | 0.600 ± 0.000 |" in md and "4 min in 2 invocation(s)" in md
-    # the protocol's verdicts: last held-out Avg@k 0.9 vs 0.8 on both seeds (no spread); code 0.25/0.75 both arms
-    assert "- loss: GPPO vs GRPO: +0.100 (2 x s.e. 0.000): **reproduced**" in md
-    assert "- code: soft vs binary: +0.000 (2 x s.e. 0.707): **not reproduced (within seed noise)**" in md
-    assert "- sft_hard: mixed (the difficulty rule) vs only-correct (--keep=correct): +0.100" in md
-    assert "- sft_easy: only-correct (--keep=correct) vs mixed (the difficulty rule): +0.100" in md
+    # the verdicts: paired by seed, Holm over the report's 5 claims. Last held-out Avg@k 0.9 vs 0.8 on both seeds: the
+    # same difference on each seed (no spread), so paired it is certain; code 0.25 / 0.75 in both arms: no difference
+    assert "| loss: GPPO > GRPO | +0.100 | [+0.100, +0.100] | [+0.100, +0.100] | 0 (0) | **reproduced** |" in md
+    assert "| code: soft > binary | +0.000 |" in md and "**not resolved (minimum detectable effect 0.000" in md
+    assert "| sft_hard: mixed (the difficulty rule) > only-correct (--keep=correct) | +0.100 |" in md
+    assert "| sft_easy: only-correct (--keep=correct) > mixed (the difficulty rule) | +0.100 |" in md
     out = json.load(open(os.path.join(c.out_dir, "ablation.json")))
+    # loss: GPPO − CISPO is 0.05 on both seeds; the family's p values go to Holm together
+    assert [v["claim"] for v in out["verdicts"]] == [
+        "loss: GPPO > GRPO", "loss: GPPO > CISPO", "code: soft > binary",
+        "sft_easy: only-correct (--keep=correct) > mixed (the difficulty rule)",
+        "sft_hard: mixed (the difficulty rule) > only-correct (--keep=correct)"]
+    assert out["verdicts"][1]["effect"] == pytest.approx(0.05) and out["verdicts"][1]["verdict"] == "reproduced"
     assert out["arms"]["loss"]["GPPO"]["curves"][1] == [[0, 0.5], [10, 0.9], [20, 0.9]]
 
 
