@@ -8,7 +8,8 @@ pre-registered metric (the one in its JSON file), with the arms paired by seed (
 (one protocol = one family). Beside each claim: the old rule's effect, 2 × SE and word, for the record.
 Also, not a verdict: the mean on-policy accuracy over the steps after the 10 warmup steps, paired by seed, the
 metric the next protocol pre-registers; its per-seed spread sets that protocol's minimum detectable effects.
-Run:  python experiments/committed_verdicts.py    # prints the tables, writes experiments/results/verdicts_corrected.json
+Run:  python experiments/committed_verdicts.py
+      # prints the tables, writes experiments/results/verdicts_corrected.json
 """
 import json
 import os
@@ -38,7 +39,8 @@ FAMILIES = [
                  ("filter on > off", ("countdown/ablation.json", "filter", "filter on"), ("filter", "filter off")),
                  ("soft > binary code reward", ("countdown/ablation.json", "code", "soft"), ("code", "binary")),
                  ("SFT easy: only-correct > mixed", ("countdown/ablation_sft.json", "easy", CORRECT), ("easy", MIXED)),
-                 ("SFT hard: mixed > only-correct", ("countdown/ablation_sft.json", "hard", MIXED), ("hard", CORRECT))]),
+                 ("SFT hard: mixed > only-correct", ("countdown/ablation_sft.json", "hard", MIXED),
+                  ("hard", CORRECT))]),
     dict(name="3-number prompts, loss arm, 60 steps (protocol a93aa16, run 2026-12-06)", key="countdown3",
          metric="held-out Avg@4 at step 60 (100 3-number problems)",
          claims=[("GPPO > GRPO, 8 updates", ("countdown3/ablation.json", "loss", "GPPO"), ("loss", "GRPO")),
@@ -55,10 +57,12 @@ FAMILIES = [
                  ("filter on > off", ("countdown3_all/ablation.json", "filter", "filter on"), ("filter", "filter off")),
                  ("soft > binary code reward", ("countdown3_all/ablation.json", "code", "soft"), ("code", "binary")),
                  ("SFT easy: only-correct > mixed", ("countdown3_all/ablation.json", "easy", CORRECT), ("easy", MIXED)),
-                 ("SFT hard: mixed > only-correct", ("countdown3_all/ablation.json", "hard", MIXED), ("hard", CORRECT))]),
+                 ("SFT hard: mixed > only-correct", ("countdown3_all/ablation.json", "hard", MIXED),
+                  ("hard", CORRECT))]),
     dict(name="SFT follow-up: only-correct at 2 epochs vs mixed at 1 (protocol fc77b57, run 2026-12-06)",
          key="sft_followup", metric="eval.py Avg@4 (T = 0.6) of the SFT models on 100 easy / hard problems",
-         claims=[("SFT easy: only-correct (2 epochs) > mixed", ("countdown/sft_followup.json", "easy", "only-correct, 2 epochs"),
+         claims=[("SFT easy: only-correct (2 epochs) > mixed",
+                  ("countdown/sft_followup.json", "easy", "only-correct, 2 epochs"),
                   ("countdown/ablation_sft.json", "easy", MIXED)),
                  ("SFT hard: mixed > only-correct (2 epochs)", ("countdown/ablation_sft.json", "hard", MIXED),
                   ("countdown/sft_followup.json", "hard", "only-correct, 2 epochs"))]),
@@ -106,7 +110,7 @@ def recompute(family) -> dict:
         claims.append(Claim(name, favoured, other, paired=True))
         rows.append(dict(claim=name, favoured=favoured, other=other, old=old_rule(favoured, other)))
         a, b = on_policy_after_warmup(fav_record), on_policy_after_warmup(other_record)
-        if a and b and not name.startswith("soft"):              # the code arm's 12 steps leave 2 after warmup
+        if a and b:                                               # (the code arm's 12 steps leave 2 after warmup)
             explore.append(Claim(name, a, b, paired=True))
     for row, v in zip(rows, family_verdicts(claims)):
         row["new"] = v
@@ -144,7 +148,8 @@ def main():
             v, o = r["new"], r["old"]
             print(f"| {r['claim']} | {v['effect']:+.3f} | [{v['ci95'][0]:+.3f}, {v['ci95'][1]:+.3f}] | "
                   f"[{v['ci_holm'][0]:+.3f}, {v['ci_holm'][1]:+.3f}] ({1 - v['level']:.4f}) | {pval(v['p'])} "
-                  f"({v['p_holm']:.3f}) | {short(v['verdict'])}, MDE {v['mde']:.3f} | {o['two_se']:.3f}, {o['verdict']} |")
+                  f"({v['p_holm']:.3f}) | {short(v['verdict'])}, MDE {v['mde']:.3f} | "
+                  f"{o['two_se']:.3f}, {o['verdict']} |")
         explore = fam.get("on_policy_after_warmup", {}).get("claims", [])
         if explore:
             print(f"\nNot a verdict: mean on-policy accuracy over steps {WARMUP + 1} to the last, paired by seed\n")

@@ -7,13 +7,13 @@ Per claim the favoured variant is compared with another on ONE pre-registered me
                                     df = SE⁴ / ((s_a²/n_a)²/(n_a − 1) + (s_b²/n_b)²/(n_b − 1))
     t = effect / SE,  p = P(|T_df| ≥ |t|)  (two-sided: a claim can come out either way)
 Holm over the m claims of a family at α = 0.05: sort the p values, p_(1) ≤ … ≤ p_(m); step k tests p_(k) against
-α/(m − k + 1) and the steps stop at the first p that fails. A claim's interval is shown at the level of the step that
-decided it: effect ± t_{1 − level/2, df}·SE with level α/(m − k + 1) for a rejected claim, and the failed step's level for
-every claim from there on. So the interval excludes 0 exactly when the corrected test rejects, and the words follow
-the interval: "reproduced" (excludes 0, favoured ahead), "reversed" (excludes 0, favoured behind), otherwise
-"not resolved (minimum detectable effect X at 80% power)", X = (t_{1 − level/2, df} + t_{0.8, df})·SE, the true effect
-this design would call 4 times in 5 at that level. These intervals are Holm-adjusted but not simultaneous (Bonferroni
-intervals, at α/m each, would be); the unadjusted 95% interval is reported beside them.
+α/(m − k + 1) and the steps stop at the first p that fails. A claim's interval is shown at the level of the step
+that decided it: effect ± t_{1 − level/2, df}·SE with level α/(m − k + 1) for a rejected claim, and the failed
+step's level for every claim from there on. So the interval excludes 0 exactly when the corrected test rejects, and
+the words follow the interval: "reproduced" (excludes 0, favoured ahead), "reversed" (excludes 0, favoured behind),
+otherwise "not resolved (minimum detectable effect X at 80% power)", X = (t_{1 − level/2, df} + t_{0.8, df})·SE,
+the true effect this design would call 4 times in 5 at that level. These intervals are Holm-adjusted but not
+simultaneous (Bonferroni intervals, at α/m each, would be); the unadjusted 95% interval is reported beside them.
 
     from experiments.verdicts import Claim, family_verdicts
     family_verdicts([Claim("GPPO > GRPO", gppo_per_seed, grpo_per_seed, paired=True), ...])
@@ -31,8 +31,8 @@ POWER = 0.8
 # ----------------------------------------------------------------------------- the t distribution
 
 def betainc(a: float, b: float, x: float) -> float:
-    """The regularized incomplete beta function I_x(a, b) = ∫_0^x t^(a−1) (1−t)^(b−1) dt / B(a, b), by its continued
-    fraction (Lentz's method), evaluated on the side of (a+1)/(a+b+2) where it converges fast."""
+    """The regularized incomplete beta function I_x(a, b) = ∫_0^x t^(a−1) (1−t)^(b−1) dt / B(a, b), by its
+    continued fraction (Lentz's method), evaluated on the side of (a+1)/(a+b+2) where it converges fast."""
     if x <= 0.0:
         return 0.0
     if x >= 1.0:
