@@ -137,7 +137,7 @@ class AblateConfig:
     out_dir: str = "out/ablate"
     arms: str = "loss,loss_off,alpha,filter,code,sft"  # any subset, comma-separated (also: loss16, offpolicy, ...)
     seeds: int = 8                     # seeds 0..seeds-1 of every RL arm (the same seeds in each: paired)
-    sft_seeds: int = 4                 # seeds of the sft arm (each an SFT data set and model of its own)
+    sft_seeds: int = 5                 # seeds of the sft arm (each an SFT data set and model of its own)
     parallel: int = 2                  # runs at once, one thread each
     stop_after_minutes: float = 0.0    # start no run after this many minutes (running ones finish); 0 = no limit
     dry_run: bool = False              # print the plan (runs, core-minutes, detectable effects) and stop
