@@ -551,16 +551,19 @@ def verdict_lines(verdicts: list) -> list:
     return lines
 
 
-def judge(cfg, claims: list, shares: dict) -> list:
-    """The family's verdicts. A clipping-rule claim whose two arms both put less than cfg.untestable_share of the
-    gradient's coefficients on clipped tokens is "untestable in this regime": reported with its unadjusted 95%
-    interval and left out of Holm's family (the share is a process metric, read before any outcome)."""
-    untestable = {}
-    for c in claims:
-        arm = c.name.split(":")[0]
-        share = [shares.get((arm, label)) for label in c.name.split(": ", 1)[1].split(" > ")]
+def judge(cfg, finals: dict, shares: dict) -> list:
+    """The family's verdicts, from finals {arm: {variant: per-seed values}} and shares {(arm, variant): the fraction of
+    the gradient's coefficients on clipped tokens}. A clipping-rule claim whose two arms both put less than
+    cfg.untestable_share there is "untestable in this regime": reported with its unadjusted 95% interval and left out
+    of Holm's family (the share is a process metric, read before any outcome)."""
+    claims, untestable = [], {}
+    for arm, favoured, other in claims_of(cfg):
+        if arm not in finals:
+            continue
+        claims.append(Claim(f"{arm}: {favoured} > {other}", finals[arm][favoured], finals[arm][other], paired=True))
+        share = [shares.get((arm, favoured)), shares.get((arm, other))]
         if arm in CLIP_ARMS and None not in share and max(share) < cfg.untestable_share:
-            untestable[c.name] = max(share)
+            untestable[claims[-1].name] = max(share)
     tested = family_verdicts([c for c in claims if c.name not in untestable])
     by_name = {v["claim"]: v for v in tested}
     out = []
@@ -645,9 +648,7 @@ def report(cfg, wall_minutes):
             if arm.startswith("offpolicy"):
                 sweep.append((label, series, series["eval_avg_k"]))
         md += rows
-    claims = [Claim(f"{arm}: {fav} > {other}", finals[arm][fav], finals[arm][other], paired=True)
-              for arm, fav, other in claims_of(cfg) if arm in finals]
-    out["verdicts"] = judge(cfg, claims, shares)
+    out["verdicts"] = judge(cfg, finals, shares)
     md += verdict_lines(out["verdicts"])
     held = [Claim(f"{arm}: {fav} > {other}", secondary[arm][fav], secondary[arm][other], paired=True)
             for arm, fav, other in claims_of(cfg) if arm in secondary]

@@ -40,7 +40,8 @@ RULES = {"GRPO": dict(mode="grpo"), "CISPO": dict(mode="cispo"), "GPPO β1=1": d
 
 @dataclass
 class MechanismConfig:
-    out: str = "experiments/results/clip_mechanism.json"   # the numbers; the figure beside it (.png)
+    out: str = "experiments/results/clip_mechanism.json"   # the numbers, the figure beside it (.png); relative: to the
+    #   repository
     seeds: int = 64                # paired seeds (one policy, one prompt stream and one sampling stream each)
     prompts: int = 64              # K: success and entropy are exact means over all of them
     tokens: int = 6                # V answer tokens per prompt
@@ -189,11 +190,12 @@ def main(cfg: MechanismConfig):
                   for r in RULES if r != "GRPO"))
     out = dict(config=asdict(cfg), seconds=round(time.time() - t0, 1), start=dict(
         success=float(start_success.mean()), entropy=float(start_entropy.mean())), points=points)
-    os.makedirs(os.path.dirname(os.path.abspath(cfg.out)), exist_ok=True)
-    with open(cfg.out, "w") as f:
+    path = os.path.join(ROOT, cfg.out)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
         json.dump(out, f, indent=1, ensure_ascii=False)
     print(f"wrote {cfg.out} ({out['seconds']} s)")
-    plot(out, os.path.splitext(cfg.out)[0] + ".png")
+    plot(out, os.path.splitext(path)[0] + ".png")
     return out
 
 

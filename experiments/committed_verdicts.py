@@ -15,13 +15,14 @@ import json
 import os
 import statistics
 import sys
+from dataclasses import dataclass
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 from experiments.verdicts import Claim, family_verdicts  # noqa: E402
+from parts.cli import parse_config  # noqa: E402
 
 RESULTS = os.path.join(ROOT, "experiments", "results")
-OUT = os.path.join(RESULTS, "verdicts_corrected.json")
 WARMUP = 10                      # gppo.py's warmup_steps in every committed run
 MIXED, CORRECT = "mixed (the difficulty rule)", "only-correct (--keep=correct)"
 
@@ -67,6 +68,11 @@ FAMILIES = [
                  ("SFT hard: mixed > only-correct (2 epochs)", ("countdown/ablation_sft.json", "hard", MIXED),
                   ("countdown/sft_followup.json", "hard", "only-correct, 2 epochs"))]),
 ]
+
+
+@dataclass
+class CommittedVerdictsConfig:
+    out: str = "experiments/results/verdicts_corrected.json"   # the recomputed verdicts (relative: to the repository)
 
 
 def load(path):
@@ -134,11 +140,11 @@ def short(verdict: str) -> str:
     return verdict.split(" (")[0] if verdict.startswith("not resolved") else f"**{verdict}**"
 
 
-def main():
+def main(cfg: CommittedVerdictsConfig):
     families = [dict(recompute(f), key=f["key"]) for f in FAMILIES]
     out = dict(date="2026-12-07", rule=__doc__.split("\n\n")[1].replace("\n", " "), alpha=0.05,
                families={f.pop("key"): f for f in families})
-    with open(OUT, "w") as f:
+    with open(os.path.join(ROOT, cfg.out), "w") as f:
         json.dump(out, f, indent=1, ensure_ascii=False)
     for key, fam in out["families"].items():
         print(f"\n## {fam['name']}\nmetric: {fam['metric']}\n")
@@ -157,8 +163,8 @@ def main():
         for c in explore:
             print(f"| {c['claim']} | {c['effect']:+.4f} | [{c['ci95'][0]:+.4f}, {c['ci95'][1]:+.4f}] | {c['p']:.3f} "
                   f"({c['p_holm']:.3f}) | {c['sd_diff']:.4f} |")
-    print(f"\nwrote {os.path.relpath(OUT, ROOT)}")
+    print(f"\nwrote {cfg.out}")
 
 
 if __name__ == "__main__":
-    main()
+    main(parse_config(CommittedVerdictsConfig))

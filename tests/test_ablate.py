@@ -334,3 +334,21 @@ def test_held_out_kind_follows_gppo_args():
     assert ablate.held_out_kind(3, "--toy_numbers=4") == "4-number"
     # the last one wins, as parts/cli.py reads it
     assert ablate.held_out_kind(4, "--lr=1e-5 --toy_numbers=4 --toy_numbers=3") == "3-number"
+
+
+def test_every_planned_command_parses_with_its_entry_points_config(tmp_path):
+    """The options ablate.py writes (new ones included: --warmup_steps, --eval_every=0, eval.py at T = 1) are options
+    the entry points have, with values their types accept: parsed by the entry point's own config class."""
+    import distill
+    import eval as evaluate
+    import gppo
+    import sft
+    from parts.cli import parse_config
+    configs = {"gppo.py": gppo.GPPOConfig, "eval.py": evaluate.EvalConfig, "sft.py": sft.SFTConfig,
+               "distill.py": distill.DistillConfig}
+    c = cfg(tmp_path, seeds=1, sft_seeds=1, pilot_lrs="1e-4,2e-4")
+    pilot_metrics(c.out_dir, {1e-4: 0.01, 2e-4: 0.03})
+    jobs = ablate.plan(c)
+    assert {j["cmd"][0] for j in jobs} == set(configs) and any("-off-" in j["name"] for j in jobs)
+    for j in jobs:
+        parse_config(configs[j["cmd"][0]], j["cmd"][1:])
