@@ -467,7 +467,8 @@ def row_logprobs(policy, t: dict, temperature: float) -> list:
 
 # ----------------------------------------------------------------------------- 6. one optimizer step per mini-batch
 
-METRICS = ("entropy", "clipped_entropy", "clip_frac_high", "clip_frac_low", "dual_clip_frac", "ratio_mean", "approx_kl")
+METRICS = ("entropy", "clipped_entropy", "clip_frac_high", "clip_frac_low", "dual_clip_frac", "ratio_mean", "approx_kl",
+           "coef_abs", "coef_abs_clipped_low", "coef_abs_clipped_high")
 
 
 def train_mini_batch(run: Run, seqs: list):
@@ -542,7 +543,19 @@ def step_metrics(run: Run, sampled: list, kept: list, seqs_by_mb: list, gap: dic
     if updates:   # the mean entropy of the tokens whose gradient GRPO's clip drops (GPPO keeps it)
         clipped = rec["clip_frac_high"] + rec["clip_frac_low"]
         rec["entropy_clipped"] = rec.pop("clipped_entropy") / clipped if clipped else float("nan")
+        rec.update(treatment_checks(updates, cfg.grad_clip))
     return rec, total
+
+
+def treatment_checks(updates: list, grad_clip: float) -> dict:
+    """How much the clipping rules act, from the step's updates: the share of the gradient's per-token coefficients
+    |∂L/∂logπ_t| that falls on clipped tokens, per side (mean over updates; what GPPO keeps and GRPO zeroes), how often
+    the grad-norm clip acted (grad_norm > grad_clip) and the largest grad norm."""
+    share = lambda u, side: u[f"coef_abs_clipped_{side}"] / u["coef_abs"] if u["coef_abs"] else 0.0  # noqa: E731
+    return dict(coef_share_clipped_low=sum(share(u, "low") for u in updates) / len(updates),
+                coef_share_clipped_high=sum(share(u, "high") for u in updates) / len(updates),
+                grad_clipped_frac=sum(u["grad_norm"] > grad_clip for u in updates) / len(updates),
+                grad_norm_max=max(u["grad_norm"] for u in updates))
 
 
 def print_step(rec, cfg, eta_s):

@@ -147,7 +147,9 @@ def rl_loss_from_logits(logits, target_ids, old_logprobs, advantages, response_m
     PyTorch elsewhere. With inplace_backward the backward overwrites `logits` with ∂L/∂logits (saves an (N, V)
     buffer); do not read them afterwards. Returns (loss, metrics): policy metrics, policy_loss, sft_loss, entropy
     (mean over response tokens), clipped_entropy (the entropy of the clipped tokens, summed, over the response
-    tokens) and logprobs (N,) detached — the new policy's, for logging or the next mini-batch.
+    tokens), coef_abs and coef_abs_clipped_low / _high (|∂L/∂logπ_t| summed over all response tokens / the clipped
+    tokens of a side, over the response tokens: a side's share of the gradient's coefficients is their ratio) and
+    logprobs (N,) detached — the new policy's, for logging or the next mini-batch.
     """
     if logits.dim() != 2:
         raise ValueError(f"gppo_loss: logits must be (N, V), got shape {tuple(logits.shape)}")
@@ -309,10 +311,18 @@ def _with_metrics(outputs, batch: TokenBatch, cfg: LossConfig):
     mask = batch.response_mask
     metrics = policy_metrics(logprobs, batch.old_logprobs, batch.advantages, mask, cfg)
     r, A = (logprobs - batch.old_logprobs).exp(), batch.advantages
-    clipped = mask & (((A > 0) & (r > 1 + cfg.eps_high)) | ((A < 0) & (r < 1 - cfg.eps_low)))   # GRPO drops these
+    clipped_low = mask & (A < 0) & (r < 1 - cfg.eps_low)
+    clipped_high = mask & (A > 0) & (r > 1 + cfg.eps_high)
+    clipped = clipped_low | clipped_high                                  # GRPO drops these tokens' gradient
+    n = mask.sum().clamp(min=1)
+    per_token = lambda x, where: torch.where(where, x, 0.0).sum() / n   # noqa: E731 (a sum, over all response tokens)
+    # Treatment check: how much of the gradient the clipping rule decides. |∂L/∂logπ_t| (objective()'s coef, again:
+    # N scalars) summed over the clipped tokens of each side and over all; their ratio is that side's share.
+    coef = objective(logprobs, batch, cfg)[1].abs()
     metrics.update(policy_loss=policy, sft_loss=sft, logprobs=logprobs,
-                   entropy=torch.where(mask, entropy, 0.0).sum() / mask.sum().clamp(min=1),
-                   clipped_entropy=torch.where(clipped, entropy, 0.0).sum() / mask.sum().clamp(min=1))
+                   entropy=per_token(entropy, mask), clipped_entropy=per_token(entropy, clipped),
+                   coef_abs=per_token(coef, mask), coef_abs_clipped_low=per_token(coef, clipped_low),
+                   coef_abs_clipped_high=per_token(coef, clipped_high))
     return loss, metrics
 
 

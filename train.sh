@@ -4,8 +4,9 @@
 #   bash train.sh quick           # a first run: every stage of the toy once, small, ~3 min on 2 cores (out/quick)
 #   bash train.sh                 # the Countdown toy on a CPU (tiny model from scratch): ~12 min on 2 idle cores
 #   TOY=sums bash train.sh        # the old toy, multi-digit sums (docs/toy_sums.md)
-#   bash train.sh ablate          # the paper's ablations in miniature on Countdown, 3 seeds per arm
-#                                 # (benchmarks/RESULTS.md has the protocol, the cost and the verdicts)
+#   bash train.sh ablate          # the paper's ablations in miniature on Countdown, 8 paired seeds per arm; resumes,
+#                                 # so it can run in parts (--stop_after_minutes=N; --dry_run: the plan and its cost;
+#                                 # benchmarks/RESULTS.md has the protocol, the cost and the verdicts)
 #   bash train.sh rehearsal       # Qwen3-0.6B's exact shape through every stage, memory vs budget (docs/scale.md);
 #                                 # needs QWEN3_TOKENIZER_DIR, ~13 GB of RAM
 #

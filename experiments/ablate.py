@@ -1,27 +1,36 @@
-"""The paper's ablations in miniature, on the Countdown toy: one SFT checkpoint, one change per arm, several seeds.
+"""The paper's ablations in miniature, on the Countdown toy: one SFT checkpoint, one change per arm, paired seeds.
 
 Every RL run is `gppo.py` from the SAME toy SFT model (distill.py's recipe, sft.py as train.sh runs it); the runs of
-an arm differ in one option and in the seed (prompt order, sampling). Per run, every eval_every steps on the same
-held-out 3-number problems (train.sh's RL set; --toy_numbers=4: the hard ones): greedy accuracy, Avg@k and pass@k
-of k samples at T = 1 (gppo.py --eval_k); per step: on-policy accuracy, entropy (mean, and on the clipped tokens),
-clip fractions, approx KL. The protocol (arms, seeds, steps, the one metric per claim, the verdict rule) is VERDICTS
-below and benchmarks/RESULTS.md, committed before the runs. Arms:
-  loss     GPPO vs GRPO with Clip-Higher vs CISPO at 8 updates per rollout batch   [Fig. 2: GPPO ends highest]
-  loss16   the same at 16 updates per batch (further off-policy: more tokens clipped)
-  alpha    SFT-loss weight α = 0 vs 0.1 vs 0.2 (GPPO)                             [Table 6: 0.1 best]
-  filter   zero-advantage groups dropped vs kept                                   [Fig. 5: dropping is better]
-  code     soft (fraction of tests passed) vs all-or-nothing reward on the toy programs with partial credit
-  sft      SFT data: distill.py --keep=correct vs the difficulty rule (mixed), on easy (3-number) and hard
-           (4-number) held-out problems                                            [Table 2: mixed better on hard]
-  offpolicy, offpolicy_lr, beta1: optional sweeps (updates per batch x rule; a higher lr; GPPO's β1).
+an arm differ in one option and in the seed (prompt order, sampling), and every arm runs the same seeds, so two
+variants are compared seed by seed. Per step gppo.py logs the on-policy accuracy on fresh prompts and the treatment
+checks (approx KL, clip fractions by side, the share of the gradient's per-token coefficients on clipped tokens,
+the grad norm and whether the clip at grad_clip acted, the entropy of all and of the clipped tokens); after the last
+step eval.py scores the final model on final_eval_problems held-out problems x 4 samples at T = 1.
+Protocol (benchmarks/RESULTS.md, committed before the runs): per claim ONE metric (--metric): the mean on-policy
+accuracy over the steps after the warmup, one value per seed; a paired t test per claim and Holm's correction over
+the report's claims (experiments/verdicts.py); a claim about the clipping rule where the clipped tokens carry under
+untestable_share of the gradient's coefficients is "untestable in this regime". Arms:
+  loss      GPPO (β1 = 1, 0.5, 0.25) vs GRPO with Clip-Higher vs CISPO, 8 updates per batch [Fig. 2: GPPO highest]
+  loss_off  the same far enough off-policy that a few % of tokens are clipped: 16 updates per batch at the lr a short
+            pilot on process metrics picks (the clipped fraction only, never which rule learns best)
+  alpha     SFT-loss weight α = 0 vs 0.1 vs 0.2 (GPPO)                             [Table 6: 0.1 best]
+  filter    zero-advantage groups dropped vs kept                                   [Fig. 5: dropping is better]
+  code      soft (fraction of tests passed) vs all-or-nothing reward on the toy programs with partial credit
+  sft       SFT data: distill.py --keep=correct vs the difficulty rule (mixed), on easy (3-number) and hard
+            (4-number) held-out problems                                            [Table 2: mixed better on hard]
+  loss16, offpolicy, offpolicy_lr, beta1: the earlier protocols' arms and sweeps (optional).
 Run (each run a subprocess with OMP_NUM_THREADS=1, its output in out_dir/runs/NAME/log.txt; --parallel at once):
-  bash train.sh ablate                               # every default arm, 3 seeds (cost: benchmarks/RESULTS.md)
+  bash train.sh ablate --dry_run                     # the plan: runs, core-minutes, the design's detectable effects
+  bash train.sh ablate                               # every default arm (cost: benchmarks/RESULTS.md)
+  bash train.sh ablate --stop_after_minutes=120      # ... in parts: no new run starts after 2 h; rerun to go on
   python experiments/ablate.py --arms=loss --sft_from=out/sft/hf --seeds=1 --steps=10   # a subset, a given SFT model
 Interrupted? Run the same command again: finished runs are skipped, unfinished ones resume from their checkpoint,
-a larger --steps extends finished runs; other changed options need a new --out_dir. Writes out_dir/ablation.md (the
-tables and verdicts), ablation.json (every seed's curves) and ablation.png (if matplotlib is importable).
+seeds run in order (every arm's seed 0, then seed 1, ...), so a partial result is still paired; a larger --steps or
+--seeds extends; other changed options need a new --out_dir. Writes out_dir/ablation.md (the tables and verdicts),
+ablation.json (every seed's curves) and ablation.png (if matplotlib is importable).
 """
 import json
+import math
 import os
 import re
 import shlex
@@ -34,6 +43,7 @@ from dataclasses import asdict, dataclass
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+from experiments.verdicts import ALPHA, Claim, compare, family_verdicts, interval, mde, seeds_needed  # noqa: E402
 from parts.cli import parse_config  # noqa: E402
 
 
@@ -44,8 +54,13 @@ def held_out_kind(toy_numbers: int, gppo_args: str) -> str:
     return f"{given[-1] if given else toy_numbers}-number"
 
 # arm -> (title with the paper's claim, [(variant label, run name)]); run name -> gppo.py options
-ARMS = {"loss": ("GPPO vs GRPO (Clip-Higher) vs CISPO at 8 updates per batch — paper Fig. 2: GPPO ends highest",
-                 [("GPPO", "gppo"), ("GRPO", "grpo"), ("CISPO", "cispo")]),
+ARMS = {"loss": ("GPPO (β1 = 1, 0.5, 0.25) vs GRPO (Clip-Higher) vs CISPO at 8 updates per batch — paper Fig. 2: "
+                 "GPPO ends highest; the authors: β1 = 0.25-0.5 where entropy collapses",
+                 [("GPPO", "gppo"), ("GRPO", "grpo"), ("CISPO", "cispo"), ("GPPO β1=0.5", "gppo-b0.5"),
+                  ("GPPO β1=0.25", "gppo-b0.25")]),
+        "loss_off": ("the same, off-policy: 16 updates per batch at the pilot's lr (a few % of tokens clipped)",
+                     [("GPPO", "gppo-off"), ("GRPO", "grpo-off"), ("CISPO", "cispo-off"),
+                      ("GPPO β1=0.5", "gppo-b0.5-off"), ("GPPO β1=0.25", "gppo-b0.25-off")]),
         "loss16": ("GPPO vs GRPO (Clip-Higher) vs CISPO at 16 updates per batch — further off-policy",
                    [("GPPO", "gppo-u16"), ("GRPO", "grpo-u16"), ("CISPO", "cispo-u16")]),
         "alpha": ("SFT-loss weight α (GPPO) — paper Table 6: 0.1 best",
@@ -57,9 +72,11 @@ ARMS = {"loss": ("GPPO vs GRPO (Clip-Higher) vs CISPO at 8 updates per batch —
         "sft": ("SFT data: only-correct vs mixed traces — paper Table 2: mixed as good or better on hard problems",
                 [("only-correct (--keep=correct)", "sft-correct"), ("mixed (the difficulty rule)", "sft-mixed")])}
 RL_OPTIONS = {"gppo": [], "grpo": ["--loss_mode=grpo"], "cispo": ["--loss_mode=cispo"], "alpha0": ["--alpha=0"],
-              "alpha0.2": ["--alpha=0.2"], "nofilter": ["--filter_zero_adv=false"],
-              "code-soft": ["--code_reward=soft"], "code-binary": ["--code_reward=binary"]}
+              "alpha0.2": ["--alpha=0.2"], "nofilter": ["--filter_zero_adv=false"], "gppo-b0.5": ["--beta1=0.5"],
+              "gppo-b0.25": ["--beta1=0.25"], "code-soft": ["--code_reward=soft"],
+              "code-binary": ["--code_reward=binary"]}
 SFT_KEEP = {"sft-mixed": "difficulty", "sft-correct": "correct"}   # distill.py --keep; mixed = train.sh's data
+CLIP_ARMS = ("loss", "loss_off", "loss16")   # claims about the clipping rule: untestable where it does not act
 
 # The off-policy sweep: how far the policy moves from the sampler within one rollout batch is set by the number of
 # optimizer updates per batch, u = prompts_per_step / mini_batch_prompts. With u = 1, r = 1 for every token and the
@@ -91,11 +108,21 @@ def run_name(name, cfg) -> str:
     return m.group(1) if m and int(m.group(2)) == base_u else name
 
 
-def rl_options(name, cfg) -> list:
-    """gppo.py options of a run, from its name: the arms' fixed runs, `RULE-uU` (U updates per rollout batch) and
-    `gppo-bB-uB` (β1 = B at cfg.beta1_updates updates per batch). Later options override earlier ones."""
+def rl_options(name, cfg, off_lr=None) -> list:
+    """gppo.py options of a run, from its name: the arms' fixed runs, `RULE-uU` (U updates per rollout batch),
+    `gppo-bB-uB` (β1 = B at cfg.beta1_updates updates per batch), `RULE-off` / `gppo-bB-off` (cfg.off_updates per
+    batch at the pilot's lr off_lr) and `pilot-lrX` (GPPO at cfg.off_updates and lr X). Later options override."""
     if name in RL_OPTIONS:
         return RL_OPTIONS[name]
+    off = re.fullmatch(r"(gppo|grpo|cispo)(?:-b([\d.]+))?-off", name)
+    if off:
+        beta = [f"--beta1={off.group(2)}"] if off.group(2) else []
+        return [f"--loss_mode={off.group(1)}", f"--mini_batch_prompts={cfg.prompts_per_step // cfg.off_updates}",
+                f"--lr={off_lr}", *beta]
+    pilot = re.fullmatch(r"pilot-lr([\d.e-]+)", name)
+    if pilot:
+        return ["--loss_mode=gppo", f"--mini_batch_prompts={cfg.prompts_per_step // cfg.off_updates}",
+                f"--lr={pilot.group(1)}"]
     m = re.fullmatch(r"(gppo|grpo|cispo)-u(\d+)(?:-lr([\d.e-]+))?", name) or re.fullmatch(r"(gppo)-b([\d.]+)-uB", name)
     if not m:
         raise KeyError(name)
@@ -108,41 +135,65 @@ def rl_options(name, cfg) -> list:
 @dataclass
 class AblateConfig:
     out_dir: str = "out/ablate"
-    arms: str = "loss,loss16,alpha,filter,code,sft"  # any subset, comma-separated (also: offpolicy, offpolicy_lr, beta1)
-    seeds: int = 3
+    arms: str = "loss,loss_off,alpha,filter,code,sft"  # any subset, comma-separated (also: loss16, offpolicy, ...)
+    seeds: int = 8                     # seeds 0..seeds-1 of every RL arm (the same seeds in each: paired)
+    sft_seeds: int = 5                 # seeds of the sft arm (each an SFT data set and model of its own)
     parallel: int = 2                  # runs at once, one thread each
+    stop_after_minutes: float = 0.0    # start no run after this many minutes (running ones finish); 0 = no limit
+    dry_run: bool = False              # print the plan (runs, core-minutes, detectable effects) and stop
     sft_from: str = ""                 # an SFT Hugging Face dir for the RL arms; empty = train one (mixed, seed 0)
     sft_args: str = "--epochs=1 --row_tokens=1024 --rows_per_step=2"   # sft.py options of every SFT run (train.sh's)
     toy_numbers: int = 3               # Countdown numbers per RL prompt and held-out problem (train.sh's RL set: 3,
     #   where the SFT model meets the calibration; 4: the hard prompts)
     gppo_args: str = ""                # extra gppo.py options for every RL run
     steps: int = 30                    # RL steps (rollout batches) of the Countdown arms
+    warmup_steps: int = 10             # gppo.py's linear lr warmup; the metric averages the steps after it
+    metric: str = "on_policy"          # the verdicts' metric: on_policy (mean on-policy accuracy after the warmup) |
+    #   held_out (gppo.py's held-out Avg@k at the last step: the protocols before 2026-12-07; needs eval_every)
     prompts_per_step: int = 16         # prompt groups per rollout batch (train.sh: 32; halved so the arms fit 2 cores)
     mini_batch_prompts: int = 2        # 16/2 = 8 optimizer steps per rollout batch, as the paper's 128/16
     lr: float = 5e-5                   # train.sh's
     group_size: int = 8
     max_response_len: int = 320        # train.sh's
-    eval_every: int = 10               # gppo.py's held-out eval (and checkpoint) every k steps
-    eval_problems: int = 100           # held-out problems per eval (gppo.py) and per set (eval.py, the sft arm)
+    eval_every: int = 0                # gppo.py's held-out eval every k steps (eval_problems x rl_eval_k); 0 = none
+    ckpt_every: int = 10               # gppo.py's checkpoint (exact resume) every k steps
+    eval_problems: int = 100           # held-out problems per gppo.py eval
     rl_eval_k: int = 4                 # gppo.py --eval_k: samples per held-out problem at T = 1 (Avg@k, pass@k)
-    code_steps: int = 12               # the code arm: each sample runs its tests in the sandbox
+    final_eval_problems: int = 500     # eval.py on each final math RL model (T = 1, 4 samples) and on the sft arm's
+    #   models (T = 0.6): 500 x 4 puts the eval's own sampling SD under 0.01; 0 = no final eval
+    code_steps: int = 20               # the code arm: each sample runs its tests in the sandbox
     code_prompts_per_step: int = 8
     code_prompts: int = 200            # toy code RL prompts (programs with partial credit)
-    eval_k: int = 4                    # eval.py samples per problem (code and sft arms)
-    eval_code_problems: int = 40       # held-out toy code problems
-    target: float = 0.5                # held-out Avg@k for "steps to target"; change it and rerun to redo the tables
+    eval_k: int = 4                    # eval.py samples per problem
+    eval_code_problems: int = 200      # held-out toy code problems (the code arm's final eval)
     max_gen_rounds: int = 3            # runs refill dropped groups, so every rollout batch trains prompts_per_step
     #   groups and u updates per batch is what it says
-    beta1_updates: int = 16            # the beta1 arm's updates per rollout batch
+    beta1_updates: int = 16            # the beta1 sweep's updates per rollout batch
+    off_updates: int = 16              # loss_off: updates per rollout batch (mini-batches of prompts_per_step / this)
+    pilot_lrs: str = "7e-5,1e-4,1.4e-4,2e-4,2.8e-4"   # loss_off: the pilot's candidate lrs (GPPO, one run each)
+    pilot_steps: int = 15              # ... steps of each pilot run (the clipped fraction is read after the warmup)
+    pilot_seed: int = 100              # ... its seed (no arm runs it)
+    off_clip_target: float = 0.02      # loss_off's lr: the smallest candidate whose pilot clips this fraction of tokens
+    #   (low + high, mean over the steps after warmup); none: the largest
+    untestable_share: float = 0.01     # a clipping-rule claim whose arms put less of the gradient's coefficients on
+    #   clipped tokens is "untestable in this regime" (docs/clip_mechanism.md: the rules' outcomes then agree)
 
     def __post_init__(self):
         bad = set(self.arms.split(",")) - set(ARMS)
-        if bad or min(self.seeds, self.parallel, self.eval_every) < 1 or \
-                self.prompts_per_step % self.mini_batch_prompts or self.code_prompts_per_step % self.mini_batch_prompts \
-                or any(self.prompts_per_step % u for u in (*UPDATES, self.beta1_updates)):
+        split = self.prompts_per_step % self.mini_batch_prompts or self.code_prompts_per_step % self.mini_batch_prompts
+        counts = min(self.seeds, self.sft_seeds, self.parallel, self.ckpt_every) < 1 or self.eval_every < 0
+        if bad or split or counts or any(self.prompts_per_step % u for u in (*UPDATES, self.beta1_updates,
+                                                                             self.off_updates)):
             raise SystemExit(f"error: AblateConfig: arms must be a subset of {list(ARMS)} (unknown: {sorted(bad)}); "
-                             "seeds, parallel, eval_every >= 1; (code_)prompts_per_step multiples of mini_batch_prompts; "
-                             f"prompts_per_step a multiple of every sweep point {UPDATES} and of beta1_updates")
+                             "seeds, sft_seeds, parallel, ckpt_every >= 1, eval_every >= 0; (code_)prompts_per_step "
+                             "multiples of mini_batch_prompts; prompts_per_step a multiple of every sweep point "
+                             f"{UPDATES}, of beta1_updates and of off_updates")
+        if self.metric not in ("on_policy", "held_out") or (self.metric == "held_out" and not self.eval_every):
+            raise SystemExit(f"error: AblateConfig: metric={self.metric!r} must be on_policy or held_out (held_out "
+                             "needs eval_every > 0)")
+        if self.pilot_steps <= self.warmup_steps:
+            raise SystemExit(f"error: AblateConfig: pilot_steps={self.pilot_steps} must exceed warmup_steps="
+                             f"{self.warmup_steps} (the pilot reads the clipped fraction after the warmup)")
 
 
 # ---- metrics -> tables (pure functions; tests/test_ablate.py)
@@ -167,104 +218,144 @@ def mean_std(values):
     return (None, None) if not values else (statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0)
 
 
-def summarize(curves, at_steps, target):
-    """One [(step, value)] curve per seed -> {at: {step: (mean, std)}, to_target: (mean, std, seeds reached, seeds)}."""
-    reached = [next((s for s, v in c if v >= target), None) for c in curves]
-    return dict(at={s: mean_std([dict(c).get(s) for c in curves]) for s in at_steps},
-                to_target=(*mean_std(reached), sum(r is not None for r in reached), len(curves)))
-
-
 def fmt(mean, std, digits=3):
     return "—" if mean is None else f"{mean:.{digits}f} ± {std:.{digits}f}"
 
 
-def table_steps(steps, eval_every, columns=5):
-    """At most `columns` evenly spread eval steps out of 0, eval_every, 2·eval_every, ..., steps."""
-    points = sorted({*range(0, steps + 1, eval_every), steps})
-    return sorted({points[round(i * (len(points) - 1) / (columns - 1))] for i in range(columns)})
+def metric_value(records, steps, warmup, metric) -> float:
+    """One run's value of the protocol's metric, None if the run has not reached `steps`: on_policy, the mean on-policy
+    accuracy over the steps after the warmup (all of them if the run is no longer than the warmup); held_out, the
+    held-out Avg@k logged at the last step."""
+    if max(records, default=0) < steps:
+        return None
+    if metric == "held_out":
+        return records[steps].get("eval_avg_k")
+    after = [r["accuracy"] for s, r in records.items() if warmup < s <= steps and "accuracy" in r]
+    return statistics.fmean(after or [r["accuracy"] for s, r in records.items() if 0 < s <= steps and "accuracy" in r])
 
 
-def arm_table(rows, at_steps, target, extra_header=()):
-    """rows: [(label, summary, [extra cells])] -> a Markdown table."""
-    head = ["variant", *(f"step {s}" for s in at_steps), f"steps to {target:g}", *extra_header]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for label, summary, extra in rows:
-        m, sd, reached, n = summary["to_target"]
-        cells = [fmt(*summary["at"][s]) for s in at_steps] + [f"{fmt(m, sd, 0)} ({reached}/{n} seeds)", *extra]
-        lines.append("| " + " | ".join([label, *cells]) + " |")
-    return "\n".join(lines)
+def pilot_lrs(cfg) -> list:
+    return [float(x) for x in cfg.pilot_lrs.split(",")]
+
+
+def off_policy_lr(cfg) -> tuple:
+    """loss_off's lr from the finished pilot: (lr, {candidate lr: clipped fraction}); lr None while a pilot run is
+    unfinished. The clipped fraction (low + high) is each run's mean over its steps after the warmup; the rule picks
+    the smallest candidate that reaches off_clip_target, else the largest. Process metrics only."""
+    clipped = {}
+    for lr in pilot_lrs(cfg):
+        records = read_metrics(os.path.join(cfg.out_dir, "runs", f"pilot-lr{lr:g}-s{cfg.pilot_seed}", "metrics.jsonl"),
+                               cfg.pilot_steps)
+        if max(records, default=0) < cfg.pilot_steps:
+            return None, clipped
+        after = [r["clip_frac_low"] + r["clip_frac_high"] for s, r in records.items()
+                 if s > cfg.warmup_steps and "clip_frac_low" in r]
+        clipped[lr] = statistics.fmean(after) if after else 0.0
+    return next((lr for lr in sorted(clipped) if clipped[lr] >= cfg.off_clip_target), max(clipped)), clipped
 
 
 # ---- the runs: jobs {name, dir, cmd, done(), after, steps}, run by a small scheduler
 
 def plan(cfg):
-    arms, seeds, jobs = cfg.arms.split(","), range(cfg.seeds), []
+    """Every job of the arms, in the order to start them: the base model's data and the base model, the pilot, then
+    seed by seed (each seed's runs of every arm, longest first), so that a stopped invocation leaves paired seeds.
+    loss_off's runs are planned once the pilot has finished (main plans again after each pass)."""
+    arms, jobs = cfg.arms.split(","), []
     run_dir = lambda name: os.path.join(cfg.out_dir, "runs", name)  # noqa: E731
     exported = lambda d: lambda: os.path.exists(os.path.join(d, "hf", "tokenizer.json"))  # noqa: E731 (written last)
-    # in the order of cfg.arms (the sweep first by default: it is what the others are read against)
-    rl_runs = list(dict.fromkeys(run_name(r, cfg) for a in arms if a != "sft" for _, r in ARMS[a][1]))
-    sft_runs = [f"{v}-s{s}" for v in SFT_KEEP for s in seeds] if "sft" in arms else []
-    if rl_runs and not cfg.sft_from:   # the base model first, so the RL runs can start early
+    off_lr = off_policy_lr(cfg)[0] if "loss_off" in arms else None
+    # in the order of cfg.arms
+    rl_runs = list(dict.fromkeys(run_name(r, cfg) for a in arms if a != "sft" and (a != "loss_off" or off_lr)
+                                 for _, r in ARMS[a][1]))
+    sft_runs = [f"{v}-s{s}" for v in SFT_KEEP for s in range(cfg.sft_seeds)] if "sft" in arms else []
+    needs_base = (rl_runs or "loss_off" in arms) and not cfg.sft_from
+    if needs_base:   # the base model first, so the RL runs can start early
         sft_runs = ["sft-mixed-s0"] + [r for r in sft_runs if r != "sft-mixed-s0"]
     base, base_after = (cfg.sft_from, []) if cfg.sft_from else (os.path.join(run_dir("sft-mixed-s0"), "hf"), ["sft-mixed-s0"])
 
-    def eval_job(of, model, out, options, after):
+    def eval_job(of, model, out, options, after, seed):
         done = os.path.join(out, "results.json")
-        return dict(name=f"{os.path.basename(out)}:{of}", dir=out, after=after, steps=None,
+        return dict(name=f"{os.path.basename(out)}:{of}", dir=out, after=after, steps=None, seed=seed,
                     done=lambda: os.path.exists(done), cmd=["eval.py", f"--model={model}", f"--out_dir={out}",
-                                                            f"--k={cfg.eval_k}", "--max_tokens=400", "--reward_workers=2",
-                                                            *options])
+                                                            f"--k={cfg.eval_k}", "--reward_workers=2", *options])
 
     def sft_jobs(name):
         """The SFT run `name` and, before it, the distill.py run that makes its data (same seed)."""
         d, seed, data_dir = run_dir(name), name.rsplit("-s", 1)[1], run_dir("distill-" + name)
         made = os.path.join(data_dir, "report.json")
         return [dict(name="distill-" + name, dir=data_dir, done=lambda: os.path.exists(made), after=[], steps=None,
-                     cmd=["distill.py", "--toy=true", f"--keep={SFT_KEEP[name.rsplit('-', 1)[0]]}", f"--seed={seed}",
-                          f"--out_dir={data_dir}"]),
-                dict(name=name, dir=d, done=exported(d), after=["distill-" + name], steps=None, cmd=[
+                     seed=int(seed), cmd=["distill.py", "--toy=true", f"--keep={SFT_KEEP[name.rsplit('-', 1)[0]]}",
+                                          f"--seed={seed}", f"--out_dir={data_dir}"]),
+                dict(name=name, dir=d, done=exported(d), after=["distill-" + name], steps=None, seed=int(seed), cmd=[
                     "sft.py", f"--out_dir={d}", f"--seed={seed}", f"--data={data_dir}/sft.jsonl",
                     f"--tokenizer={data_dir}/tokenizer", *shlex.split(cfg.sft_args)])]
 
-    code_eval = ["--toy_math=0", f"--toy_code={cfg.eval_code_problems}"]
-    for name in sft_runs[:1] if rl_runs and not cfg.sft_from else []:
+    def rl_job(name, seed, steps, task, options, eval_every):
+        d = run_dir(f"{name}-s{seed}")
+        done = lambda d=d, n=steps: max(read_metrics(os.path.join(d, "metrics.jsonl")) or [0]) >= n and exported(d)()
+        return dict(name=f"{name}-s{seed}", dir=d, done=done, after=base_after, steps=steps, seed=seed, cmd=[
+            "gppo.py", f"--init_from={base}", f"--out_dir={d}", f"--seed={seed}", f"--steps={steps}",
+            f"--mini_batch_prompts={cfg.mini_batch_prompts}", f"--lr={cfg.lr}", f"--group_size={cfg.group_size}",
+            f"--warmup_steps={cfg.warmup_steps}", f"--eval_every={eval_every}", f"--ckpt_every={cfg.ckpt_every}",
+            "--reward_workers=2", *task, *options, *shlex.split(cfg.gppo_args)])
+
+    code_eval = ["--toy_math=0", f"--toy_code={cfg.eval_code_problems}", "--max_tokens=400"]
+    # the RL temperature (gppo.py's held-out eval samples as the policy does): 3- and 4-number sets, the metric reads
+    # the RL prompts' kind
+    final_eval = ["--toy_code=0", f"--toy_math={cfg.final_eval_problems}", "--temperature=1.0", "--top_p=1.0",
+                  f"--max_tokens={cfg.max_response_len}"]
+    math_task = [f"--toy_numbers={cfg.toy_numbers}", f"--eval_problems={cfg.eval_problems}",
+                 f"--eval_k={cfg.rl_eval_k}", f"--prompts_per_step={cfg.prompts_per_step}",
+                 f"--max_gen_rounds={cfg.max_gen_rounds}", f"--max_response_len={cfg.max_response_len}"]
+    for name in sft_runs[:1] if needs_base else []:
         jobs += sft_jobs(name)
+    if "loss_off" in arms:   # the pilot: GPPO at each candidate lr, no held-out eval (process metrics only)
+        jobs += [rl_job(f"pilot-lr{lr:g}", cfg.pilot_seed, cfg.pilot_steps, math_task,
+                        rl_options(f"pilot-lr{lr:g}", cfg), 0) for lr in pilot_lrs(cfg)]
     if "code" in arms:
-        jobs.append(eval_job("base", base, os.path.join(run_dir("base"), "eval_code"), code_eval, base_after))
+        jobs.append(eval_job("base", base, os.path.join(run_dir("base"), "eval_code"), code_eval, base_after, 0))
     for name in rl_runs:
         code = name.startswith("code")
-        steps = cfg.code_steps if code else cfg.steps
-        task = ["--toy_problems=0", f"--toy_code_prompts={cfg.code_prompts}", "--eval_every=0",
-                f"--prompts_per_step={cfg.code_prompts_per_step}", "--max_response_len=256"] if code else \
-            [f"--toy_numbers={cfg.toy_numbers}", f"--eval_every={cfg.eval_every}",
-             f"--eval_problems={cfg.eval_problems}", f"--eval_k={cfg.rl_eval_k}",
-             f"--prompts_per_step={cfg.prompts_per_step}", f"--max_gen_rounds={cfg.max_gen_rounds}",
-             f"--max_response_len={cfg.max_response_len}"]
-        for s in seeds:
+        task = ["--toy_problems=0", f"--toy_code_prompts={cfg.code_prompts}",
+                f"--prompts_per_step={cfg.code_prompts_per_step}", "--max_response_len=256"] if code else math_task
+        for s in range(cfg.seeds):
+            jobs.append(rl_job(name, s, cfg.code_steps if code else cfg.steps, task, rl_options(name, cfg, off_lr),
+                               0 if code else cfg.eval_every))
             d = run_dir(f"{name}-s{s}")
-            done = lambda d=d, n=steps: max(read_metrics(os.path.join(d, "metrics.jsonl")) or [0]) >= n and exported(d)()
-            jobs.append(dict(name=f"{name}-s{s}", dir=d, done=done, after=base_after, steps=steps, cmd=[
-                "gppo.py", f"--init_from={base}", f"--out_dir={d}", f"--seed={s}", f"--steps={steps}",
-                f"--mini_batch_prompts={cfg.mini_batch_prompts}", f"--lr={cfg.lr}", f"--group_size={cfg.group_size}", f"--ckpt_every={cfg.eval_every}", "--reward_workers=2",
-                *task, *rl_options(name, cfg), *shlex.split(cfg.gppo_args)]))
             if code:
                 jobs.append(eval_job(f"{name}-s{s}", os.path.join(d, "hf"), os.path.join(d, "eval_code"), code_eval,
-                                     [f"{name}-s{s}"]))
-    for name in sft_runs[1:] if rl_runs and not cfg.sft_from else sft_runs:
+                                     [f"{name}-s{s}"], s))
+            elif cfg.final_eval_problems:
+                jobs.append(eval_job(f"{name}-s{s}", os.path.join(d, "hf"), os.path.join(d, "eval_final"), final_eval,
+                                     [f"{name}-s{s}"], s))
+    for name in sft_runs[1:] if needs_base else sft_runs:
         jobs += sft_jobs(name)
+    sft_eval = ["--toy_code=0", f"--toy_math={cfg.final_eval_problems or cfg.eval_problems}", "--max_tokens=400"]
     for name in sft_runs if "sft" in arms else []:   # easy (3 numbers) and hard (4 numbers) held-out problems
-        jobs.append(eval_job(name, os.path.join(run_dir(name), "hf"), os.path.join(run_dir(name), "eval"),
-                             ["--toy_code=0", f"--toy_math={cfg.eval_problems}"], [name]))
-    # longest first (LPT), so the last minutes are short jobs on both cores rather than one long job on one; the
-    # base SFT stays first (the RL runs wait for it). Minutes on one core of Countdown, two runs at once: math RL 4
-    # at 8 updates per batch, 5.5 at 16; code RL 7; SFT about 12 (twice train.sh's 2-process 6); eval 0.5-2.
-    def minutes(job):
-        if job["cmd"][0] != "gppo.py":
-            return {"sft.py": 12, "distill.py": 13, "eval.py": 1}[job["cmd"][0]]   # distill: 2.5 min, before its SFT
-        mini = int([a for a in job["cmd"] if a.startswith("--mini_batch_prompts=")][-1].split("=")[1])
-        return 7 if "--toy_problems=0" in job["cmd"] else 2.5 + 3 * (cfg.prompts_per_step // mini) / 16
-    first = 2 if rl_runs and not cfg.sft_from else 0   # the base model's data, then the base model
-    return jobs[:first] + sorted(jobs[first:], key=minutes, reverse=True)
+        jobs.append(eval_job(name, os.path.join(run_dir(name), "hf"), os.path.join(run_dir(name), "eval"), sft_eval,
+                             [name], int(name.rsplit("-s", 1)[1])))
+    first = len(sft_jobs("sft-mixed-s0")) if needs_base else 0   # the base model's data, then the base model
+    first += len(pilot_lrs(cfg)) if "loss_off" in arms else 0
+    # seed by seed, longest first within a seed (LPT, so the last minutes are short jobs on both cores), its evals last
+    order = lambda j: (j["seed"], j["cmd"][0] == "eval.py", -core_minutes(j, cfg))  # noqa: E731
+    return jobs[:first] + sorted(jobs[first:], key=order)
+
+
+def core_minutes(job, cfg) -> float:
+    """A job's expected minutes on one core, two runs at once on the 2-core machine (measured on the toy, runs
+    without the periodic held-out eval a little less): math RL 30 steps 4 at 8 updates per batch, 5.5 at 16; code RL
+    7 per 12 steps; SFT about 12 (twice train.sh's 2-process 6); distill.py 2.5; eval.py 1 per 800 samples."""
+    tool, cmd = job["cmd"][0], job["cmd"]
+    if tool == "gppo.py":
+        steps = int([a for a in cmd if a.startswith("--steps=")][-1].split("=")[1])
+        mini = int([a for a in cmd if a.startswith("--mini_batch_prompts=")][-1].split("=")[1])
+        per_30 = 7 * 30 / 12 if "--toy_problems=0" in cmd else 2.5 + 3 * (cfg.prompts_per_step // mini) / 16
+        return per_30 * steps / 30
+    if tool == "eval.py":
+        problems = sum(int(a.split("=")[1]) for a in cmd if a.startswith(("--toy_math=", "--toy_code=")))
+        sets = 2 if any(a.startswith("--toy_math=") and a != "--toy_math=0" for a in cmd) else 1
+        return max(0.5, problems * sets * cfg.eval_k / 800)
+    return {"sft.py": 12, "distill.py": 2.5}[tool]
 
 
 def progress(job):
@@ -290,8 +381,10 @@ def eta(running, pending, durations, parallel):
     return "running: " + ", ".join(parts) + ("" if None in todo else f"; all: ETA {(left + sum(todo)) / parallel / 60:.0f} min")
 
 
-def run_jobs(jobs, cfg):
-    """Start ready jobs (every `after` finished) in list order, cfg.parallel at once. Returns the failed ones."""
+def run_jobs(jobs, cfg, deadline=None, replan=None):
+    """Start ready jobs (every `after` finished) in list order, cfg.parallel at once, none after `deadline` (a
+    time.time(); the running ones finish). replan(): the plan again, asked after each finished job; jobs it adds
+    (loss_off's, once the pilot is done) join the pending ones in its order. Returns the failed ones."""
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     finished = {j["name"] for j in jobs if j["done"]()}
     pending, running, failed, durations = [j for j in jobs if j["name"] not in finished], {}, set(), {}
@@ -299,8 +392,10 @@ def run_jobs(jobs, cfg):
     signal.signal(signal.SIGTERM, lambda *_: sys.exit("ablate: terminated; rerun the same command to resume"))
     t0, last_print = time.time(), time.time()
     try:
-        while pending or running:
+        while running or (pending and not (deadline is not None and time.time() > deadline)):
             for j in [j for j in pending if all(a in finished | failed for a in j["after"])]:
+                if deadline is not None and time.time() > deadline:
+                    break
                 if any(a in failed for a in j["after"]):
                     pending.remove(j), failed.add(j["name"]), print(f"  skip  {j['name']}: it needs a failed run")
                 elif len(running) < cfg.parallel:
@@ -322,6 +417,13 @@ def run_jobs(jobs, cfg):
                     finished.add(name)
                     durations.setdefault(j["cmd"][0], []).append(time.time() - j["start"])
                     print(f"  done  {name} in {(time.time() - j['start']) / 60:.1f} min [{len(finished)}/{len(jobs)}]")
+                    fresh = replan() if replan else []
+                    known = {k["name"] for k in jobs}
+                    if any(k["name"] not in known for k in fresh):
+                        order = {k["name"]: i for i, k in enumerate(fresh)}
+                        added = [k for k in fresh if k["name"] not in known and not k["done"]()]
+                        jobs, pending = jobs + added, sorted(pending + added, key=lambda k: order.get(k["name"], -1))
+                        print(f"  plan  {len(added)} more run(s): " + ", ".join(k["name"] for k in added))
                 else:
                     failed.add(name)
                     print(f"  FAILED {name} (exit {p.returncode}); the end of {j['log']}:\n    " +
@@ -334,52 +436,149 @@ def run_jobs(jobs, cfg):
         for j, p in running.values():
             p.terminate()
             p.wait()
+    if pending:
+        print(f"ablate: stop_after_minutes reached, {len(pending)} run(s) not started; run the same command to go on")
     return failed
 
 
 # ---- the report: ablation.md, ablation.json, ablation.png
 
-SWEEP_METRICS = ("accuracy", "eval_avg_k", "eval_accuracy", "eval_pass_k", "entropy", "entropy_clipped",
-                 "clip_frac_low", "clip_frac_high", "approx_kl")
+SWEEP_METRICS = ("accuracy", "reward", "eval_avg_k", "eval_accuracy", "eval_pass_k", "entropy", "entropy_clipped",
+                 "clip_frac_low", "clip_frac_high", "approx_kl", "coef_share_clipped_low", "coef_share_clipped_high",
+                 "grad_norm", "grad_norm_max", "grad_clipped_frac")
+MIXED, CORRECT = "mixed (the difficulty rule)", "only-correct (--keep=correct)"
 
-# The protocol: per claim, the one metric, the variant the paper favours and the ones it is compared with. A claim is
-# "reproduced" when the favoured variant's mean exceeds each other's by more than twice the standard error of the
-# difference, sqrt(sd_a^2 / n_a + sd_b^2 / n_b) over seeds; "reversed" when it is below by as much; otherwise "not
-# reproduced (within seed noise)". RL arms: held-out Avg@k at the last step; code: eval.py's held-out Avg@k (all tests
-# pass) of the final models; sft: eval.py's Avg@k of the SFT models on hard (4-number) problems (mixed favoured)
-# and on easy (3-number) ones (only-correct favoured: the paper finds mixed data hurts on easy prompts).
-VERDICTS = {"loss": ("GPPO", ("GRPO", "CISPO")), "loss16": ("GPPO", ("GRPO", "CISPO")),
-            "alpha": ("α=0.1", ("α=0", "α=0.2")), "filter": ("filter on", ("filter off",)),
-            "code": ("soft", ("binary",)), "sft_hard": ("mixed (the difficulty rule)", ("only-correct (--keep=correct)",)),
-            "sft_easy": ("only-correct (--keep=correct)", ("mixed (the difficulty rule)",))}
+# The protocol's claims: (arm, the variant the paper favours, the one it is compared with), each on the metric of
+# --metric (RL and code arms) or eval.py's Avg@k of the SFT models on easy (3-number) and hard (4-number) problems
+# (sft; the paper finds mixed data hurts on easy prompts and helps on hard ones). Verdicts: experiments/verdicts.py,
+# paired by seed (every arm runs the same seeds from the same base model or data seed), Holm over the report's claims.
+CLAIMS = [(arm, favoured, other) for arm in ("loss", "loss_off") for favoured, other in (
+    ("GPPO", "GRPO"), ("GPPO", "CISPO"), ("GPPO β1=0.5", "GPPO"), ("GPPO β1=0.25", "GPPO"))] + [
+    ("loss16", "GPPO", "GRPO"), ("loss16", "GPPO", "CISPO"), ("alpha", "α=0.1", "α=0"), ("alpha", "α=0.1", "α=0.2"),
+    ("filter", "filter on", "filter off"), ("code", "soft", "binary"), ("sft_easy", CORRECT, MIXED),
+    ("sft_hard", MIXED, CORRECT)]
+
+# The SD of a claim's per-seed differences on the on-policy metric, for the minimum detectable effects stated before
+# the runs, from the committed 3-number run (experiments/results/verdicts_corrected.json, family countdown3_all):
+# RL claims, pooled over its 7 RL claims' on_policy_after_warmup; code, its 2 steps after the warmup; sft, the
+# endpoint's (eval.py Avg@4 on 100 problems; 500 now, so these overstate its sampling part).
+PLANNING_SD = {"rl": 0.0127, "code": 0.0119, "sft_easy": 0.104, "sft_hard": 0.009}
 
 
-def verdict(favoured: list, other: list) -> dict:
-    """The protocol's verdict on per-seed values of the favoured and another variant."""
-    (ma, sa), (mb, sb) = mean_std(favoured), mean_std(other)
-    if ma is None or mb is None:
-        return dict(verdict="missing runs", effect=None, se=None)
-    se = (sa ** 2 / len(favoured) + sb ** 2 / len(other)) ** 0.5
-    effect = ma - mb
-    word = "reproduced" if effect > 2 * se else "reversed" if effect < -2 * se else "not reproduced (within seed noise)"
-    return dict(verdict=word, effect=effect, se=se)
+def claims_of(cfg) -> list:
+    arms = cfg.arms.split(",")
+    return [c for c in CLAIMS if c[0] in arms or (c[0].startswith("sft_") and "sft" in arms)]
+
+
+def design(cfg) -> list:
+    """Per claim, before the runs: the planning SD of its per-seed differences, its seeds, the minimum detectable
+    effect at 80% power at Holm's strictest level α/m (m = the report's claims) and the seeds that would make it
+    0.03."""
+    claims = claims_of(cfg)
+    rows = []
+    for arm, favoured, other in claims:
+        sd = PLANNING_SD.get(arm if arm in ("code", "sft_easy", "sft_hard") else "rl")
+        n = cfg.sft_seeds if arm.startswith("sft") else cfg.seeds
+        rows.append(dict(claim=f"{arm}: {favoured} > {other}", sd=sd, seeds=n,
+                         mde=mde(sd / math.sqrt(n), n - 1, ALPHA / len(claims)) if n > 1 else None,
+                         seeds_for_0_03=seeds_needed(sd, 0.03, len(claims))))
+    return rows
+
+
+def design_lines(rows) -> list:
+    lines = ["| claim | planning SD of the per-seed differences | seeds | MDE (80% power, α/m) | seeds for MDE 0.03 |",
+             "|---|---|---|---|---|"]
+    for r in rows:
+        mde_text = "—" if r["mde"] is None else f"{r['mde']:.3f}"
+        lines.append(f"| {r['claim']} | {r['sd']:.4f} | {r['seeds']} | {mde_text} | "
+                     f"{r['seeds_for_0_03'] if r['seeds_for_0_03'] <= 64 else '> 64'} |")
+    return lines
 
 
 def run_stats(series) -> dict:
     """series {metric: one [(step, value)] curve per seed} -> {stat: (mean, std) over seeds} of each seed's own mean:
-    on-policy accuracy and entropy over its last 5 logged steps, clip fractions (in %), approx KL and the entropy of
-    the clipped tokens over all; the last held-out greedy accuracy and pass@k."""
-    def per_seed(key, last=None, scale=1.0):
+    on-policy accuracy at step 1 and over the last 5 steps, entropy over the last 5; over all steps: the entropy of
+    the clipped tokens, clip fractions and the shares of the gradient's coefficients on clipped tokens (in %), approx
+    KL, the grad norm, its largest value and how often the clip acted (in %); the last held-out greedy and pass@k."""
+    def per_seed(key, last=None, scale=1.0, first=None, reduce=statistics.fmean):
         out = []
         for c in series.get(key, []):
-            values = [v for _, v in c[-last if last else 0:] if v == v]   # nan: a step without a clipped token
-            out.append(scale * statistics.fmean(values) if values else None)
+            values = [v for _, v in (c[:first] if first else c[-last if last else 0:]) if v == v]   # nan: none clipped
+            out.append(scale * reduce(values) if values else None)
         return out
-    return dict(accuracy_last5=mean_std(per_seed("accuracy", 5)), entropy_last5=mean_std(per_seed("entropy", 5)),
+    return dict(accuracy_first=mean_std(per_seed("accuracy", first=1)),
+                accuracy_last5=mean_std(per_seed("accuracy", 5)), entropy_last5=mean_std(per_seed("entropy", 5)),
                 entropy_clipped=mean_std(per_seed("entropy_clipped")),
                 clip_frac_low_pct=mean_std(per_seed("clip_frac_low", scale=100)),
-                clip_frac_high_pct=mean_std(per_seed("clip_frac_high", scale=100)), approx_kl=mean_std(per_seed("approx_kl")),
+                clip_frac_high_pct=mean_std(per_seed("clip_frac_high", scale=100)),
+                share_low_pct=mean_std(per_seed("coef_share_clipped_low", scale=100)),
+                share_high_pct=mean_std(per_seed("coef_share_clipped_high", scale=100)),
+                approx_kl=mean_std(per_seed("approx_kl")), grad_norm=mean_std(per_seed("grad_norm")),
+                grad_norm_max=mean_std(per_seed("grad_norm_max", reduce=max)),
+                grad_clip_pct=mean_std(per_seed("grad_clipped_frac", scale=100)),
                 greedy_last=mean_std(per_seed("eval_accuracy", 1)), pass_k_last=mean_std(per_seed("eval_pass_k", 1)))
+
+
+RL_COLUMNS = ["on-policy acc., step 1 → last 5", "entropy (last 5)", "entropy, clipped tokens", "approx KL",
+              "clipped low / high %", "gradient share on clipped low / high %", "grad norm (max)", "grad clip acts %"]
+
+
+def rl_cells(st) -> list:
+    both = lambda a, b, d=2: f"{fmt(*st[a], d)} / {fmt(*st[b], d)}"  # noqa: E731
+    return [f"{fmt(*st['accuracy_first'])} → {fmt(*st['accuracy_last5'])}", fmt(*st["entropy_last5"]),
+            fmt(*st["entropy_clipped"]), fmt(*st["approx_kl"], 4), both("clip_frac_low_pct", "clip_frac_high_pct"),
+            both("share_low_pct", "share_high_pct"), f"{fmt(*st['grad_norm'])} ({fmt(*st['grad_norm_max'])})",
+            fmt(*st["grad_clip_pct"], 1)]
+
+
+def clipped_share(stats: dict) -> float:
+    """The fraction of the gradient's coefficients on clipped tokens (both sides; mean over steps and seeds), None
+    for runs that did not log it."""
+    low, high = stats["share_low_pct"][0], stats["share_high_pct"][0]
+    return None if low is None or high is None else (low + high) / 100
+
+
+def verdict_lines(verdicts: list) -> list:
+    """Markdown lines of the family's verdicts: effect, unadjusted and Holm-adjusted 95% intervals, the word."""
+    lines = ["", "## Verdicts: paired t per claim, Holm over the tested claims (experiments/verdicts.py)",
+             "| claim | effect | 95% CI | Holm-adjusted 95% CI | p (Holm) | verdict |", "|---|---|---|---|---|---|"]
+    for v in verdicts:
+        if "effect" not in v:
+            lines.append(f"| {v['claim']} | — | — | — | — | {v['verdict']} |")
+            continue
+        holm = "—" if "ci_holm" not in v else f"[{v['ci_holm'][0]:+.3f}, {v['ci_holm'][1]:+.3f}]"
+        p_holm = f" ({v['p_holm']:.3g})" if "p_holm" in v else ""
+        lines.append(f"| {v['claim']} | {v['effect']:+.3f} | [{v['ci95'][0]:+.3f}, {v['ci95'][1]:+.3f}] | {holm} | "
+                     f"{v['p']:.3g}{p_holm} | **{v['verdict']}** |")
+    return lines
+
+
+def judge(cfg, finals: dict, shares: dict) -> list:
+    """The family's verdicts, from finals {arm: {variant: per-seed values}} and shares {(arm, variant): the fraction of
+    the gradient's coefficients on clipped tokens}. A clipping-rule claim whose two arms both put less than
+    cfg.untestable_share there is "untestable in this regime": reported with its unadjusted 95% interval and left out
+    of Holm's family (the share is a process metric, read before any outcome)."""
+    claims, untestable = [], {}
+    for arm, favoured, other in claims_of(cfg):
+        if arm not in finals:
+            continue
+        claims.append(Claim(f"{arm}: {favoured} > {other}", finals[arm][favoured], finals[arm][other], paired=True))
+        share = [shares.get((arm, favoured)), shares.get((arm, other))]
+        if arm in CLIP_ARMS and None not in share and max(share) < cfg.untestable_share:
+            untestable[claims[-1].name] = max(share)
+    tested = family_verdicts([c for c in claims if c.name not in untestable])
+    by_name = {v["claim"]: v for v in tested}
+    out = []
+    for c in claims:
+        if c.name in by_name:
+            out.append(by_name[c.name])
+            continue
+        v = compare(c) or {}
+        if v:
+            v["ci95"] = interval(v["effect"], v["se"], v["df"], ALPHA)
+        out.append(dict(v, claim=c.name, verdict=f"untestable in this regime (clipped tokens carry "
+                                                  f"{100 * untestable[c.name]:.2f}% of the gradient's coefficients)"))
+    return out
 
 
 def avg_at_k(path, bench):
@@ -389,75 +588,77 @@ def avg_at_k(path, bench):
 def report(cfg, wall_minutes):
     run_file = lambda *p: os.path.join(cfg.out_dir, "runs", *p)  # noqa: E731
     seeds = range(cfg.seeds)
+    kind = held_out_kind(cfg.toy_numbers, cfg.gppo_args)
+    after = f"steps {cfg.warmup_steps + 1}-{cfg.steps}"
+    metric = f"on-policy accuracy, mean over {after}" if cfg.metric == "on_policy" else \
+        f"held-out Avg@{cfg.rl_eval_k} at step {cfg.steps}"
     md = [f"# Countdown ablations: {cfg.seeds} seed(s), {cfg.steps} RL steps of {cfg.prompts_per_step} prompts x "
           f"{cfg.group_size} samples, {cfg.prompts_per_step // cfg.mini_batch_prompts} updates per step unless "
           f"labelled, lr {cfg.lr:g}",
-          f"Mean ± std over seeds. Held-out: {cfg.eval_problems} {held_out_kind(cfg.toy_numbers, cfg.gppo_args)} "
-          "problems per eval, greedy and "
-          f"Avg@{cfg.rl_eval_k} / pass@{cfg.rl_eval_k} at T = 1. Wall time: {sum(wall_minutes):.0f} min in "
-          f"{len(wall_minutes)} invocation(s). Command: `{shlex.join(sys.argv)}`"]
-    out, plots, sweep, verdicts = dict(config=asdict(cfg), wall_minutes=wall_minutes, arms={}), {}, [], {}
+          f"Mean ± std over seeds. Metric of the verdicts: {metric} ({kind} prompts; code: the fraction of samples "
+          f"passing every test). Held-out (final): eval.py Avg@{cfg.eval_k} at T = 1 on {cfg.final_eval_problems} "
+          f"{kind} problems (code: {cfg.eval_code_problems} programs). Wall time: {sum(wall_minutes):.0f} min in "
+          f"{len(wall_minutes)} invocation(s). Command: `{shlex.join(sys.argv)}`",
+          "", "## Design: minimum detectable effects at these seeds (stated before the runs)",
+          *design_lines(design(cfg))]
+    out = dict(config=asdict(cfg), wall_minutes=wall_minutes, design=design(cfg), arms={})
+    if "loss_off" in cfg.arms.split(","):
+        off_lr, clipped = off_policy_lr(cfg)
+        out["pilot"] = dict(lr=off_lr, clipped={f"{lr:g}": v for lr, v in clipped.items()})
+        md += ["", f"Pilot (GPPO, {cfg.off_updates} updates per batch, seed {cfg.pilot_seed}, {cfg.pilot_steps} "
+               "steps): tokens clipped after the warmup "
+               + ", ".join(f"lr {lr:g}: {100 * v:.2f}%" for lr, v in clipped.items())
+               + f"; loss_off runs at lr {off_lr if off_lr is None else f'{off_lr:g}'} (the smallest reaching "
+               f"{100 * cfg.off_clip_target:g}%, else the largest)."]
+    plots, sweep, finals, secondary, shares = {}, [], {}, {}, {}
     for arm in cfg.arms.split(","):
         title, variants = ARMS[arm]
         md += ["", f"## {arm}: {title}"]
-        rows, out["arms"][arm], finals = [], {}, {}
+        out["arms"][arm] = {}
         if arm == "sft":
-            md += [f"eval.py Avg@{cfg.eval_k} (T=0.6) of the SFT models on {cfg.eval_problems} held-out problems of each "
-                   "kind.", "| SFT data | easy (3 numbers) | hard (4 numbers) |", "|---|---|---|"]
+            problems = cfg.final_eval_problems or cfg.eval_problems
+            md += [f"eval.py Avg@{cfg.eval_k} (T=0.6) of the SFT models on {problems} held-out problems of each kind.",
+                   "| SFT data | easy (3 numbers) | hard (4 numbers) |", "|---|---|---|"]
             for label, name in variants:
-                scores = {p: [avg_at_k(run_file(f"{name}-s{s}", "eval", "results.json"), f"countdown_{n}") for s in seeds]
-                          for p, n in (("easy", 3), ("hard", 4))}
+                scores = {p: [avg_at_k(run_file(f"{name}-s{s}", "eval", "results.json"), f"countdown_{n}")
+                              for s in range(cfg.sft_seeds)] for p, n in (("easy", 3), ("hard", 4))}
                 out["arms"][arm][label] = dict(run=name, per_seed=scores)
                 finals.setdefault("sft_easy", {})[label], finals.setdefault("sft_hard", {})[label] = \
                     scores["easy"], scores["hard"]
                 md.append(f"| {label} | {fmt(*mean_std(scores['easy']))} | {fmt(*mean_std(scores['hard']))} |")
-        else:
-            code = arm == "code"
-            steps, window = (cfg.code_steps, max(1, cfg.code_steps // 4)) if code else (cfg.steps, 1)
-            at_steps = table_steps(steps, cfg.eval_every) if not code else table_steps(steps, window)[1:]
-            if code:
-                base = avg_at_k(run_file("base", "eval_code", "results.json"), "toy_code")
-                md.append(f"{cfg.code_steps} RL steps of {cfg.code_prompts_per_step} code prompts x {cfg.group_size} "
-                          f"samples. Columns: the on-policy fraction of samples passing all tests (mean of the last "
-                          f"{window} steps), then eval.py Avg@{cfg.eval_k} (all tests pass) on {cfg.eval_code_problems} "
-                          f"held-out toy programs (the SFT model: {fmt(base, 0)[:5]}).")
-            else:
-                md.append(f"Columns: held-out Avg@{cfg.rl_eval_k} at eval steps; steps to the target; the last greedy "
-                          f"accuracy and pass@{cfg.rl_eval_k}; then, mean over seeds of each run's mean: on-policy "
-                          "accuracy (T=1) and token entropy of the last 5 steps, the entropy of the clipped tokens, % of "
-                          "tokens clipped low / high and approx KL over all steps.")
-            for label, name in variants:
-                name = run_name(name, cfg)
-                records = [read_metrics(run_file(f"{name}-s{s}", "metrics.jsonl"), steps) for s in seeds]
-                curves = [curve(r, "accuracy", window) if code else curve(r, "eval_avg_k") for r in records]
-                final = [avg_at_k(run_file(f"{name}-s{s}", "eval_code", "results.json"), "toy_code") for s in seeds] \
-                    if code else [c[-1][1] if c and c[-1][0] == steps else None for c in curves]
-                summary, rewards = summarize(curves, at_steps, cfg.target), [curve(r, "reward") for r in records]
-                series = {k: [curve(r, k) for r in records] for k in SWEEP_METRICS}
-                stats = run_stats(series)
-                rows.append((label, summary, [fmt(*mean_std(final))] if code else [
-                    fmt(*stats["greedy_last"]), fmt(*stats["pass_k_last"]), fmt(*stats["accuracy_last5"]),
-                    fmt(*stats["entropy_last5"]), fmt(*stats["entropy_clipped"]), fmt(*stats["clip_frac_low_pct"], 2),
-                    fmt(*stats["clip_frac_high_pct"], 2), fmt(*stats["approx_kl"], 4)]))
-                out["arms"][arm][label] = dict(run=name, curves=curves, rewards=rewards, summary=summary, final=final,
-                                               series=series, stats=stats)
-                finals.setdefault(arm, {})[label] = final
-                plots.setdefault(arm, []).append((label, [curve(r, "reward", 5) for r in records], curves))
-                if arm.startswith("offpolicy"):
-                    sweep.append((label, series, curves))
-            md.append(arm_table(rows, at_steps, cfg.target, ["held-out code Avg@k (final)"] if code else
-                                ["greedy (last)", f"pass@{cfg.rl_eval_k} (last)", "on-policy acc (last 5)",
-                                 "entropy (last 5)", "entropy, clipped tokens", "clip low %", "clip high %",
-                                 "approx KL"]))
-        for claim, values in finals.items():
-            if claim in VERDICTS and VERDICTS[claim][0] in values:
-                favoured, others = VERDICTS[claim]
-                for other in others:
-                    v = verdicts[f"{claim}: {favoured} > {other}"] = verdict(values[favoured], values[other])
-                    md.append(f"- {claim}: {favoured} vs {other}: " + (
-                        f"{v['effect']:+.3f} (2 x s.e. {2 * v['se']:.3f}): **{v['verdict']}**" if v["se"] is not None
-                        else v["verdict"]))
-    out["verdicts"] = verdicts
+            continue
+        code = arm == "code"
+        steps = cfg.code_steps if code else cfg.steps
+        rows = ["| variant | metric | held-out (final) | " + " | ".join(RL_COLUMNS) + " |",
+                "|---" * (3 + len(RL_COLUMNS)) + "|"]
+        for label, name in variants:
+            name = run_name(name, cfg)
+            records = [read_metrics(run_file(f"{name}-s{s}", "metrics.jsonl"), steps) for s in seeds]
+            values = [metric_value(r, steps, cfg.warmup_steps, cfg.metric) for r in records]
+            held_out = [avg_at_k(run_file(f"{name}-s{s}", "eval_code", "results.json"), "toy_code") if code else
+                        avg_at_k(run_file(f"{name}-s{s}", "eval_final", "results.json"), f"countdown_{kind[0]}")
+                        for s in seeds]
+            series = {k: [curve(r, k) for r in records] for k in SWEEP_METRICS}
+            stats = run_stats(series)
+            rows.append(f"| {label} | {fmt(*mean_std(values))} | {fmt(*mean_std(held_out))} | "
+                        + " | ".join(rl_cells(stats)) + " |")
+            out["arms"][arm][label] = dict(run=name, metric=values, held_out=held_out, series=series, stats=stats)
+            finals.setdefault(arm, {})[label] = values
+            secondary.setdefault(arm, {})[label] = held_out
+            shares[(arm, label)] = clipped_share(stats)
+            plots.setdefault(arm, []).append((label, [curve(r, "accuracy", 5) for r in records], series["entropy"]))
+            if arm.startswith("offpolicy"):
+                sweep.append((label, series, series["eval_avg_k"]))
+        md += rows
+    out["verdicts"] = judge(cfg, finals, shares)
+    md += verdict_lines(out["verdicts"])
+    held = [Claim(f"{arm}: {fav} > {other}", secondary[arm][fav], secondary[arm][other], paired=True)
+            for arm, fav, other in claims_of(cfg) if arm in secondary]
+    out["held_out"] = [dict(claim=c.name, **dict(s, ci95=interval(s["effect"], s["se"], s["df"], ALPHA)))
+                       for c, s in ((c, compare(c)) for c in held) if s]
+    md += ["", "## Held-out (final), paired by seed: not a verdict (the verdicts' metric is above)",
+           "| claim | effect | 95% CI (unadjusted) |", "|---|---|---|"] + [
+        f"| {h['claim']} | {h['effect']:+.3f} | [{h['ci95'][0]:+.3f}, {h['ci95'][1]:+.3f}] |" for h in out["held_out"]]
     text = "\n".join(md) + "\n"
     print("\n" + text)
     with open(os.path.join(cfg.out_dir, "ablation.md"), "w") as f:
@@ -472,7 +673,8 @@ def report(cfg, wall_minutes):
 
 
 def plot(plots, path):
-    """Per RL arm: training reward and the table's accuracy; mean over seeds bold, each seed faint."""
+    """Per RL arm: on-policy accuracy (the verdicts' metric, mean of 5 steps) and token entropy; mean over seeds
+    bold, each seed faint."""
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -481,17 +683,20 @@ def plot(plots, path):
         return print("matplotlib is not installed (pip install -r requirements-extras.txt): no plot (the tables "
                      "hold the numbers)")
     fig, axes = plt.subplots(len(plots), 2, figsize=(11, 3.2 * len(plots)), squeeze=False)
-    for (arm, variants), (ax_reward, ax_acc) in zip(plots.items(), axes):
-        for label, rewards, curves in variants:
-            for ax, series in ((ax_reward, rewards), (ax_acc, curves)):
+    for (arm, variants), (ax_acc, ax_entropy) in zip(plots.items(), axes):
+        for label, accuracy, entropy in variants:
+            for ax, series in ((ax_acc, accuracy), (ax_entropy, entropy)):
                 steps = sorted({s for c in series for s, _ in c})
+                if not steps:
+                    continue
                 mean = [statistics.fmean(v for c in series for t, v in c if t == s) for s in steps]
                 color = ax.plot(steps, mean, label=label)[0].get_color()
                 for c in (c for c in series if c):
                     ax.plot(*zip(*c), color=color, alpha=0.25, linewidth=0.8)
-        ax_reward.set_title(f"{arm}: training reward (mean of 5 steps)")
-        ax_acc.set_title(f"{arm}: " + ("samples passing all tests (on-policy)" if arm == "code" else "held-out Avg@k"))
-        for ax in (ax_reward, ax_acc):
+        ax_acc.set_title(f"{arm}: " + ("samples passing all tests" if arm == "code" else "on-policy accuracy")
+                         + " (mean of 5 steps)")
+        ax_entropy.set_title(f"{arm}: token entropy")
+        for ax in (ax_acc, ax_entropy):
             ax.set_xlabel("RL step")
             ax.legend(fontsize=8)
     fig.tight_layout()
@@ -537,13 +742,39 @@ def plot_sweep(sweep, path):
     print(f"wrote {path}")
 
 
+def dry_run(cfg):
+    """Print what an invocation would run and its cost, and the design's minimum detectable effects."""
+    jobs = plan(cfg)
+    todo = [j for j in jobs if not j["done"]()]
+    minutes = sum(core_minutes(j, cfg) for j in todo)
+    waiting = []
+    if "loss_off" in cfg.arms.split(",") and off_policy_lr(cfg)[0] is None:   # planned after the pilot
+        mini = f"--mini_batch_prompts={cfg.prompts_per_step // cfg.off_updates}"
+        one = core_minutes(dict(cmd=["gppo.py", f"--steps={cfg.steps}", mini]), cfg)
+        one += core_minutes(dict(cmd=["eval.py", "--toy_code=0", f"--toy_math={cfg.final_eval_problems}"]), cfg) \
+            if cfg.final_eval_problems else 0
+        waiting = [len(ARMS["loss_off"][1]) * cfg.seeds, len(ARMS["loss_off"][1]) * cfg.seeds * one]
+    for j in todo:
+        print(f"  {j['name']:<34} {core_minutes(j, cfg):5.1f} core-min  {shlex.join(j['cmd'])}")
+    if waiting:
+        print(f"  + {waiting[0]} loss_off runs and their evals after the pilot: {waiting[1]:.0f} core-min")
+    total = minutes + (waiting[1] if waiting else 0)
+    later = f" (+ {2 * waiting[0]} after the pilot)" if waiting else ""
+    print(f"ablate --dry_run: {len(todo)} of {len(jobs)} planned jobs to run{later}, about {total:.0f} core-minutes "
+          f"({total / cfg.parallel / 60:.1f} h at {cfg.parallel} at once)")
+    print("\n".join(["", "design (stated before the runs):", *design_lines(design(cfg))]))
+
+
 def main(cfg):
+    if cfg.dry_run:
+        return dry_run(cfg)
     os.makedirs(cfg.out_dir, exist_ok=True)
     if cfg.sft_from and not os.path.exists(os.path.join(cfg.sft_from, "config.json")):
         raise SystemExit(f"error: --sft_from={cfg.sft_from!r} has no config.json (give an sft.py out_dir/hf)")
     # runs made with other settings must not be mixed in; only these may change between invocations
     fixed = {k: v for k, v in asdict(cfg).items()
-             if k not in ("out_dir", "arms", "seeds", "parallel", "steps", "code_steps", "target")}
+             if k not in ("out_dir", "arms", "seeds", "sft_seeds", "parallel", "steps", "code_steps", "metric",
+                          "stop_after_minutes", "dry_run", "untestable_share")}
     state_path = os.path.join(cfg.out_dir, "ablate_state.json")
     state = json.load(open(state_path)) if os.path.exists(state_path) else dict(settings=fixed, wall_minutes=[])
     diff = {k: (state["settings"].get(k), v) for k, v in fixed.items() if state["settings"].get(k) != v}
@@ -551,8 +782,9 @@ def main(cfg):
         raise SystemExit(f"error: {cfg.out_dir} holds runs made with other settings, {{option: (old, new)}} = {diff}; "
                          "use another --out_dir or the old values")
     t0 = time.time()
-    try:
-        failed = run_jobs(plan(cfg), cfg)
+    deadline = t0 + 60 * cfg.stop_after_minutes if cfg.stop_after_minutes else None
+    try:   # planned again after each finished run: the pilot's choice adds the loss_off runs
+        failed = run_jobs(plan(cfg), cfg, deadline, replan=lambda: plan(cfg))
     finally:
         state["wall_minutes"].append(round((time.time() - t0) / 60, 2))
         json.dump(state, open(state_path, "w"), indent=1)
