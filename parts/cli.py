@@ -36,7 +36,8 @@ def parse_config(config, argv=None, usage: str = ""):
     if command not in commands:                  # a script whose every run names a command (data.py)
         if argv[:1] in (["-h"], ["--help"]):
             _print_help(script, commands, None, usage)
-        raise CommandLineError(f"error: python {script} needs a command first: {' | '.join(commands)} (--help for more)")
+        raise CommandLineError(f"error: python {script} needs a command first: {' | '.join(commands)} "
+                               "(--help for more)")
     cls = commands[command]
     positional, types, values = getattr(cls, "positional", None), {f.name: f.type for f in fields(cls)}, {}
     for arg in argv:

@@ -50,8 +50,8 @@ CHECKS = {
     "toy": ("import toy\np = toy.math_problems(3, split='test')[0]\na, b = map(int, p['id'].split('-')[1:])\n"
             "print(int(p['answer']) == a + b)", "True"),
     "trainer": ("import os, torch, trainer\ntrainer.init_distributed('cpu')\nm = torch.nn.Linear(2, 2)\n"
-                "o = torch.optim.AdamW(m.parameters())\ntrainer.save_checkpoint('ck', m, o, {'step': 3})\n"
-                "print(trainer.load_checkpoint('ck', m, o)['step'])", "3"),
+                "o = torch.optim.AdamW(m.parameters())\nc = trainer.Checkpointer('ck', background=False)\n"
+                "c.save(m, o, {'step': 3})\nprint('step', c.resume(m, o)['step'])", "step 3"),
 }
 
 

@@ -107,10 +107,10 @@ def test_an_error_on_one_rank_ends_the_job_promptly(tiny_checkpoint, tmp_path):
     assert "simulated out-of-memory on rank 1" in proc.stderr and "rank 1: stopped by the error above" in proc.stderr
 
 
-@pytest.mark.parametrize("task,extra", [("even", []), ("half", ["--max_gen_rounds=3"])])
+@pytest.mark.parametrize("task,extra", [("half", ["--max_gen_rounds=3"])])
 def test_stop_and_resume_is_exact(tiny_checkpoint, tmp_path, task, extra):
-    """Also with over-generation, where a step consumes a varying number of prompts (the checkpoint keeps the
-    position in the prompt stream)."""
+    """With over-generation, where a step consumes a varying number of prompts (the checkpoint keeps the position in
+    the prompt stream). Without it: tests/test_checkpoint.py (a NaN, then a kill inside an export)."""
     full, _ = run(tmp_path / "full", tiny_checkpoint, "--steps=3", *extra, task=task)
     run(tmp_path / "split", tiny_checkpoint, "--steps=1", *extra, task=task)
     resumed, out = run(tmp_path / "split", tiny_checkpoint, "--steps=3", *extra, task=task)
