@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+from safetensors import SafetensorError
 
 import data
 from model import CheckpointError, Qwen3, Qwen3Config, check_checkpoint, from_pretrained, on_meta, read_weights, \
@@ -331,10 +332,14 @@ def export_hf(model, export: Export, step: int):
     """Gather the full weights on rank 0 and write them (in export.dtype, with the tokenizer files and
     generation_config.json) as out_dir/exports/step-N, written beside the previous export and then swapped in: a kill
     or a full disk midway leaves out_dir/hf the previous one, whole. Collective; a failed write is one line
-    (InputError) on every rank. A step already exported (a finished run run again) is left as it is."""
+    (InputError) on every rank. A step already exported (a finished run run again, or redone after a resume) is left
+    as it is."""
     final = os.path.join(export.out_dir, "exports", f"step-{step}")
-    if os.path.isdir(final):
+    if os.path.isdir(final):   # weights equal to these: a resume is exact
         print0(f"{final}: the export of step {step} is there already")
+        if dist.get_rank() == 0:
+            trainer.publish_export(export.out_dir, step, export.keep)   # hf linked, if a kill came before
+        dist.barrier()
         return
     weights = trainer.full_state_dict(model)
 
@@ -351,12 +356,13 @@ def export_hf(model, export: Export, step: int):
                 if os.path.exists(os.path.join(export.tokenizer_dir, name)):
                     shutil.copy(os.path.join(export.tokenizer_dir, name), os.path.join(tmp, name))
             trainer.publish_export(export.out_dir, step, export.keep)
-        except OSError as e:
+        except (OSError, SafetensorError) as e:   # a full disk: safetensors says it in its own exception
             hf = os.path.join(export.out_dir, "hf")
             kept = f"{hf} is still the one before it, whole ({os.path.realpath(hf)})" if os.path.exists(hf) else \
                 "there is no export before it"
-            raise InputError(f"{e.filename or tmp}: cannot write the export of step {step}: {e.strerror}"
-                             f"{trainer.free_space(export.out_dir)}; {kept}") from None
+            cause = e.strerror if isinstance(e, OSError) else str(e)
+            raise InputError(f"{getattr(e, 'filename', None) or tmp}: cannot write the export of step {step}: "
+                             f"{cause}{trainer.free_space(export.out_dir)}; {kept}") from None
     agree_on_inputs(write)
 
 

@@ -21,6 +21,7 @@ import signal
 import sys
 import time
 import traceback
+import zlib
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import torch
@@ -305,8 +306,9 @@ def write_json(path: str, obj):
 class Checkpointer:
     """Sharded DCP checkpoints of (model, optimizer, trainer state) in `root` (out_dir/checkpoint), one directory per
     step, written in the background:
-        root/step-N.tmp/   being written: trainer_state.json (rank 0, first), every rank's shards, DCP's .metadata
-        root/step-N/       committed: rank 0 renames step-N.tmp as soon as DCP has written .metadata
+        root/step-N.tmp/   being written: trainer_state.json (rank 0, first), every rank's shards, DCP's .metadata,
+                           checksums.json (each shard's CRC-32, checked at resume: a changed byte is refused)
+        root/step-N/       committed: rank 0 renames step-N.tmp once checksums.json is written
     DCP writes .metadata (through a rename of its own) only once every rank has written its shards, so a step-N.tmp
     that holds it is complete too: resume() loads the newest complete checkpoint, whatever moment a kill hit. After a
     commit the older checkpoints are renamed step-M.old, then removed: a kill while removing leaves nothing that looks
@@ -346,7 +348,7 @@ class Checkpointer:
         newest = newest_checkpoint(self.root)
         if newest is None:
             return None
-        state = agree_on_inputs(lambda: check_checkpoint_files(newest[1]))
+        state = agree_on_inputs(lambda: check_checkpoint_files(newest[1], dist.get_rank(), dist.get_world_size()))
         load_checkpoint(newest[1], model, optimizer)
         print0(f"resumed from {newest[1]} at step {state['step']}")
         return state
@@ -385,12 +387,20 @@ class Checkpointer:
         self.wait()
 
     def _finish(self, upload, step: int):
-        """In the writer thread: this rank's part of the write done; on rank 0 (DCP has written .metadata, so every
-        rank's part is done) the commit, then the older checkpoints removed."""
+        """In the writer thread: this rank's part of the write done (DCP has written .metadata, so every rank's part
+        is); each rank's share of the files' CRC-32s into checksums.json; on rank 0 the commit, then the older
+        checkpoints removed."""
         if upload is not None:
             upload.result()
+        tmp = os.path.join(self.root, f"step-{step}.tmp")
+        share = checksums(tmp, self.rank, dist.get_world_size())
+        shares = [share]
+        if dist.get_world_size() > 1:
+            shares = [None] * dist.get_world_size()
+            dist.all_gather_object(shares, share, group=self.group)
         if self.rank != 0:
             return
+        write_json(os.path.join(tmp, "checksums.json"), {name: crc for part in shares for name, crc in part.items()})
         committed = os.path.join(self.root, f"step-{step}")
         if os.path.exists(committed):            # the same step saved again: the old copy moves aside first
             remove_aside(committed)
@@ -421,15 +431,17 @@ class Checkpointer:
             future.result()
             return None
         except (Exception, CheckpointException) as e:   # noqa: BLE001 (a full disk, a file system error: one line)
-            return f"writing the checkpoint of step {self.step} in {self.root} failed: {write_error(e)}" \
-                   f"{free_space(self.root)}"
+            return f"writing {self.root}/step-{self.step}.tmp (the checkpoint of step {self.step}) failed: " \
+                   f"{write_error(e)}{free_space(self.root)}"
 
     def kept(self) -> str:
         """Which step the same command resumes from, as the files on disk say now."""
         newest = newest_checkpoint(self.root)
         if newest is None:
             return "no checkpoint is complete yet: the same command starts from step 0"
-        return f"the newest complete checkpoint is of step {newest[0]} ({newest[1]}): the same command resumes from it"
+        step, path = newest
+        path = os.path.join(self.root, f"step-{step}") if os.path.dirname(path) == self.root else path   # .tmp: soon
+        return f"the newest complete checkpoint is of step {step} ({path}): the same command resumes from it"
 
     def __enter__(self):
         return self
@@ -548,9 +560,10 @@ def write_error(error: BaseException) -> str:
     return f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
 
 
-def check_checkpoint_files(path: str) -> dict:
+def check_checkpoint_files(path: str, rank: int = 0, world: int = 1) -> dict:
     """A checkpoint's trainer_state.json, once its files are checked against DCP's index (.metadata): every file it
-    names is there and as long as the index says. Raises InputError naming the damaged file and the cause."""
+    names is there and as long as the index says; then this rank's share of them (all of them with world 1) against
+    checksums.json, where there is one. Raises InputError naming the damaged file and the cause."""
     from torch.distributed.checkpoint import FileSystemReader
     way_out = f"(remove {path} to resume from an older checkpoint if there is one, or --resume=false to start over)"
     state_file = os.path.join(path, "trainer_state.json")
@@ -581,7 +594,28 @@ def check_checkpoint_files(path: str) -> dict:
         if os.path.getsize(file) < size:
             raise InputError(f"{file}: {os.path.getsize(file)} bytes, its index (.metadata) says {size}: cut short, "
                              f"the checkpoint is damaged {way_out}")
+    if os.path.isfile(os.path.join(path, "checksums.json")):
+        with open(os.path.join(path, "checksums.json")) as fh:
+            expected = json.load(fh)
+        for name, crc in checksums(path, rank, world).items():
+            if expected.get(name, crc) != crc:
+                raise InputError(f"{os.path.join(path, name)}: its CRC-32 is not the one written "
+                                 f"(checksums.json), the checkpoint is damaged {way_out}")
     return state
+
+
+def checksums(path: str, rank: int, world: int) -> dict:
+    """{file: CRC-32} of this rank's share of a checkpoint's DCP files (every world-th, in name order): the ranks
+    share the reading."""
+    names = sorted(f for f in os.listdir(path) if f.endswith(".distcp"))
+    sums = {}
+    for name in names[rank::world]:
+        crc = 0
+        with open(os.path.join(path, name), "rb") as fh:
+            while block := fh.read(2**24):
+                crc = zlib.crc32(block, crc)
+        sums[name] = crc
+    return sums
 
 
 def load_checkpoint(path: str, model, optimizer):
@@ -604,30 +638,31 @@ def checkpoint_state(model, optimizer):
     return {"model": model_sd, "optim": optim_sd}
 
 
-def publish_export(out_dir: str, step: int, keep: int) -> str:
-    """Rank 0, once out_dir/exports/step-N.tmp is a whole Hugging Face directory: rename it step-N, point the link
-    out_dir/hf at it (a new link renamed over the old one: atomic), then remove the oldest step exports beyond
-    `keep` (0: keep all) and unfinished ones. A kill at any moment leaves hf a whole export. Returns step-N's path."""
+def publish_export(out_dir: str, step: int, keep: int):
+    """Rank 0, once out_dir/exports/step-N.tmp is a whole Hugging Face directory (or step-N is there already): rename
+    it step-N, point the link out_dir/hf at the newest step export (a new link renamed over the old one: atomic), then
+    remove the oldest step exports beyond `keep` (0: keep all) and unfinished ones. A kill at any moment leaves hf a
+    whole export."""
     exports = os.path.join(out_dir, "exports")
     final = os.path.join(exports, f"step-{step}")
-    os.rename(final + ".tmp", final)
+    if os.path.isdir(final + ".tmp"):
+        os.rename(final + ".tmp", final)
+    steps = sorted(int(m[1]) for m in map(STEP_DIR.fullmatch, os.listdir(exports)) if m and not m[2])
     link = os.path.join(out_dir, "hf")
     if os.path.lexists(link + ".new"):
         os.remove(link + ".new")
-    os.symlink(os.path.join("exports", f"step-{step}"), link + ".new")
+    os.symlink(os.path.join("exports", f"step-{steps[-1]}"), link + ".new")
     if os.path.isdir(link) and not os.path.islink(link):   # the layout before: hf/ a directory (moved aside once)
         os.rename(link, link + ".old")
     os.replace(link + ".new", link)
     if os.path.exists(link + ".old"):
         shutil.rmtree(link + ".old")
     sync_directory(out_dir)
-    steps = sorted(int(m[1]) for m in map(STEP_DIR.fullmatch, os.listdir(exports)) if m and not m[2])
     for old in steps[:-keep] if keep else []:
         remove_aside(os.path.join(exports, f"step-{old}"))
     for name in os.listdir(exports):   # unfinished exports (a kill), and removals a kill interrupted
         if name.endswith((".tmp", ".old")):
             shutil.rmtree(os.path.join(exports, name))
-    return final
 
 
 class MetricsLog:

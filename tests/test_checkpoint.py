@@ -190,6 +190,12 @@ def damage(path, what: str):
         os.truncate(os.path.join(path, shard), os.path.getsize(os.path.join(path, shard)) // 2)
     elif what == "shard missing":
         os.remove(os.path.join(path, shard))
+    elif what == "shard byte changed":   # DCP itself loads it without a word
+        with open(os.path.join(path, shard), "r+b") as fh:
+            fh.seek(os.path.getsize(os.path.join(path, shard)) // 2)
+            byte = fh.read(1)
+            fh.seek(-1, os.SEEK_CUR)
+            fh.write(bytes([byte[0] ^ 0x10]))
     elif what == "index cut short":
         os.truncate(os.path.join(path, ".metadata"), 40)
     elif what == "index missing":
@@ -198,12 +204,11 @@ def damage(path, what: str):
         open(os.path.join(path, "trainer_state.json"), "w").write('{"step": 3,')
     elif what == "state missing":
         os.remove(os.path.join(path, "trainer_state.json"))
-    return os.path.join(path, {"shard cut short": shard, "shard missing": shard}.get(what, ".metadata"
-                               if "index" in what else "trainer_state.json"))
+    return os.path.join(path, shard if "shard" in what else ".metadata" if "index" in what else "trainer_state.json")
 
 
-@pytest.mark.parametrize("what", ["shard cut short", "shard missing", "index cut short", "index missing",
-                                  "state invalid", "state missing"])
+@pytest.mark.parametrize("what", ["shard cut short", "shard missing", "shard byte changed", "index cut short",
+                                  "index missing", "state invalid", "state missing"])
 def test_a_damaged_checkpoint_is_one_line_naming_the_file(tmp_path, what):
     model, optimizer = saved_checkpoint(tmp_path / "checkpoint")
     file = damage(tmp_path / "checkpoint" / "step-1", what)
@@ -326,3 +331,26 @@ def test_an_export_stops_at_im_end_in_transformers(tmp_path, monkeypatch):
     prompt = torch.tensor([data.encode_prompt(tokenizer, "What is 2 + 3?")])
     out = hf.generate(prompt, max_new_tokens=20, do_sample=False)
     assert out[0, prompt.shape[1]:].tolist() == [im_end]
+
+
+def test_an_export_that_fails_leaves_the_previous_one(tmp_path, monkeypatch):
+    """A full disk while the export of step 2 is written (safetensors says so in its own exception): one line naming
+    the directory and the cause; hf still links to step 1's export, which loads."""
+    import safetensors.torch
+    from safetensors import SafetensorError
+    import sft
+    trainer.init_distributed("cpu")
+    export = sft.Export(str(tmp_path), None, torch.float32, {"eos_token_id": [1, 2]}, keep=2)
+    sft.export_hf(tiny_model(seed=1), export, step=1)
+
+    def full(*args, **kwargs):
+        raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+    monkeypatch.setattr(safetensors.torch, "save_file", full)
+    with pytest.raises(trainer.InputError) as stop:
+        sft.export_hf(tiny_model(seed=2), export, step=2)
+    message = str(stop.value)
+    assert message.startswith(f"{tmp_path}/exports/step-2.tmp: cannot write the export of step 2") and \
+        "No space left on device" in message and f"{tmp_path}/hf is still the one before it" in message, message
+    assert os.readlink(tmp_path / "hf") == os.path.join("exports", "step-1")
+    reloaded = weights(tmp_path / "hf")
+    assert all(torch.equal(reloaded[n], p) for n, p in tiny_model(seed=1).named_parameters())
