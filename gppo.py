@@ -579,7 +579,8 @@ def main(cfg: GPPOConfig, reward_fn=None):
     metrics, stop = MetricsLog(os.path.join(cfg.out_dir, "metrics.jsonl"), step), GracefulStop(cfg.ckpt_minutes, device)
     if cfg.eval_every and step == 0:
         metrics.write({"step": 0, **evaluate(run, eval_problems, 0)})
-    t_run, start_step = time.time(), step
+    t_run = time.time()
+    start_step = step
     try:
         with ckpt:   # a stop or an error says which step the same command resumes from
             while step < cfg.steps:

@@ -141,7 +141,9 @@ def main(cfg: SFTConfig):
     if state:
         read(f"{cfg.out_dir}/checkpoint (--resume=true)", loader.load_state_dict, state["loader"])
     metrics, stop = MetricsLog(os.path.join(cfg.out_dir, "metrics.jsonl"), step), GracefulStop(cfg.ckpt_minutes, device)
-    t_start, tokens_seen, start_step = time.time(), 0, step
+    t_start = time.time()
+    tokens_seen = 0
+    start_step = step
     try:
         with ckpt:   # a stop or an error says which step the same command resumes from
             while step < stop_step:

@@ -318,8 +318,10 @@ class Checkpointer:
     loop, every way out of it but the end says which step the same command resumes from."""
 
     def __init__(self, root: str, background: bool = True):
-        self.root, self.rank = root, dist.get_rank()
-        self.future, self.step = None, None   # this rank's write in flight (on rank 0 with its commit), its step
+        self.root = root
+        self.rank = dist.get_rank()
+        self.future = None   # this rank's write in flight (on rank 0, with its commit)
+        self.step = None     # ... of this step
         self.group = dist.new_group(backend="gloo") if background else None
         self.writer = ThreadPoolExecutor(1, thread_name_prefix="checkpoint") if background else None
         if self.rank == 0:
@@ -393,11 +395,17 @@ class Checkpointer:
         if upload is not None:
             upload.result()
         tmp = os.path.join(self.root, f"step-{step}.tmp")
-        share = checksums(tmp, self.rank, dist.get_world_size())
+        try:
+            share = checksums(tmp, self.rank, dist.get_world_size())
+        except OSError as e:   # gathered like a share: no rank waits for one that failed
+            share = e
         shares = [share]
         if dist.get_world_size() > 1:
             shares = [None] * dist.get_world_size()
             dist.all_gather_object(shares, share, group=self.group)
+        failed = next((s for s in shares if isinstance(s, OSError)), None)
+        if failed is not None:
+            raise failed
         if self.rank != 0:
             return
         write_json(os.path.join(tmp, "checksums.json"), {name: crc for part in shares for name, crc in part.items()})

@@ -68,7 +68,8 @@ def interrupted(cmd: list, stops: list) -> list:
     """Run `cmd` once per (environment, step the next run resumes from) in `stops`, each run ended early by its hook,
     then once more to the end. Each run must resume from what the run before it left (a first run from nothing).
     Returns the runs."""
-    expected, runs = None, []
+    expected = None
+    runs = []
     for env, resumes_from in [*stops, ({}, None)]:
         proc = run(cmd, **env)
         assert resumed_at(proc) == expected, (env, expected, proc.stdout[-2000:], proc.stderr[-3000:])
