@@ -97,7 +97,8 @@ def test_a_rank_may_wait_longer_than_the_default_timeout(tiny_checkpoint, tmp_pa
 
 def test_an_error_on_one_rank_ends_the_job_promptly(tiny_checkpoint, tmp_path):
     """A bug or an out-of-memory error on one rank while the other waits in a collective: the job ends with that
-    rank's traceback, well before the collective's timeout (two hours), instead of the other rank waiting it out."""
+    rank's traceback, well before the collective's timeout (two hours), instead of the other rank waiting it out; the
+    traceback says which checkpoint the same command resumes from."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
            os.path.join(ROOT, "tests", "driver.py"), "gppo", "--task=crash", f"--init_from={tiny_checkpoint}",
            f"--out_dir={tmp_path}", *SMALL, "--steps=2"]
@@ -105,6 +106,8 @@ def test_an_error_on_one_rank_ends_the_job_promptly(tiny_checkpoint, tmp_path):
                           cwd=ROOT)
     assert proc.returncode != 0
     assert "simulated out-of-memory on rank 1" in proc.stderr and "rank 1: stopped by the error above" in proc.stderr
+    # the traceback ends with what a rerun resumes from: here, nothing had been checkpointed yet
+    assert "no checkpoint is complete yet: the same command starts from step 0" in proc.stderr, proc.stderr[-3000:]
 
 
 @pytest.mark.parametrize("task,extra", [("half", ["--max_gen_rounds=3"])])
