@@ -35,10 +35,10 @@ from model import check_checkpoint, from_pretrained, logits_fp32
 from parts import math_checker, tracking
 from parts.cli import parse_config
 from parts.trainer import (Checkpointer, GracefulStop, InputError, MetricsLog, agree_on_inputs, on_for_device,
-                           cores_per_rank, global_max, global_sums, init_distributed, load_checkpoint, print0,
-                           run_entry_point, set_threads)
+                           check_run, cores_per_rank, global_max, global_sums, init_distributed, print0,
+                           record_run, run_entry_point, set_threads)
 from rollout import LLMEngine, SamplingParams, kv_cache_bytes
-from sft import EXPORT_DTYPES, export_hf, load_sharded, read
+from sft import EXPORT_DTYPES, Export, export_hf, generation_config, load_sharded, read
 
 
 @dataclass
@@ -56,7 +56,7 @@ class GPPOConfig:
     toy_max_digits: int = 3            # sums: most digits of an operand
     toy_code_prompts: int = 0          # and this many of the toy's programs (code only: --toy_problems=0)
     init_from: str = "out/sft/hf"      # the SFT checkpoint (a Hugging Face directory with tokenizer.json)
-    out_dir: str = "out/gppo"          # checkpoint/, metrics.jsonl, hf/ (the trained policy)
+    out_dir: str = "out/gppo"          # config.json, checkpoint/, metrics.jsonl, exports/, hf (link to the newest)
     # rollout (paper: 128 prompts x 8, T=1.0, top-p 1.0, prompt 4096 left-truncated, response 32768)
     prompts_per_step: int = 32         # prompt groups trained on per step (the rollout batch)
     group_size: int = 8                # responses per prompt, n (named so torchrun's argparse cannot mistake it)
@@ -111,9 +111,10 @@ class GPPOConfig:
     ckpt_every: int = 20               # DCP checkpoint (exact resume) every k steps; always at the end
     ckpt_minutes: float = 30.0         # ... and every this many minutes (0 = off); SIGTERM/Ctrl-C also save one
     ckpt_background: bool = True       # write checkpoints while training goes on (host RAM for a copy of the shards)
-    export_every: int = 0              # Hugging Face export every k steps; always at the end
+    export_every: int = 0              # Hugging Face export (exports/step-N) every k steps; always at the end
     export_dtype: str = "auto"         # the export's dtype: auto (the --init_from checkpoint's) | bfloat16 | float32
-    resume: bool = True                # continue from out_dir/checkpoint if it exists
+    keep_exports: int = 3              # step exports kept in exports/ (the newest); 0 = all
+    resume: bool = True                # continue the run in out_dir (same settings); false: start over, removing it
     device: str = "auto"               # auto | cpu | cuda
     threads: int = 0                   # CPU threads per rank; 0 = usable cores / ranks on this machine
     kv_cache_fraction: float = 0.3     # GPU: share of free memory for the engine's KV pool
@@ -149,6 +150,15 @@ class GPPOConfig:
             raise SystemExit(f"error: GPPOConfig: {e}") from None
 
 
+# What a resume may change: how far, how often to evaluate, save and export, where and how fast it runs
+# (train_row_tokens and balance_ranks change the order of float sums only). Any other option must be the run's own
+# (trainer.check_run): a changed loss, model, data or sampling setting is another run.
+RESUME_MAY_CHANGE = ("steps", "eval_every", "log_samples", "report_to", "ckpt_every", "ckpt_minutes", "ckpt_background", "export_every",
+                     "export_dtype", "keep_exports", "resume", "out_dir", "device", "threads", "dist_timeout_minutes",
+                     "kv_cache_fraction", "free_engine", "activation_checkpointing", "train_row_tokens",
+                     "balance_ranks", "reward_workers", "math_workers", "sandbox_cores")
+
+
 @dataclass
 class Run:
     """What the parts of an RL step share, built once by main (it only saves passing a dozen arguments around)."""
@@ -164,7 +174,7 @@ class Run:
     rank: int
     world: int
     device: torch.device
-    export_dtype: torch.dtype = torch.float32   # the Hugging Face export's (--export_dtype)
+    export: Export | None = None     # how the Hugging Face exports are written (--export_dtype, --keep_exports)
     free_engine: bool = False        # --free_engine, resolved (trainer.on_for_device)
     samples_log: object = None       # rank 0's MetricsLog of samples.jsonl (--log_samples), set by main
 
@@ -495,7 +505,7 @@ def train_mini_batch(run: Run, seqs: list):
     sums = global_sums(dict(sums, grad_norm=grad_norm), device)   # one transfer for the metrics and the norm
     grad_norm = sums.pop("grad_norm") / run.world                 # every rank added the same global norm
     if not math.isfinite(grad_norm):
-        raise SystemExit(f"error: grad norm {grad_norm}: stopping before the update (the last checkpoint is intact)")
+        raise SystemExit(f"error: grad norm {grad_norm}: stopping before the update (try a lower --lr)")
     run.optimizer.step()
     run.optimizer.zero_grad(set_to_none=True)
     return dict(loss=sums["loss"], grad_norm=grad_norm, **{k: sums[k] / max(sums["weight"], 1.0) for k in METRICS})
@@ -598,15 +608,16 @@ def main(cfg: GPPOConfig, reward_fn=None):
     set_threads(cfg.threads, device)
     if cfg.mini_batch_prompts % world:
         raise InputError(f"--mini_batch_prompts={cfg.mini_batch_prompts} must be a multiple of world size {world}")
-    os.makedirs(cfg.out_dir, exist_ok=True)
+    resuming = check_run(cfg, "gppo.py", RESUME_MAY_CHANGE)   # a resume must be the run in out_dir: checked first
     torch.manual_seed(cfg.seed)
     run, eval_problems = build_run(cfg, reward_fn, rank, world, device)
-    ckpt_dir, step, prompt_cursor = os.path.join(cfg.out_dir, "checkpoint"), 0, 0
-    if cfg.resume and os.path.exists(ckpt_dir):
-        state = read(f"{ckpt_dir} (--resume=true)", load_checkpoint, ckpt_dir, run.policy, run.optimizer)
-        step, prompt_cursor = state["step"], state.get("prompt_cursor", state["step"] * cfg.prompts_per_step)
+    record_run(cfg, "gppo.py", RESUME_MAY_CHANGE, resuming)   # config.json; from step 0: an earlier run removed
+    ckpt = Checkpointer(os.path.join(cfg.out_dir, "checkpoint"), cfg.ckpt_background)
+    state = ckpt.resume(run.policy, run.optimizer) if resuming else None   # the newest complete checkpoint
+    step = state["step"] if state else 0
+    prompt_cursor = state.get("prompt_cursor", step * cfg.prompts_per_step) if state else 0   # older: no cursor
+    if state:
         sync_engine(run.policy, run.engine_model)
-        print0(f"resumed from {ckpt_dir} at step {step}")
     tracker = tracking.Tracker(cfg.report_to, cfg.out_dir, dataclasses.asdict(cfg), step) if rank == 0 else None
     metrics = MetricsLog(os.path.join(cfg.out_dir, "metrics.jsonl"), step, mirror=tracker)
     run.samples_log = MetricsLog(os.path.join(cfg.out_dir, "samples.jsonl"), step) if cfg.log_samples else None
@@ -614,28 +625,31 @@ def main(cfg: GPPOConfig, reward_fn=None):
     evaluating = bool(cfg.eval_every and eval_problems)
     if evaluating and step == 0:
         metrics.write({"step": 0, **evaluate(run, eval_problems, 0)})
-    ckpt, t_run, start_step = Checkpointer(ckpt_dir, cfg.ckpt_background), time.time(), step
-    streak = idle_steps = 0   # steps without an update: in a row, and in all
+    t_run = time.time()
+    start_step = step
+    streak = 0       # steps without an update, in a row
+    idle_steps = 0   # ... and in all
     try:
-        while step < cfg.steps:
-            for group in run.optimizer.param_groups:
-                group["lr"] = cfg.lr * min(1.0, (step + 1) / max(1, cfg.warmup_steps))
-            rec, prompt_cursor = rl_step(run, step, prompt_cursor)
-            step += 1
-            print_step(rec, cfg, (time.time() - t_run) / (step - start_step) * (cfg.steps - step))
-            streak = 0 if rec["updates"] else streak + 1
-            idle_steps += not rec["updates"]
-            if streak == NO_UPDATE_WARNING_STEPS:
-                print0(no_update_warning(rec, streak, cfg))
-            if evaluating and (step % cfg.eval_every == 0 or step == cfg.steps):
-                rec.update(evaluate(run, eval_problems, step))
-            metrics.write(rec)
-            state = dict(step=step, prompt_cursor=prompt_cursor)
-            stop.step_done(step, (cfg.ckpt_every and step % cfg.ckpt_every == 0) or step == cfg.steps,
-                           lambda: ckpt.save(run.policy, run.optimizer, state), ckpt)
-            if (cfg.export_every and step % cfg.export_every == 0) or step == cfg.steps:
-                export_hf(run.policy, os.path.join(cfg.out_dir, "hf"), cfg.init_from, run.export_dtype)
-        ckpt.wait()
+        with ckpt:   # a stop or an error says which step the same command resumes from
+            while step < cfg.steps:
+                for group in run.optimizer.param_groups:
+                    group["lr"] = cfg.lr * min(1.0, (step + 1) / max(1, cfg.warmup_steps))
+                rec, prompt_cursor = rl_step(run, step, prompt_cursor)
+                step += 1
+                print_step(rec, cfg, (time.time() - t_run) / (step - start_step) * (cfg.steps - step))
+                streak = 0 if rec["updates"] else streak + 1
+                idle_steps += not rec["updates"]
+                if streak == NO_UPDATE_WARNING_STEPS:
+                    print0(no_update_warning(rec, streak, cfg))
+                if evaluating and (step % cfg.eval_every == 0 or step == cfg.steps):
+                    rec.update(evaluate(run, eval_problems, step))
+                metrics.write(rec)
+                state = dict(step=step, prompt_cursor=prompt_cursor)
+                stop.step_done(step, (cfg.ckpt_every and step % cfg.ckpt_every == 0) or step == cfg.steps,
+                               lambda: ckpt.save(run.policy, run.optimizer, state), ckpt)
+                if (cfg.export_every and step % cfg.export_every == 0) or step == cfg.steps:
+                    export_hf(run.policy, run.export, step)
+            ckpt.wait()
     finally:
         stop.close()
         run.pool.shutdown(cancel_futures=True)
@@ -678,8 +692,10 @@ def build_run(cfg: GPPOConfig, reward_fn, rank: int, world: int, device) -> tupl
         tasks = load_tasks(cfg, tokenizer)
         eval_problems = held_out_problems(cfg, tokenizer)
         stored_dtype = read(f"--init_from={cfg.init_from}", check_checkpoint, cfg.init_from)
-        return tokenizer, tasks, eval_problems, stored_dtype
-    tokenizer, tasks, eval_problems, stored_dtype = agree_on_inputs(load)
+        export = Export(cfg.out_dir, cfg.init_from, EXPORT_DTYPES[cfg.export_dtype] or stored_dtype,
+                        generation_config(tokenizer, cfg.init_from), cfg.keep_exports)
+        return tokenizer, tasks, eval_problems, export
+    tokenizer, tasks, eval_problems, export = agree_on_inputs(load)
     # the trained policy: fp32 master weights, FSDP2-sharded as it loads (no rank holds a full fp32 copy); the
     # engine's own full copy, bf16 on GPU; then the KV pool, from the memory left once the allocator's cache is empty
     policy = load_sharded(cfg.init_from, device)
@@ -698,8 +714,7 @@ def build_run(cfg: GPPOConfig, reward_fn, rank: int, world: int, device) -> tupl
     print0(f"reward: {cfg.reward_workers} scoring threads, at most {math_workers} math-verify processes at once")
     score_fn = reward_fn or (lambda task, text, ids: score(task, text, cfg))
     run = Run(cfg, policy, optimizer, engine, engine_model, tokenizer, tasks, score_fn,
-              ThreadPoolExecutor(cfg.reward_workers), rank, world, device,
-              EXPORT_DTYPES[cfg.export_dtype] or stored_dtype,
+              ThreadPoolExecutor(cfg.reward_workers), rank, world, device, export,
               on_for_device("engine freed while training", cfg.free_engine, device))
     return run, eval_problems
 

@@ -535,11 +535,13 @@ def _weight_entries(path: str, model: Qwen3) -> list:
     return entries
 
 
-def save_pretrained(model: Qwen3, path: str, state_dict: dict | None = None,
-                    max_shard_bytes: int = 5 * 2**30) -> None:
+def save_pretrained(model: Qwen3, path: str, state_dict: dict | None = None, max_shard_bytes: int = 5 * 2**30,
+                    generation_config: dict | None = None) -> None:
     """Write config.json + safetensors (sharded with an index above max_shard_bytes), in the tensors' dtype.
     state_dict: our parameter names -> full tensors, when the model is sharded (FSDP) and rank 0 gathered a full copy;
-    else the model's own parameters. Tensors on a GPU reach the host one shard at a time."""
+    else the model's own parameters. Tensors on a GPU reach the host one shard at a time. generation_config: written
+    as generation_config.json, which transformers, vLLM and SGLang read for the ids to stop at (eos_token_id, a list
+    allowed) and the sampling defaults; config.json's eos_token_id is then its first stop id."""
     from safetensors.torch import save_file
 
     cfg = model.config
@@ -555,6 +557,11 @@ def save_pretrained(model: Qwen3, path: str, state_dict: dict | None = None,
     os.makedirs(path, exist_ok=True)
     hf_cfg = cfg.to_hf_dict()
     hf_cfg["torch_dtype"] = str(next(iter(tensors.values())).dtype).replace("torch.", "")
+    if generation_config is not None:
+        stop = generation_config["eos_token_id"]
+        hf_cfg["eos_token_id"] = stop[0] if isinstance(stop, list) else stop
+        with open(os.path.join(path, "generation_config.json"), "w") as fh:
+            json.dump(generation_config, fh, indent=2)
     with open(os.path.join(path, "config.json"), "w") as fh:
         json.dump(hf_cfg, fh, indent=2)
     nbytes = {key: t.numel() * t.element_size() for key, t in tensors.items()}

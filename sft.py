@@ -10,7 +10,7 @@ Run:
   python sft.py                                   # toy task on CPU: tiny model from scratch, a few minutes
   torchrun --nproc_per_node=8 sft.py --init_from=/ckpt/Qwen3-8B-Base --tokenizer=/ckpt/Qwen3-8B-Base \
       --data=sft.jsonl --max_len=32768 --row_tokens=32768 --rows_per_step=64 --lr=8e-5 --min_lr=4e-5 --epochs=4
-SIGTERM or Ctrl-C stops at a step boundary with a checkpoint; the same command resumes from it.
+SIGTERM or Ctrl-C stops at a step boundary with a checkpoint; the same command resumes from it (docs/running.md).
 """
 import os
 
@@ -18,6 +18,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # read when torch loads Ope
 
 import dataclasses
 import functools
+import json
 import math
 import shutil
 import time
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+from safetensors import SafetensorError
 
 import data
 from model import CheckpointError, Qwen3, Qwen3Config, check_checkpoint, from_pretrained, on_meta, read_weights, \
@@ -33,7 +35,8 @@ from model import CheckpointError, Qwen3, Qwen3Config, check_checkpoint, from_pr
 from parts import toy, tracking, trainer
 from parts.cli import parse_config
 from parts.trainer import (Checkpointer, GracefulStop, InputError, MetricsLog, agree_on_inputs, on_for_device,
-                           init_distributed, load_checkpoint, print0, run_entry_point, set_threads, shard_model)
+                           check_run, init_distributed, print0, record_run, run_entry_point, set_threads,
+                           shard_model)
 
 INPUT_ERRORS = (*data.INPUT_ERRORS, CheckpointError)   # bad input: one line naming the option; the rest are bugs
 read = functools.partial(trainer.read_input, errors=INPUT_ERRORS)   # read(option, load, *args): load(*args), checked
@@ -74,15 +77,16 @@ class SFTConfig:
     activation_checkpointing: str = "auto"  # recompute each layer in the backward: auto (on GPU) | true | false
     loss_chunk: int = 4096           # tokens per LM-head chunk in the loss
     # bookkeeping
-    out_dir: str = "out/sft"         # checkpoint/, metrics.jsonl, hf/ (the trained model + tokenizer)
+    out_dir: str = "out/sft"         # config.json, checkpoint/, metrics.jsonl, exports/, hf (link to the newest export)
     export_dtype: str = "auto"       # the export's dtype: auto (the --init_from checkpoint's; fp32 from scratch) | ...
+    keep_exports: int = 3            # step exports kept in exports/ (the newest); 0 = all
     seed: int = 1234                 # model init, data order
     log_every: int = 10              # print and log a metrics record every k steps
     report_to: str = ""              # metrics also to: tensorboard, wandb (comma-separated; parts/tracking.py)
     ckpt_every: int = 200            # DCP checkpoint every k steps (and at the end); 0 = only at the end
     ckpt_minutes: float = 30.0       # ... and every this many minutes (0 = off); SIGTERM/Ctrl-C also save one
     ckpt_background: bool = True     # write checkpoints while training goes on (host RAM: a copy of the shards)
-    resume: bool = True              # continue from out_dir/checkpoint if it exists
+    resume: bool = True              # continue the run in out_dir (same settings); false: start over, removing it
     device: str = "auto"             # auto | cpu | cuda
     threads: int = 0                 # CPU threads per rank; 0 = usable cores / ranks on this machine
     dist_timeout_minutes: float = 120.0  # how long a rank may wait for the others in a collective
@@ -103,6 +107,13 @@ class SFTConfig:
             raise SystemExit(f"error: {e}") from None
 
 
+# What a resume may change: how far, how often to log, save and export, where and how fast it runs (micro_rows and
+# loss_chunk change the order of float sums only). Any other option must be the run's own (trainer.check_run).
+RESUME_MAY_CHANGE = ("max_steps", "log_every", "report_to", "ckpt_every", "ckpt_minutes", "ckpt_background", "resume", "out_dir",
+                     "export_dtype", "keep_exports", "device", "threads", "dist_timeout_minutes",
+                     "activation_checkpointing", "micro_rows", "loss_chunk")
+
+
 # ----------------------------------------------------------------------------- main, then what it calls
 
 def main(cfg: SFTConfig):
@@ -112,13 +123,16 @@ def main(cfg: SFTConfig):
     if cfg.rows_per_step % (world * cfg.micro_rows):
         raise InputError(f"--rows_per_step={cfg.rows_per_step} must be a multiple of world size x --micro_rows "
                          f"= {world} x {cfg.micro_rows}")
-    os.makedirs(cfg.out_dir, exist_ok=True)
+    resuming = check_run(cfg, "sft.py", RESUME_MAY_CHANGE)   # a resume must be the run in out_dir: checked first
 
     def load():   # the checkpoint first: a wrong --init_from is said before the data is read and tokenized
         stored = read(f"--init_from={cfg.init_from}", check_checkpoint, cfg.init_from) if cfg.init_from else None
         tokenizer, tokenizer_dir, loader = load_sft_data(cfg, rank, world)
-        return tokenizer.get_vocab_size(), tokenizer_dir, loader, stored or torch.float32
-    vocab_size, tokenizer_dir, loader, stored_dtype = agree_on_inputs(load)
+        export = Export(cfg.out_dir, tokenizer_dir, EXPORT_DTYPES[cfg.export_dtype] or stored or torch.float32,
+                        generation_config(tokenizer, cfg.init_from), cfg.keep_exports)
+        return tokenizer.get_vocab_size(), loader, export
+    vocab_size, loader, export = agree_on_inputs(load)
+    record_run(cfg, "sft.py", RESUME_MAY_CHANGE, resuming)   # config.json; from step 0: an earlier run removed
     model = build_model(cfg, vocab_size, device)   # collectives: only once every rank has its inputs
     total_steps = loader.steps_per_epoch * cfg.epochs          # the LR schedule always spans all epochs
     stop_step = total_steps if cfg.max_steps < 0 else min(cfg.max_steps, total_steps)
@@ -127,38 +141,40 @@ def main(cfg: SFTConfig):
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(cfg.beta1, cfg.beta2),
                                   weight_decay=cfg.weight_decay, foreach=True)
     print0(f"model: {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters, world size {world}, {device}")
-    ckpt_dir, step = os.path.join(cfg.out_dir, "checkpoint"), 0
-    if cfg.resume and os.path.exists(ckpt_dir):
-        state = read(f"{ckpt_dir} (--resume=true)", load_checkpoint, ckpt_dir, model, optimizer)
-        step = state["step"]
-        read(f"{ckpt_dir} (--resume=true)", loader.load_state_dict, state["loader"])
-        print0(f"resumed from {ckpt_dir} at step {step}")
+    ckpt = Checkpointer(os.path.join(cfg.out_dir, "checkpoint"), cfg.ckpt_background)
+    state = ckpt.resume(model, optimizer) if resuming else None   # the newest complete checkpoint
+    step = state["step"] if state else 0
+    if state:
+        read(f"{cfg.out_dir}/checkpoint (--resume=true)", loader.load_state_dict, state["loader"])
     tracker = tracking.Tracker(cfg.report_to, cfg.out_dir, dataclasses.asdict(cfg), step) if rank == 0 else None
     metrics = MetricsLog(os.path.join(cfg.out_dir, "metrics.jsonl"), step, mirror=tracker)
     stop = GracefulStop(cfg.ckpt_minutes, device)
-    ckpt, t_start, tokens_seen, start_step = Checkpointer(ckpt_dir, cfg.ckpt_background), time.time(), 0, step
+    t_start = time.time()
+    tokens_seen = 0
+    start_step = step
     try:
-        while step < stop_step:
-            rows = loader.next_step()                       # this rank's rows for one optimizer step
-            for group in optimizer.param_groups:
-                group["lr"] = lr_at(step, total_steps, cfg.lr, cfg.min_lr, cfg.warmup_steps)
-            loss, grad_norm = train_step(model, optimizer, rows, cfg, device, world)
-            step, tokens_seen = step + 1, tokens_seen + sum(r["input_ids"].numel() for r in rows) * world
-            if step % cfg.log_every == 0 or step == stop_step:
-                elapsed = time.time() - t_start
-                metrics.write(dict(step=step, loss=round(loss, 5), lr=optimizer.param_groups[0]["lr"],
-                                   grad_norm=grad_norm, tokens_per_s=round(tokens_seen / elapsed, 1),
-                                   epoch=loader.epoch, elapsed_s=round(elapsed, 1)))
-                print0(f"step {step}/{stop_step} loss {loss:.4f} lr {optimizer.param_groups[0]['lr']:.2e} "
-                       f"grad_norm {grad_norm:.3f} tok/s {tokens_seen / elapsed:.0f} "
-                       f"eta {(stop_step - step) * elapsed / (step - start_step) / 60:.1f}min")
-            stop.step_done(step, (cfg.ckpt_every and step % cfg.ckpt_every == 0) or step == stop_step, lambda: \
-                           ckpt.save(model, optimizer, {"step": step, "loader": loader.state_dict()}), ckpt)
-        ckpt.wait()
+        with ckpt:   # a stop or an error says which step the same command resumes from
+            while step < stop_step:
+                rows = loader.next_step()                       # this rank's rows for one optimizer step
+                for group in optimizer.param_groups:
+                    group["lr"] = lr_at(step, total_steps, cfg.lr, cfg.min_lr, cfg.warmup_steps)
+                loss, grad_norm = train_step(model, optimizer, rows, cfg, device, world)
+                step, tokens_seen = step + 1, tokens_seen + sum(r["input_ids"].numel() for r in rows) * world
+                if step % cfg.log_every == 0 or step == stop_step:
+                    elapsed = time.time() - t_start
+                    metrics.write(dict(step=step, loss=round(loss, 5), lr=optimizer.param_groups[0]["lr"],
+                                       grad_norm=grad_norm, tokens_per_s=round(tokens_seen / elapsed, 1),
+                                       epoch=loader.epoch, elapsed_s=round(elapsed, 1)))
+                    print0(f"step {step}/{stop_step} loss {loss:.4f} lr {optimizer.param_groups[0]['lr']:.2e} "
+                           f"grad_norm {grad_norm:.3f} tok/s {tokens_seen / elapsed:.0f} "
+                           f"eta {(stop_step - step) * elapsed / (step - start_step) / 60:.1f}min")
+                stop.step_done(step, (cfg.ckpt_every and step % cfg.ckpt_every == 0) or step == stop_step, lambda: \
+                               ckpt.save(model, optimizer, {"step": step, "loader": loader.state_dict()}), ckpt)
+            ckpt.wait()
     finally:
         stop.close()
         metrics.close()
-    export_hf(model, os.path.join(cfg.out_dir, "hf"), tokenizer_dir, EXPORT_DTYPES[cfg.export_dtype] or stored_dtype)
+    export_hf(model, export, step)
     print0(f"done: {step} steps in {(time.time() - t_start) / 60:.1f} min; Hugging Face export in {cfg.out_dir}/hf")
 
 
@@ -230,9 +246,8 @@ def train_step(model, optimizer, rows, cfg: SFTConfig, device, world: int) -> tu
     grad_norm = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm
     dist.all_reduce(loss_sum)
     loss, grad_norm = torch.stack([loss_sum / n_tokens, grad_norm.float()]).tolist()   # one transfer for both
-    if not math.isfinite(loss) or not math.isfinite(grad_norm):
-        raise SystemExit(f"error: loss={loss} grad_norm={grad_norm}: stopping without updating; the last good "
-                         f"checkpoint is in {cfg.out_dir}/checkpoint (try a lower --lr)")
+    if not math.isfinite(loss) or not math.isfinite(grad_norm):   # the Checkpointer adds what a rerun resumes from
+        raise SystemExit(f"error: loss={loss} grad_norm={grad_norm}: stopping without updating (try a lower --lr)")
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     return loss, grad_norm
@@ -292,15 +307,73 @@ def load_sharded(path: str, device: torch.device, param_dtype: torch.dtype | Non
 EXPORT_DTYPES = {"auto": None, "bfloat16": torch.bfloat16, "float32": torch.float32}
 
 
-def export_hf(model, out_dir: str, tokenizer_dir: str | None = None, dtype: torch.dtype = torch.float32):
-    """Gather the full weights on rank 0 and write a Hugging Face directory (+ tokenizer files), in `dtype`."""
+@dataclass
+class Export:
+    """How a run writes its Hugging Face exports (built once at start): out_dir/exports/step-N, and out_dir/hf a link
+    to the newest (parts/trainer.publish_export)."""
+    out_dir: str
+    tokenizer_dir: str | None      # its tokenizer.json and tokenizer_config.json are copied in
+    dtype: torch.dtype
+    generation_config: dict        # generation_config.json: the stop ids, sampling defaults (generation_config())
+    keep: int = 3                  # step exports kept, the newest; 0 = all
+
+
+def generation_config(tokenizer, init_from: str = "") -> dict:
+    """generation_config.json of the exports: stop at the ids a chat turn ends with (<|im_end|>, and <|endoftext|>),
+    which transformers, vLLM and SGLang read (without it they generate past <|im_end|>); the sampling defaults
+    (temperature, top-p, ...) of --init_from's generation_config.json, where it has one."""
+    stop = data.stop_token_ids(tokenizer)
+    config = dict(eos_token_id=stop, pad_token_id=stop[1])
+    path = os.path.join(init_from, "generation_config.json") if init_from else ""
+    if path and os.path.isfile(path):
+        try:
+            with open(path) as fh:
+                before = json.load(fh)
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise InputError(f"{path}: not valid JSON ({e})") from None
+        config.update({k: before[k] for k in SAMPLING_DEFAULTS if k in before})
+    return config
+
+
+SAMPLING_DEFAULTS = ("do_sample", "temperature", "top_p", "top_k", "min_p", "repetition_penalty")
+
+
+def export_hf(model, export: Export, step: int):
+    """Gather the full weights on rank 0 and write them (in export.dtype, with the tokenizer files and
+    generation_config.json) as out_dir/exports/step-N, written beside the previous export and then swapped in: a kill
+    or a full disk midway leaves out_dir/hf the previous one, whole. Collective; a failed write is one line
+    (InputError) on every rank. A step already exported (a finished run run again, or redone after a resume) is left
+    as it is."""
+    final = os.path.join(export.out_dir, "exports", f"step-{step}")
+    if os.path.isdir(final):   # weights equal to these: a resume is exact
+        print0(f"{final}: the export of step {step} is there already")
+        if dist.get_rank() == 0:
+            trainer.publish_export(export.out_dir, step, export.keep)   # hf linked, if a kill came before
+        dist.barrier()
+        return
     weights = trainer.full_state_dict(model)
-    if weights is not None:
-        save_pretrained(model, out_dir, state_dict={name: t.to(dtype) for name, t in weights.items()})
-        for name in ("tokenizer.json", "tokenizer_config.json") if tokenizer_dir else ():
-            if os.path.exists(os.path.join(tokenizer_dir, name)):
-                shutil.copy(os.path.join(tokenizer_dir, name), os.path.join(out_dir, name))
-    dist.barrier()
+
+    def write():   # rank 0 writes; every rank stops with its error
+        if weights is None:
+            return
+        tmp = final + ".tmp"
+        try:
+            if os.path.exists(tmp):
+                shutil.rmtree(tmp)
+            save_pretrained(model, tmp, state_dict={name: t.to(export.dtype) for name, t in weights.items()},
+                            generation_config=export.generation_config)
+            for name in ("tokenizer.json", "tokenizer_config.json") if export.tokenizer_dir else ():
+                if os.path.exists(os.path.join(export.tokenizer_dir, name)):
+                    shutil.copy(os.path.join(export.tokenizer_dir, name), os.path.join(tmp, name))
+            trainer.publish_export(export.out_dir, step, export.keep)
+        except (OSError, SafetensorError) as e:   # a full disk: safetensors says it in its own exception
+            hf = os.path.join(export.out_dir, "hf")
+            kept = f"{hf} is still the one before it, whole ({os.path.realpath(hf)})" if os.path.exists(hf) else \
+                "there is no export before it"
+            cause = e.strerror if isinstance(e, OSError) else str(e)
+            raise InputError(f"{getattr(e, 'filename', None) or tmp}: cannot write the export of step {step}: "
+                             f"{cause}{trainer.free_space(export.out_dir)}; {kept}") from None
+    agree_on_inputs(write)
 
 
 if __name__ == "__main__":

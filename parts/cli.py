@@ -4,6 +4,7 @@
     cfg = parse_config({"": TrainConfig, "stats": StatsConfig}, argv)   # a script with commands
 A field's type (int, float, str, bool) converts its value; `--flag` alone means true; -h / --help prints the
 usage, the dataclass's docstring and every option with its default and the comment written beside it in the code.
+A bad command line (unknown key, wrong type, a failed check of the config) is one line on stderr, exit status 2.
 Standard library only: copy this file into any project.
 """
 import inspect
@@ -22,8 +23,9 @@ def parse_config(config, argv=None, usage: str = ""):
     key "" is the dataclass used when the first argument is no command (`python tool.py --steps=5` beside
     `python tool.py stats FILE`). A value is converted to its field's type; a bool takes true/false/1/0, and
     a bare `--flag` means true. A dataclass with a class variable `positional = "name"` takes one bare argument as
-    that field (`stats FILE`). Unknown keys, bad values and stray words raise SystemExit with a one-line message;
-    -h / --help prints a usage line (`usage` replaces the one of a run without a command word), the dataclass's
+    that field (`stats FILE`). Unknown keys, bad values, stray words and a SystemExit(message) from the dataclass's
+    own checks raise CommandLineError (exit status 2) after printing its one line; -h / --help prints a usage line
+    (`usage` replaces the one of a run without a command word), the dataclass's
     docstring if it has one, and every option with its default and the comment beside it; exit status 0.
     Returns the config (its __post_init__ checks combinations); with commands, its class says which one ran."""
     argv = sys.argv[1:] if argv is None else list(argv)
@@ -34,7 +36,8 @@ def parse_config(config, argv=None, usage: str = ""):
     if command not in commands:                  # a script whose every run names a command (data.py)
         if argv[:1] in (["-h"], ["--help"]):
             _print_help(script, commands, None, usage)
-        raise SystemExit(f"error: python {script} needs a command first: {' | '.join(commands)} (--help for more)")
+        raise CommandLineError(f"error: python {script} needs a command first: {' | '.join(commands)} "
+                               "(--help for more)")
     cls = commands[command]
     positional, types, values = getattr(cls, "positional", None), {f.name: f.type for f in fields(cls)}, {}
     for arg in argv:
@@ -42,31 +45,48 @@ def parse_config(config, argv=None, usage: str = ""):
             _print_help(script, commands, command, usage)
         if not arg.startswith("--"):
             if positional is None or positional in values:
-                raise SystemExit(f"error: argument {arg!r} is not of the form --key=value")
+                raise CommandLineError(f"error: argument {arg!r} is not of the form --key=value")
             key, raw = positional, arg
         else:
             key, _, raw = arg[2:].partition("=")
             if key in types and "=" not in arg:  # a bare --flag: true
                 if _field_type(types[key]) is not bool:
-                    raise SystemExit(f"error: --{key} needs a value: --{key}=VALUE")
+                    raise CommandLineError(f"error: --{key} needs a value: --{key}=VALUE")
                 raw = "true"
         if key not in types:
             close = [k for k in types if k.split("_")[0] == key.split("_")[0]]
-            raise SystemExit(f"error: unknown option --{key} for {cls.__name__}"
+            raise CommandLineError(f"error: unknown option --{key} for {cls.__name__}"
                              + (f" (did you mean {', '.join('--' + k for k in close)}?)" if close else ""))
         values[key] = _option_value(key, raw, _field_type(types[key]))
-    return cls(**values)
+    try:
+        return cls(**values)
+    except SystemExit as e:                      # its __post_init__ refused a combination, with a message
+        if isinstance(e.code, str):
+            raise CommandLineError(e.code) from None
+        raise
+
+
+class CommandLineError(SystemExit):
+    """A bad command line: one line on stderr (printed here, on the first process of a torchrun job only), exit
+    status 2 as argparse gives; str() of it is the line. A SystemExit exits 2 only with an int code, and a string
+    code would be printed again and exit 1."""
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.code = 2
+        if os.environ.get("RANK", "0") == "0":
+            print(message, file=sys.stderr, flush=True)
 
 
 def _option_value(key: str, raw: str, typ):
     if typ is bool:
         if raw.lower() not in ("true", "false", "1", "0"):
-            raise SystemExit(f"error: --{key}={raw!r} is not true or false")
+            raise CommandLineError(f"error: --{key}={raw!r} is not true or false")
         return raw.lower() in ("true", "1")
     try:
         return typ(raw)
     except ValueError:
-        raise SystemExit(f"error: --{key}={raw!r}: not a valid {typ.__name__}") from None
+        raise CommandLineError(f"error: --{key}={raw!r}: not a valid {typ.__name__}") from None
 
 
 def _field_type(annotation):

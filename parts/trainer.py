@@ -2,24 +2,32 @@
 
     rank, world, device = init_distributed("auto")    # gloo on CPU, nccl on CUDA; a world of one needs no torchrun
     model = shard_model(model, device)                # FSDP2 per block of model.layers, then the root
-    ckpt = Checkpointer(path); ckpt.save(model, optimizer, state)  # sharded DCP, in the background
+    resuming = check_run(cfg, "train.py", may_change)  # a resume must be the same run (out_dir/config.json)
+    ckpt = Checkpointer(root); ckpt.resume(model, opt)   # sharded DCP: the newest complete checkpoint
+    ckpt.save(model, opt, state)                      # in the background, committed atomically when whole
     run_entry_point(main, cfg)                        # bad input: one line from rank 0, exit status 2
 Also: threads per rank, InputError and agree_on_inputs (every rank stops together on bad input), loading the full
 weights from rank 0 into the shards (no rank holds a full fp32 copy), the metrics file (strict JSON), the graceful
-stop on SIGTERM and Ctrl-C with a checkpoint, and the full state dict gathered on rank 0 for an export. torch only.
+stop on SIGTERM and Ctrl-C with a checkpoint, the full state dict gathered on rank 0 for an export and its atomic
+publication (out_dir/hf, a link to exports/step-N). torch only.
 """
+import dataclasses
 import datetime
 import json
 import math
 import os
+import re
 import shutil
 import signal
 import sys
 import time
 import traceback
+import zlib
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import torch
 import torch.distributed as dist
+from torch.distributed.checkpoint.api import CheckpointException   # DCP's failure, gathered from every rank
 
 
 # ----------------------------------------------------------------------------- the entry point and the process group
@@ -35,12 +43,8 @@ def run_entry_point(main, cfg, **kwargs):
         status = 2
         if dist.is_initialized() and dist.get_world_size() > 1:
             dist.barrier()    # no rank exits before rank 0 has printed (torchrun stops the others when one exits)
-    except KeyboardInterrupt:
-        ckpt_dir = os.path.join(getattr(cfg, "out_dir", ""), "checkpoint")
-        where = "" if not hasattr(cfg, "resume") else (
-            f": the last checkpoint, {ckpt_dir}, is intact; run the same command again to resume from it"
-            if os.path.exists(ckpt_dir) else ": no checkpoint had been written yet")
-        print0(f"interrupted (Ctrl-C){where}", file=sys.stderr)
+    except KeyboardInterrupt as e:   # a training loop's Checkpointer says which step a rerun resumes from
+        print0(f"interrupted (Ctrl-C){': ' + str(e) if str(e) else ''}", file=sys.stderr)
         status = 130
     except SystemExit as e:   # a check that failed with a message (e.g. an impossible batch size), or a stop
         if isinstance(e.code, str):
@@ -165,7 +169,7 @@ def global_max(x, device) -> float:
     return t.item()
 
 
-# ----------------------------------------------------------------------------- FSDP2 and checkpoints
+# ----------------------------------------------------------------------------- FSDP2
 
 def shard_model(model, device: torch.device, param_dtype: torch.dtype | None = None):
     """FSDP2 as torchtitan does it: each block of model.layers is a unit, then the root (embeddings, norm, head).
@@ -221,70 +225,454 @@ def on_for_device(what: str, setting: str, device: torch.device) -> bool:
     return on
 
 
+# ----------------------------------------------------------------------------- a run's directory: settings, checkpoints
+
+RUN_FILES = ("checkpoint", "checkpoint.tmp", "exports", "hf", "metrics.jsonl", "samples.jsonl", "tensorboard",
+             "wandb")   # what a run writes in out_dir
+
+
+def check_run(cfg, script: str, may_change: tuple) -> bool:
+    """Does this run resume the one in out_dir? Called first, it writes nothing (collective). A resume (--resume=true
+    and a complete checkpoint in out_dir) continues the run that wrote it, so its settings must be those in
+    out_dir/config.json but for the fields in `may_change` (how far, how often to log, save and export, where and how
+    fast): else every rank raises InputError naming the fields that differ and the ways out."""
+    settings = json.loads(json.dumps(dataclasses.asdict(cfg)))   # as config.json holds them
+
+    def resumes() -> bool:
+        if not cfg.resume or newest_checkpoint(os.path.join(cfg.out_dir, "checkpoint")) is None:
+            return False
+        before = read_run_settings(cfg.out_dir)
+        if before is None:
+            print0(f"{cfg.out_dir} has no config.json (a run from before it was written): its settings are not checked")
+            return True
+        if before.get("script") != script:
+            raise InputError(f"{cfg.out_dir} holds a run of {before.get('script')}, not of {script}: use another "
+                             "--out_dir")
+        defaults = {f.name: f.default for f in dataclasses.fields(cfg)}
+        old = before["config"]
+        changed = [k for k in settings if k not in may_change and old.get(k, defaults[k]) != settings[k]]
+        if changed:
+            differences = "; ".join(f"--{k}={old.get(k, defaults[k])!r} there, {settings[k]!r} now" for k in changed)
+            raise InputError(f"{cfg.out_dir} holds a run with other settings ({differences}): resuming it needs its "
+                             "settings (config.json lists those that may change); else use another --out_dir, or "
+                             "--resume=false to start over there (removes its checkpoints, exports and metrics)")
+        return True
+    return agree_on_inputs(resumes)
+
+
+def record_run(cfg, script: str, may_change: tuple, resuming: bool, run_files: tuple = RUN_FILES):
+    """Once the inputs are read: the run's settings written to out_dir/config.json; a run that starts at step 0 first
+    removes what an earlier run left in out_dir (`run_files`: checkpoints, exports, metrics), so that no file mixes
+    two runs. Collective."""
+    if dist.get_rank() == 0:
+        os.makedirs(cfg.out_dir, exist_ok=True)
+        earlier = [] if resuming else [name for name in run_files if os.path.lexists(os.path.join(cfg.out_dir, name))]
+        for name in earlier:
+            path = os.path.join(cfg.out_dir, name)
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path)
+            else:
+                os.remove(path)
+        if earlier:
+            print0(f"starting from step 0 in {cfg.out_dir}: removed {', '.join(earlier)} of an earlier run")
+        settings = json.loads(json.dumps(dataclasses.asdict(cfg)))
+        write_json(os.path.join(cfg.out_dir, "config.json"), dict(script=script, config=settings,
+                                                                    may_change_on_resume=list(may_change)))
+    dist.barrier()
+
+
+def read_run_settings(out_dir: str) -> dict | None:
+    """out_dir/config.json as record_run wrote it, None if there is none; InputError if it is damaged."""
+    path = os.path.join(out_dir, "config.json")
+    if not os.path.exists(path):
+        return None
+    try:
+        with open(path) as fh:
+            settings = json.load(fh)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise InputError(f"{path}: not valid JSON ({e}); restore it, or --resume=false to start over") from None
+    if not isinstance(settings, dict) or not isinstance(settings.get("config"), dict):
+        raise InputError(f"{path}: no 'config' object in it; restore it, or --resume=false to start over")
+    return settings
+
+
+def write_json(path: str, obj):
+    """path replaced whole by obj, or left as it was (a kill or a full disk midway leaves the old file)."""
+    with open(path + ".tmp", "w") as fh:
+        json.dump(obj, fh, indent=1)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(path + ".tmp", path)
+
+
 class Checkpointer:
-    """Sharded DCP checkpoints of (model, optimizer, trainer state) at `path`, written in the background.
+    """Sharded DCP checkpoints of (model, optimizer, trainer state) in `root` (out_dir/checkpoint), one directory per
+    step, written in the background:
+        root/step-N.tmp/   being written: trainer_state.json (rank 0, first), every rank's shards, DCP's .metadata,
+                           checksums.json (each shard's CRC-32, checked at resume: a changed byte is refused)
+        root/step-N/       committed: rank 0 renames step-N.tmp once checksums.json is written
+    DCP writes .metadata (through a rename of its own) only once every rank has written its shards, so a step-N.tmp
+    that holds it is complete too: resume() loads the newest complete checkpoint, whatever moment a kill hit. After a
+    commit the older checkpoints are renamed step-M.old, then removed: a kill while removing leaves nothing that looks
+    complete. save() copies this rank's shards to host memory (the only pause training sees) and returns; a thread
+    writes them through its own gloo group (its collectives never interleave with training's) and, on rank 0,
+    commits. background=False: written and committed before save() returns. Used as `with ckpt:` around the training
+    loop, every way out of it but the end says which step the same command resumes from."""
 
-    save() copies this rank's shards to CPU memory (the only pause training sees: host RAM for one copy of the shards)
-    and returns; a thread writes them to path.tmp through its own gloo process group, so its collectives never
-    interleave with training's. wait() (called by the next save(), by the graceful stop and after the last step) waits
-    for every rank's write, then rank 0 adds trainer_state.json and renames path.tmp to path: a kill at any moment
-    leaves the last whole checkpoint. background=False writes before save() returns."""
-
-    def __init__(self, path: str, background: bool = True):
-        self.path, self.tmp, self.future, self.trainer_state = path, path + ".tmp", None, None
+    def __init__(self, root: str, background: bool = True):
+        self.root = root
+        self.rank = dist.get_rank()
+        self.future = None   # this rank's write in flight (on rank 0, with its commit)
+        self.step = None     # ... of this step
         self.group = dist.new_group(backend="gloo") if background else None
+        self.writer = ThreadPoolExecutor(1, thread_name_prefix="checkpoint") if background else None
+        if self.rank == 0:
+            os.makedirs(root, exist_ok=True)
+            self._tidy()
+        dist.barrier()
+
+    def _tidy(self):
+        """After a kill: commit a step-N.tmp that was written whole; remove unfinished ones and step-M.old."""
+        for name in sorted(os.listdir(self.root)):
+            found = STEP_DIR.fullmatch(name)
+            path = os.path.join(self.root, name)
+            if not found or not found[2] or not os.path.isdir(path):
+                continue
+            committed = os.path.join(self.root, f"step-{found[1]}")
+            if found[2] == ".tmp" and is_whole(path) and not os.path.exists(committed):
+                os.rename(path, committed)
+            else:
+                shutil.rmtree(path)
+        if os.path.isdir(self.root + ".tmp") and not is_whole(self.root + ".tmp"):   # the layout before, unfinished
+            shutil.rmtree(self.root + ".tmp")
+
+    def resume(self, model, optimizer) -> dict | None:
+        """Load the newest complete checkpoint into model and optimizer; its trainer state, or None if there is none.
+        Collective. A damaged one: InputError naming the file and the cause, on every rank."""
+        newest = newest_checkpoint(self.root)
+        if newest is None:
+            return None
+        state = agree_on_inputs(lambda: check_checkpoint_files(newest[1], dist.get_rank(), dist.get_world_size()))
+        load_checkpoint(newest[1], model, optimizer)
+        print0(f"resumed from {newest[1]} at step {state['step']}")
+        return state
 
     def save(self, model, optimizer, trainer_state: dict):
+        """Start writing a checkpoint of this moment (model, optimizer, trainer_state with its "step"). Collective;
+        the write before it is finished first."""
         import torch.distributed.checkpoint as dcp
         self.wait()
-        if dist.get_rank() == 0 and os.path.exists(self.tmp):
-            shutil.rmtree(self.tmp)
-        dist.barrier()
+        step = trainer_state["step"]
+        tmp = os.path.join(self.root, f"step-{step}.tmp")
+
+        def prepare():   # rank 0: a fresh step-N.tmp holding the trainer state; all ranks stop if it cannot
+            if self.rank == 0:
+                try:
+                    if os.path.exists(tmp):
+                        shutil.rmtree(tmp)
+                    os.makedirs(tmp)
+                    write_json(os.path.join(tmp, "trainer_state.json"), trainer_state)
+                except OSError as e:
+                    raise InputError(f"{e.filename or tmp}: cannot write the checkpoint of step {step}: "
+                                     f"{e.strerror}{free_space(self.root)}; {self.kept()}") from None
+        agree_on_inputs(prepare)
         state = checkpoint_state(model, optimizer)
-        self.trainer_state = json.loads(json.dumps(trainer_state))   # as it is now: the caller's dict moves on
-        if self.group is None:
-            dcp.save(state, checkpoint_id=self.tmp)
-            self.wait()
-        else:
-            self.future = dcp.async_save(state, checkpoint_id=self.tmp, process_group=self.group)
+        self.step = step
+        if self.writer is not None:
+            upload = dcp.async_save(state, checkpoint_id=tmp, process_group=self.group)   # returns once copied
+            self.future = self.writer.submit(self._finish, upload, step)
+            return
+        self.future = Future()
+        try:
+            dcp.save(state, checkpoint_id=tmp)
+            self.future.set_result(self._finish(None, step))
+        except (Exception, CheckpointException) as e:   # noqa: BLE001 (wait() says it in one line, on every rank)
+            self.future.set_exception(e)
+        self.wait()
+
+    def _finish(self, upload, step: int):
+        """In the writer thread: this rank's part of the write done (DCP has written .metadata, so every rank's part
+        is); each rank's share of the files' CRC-32s into checksums.json; on rank 0 the commit, then the older
+        checkpoints removed."""
+        if upload is not None:
+            upload.result()
+        tmp = os.path.join(self.root, f"step-{step}.tmp")
+        try:
+            share = checksums(tmp, self.rank, dist.get_world_size())
+        except OSError as e:   # gathered like a share: no rank waits for one that failed
+            share = e
+        shares = [share]
+        if dist.get_world_size() > 1:
+            shares = [None] * dist.get_world_size()
+            dist.all_gather_object(shares, share, group=self.group)
+        failed = next((s for s in shares if isinstance(s, OSError)), None)
+        if failed is not None:
+            raise failed
+        if self.rank != 0:
+            return
+        write_json(os.path.join(tmp, "checksums.json"), {name: crc for part in shares for name, crc in part.items()})
+        committed = os.path.join(self.root, f"step-{step}")
+        if os.path.exists(committed):            # the same step saved again: the old copy moves aside first
+            remove_aside(committed)
+        os.rename(committed + ".tmp", committed)   # the commit: one atomic rename
+        sync_directory(self.root)
+        for older_step, path in complete_checkpoints(self.root):
+            if older_step < step:
+                remove_aside(path)
 
     def wait(self):
-        """Finish the save in flight, if any: every rank's shards written, then the rename. Collective."""
-        if self.trainer_state is None:
-            return
-        if self.future is not None:
-            self.future.result()
-            self.future = None
-        dist.barrier()
-        if dist.get_rank() == 0:
-            with open(os.path.join(self.tmp, "trainer_state.json"), "w") as fh:
-                json.dump(self.trainer_state, fh)
-            if os.path.exists(self.path):
-                shutil.rmtree(self.path)
-            os.rename(self.tmp, self.path)
-        dist.barrier()
-        self.trainer_state = None
+        """Every rank's write in flight finished and committed. Collective; a write that failed on any rank raises
+        InputError on every rank: one line naming the file and the cause (a full disk), and what is kept."""
+        failure = self._wait_here()
+        failures = [f for f in all_gather(failure) if f]
+        if failures:
+            raise InputError(f"{failures[0]}; {self.kept()}")
+
+    def write_failed(self) -> bool:
+        """Has this rank's write in flight ended with an error? (Each step's poll: not a collective.)"""
+        return self.future is not None and self.future.done() and self.future.exception() is not None
+
+    def _wait_here(self) -> str | None:
+        """This rank's write in flight finished: None, or one line saying why it failed."""
+        if self.future is None:
+            return None
+        future, self.future = self.future, None
+        try:
+            future.result()
+            return None
+        except (Exception, CheckpointException) as e:   # noqa: BLE001 (a full disk, a file system error: one line)
+            return f"writing {self.root}/step-{self.step}.tmp (the checkpoint of step {self.step}) failed: " \
+                   f"{write_error(e)}{free_space(self.root)}"
+
+    def kept(self) -> str:
+        """Which step the same command resumes from, as the files on disk say now."""
+        newest = newest_checkpoint(self.root)
+        if newest is None:
+            return "no checkpoint is complete yet: the same command starts from step 0"
+        step, path = newest
+        path = os.path.join(self.root, f"step-{step}") if os.path.dirname(path) == self.root else path   # .tmp: soon
+        return f"the newest complete checkpoint is of step {step} ({path}): the same command resumes from it"
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, error, traceback_):
+        """A stop with a message (a non-finite loss), Ctrl-C, or an error on this rank: this rank's write in flight
+        is waited for (not a collective: the other ranks may be elsewhere), then which step a rerun resumes from is
+        added to what is said. SIGTERM's stop and a failed write have said it already."""
+        if error is not None and not isinstance(error, InputError) and \
+                not (isinstance(error, SystemExit) and not isinstance(error.code, str)):
+            failure = None
+            try:
+                failure = self._wait_here()
+            except KeyboardInterrupt:   # Ctrl-C again: stop waiting
+                failure = f"the checkpoint of step {self.step} was still being written"
+            where = self.kept() + (f" ({failure})" if failure else "")
+            if self.writer is not None:
+                self.writer.shutdown(wait=False)
+            if isinstance(error, SystemExit):
+                raise SystemExit(f"{error.code}; {where}") from None
+            if isinstance(error, KeyboardInterrupt):
+                raise KeyboardInterrupt(where) from None
+            error.add_note(where)
+        elif self.writer is not None:
+            self.writer.shutdown(wait=False)
+        return False
 
 
-def save_checkpoint(path: str, model, optimizer, trainer_state: dict):
-    """One checkpoint written before returning (see Checkpointer)."""
-    Checkpointer(path, background=False).save(model, optimizer, trainer_state)
+STEP_DIR = re.compile(r"step-(\d+)(\.tmp|\.old)?")   # root/step-N, being written, being removed
 
 
-def load_checkpoint(path: str, model, optimizer) -> dict:
+def complete_checkpoints(root: str) -> list:
+    """[(step, path)] of the complete checkpoints in root, oldest first: step-N (committed), a step-N.tmp holding
+    DCP's .metadata (written whole, not renamed yet), and the layout written before there were step directories
+    (root itself holding .metadata and trainer_state.json, or root.tmp, its write in flight)."""
+    found = []
+    for name in sorted(os.listdir(root)) if os.path.isdir(root) else []:
+        step = STEP_DIR.fullmatch(name)
+        path = os.path.join(root, name)
+        if step and step[2] != ".old" and os.path.isdir(path) and (not step[2] or is_whole(path)):
+            found.append((int(step[1]), path))
+    for path in (root, root + ".tmp"):   # the layout before: read if whole, removed at the first new commit
+        if is_whole(path):
+            found.append((stored_step(path), path))
+    return sorted(found, key=lambda f: (f[0], f[1].endswith(".tmp")))
+
+
+def newest_checkpoint(root: str) -> tuple | None:
+    """(step, path) of the newest complete checkpoint in root, None if there is none."""
+    found = complete_checkpoints(root)
+    return found[-1] if found else None
+
+
+def is_whole(path: str) -> bool:
+    return all(os.path.isfile(os.path.join(path, f)) for f in (".metadata", "trainer_state.json"))
+
+
+def stored_step(path: str) -> int:
+    """The step in a checkpoint's trainer_state.json; -1 if it cannot be read (loading it then says why)."""
+    try:
+        with open(os.path.join(path, "trainer_state.json")) as fh:
+            return int(json.load(fh)["step"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return -1
+
+
+def remove_aside(path: str):
+    """Remove a checkpoint so that a kill midway leaves nothing that looks complete: a directory is renamed
+    NAME.old first (one atomic step), then removed; the layout before (files in root itself) loses its
+    trainer_state.json first."""
+    if os.path.isfile(os.path.join(path, "trainer_state.json")) and STEP_DIR.fullmatch(os.path.basename(path)) is None \
+            and not path.endswith(".tmp"):
+        os.remove(os.path.join(path, "trainer_state.json"))
+        for name in os.listdir(path):
+            if name == ".metadata" or name.endswith(".distcp"):
+                os.remove(os.path.join(path, name))
+        return
+    if os.path.exists(path + ".old"):
+        shutil.rmtree(path + ".old")
+    os.rename(path, path + ".old")
+    shutil.rmtree(path + ".old")
+
+
+def sync_directory(path: str):
+    """fsync a directory: a rename in it survives a power loss, not only a kill."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def free_space(path: str) -> str:
+    """' (N MiB free on its disk now)': a write that failed for want of space says so."""
+    try:
+        return f" ({shutil.disk_usage(path).free / 2**20:.1f} MiB free on its disk now)"
+    except OSError:
+        return ""
+
+
+def write_error(error: BaseException) -> str:
+    """One line for a failed DCP write. DCP gathers every rank's failure into a CheckpointException; an OSError (no
+    space, no permission) names its file; a full disk inside torch's zip writer is only 'unexpected pos'."""
+    failures = getattr(error, "failures", None)
+    if failures:   # {rank: exception, or (exception, traceback)}
+        rank, first = next(iter(sorted(failures.items())))
+        error = first[0] if isinstance(first, tuple) else first
+    chain = [error]
+    while chain[-1].__cause__ or chain[-1].__context__:
+        chain.append(chain[-1].__cause__ or chain[-1].__context__)
+    os_error = next((e for e in chain if isinstance(e, OSError)), None)
+    if os_error is not None:
+        return f"{os_error.filename + ': ' if os_error.filename else ''}{os_error.strerror or os_error}"
+    if "unexpected pos" in str(error):
+        return "a file was written short (torch's zip writer: 'unexpected pos'), as when the disk is full"
+    return f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+
+
+def check_checkpoint_files(path: str, rank: int = 0, world: int = 1) -> dict:
+    """A checkpoint's trainer_state.json, once its files are checked against DCP's index (.metadata): every file it
+    names is there and as long as the index says; then this rank's share of them (all of them with world 1) against
+    checksums.json, where there is one. Raises InputError naming the damaged file and the cause."""
+    from torch.distributed.checkpoint import FileSystemReader
+    way_out = f"(remove {path} to resume from an older checkpoint if there is one, or --resume=false to start over)"
+    state_file = os.path.join(path, "trainer_state.json")
+    try:
+        with open(state_file) as fh:
+            state = json.load(fh)
+    except FileNotFoundError:
+        raise InputError(f"{state_file}: missing, the checkpoint is damaged {way_out}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise InputError(f"{state_file}: not valid JSON ({e}), the checkpoint is damaged {way_out}") from None
+    if not isinstance(state, dict) or not isinstance(state.get("step"), int):
+        raise InputError(f"{state_file}: no step number in it, the checkpoint is damaged {way_out}")
+    index = os.path.join(path, ".metadata")
+    if not os.path.isfile(index):
+        raise InputError(f"{index}: missing, the checkpoint is damaged {way_out}")
+    try:
+        metadata = FileSystemReader(path).read_metadata()
+    except Exception as e:   # noqa: BLE001 (unpickling damaged bytes raises almost anything: EOFError, KeyError, ...)
+        raise InputError(f"{index}: unreadable ({type(e).__name__}: {e}), the checkpoint is damaged "
+                         f"{way_out}") from None
+    needed = {}   # file -> the bytes its items span
+    for item in metadata.storage_data.values():
+        needed[item.relative_path] = max(needed.get(item.relative_path, 0), item.offset + item.length)
+    for name, size in sorted(needed.items()):
+        file = os.path.join(path, name)
+        if not os.path.isfile(file):
+            raise InputError(f"{file}: missing, the checkpoint is damaged {way_out}")
+        if os.path.getsize(file) < size:
+            raise InputError(f"{file}: {os.path.getsize(file)} bytes, its index (.metadata) says {size}: cut short, "
+                             f"the checkpoint is damaged {way_out}")
+    if os.path.isfile(os.path.join(path, "checksums.json")):
+        with open(os.path.join(path, "checksums.json")) as fh:
+            expected = json.load(fh)
+        for name, crc in checksums(path, rank, world).items():
+            if expected.get(name, crc) != crc:
+                raise InputError(f"{os.path.join(path, name)}: its CRC-32 is not the one written "
+                                 f"(checksums.json), the checkpoint is damaged {way_out}")
+    return state
+
+
+def checksums(path: str, rank: int, world: int) -> dict:
+    """{file: CRC-32} of this rank's share of a checkpoint's DCP files (every world-th, in name order): the ranks
+    share the reading."""
+    names = sorted(f for f in os.listdir(path) if f.endswith(".distcp"))
+    sums = {}
+    for name in names[rank::world]:
+        crc = 0
+        with open(os.path.join(path, name), "rb") as fh:
+            while block := fh.read(2**24):
+                crc = zlib.crc32(block, crc)
+        sums[name] = crc
+    return sums
+
+
+def load_checkpoint(path: str, model, optimizer):
+    """A checkpoint directory's model and optimizer state loaded into model and optimizer (collective). Check its
+    files first (check_checkpoint_files); what DCP still cannot read raises InputError on every rank."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import set_state_dict
     state = checkpoint_state(model, optimizer)
-    dcp.load(state, checkpoint_id=path)
+    try:
+        dcp.load(state, checkpoint_id=path)
+    except CheckpointException as e:   # DCP gathers every rank's failure: every rank raises it
+        raise InputError(f"{path}: cannot be loaded, {write_error(e)} (remove it to resume from an older "
+                         "checkpoint if there is one, or --resume=false to start over)") from None
     set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
-    with open(os.path.join(path, "trainer_state.json")) as fh:
-        return json.load(fh)
 
 
 def checkpoint_state(model, optimizer):
     from torch.distributed.checkpoint.state_dict import get_state_dict
     model_sd, optim_sd = get_state_dict(model, optimizer)
     return {"model": model_sd, "optim": optim_sd}
+
+
+def publish_export(out_dir: str, step: int, keep: int):
+    """Rank 0, once out_dir/exports/step-N.tmp is a whole Hugging Face directory (or step-N is there already): rename
+    it step-N, point the link out_dir/hf at the newest step export (a new link renamed over the old one: atomic), then
+    remove the oldest step exports beyond `keep` (0: keep all) and unfinished ones. A kill at any moment leaves hf a
+    whole export."""
+    exports = os.path.join(out_dir, "exports")
+    final = os.path.join(exports, f"step-{step}")
+    if os.path.isdir(final + ".tmp"):
+        os.rename(final + ".tmp", final)
+    steps = sorted(int(m[1]) for m in map(STEP_DIR.fullmatch, os.listdir(exports)) if m and not m[2])
+    link = os.path.join(out_dir, "hf")
+    if os.path.lexists(link + ".new"):
+        os.remove(link + ".new")
+    os.symlink(os.path.join("exports", f"step-{steps[-1]}"), link + ".new")
+    if os.path.isdir(link) and not os.path.islink(link):   # the layout before: hf/ a directory (moved aside once)
+        os.rename(link, link + ".old")
+    os.replace(link + ".new", link)
+    if os.path.exists(link + ".old"):
+        shutil.rmtree(link + ".old")
+    sync_directory(out_dir)
+    for old in steps[:-keep] if keep else []:
+        remove_aside(os.path.join(exports, f"step-{old}"))
+    for name in os.listdir(exports):   # unfinished exports (a kill), and removals a kill interrupted
+        if name.endswith((".tmp", ".old")):
+            shutil.rmtree(os.path.join(exports, name))
 
 
 class MetricsLog:
@@ -335,9 +723,9 @@ def finite_or_none(value):
 class GracefulStop:
     """SIGTERM (what cluster schedulers send before preemption) and Ctrl-C ask the training loop to stop at
     the next step boundary and write a checkpoint. A second Ctrl-C, after the first has been acknowledged,
-    quits at once (the last checkpoint stays intact: checkpoints are written to a temp dir, then renamed).
-    `poll()` is called once per step by every rank; one all-reduce makes every rank take the same decision,
-    also for the wall-clock checkpoint (every `minutes`), so a hard kill loses at most that much work."""
+    quits at once (the newest complete checkpoint stays: see Checkpointer). `poll()` is called once per step by
+    every rank; one all-reduce makes every rank take the same decision, also for the wall-clock checkpoint (every
+    `minutes`), so a hard kill loses at most that much work, and for a background write that failed on a rank."""
 
     def __init__(self, minutes: float, device):
         self.minutes, self.device, self.signum, self.acknowledged = minutes, device, None, False
@@ -349,24 +737,28 @@ class GracefulStop:
             raise KeyboardInterrupt
         self.signum = self.signum or signum
 
-    def poll(self) -> tuple:
-        """(stop now?, checkpoint now?), the same on every rank."""
+    def poll(self, checkpointer: "Checkpointer") -> tuple:
+        """(stop now?, checkpoint now?, has a checkpoint write failed on any rank?), the same on every rank."""
         due = self.minutes > 0 and time.monotonic() - self.last_checkpoint > 60 * self.minutes
-        flags = torch.tensor([self.signum or 0, float(due)], dtype=torch.float64, device=self.device)
+        flags = torch.tensor([self.signum or 0, float(due), float(checkpointer.write_failed())], dtype=torch.float64,
+                             device=self.device)
         dist.all_reduce(flags, op=dist.ReduceOp.MAX)
         if flags[0] and not self.acknowledged:
             self.signum, self.acknowledged = int(flags[0]), True
             print0(f"received {signal.Signals(self.signum).name}: stopping at this step boundary, "
                    "writing a checkpoint first (Ctrl-C again to quit without it)")
-        return bool(flags[0]), bool(flags[0] or flags[1])
+        return bool(flags[0]), bool(flags[0] or flags[1]), bool(flags[2])
 
     def checkpointed(self):
         self.last_checkpoint = time.monotonic()
 
     def step_done(self, step: int, due: bool, save, checkpointer: "Checkpointer"):
-        """After each step, on every rank: save() a checkpoint when `due` (the run's own schedule), when the clock says
-        so or when a signal asked to stop; then, if asked to stop, exit."""
-        stopping, checkpoint_now = self.poll()
+        """After each step, on every rank: a failed background write stops every rank (InputError, one line); save()
+        a checkpoint when `due` (the run's own schedule), when the clock says so or when a signal asked to stop;
+        then, if asked to stop, exit."""
+        stopping, checkpoint_now, write_failed = self.poll(checkpointer)
+        if write_failed:
+            checkpointer.wait()
         if due or checkpoint_now:
             save()
             self.checkpointed()
@@ -376,8 +768,7 @@ class GracefulStop:
     def exit(self, step: int, checkpointer: "Checkpointer"):
         """The stop's checkpoint written, one line saying where it is, then exit 128 + the signal's number."""
         checkpointer.wait()
-        print0(f"stopped by {signal.Signals(self.signum).name} after step {step}: checkpoint in {checkpointer.path}; "
-               "run the same command again to resume from it")
+        print0(f"stopped by {signal.Signals(self.signum).name} after step {step}: {checkpointer.kept()}")
         raise SystemExit(128 + self.signum)
 
     def close(self):

@@ -16,9 +16,21 @@
     raises in its first score.
 $DEFAULT_PG_TIMEOUT_S, if set, replaces torch's default process-group timeout (NCCL's is 10 minutes) before the
     process group is made: a test can then show that the scripts set their own.
+$KILL_AT=WHAT:N[:RANK] kills this process with SIGKILL (as `kill -9` does: nothing runs after it) at one moment of a
+    checkpoint's or an export's commit, the N-th time this process reaches it (on rank RANK only, if given):
+      metadata:N  right after DCP has written the N-th checkpoint's .metadata (every rank's shards are written)
+      write:N     as this rank starts writing its shards of the N-th checkpoint
+      rename:N    right after the N-th rename of a checkpoint directory NAME.tmp (the commit)
+      rmtree:N    inside the N-th removal of a directory holding .metadata (an old checkpoint), once its shards are
+                  gone and .metadata and trainer_state.json are not yet
+      step:K      after step K's boundary, once the checkpoint write in flight (if any) has finished
+      export:N    halfway through writing the N-th export's weights file
+$NAN_AT=K: the K-th gradient clipping of the run returns a NaN norm, as a diverged step would.
 """
 import datetime
 import os
+import shutil
+import signal
 import sys
 import threading
 import time
@@ -75,8 +87,88 @@ def plain_sgd(params, lr, weight_decay=0.0, **adam_only):
     return torch.optim.SGD(params, lr=lr, weight_decay=weight_decay)
 
 
+def kill_at(what: str, n: int, rank: int | None = None):
+    """Install $KILL_AT's hook (see the docstring): patches in this process only."""
+    import torch.distributed as dist
+    from torch.distributed.checkpoint.filesystem import FileSystemWriter
+    seen = []
+
+    def reached() -> bool:   # the n-th time, on the chosen rank
+        seen.append(1)
+        return len(seen) == n and (rank is None or dist.get_rank() == rank)
+
+    def die():
+        sys.stdout.flush()
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    if what == "metadata":
+        finish = FileSystemWriter.finish
+        FileSystemWriter.finish = lambda self, *a, **k: (finish(self, *a, **k), reached() and die())[0]
+    elif what == "write":
+        write_data = FileSystemWriter.write_data
+        FileSystemWriter.write_data = lambda self, *a, **k: (reached() and die(), write_data(self, *a, **k))[1]
+    elif what == "rename":
+        for name in ("rename", "replace"):
+            def moved(src, dst, _move=getattr(os, name)):
+                _move(src, dst)
+                if str(src).endswith(".tmp") and os.path.isfile(os.path.join(dst, ".metadata")) and reached():
+                    die()
+            setattr(os, name, moved)
+    elif what == "rmtree":
+        rmtree = shutil.rmtree
+
+        def removing(path, *a, **k):
+            if os.path.isfile(os.path.join(path, ".metadata")) and reached():
+                for f in os.listdir(path):   # the shards first: what is left looks like a checkpoint
+                    if f not in (".metadata", "trainer_state.json"):
+                        os.remove(os.path.join(path, f))
+                die()
+            rmtree(path, *a, **k)
+        shutil.rmtree = removing
+    elif what == "step":
+        step_done = trainer.GracefulStop.step_done
+
+        def after(self, step, due, save, checkpointer):
+            step_done(self, step, due, save, checkpointer)
+            if step == n:
+                future = getattr(checkpointer, "future", None)
+                if future is not None:
+                    future.exception()   # finished, however it ended
+                die()
+        trainer.GracefulStop.step_done = after
+    elif what == "export":
+        import safetensors.torch
+        save_file = safetensors.torch.save_file
+
+        def half_written(tensors, filename, *a, **k):
+            save_file(tensors, filename, *a, **k)
+            if reached():
+                os.truncate(filename, os.path.getsize(filename) // 2)
+                die()
+        safetensors.torch.save_file = half_written
+    else:
+        raise SystemExit(f"driver.py: unknown KILL_AT {what!r}")
+
+
+def nan_at(k: int):
+    """Install $NAN_AT's hook: the k-th torch.nn.utils.clip_grad_norm_ returns NaN (after clipping as usual)."""
+    clip = torch.nn.utils.clip_grad_norm_
+    calls = []
+
+    def clip_or_nan(*args, **kwargs):
+        norm = clip(*args, **kwargs)
+        calls.append(1)
+        return norm * float("nan") if len(calls) == k else norm
+    torch.nn.utils.clip_grad_norm_ = clip_or_nan
+
+
 if __name__ == "__main__":
     script, argv = sys.argv[1], sys.argv[2:]
+    if os.environ.get("KILL_AT"):
+        what, n, *rank = os.environ["KILL_AT"].split(":")
+        kill_at(what, int(n), int(rank[0]) if rank else None)
+    if os.environ.get("NAN_AT"):
+        nan_at(int(os.environ["NAN_AT"]))
     if os.environ.get("DEFAULT_PG_TIMEOUT_S"):
         import torch.distributed.distributed_c10d as c10d
         c10d.default_pg_timeout = datetime.timedelta(seconds=float(os.environ["DEFAULT_PG_TIMEOUT_S"]))

@@ -112,8 +112,15 @@ def test_help_of_each_script_shows_every_description_and_only_headings_flush_lef
 
 
 def test_unknown_option_fails_loudly():
+    """A bad command line is an input error: one line, exit status 2 (as argparse), from the shell as in-process."""
     proc = run("gppo.py", "--learning_rate=1")
-    assert proc.returncode != 0 and "unknown option --learning_rate" in proc.stderr
+    assert proc.returncode == 2 and proc.stderr.strip() == "error: unknown option --learning_rate for GPPOConfig", \
+        proc.stderr[-2000:]
+    for argv, message in [(["--steps=two"], "not a valid int"), (["--resume=maybe"], "is not true or false"),
+                          (["--loss_mode=ppo"], "loss_mode must be one of"), (["stray"], "not of the form")]:
+        with pytest.raises(SystemExit, match=message) as stop:
+            parse_config(gppo.GPPOConfig, argv)
+        assert stop.value.code == 2, (argv, stop.value.code)
 
 
 def one_error_line(proc) -> str:

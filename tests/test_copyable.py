@@ -52,8 +52,8 @@ CHECKS = {
     "tracking": ("import tracking\ntracking.Tracker('none', '.', {}).log({'step': 1, 'loss': 0.5})\n"
                  "print(tracking.backends(''))", "[]"),
     "trainer": ("import os, torch, trainer\ntrainer.init_distributed('cpu')\nm = torch.nn.Linear(2, 2)\n"
-                "o = torch.optim.AdamW(m.parameters())\ntrainer.save_checkpoint('ck', m, o, {'step': 3})\n"
-                "print(trainer.load_checkpoint('ck', m, o)['step'])", "3"),
+                "o = torch.optim.AdamW(m.parameters())\nc = trainer.Checkpointer('ck', background=False)\n"
+                "c.save(m, o, {'step': 3})\nprint('step', c.resume(m, o)['step'])", "step 3"),
 }
 
 

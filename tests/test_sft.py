@@ -1,5 +1,5 @@
-"""SFT: packed loss == unpacked loss; 1 process == 2 processes (gloo); stop + resume == uninterrupted;
-the Hugging Face export reloads with the same logits; the config parser fails loudly."""
+"""SFT: packed loss == unpacked loss; 1 process == 2 processes (gloo); the Hugging Face export reloads with the same
+logits; the config parser fails loudly. (Stop + resume == uninterrupted: tests/test_checkpoint.py and test_stop.py.)"""
 import json
 import os
 import subprocess
@@ -33,6 +33,11 @@ def run_sft(out_dir, *extra, nproc=1):
     assert proc.returncode == 0, f"{' '.join(cmd)}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     with open(os.path.join(out_dir, "metrics.jsonl")) as fh:
         return [json.loads(line) for line in fh]
+
+
+def export(model, out_dir, dtype=torch.float32):
+    """sft.export_hf of step 1 into out_dir (out_dir/hf links to it), without a tokenizer."""
+    sft.export_hf(model, sft.Export(str(out_dir), None, dtype, {"eos_token_id": [1, 2]}), step=1)
 
 
 def hf_weights(out_dir):
@@ -87,24 +92,13 @@ def test_adamw_learns(tmp_path):
     assert run[-1]["loss"] < run[0]["loss"]
 
 
-def test_stop_and_resume_is_exact(tmp_path):
-    full = run_sft(tmp_path / "full", "--max_steps=4")
-    run_sft(tmp_path / "split", "--max_steps=2")
-    resumed = run_sft(tmp_path / "split", "--max_steps=4")   # continues from the step-2 checkpoint
-    assert [r["step"] for r in resumed] == [1, 2, 3, 4]
-    assert [r["loss"] for r in resumed[2:]] == [r["loss"] for r in full[2:]]
-    w_full, w_resumed = hf_weights(tmp_path / "full"), hf_weights(tmp_path / "split")
-    for name in w_full:
-        assert torch.equal(w_full[name], w_resumed[name]), name
-
-
 def test_hf_export_reloads_with_same_logits(tmp_path):
     if not dist.is_initialized():
         dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     model = tiny_model(seed=3)
     reference = tiny_model(seed=3)
     trainer.shard_model(model, torch.device("cpu"))
-    sft.export_hf(model, str(tmp_path / "hf"))
+    export(model, tmp_path)
     reloaded = from_pretrained(str(tmp_path / "hf"))
     ids = torch.randint(0, 61, (2, 9))
     with torch.no_grad():
@@ -211,7 +205,7 @@ def test_export_keeps_the_dtype_the_run_started_from(tmp_path):
     assert (sft.EXPORT_DTYPES["auto"] or stored) == torch.bfloat16 and sft.EXPORT_DTYPES["float32"] == torch.float32
     master = tiny_model(seed=6)
     trainer.init_distributed("cpu")
-    sft.export_hf(master, str(tmp_path / "hf"), dtype=torch.bfloat16)
+    export(master, tmp_path, dtype=torch.bfloat16)
     exported = from_pretrained(str(tmp_path / "hf"))
     assert exported.config.torch_dtype == "bfloat16"
     for (name, p), q in zip(master.named_parameters(), exported.parameters()):

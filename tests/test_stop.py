@@ -40,7 +40,10 @@ def signal_after_step(proc, signum, step: int = 2):
 
 
 def checkpoint_step(out_dir) -> int:
-    with open(os.path.join(out_dir, "checkpoint", "trainer_state.json")) as f:
+    """The step of the newest committed checkpoint (out_dir/checkpoint/step-N), read from its trainer_state.json."""
+    root = os.path.join(out_dir, "checkpoint")
+    newest = max((d for d in os.listdir(root) if d.startswith("step-") and "." not in d), key=lambda d: int(d[5:]))
+    with open(os.path.join(root, newest, "trainer_state.json")) as f:
         return json.load(f)["step"]
 
 
@@ -57,12 +60,13 @@ def test_sft_stops_with_a_checkpoint_and_resumes(tmp_path, signum):
     assert "Traceback" not in err
     k = checkpoint_step(tmp_path)
     assert 2 <= k < 400
-    assert f"stopped by {signal.Signals(signum).name} after step {k}: checkpoint in {tmp_path}/checkpoint" in out
+    assert f"stopped by {signal.Signals(signum).name} after step {k}: the newest complete checkpoint is of step {k} " \
+        f"({tmp_path}/checkpoint/step-{k}): the same command resumes from it" in out
     assert not os.path.exists(os.path.join(tmp_path, "hf"))       # it stopped, it did not finish
     proc = subprocess.run([sys.executable, *cmd[:-1], f"--max_steps={k + 3}"], capture_output=True, text=True,
                           cwd=ROOT, env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert f"resumed from {tmp_path}/checkpoint at step {k}" in proc.stdout
+    assert f"resumed from {tmp_path}/checkpoint/step-{k} at step {k}" in proc.stdout
     assert metric_steps(tmp_path) == list(range(1, k + 4))        # every step once, none lost, none twice
 
 
@@ -82,11 +86,12 @@ def test_gppo_stops_with_a_checkpoint_and_resumes(tiny_checkpoint, tmp_path, sig
     assert "threads: 1 per rank ($OMP_NUM_THREADS; OpenMP wait policy PASSIVE)" in out, out[:2000]
     k = checkpoint_step(tmp_path)
     name = signal.Signals(signum).name
-    assert 2 <= k < 200 and f"stopped by {name} after step {k}: checkpoint in {tmp_path}/checkpoint" in out, out[-2000:]
+    assert 2 <= k < 200 and f"stopped by {name} after step {k}: the newest complete checkpoint is of step {k} " \
+        f"({tmp_path}/checkpoint/step-{k})" in out, out[-2000:]
     proc = subprocess.run([sys.executable, *cmd, f"--steps={k + 2}"], capture_output=True, text=True, cwd=ROOT,
                           env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert f"resumed from {tmp_path}/checkpoint at step {k}" in proc.stdout
+    assert f"resumed from {tmp_path}/checkpoint/step-{k} at step {k}" in proc.stdout
     assert metric_steps(tmp_path) == list(range(1, k + 3))
 
 
@@ -98,7 +103,8 @@ def test_wall_clock_checkpoints_bound_what_a_hard_kill_loses(tmp_path):
         if line.startswith("step 5/"):
             break
     deadline = time.monotonic() + 120
-    while not os.path.exists(os.path.join(tmp_path, "checkpoint")) and time.monotonic() < deadline:
+    root = os.path.join(tmp_path, "checkpoint")
+    while not (os.path.isdir(root) and any("." not in d for d in os.listdir(root))) and time.monotonic() < deadline:
         time.sleep(0.05)
     proc.kill()
     proc.communicate(timeout=60)

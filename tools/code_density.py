@@ -13,6 +13,10 @@ import glob
 import json
 import os
 import sys
+from dataclasses import dataclass
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from parts.cli import parse_config  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STORY = ["model.py", "data.py", "distill.py", "sft.py", "rollout.py", "reward.py", "gppo_loss.py", "gppo.py",
@@ -57,12 +61,14 @@ def report() -> dict:
             "llm_engine_lines": class_lines(os.path.join(ROOT, "rollout.py"), "LLMEngine")}
 
 
-def main(argv: list[str]):
-    if argv and argv[0] in ("-h", "--help"):
-        print(__doc__)
-        return
+@dataclass
+class DensityConfig:
+    json: bool = False   # print the numbers as JSON instead of sentences
+
+
+def main(cfg: DensityConfig):
     numbers = report()
-    if "--json" in argv:
+    if cfg.json:
         print(json.dumps(numbers, indent=2))
         return
     for group in ("story", "parts"):
@@ -76,4 +82,4 @@ def main(argv: list[str]):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    main(parse_config(DensityConfig, usage="usage: python tools/code_density.py [--json]"))
