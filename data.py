@@ -7,17 +7,16 @@
    attention never crosses one:  mask[i, j] = (doc[i] == doc[j]) and (j <= i).
 Bad input is an error naming file:row and field.
     python tools/data_stats.py FILE          # what a data file holds: records, lengths, packing (streamed)
-    python tools/toy_data.py --out=out/toy   # the toy tokenizer + data files
+    python tools/toy.py --task=countdown     # the toy's tokenizer and data files (the last section)
 """
 import bisect
 import datetime
 import os
-import random
 
 import numpy as np
 from tokenizers import Tokenizer
 
-from parts import countdown, formats, qwen3_tokenizer, toy
+from parts import formats
 from parts.formats import (DataError, Records, UngradableRow, copy_rows, guess_kind, hub_hint,  # noqa: F401 (API)
                            read_rows)
 
@@ -55,8 +54,8 @@ def special_token_ids(tok: Tokenizer) -> dict:
     ids = {k: tok.token_to_id(v) for k, v in names.items()}
     missing = [names[k] for k, v in ids.items() if v is None]
     if missing:
-        raise DataError(f"tokenizer lacks the Qwen3 chat tokens {missing}; use a Qwen3 tokenizer or "
-                        "build_toy_tokenizer()")
+        raise DataError(f"tokenizer lacks the Qwen3 chat tokens {missing}; use a Qwen3 tokenizer or the toy's "
+                        "(python tools/toy.py)")
     return ids
 
 
@@ -209,6 +208,8 @@ def load_responses(path: str, skip_bad_rows: bool = False) -> Records:
     - OpenR1-Math-220k: every one of `generations`, correct = `correctness_math_verify`; a generation that never
       closes its reasoning (cut at the length limit) is left out and counted ("unfinished_responses").
     - every SFT row load_sft_jsonl reads: its final assistant turn, correct None.
+    A row with Countdown's {target, nums} also gives "numbers", "target" and "kind": "countdown" (the task its
+    responses are verified on).
     A placeholder answer (`proof`, `notfound`) becomes None, counted ("answers_not_gradable")."""
     return formats.load("responses", path, skip_bad_rows)
 
@@ -218,7 +219,9 @@ def load_math_jsonl(path: str, skip_bad_rows: bool = False) -> Records:
     authors' AIME files; `messages` + `answer`: their HMMT file); a numeric answer becomes a string. `answers` (all
     acceptable answers, answer = answers[0]) is there only when a row gives more than one (Skywork-OR1's lists):
     a response is right if it matches any of them. A row whose answer cannot be graded (empty, a placeholder
-    such as NuminaMath-1.5's "proof" / "notfound", question_type "proof") is an UngradableRow."""
+    such as NuminaMath-1.5's "proof" / "notfound", question_type "proof") is an UngradableRow. A Countdown row
+    (TinyZero's {target, nums}) is {id, prompt, numbers, target, kind: "countdown"}: reward.py grades it with
+    Countdown's checker, not math-verify."""
     return formats.load("math", path, skip_bad_rows)
 
 
@@ -368,35 +371,26 @@ def _build_rows(examples, rows, row_tokens: int, pad_id: int) -> list:
     return [{k: v[b] for k, v in batch.items()} for b in range(B)]
 
 
-# ----------------------------------------------------------------------------- the toy tasks and their tokenizer
+# ----------------------------------------------------------------------------- the toy's files
 
-TOY_TASKS = ("countdown", "sums")   # Countdown (parts/countdown.py; the default), multi-digit sums (parts/toy.py)
-
-
-def toy_problems(task: str, n: int, seed, split: str, numbers: int = 4, min_digits: int = 1, max_digits: int = 4,
-                 code: bool = False):
-    """n toy prompts of a split with their reward's kind: Countdown with `numbers` numbers, or sums whose operands
-    have min_digits..max_digits digits; code: the task's programs (Countdown's earn partial credit)."""
-    if code:
-        programs = toy.partial_code_problems if task == "countdown" else toy.code_problems
-        return [dict(p, kind="code") for p in programs(n, seed, split)]
-    if task == "countdown":
-        return [dict(p, kind="countdown") for p in countdown.problems(n, numbers, seed, split)]
-    return [dict(p, kind="math") for p in toy.math_problems(n, seed, split, min_digits, max_digits)]
+# The toy tasks are data sets like the others: `python tools/toy.py --task=TASK` writes them into out/toy/TASK/
+# (Countdown: docs/toy_countdown.md; sums: docs/toy_sums.md). With no data option, sft.py, gppo.py and eval.py read
+# the files of the task their --toy option names: {task: {what: the files under out/toy/TASK/}}, what being the
+# tokenizer, the RL prompts (gppo.py), the held-out set of the RL runs (gppo.py) and eval.py's sets.
+TOY_FILES = {
+    "countdown": dict(tokenizer="tokenizer", rl="rl/countdown_3.jsonl", held_out="test/countdown_3.jsonl",
+                      eval_math="test/countdown_3.jsonl,test/countdown_4.jsonl", eval_code="test/toy_code.jsonl"),
+    "sums": dict(tokenizer="tokenizer", rl="rl/toy_math.jsonl", held_out="test/toy_math.jsonl",
+                 eval_math="test/toy_math.jsonl", eval_code="test/toy_code.jsonl")}
+TOY_TASKS = (*TOY_FILES, "none")   # none: no toy; the data options must be given
 
 
-def build_toy_tokenizer(task: str = "sums", vocab_size: int = 0) -> Tokenizer:
-    """A toy task's tokenizer: Qwen3's shape (parts/qwen3_tokenizer.py) trained on a fixed corpus of the task's
-    conversations rendered in the chat format, so its vocabulary stays the same when the toy data's mix changes."""
-    if task == "countdown":   # its searches and its programs
-        rng = random.Random(20251204)
-        corpus = [(p["prompt"], countdown.teacher_response(p, rng))
-                  for n, count in ((3, 1300), (4, 2700)) for p in countdown.problems(count, n, "tokenizer", "train")]
-        corpus += [(p["prompt"], toy.partial_code_response(p, rng)) for p in toy.partial_code_problems(600, "tokenizer")]
-        return qwen3_tokenizer.train([render_chat([{"role": "user", "content": q}, {"role": "assistant", "content": a}])
-                                      for q, a in corpus], vocab_size or 512)
-    corpus = toy.sft_conversations(3000, 1500, seed=20250807, wrong_fraction=0.3)
-    return qwen3_tokenizer.train([render_chat(c) for c in corpus], vocab_size or 640)
-
-
-save_tokenizer = qwen3_tokenizer.save   # tokenizer.json + a Qwen3-style tokenizer_config.json
+def toy_files(task: str, what: str) -> str:
+    """The toy's files of one kind (comma-separated, as the data options take them), each checked: a missing one is
+    a FileNotFoundError that names the command writing them."""
+    paths = [os.path.join("out", "toy", task, name) for name in TOY_FILES[task][what].split(",")]
+    for path in paths:
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"no {path}: the {task} toy's files are written by `python tools/toy.py "
+                                    f"--task={task}`")
+    return ",".join(paths)

@@ -6,12 +6,15 @@ For prompt i with k responses, c_i of them verified correct:
              the c_i correct ones  otherwise        easy: only the correct ones
 (the paper: mixed data helps on hard prompts, AIME24 47.29 vs 45.63, and hurts on easy ones, 45.00 vs 40.22;
 --keep=correct and --keep=all are that ablation's arms). The teacher: a server speaking OpenAI's chat completions
-(vLLM, SGLang, an API), a local Qwen3 checkpoint, or the toy teacher; samples are journalled as they arrive, so a
-rerun of the same command asks only for what is missing. docs/distillation.md: every option, the outputs.
+(vLLM, SGLang, an API) or a local Qwen3 checkpoint, or responses already written (OpenR1-Math-220k's; the toy
+teacher's, which `python tools/toy.py` writes); samples are journalled as they arrive, so a rerun of the same command
+asks only for what is missing. docs/distillation.md: every option, the outputs.
   python distill.py --server=http://localhost:8000/v1 --served_model=deepseek-ai/DeepSeek-R1-0528 --k=16 \
       --math_prompts=numinamath-1.5.parquet --benchmarks=aime24.jsonl,aime25.jsonl --out_dir=out/distill
   python distill.py --responses=openr1-math-220k.parquet --out_dir=out/openr1   # responses already there: the rule
-  python distill.py --toy=true --out_dir=out/distill                           # what bash train.sh runs
+  python tools/toy.py && T=out/toy/countdown && python distill.py --out_dir=out/distill \
+      --responses=$T/teacher/countdown_3.jsonl,$T/teacher/countdown_4.jsonl,$T/teacher/toy_code.jsonl \
+      --benchmarks=$T/test/countdown_3.jsonl,$T/test/countdown_4.jsonl      # the toy, as bash train.sh runs it
 """
 from __future__ import annotations   # Journal, the resumable store, is defined at the end
 
@@ -29,7 +32,6 @@ from fractions import Fraction
 
 import data
 import reward
-from parts import countdown, toy
 from parts.chat_client import ChatRequest, ClientConfig, ServerRefused, assistant_turn, sample_chat
 
 # ============================================================================= 1. prompts: duplicates, decontamination
@@ -140,7 +142,7 @@ class DistillConfig:
     #   that overlap one are dropped and the report names the items they matched
     ngram: int = 8                  # words in a row a prompt must share with a benchmark item to be dropped (open-r1: 8;
     #   the paper reports 9)
-    # the teacher: a server (OpenAI chat completions: vLLM, SGLang, a hosted API), a local checkpoint, or the toy
+    # the teacher: a server (OpenAI chat completions: vLLM, SGLang, a hosted API) or a local checkpoint
     server: str = ""                # base URL, e.g. http://localhost:8000/v1
     served_model: str = ""          # the model name the server serves
     api_key_env: str = "OPENAI_API_KEY"  # name of the environment variable holding the API key (never printed or written)
@@ -155,20 +157,8 @@ class DistillConfig:
     max_prompt_len: int = 4096      # local model: longer prompts are left out (counted): their answer would not match
     max_num_seqs: int = 256         # local model: sequences decoded together
     device: str = "auto"            # local model: auto | cpu | cuda
-    toy: bool = False               # the toy teacher on the toy prompts (what `bash train.sh` trains on)
-    toy_task: str = "countdown"     # countdown (the teacher searches: parts/countdown.py) | sums (the teacher slips)
-    toy_easy_prompts: int = 2500    # countdown: prompts with 3 numbers
-    toy_hard_prompts: int = 5000    # countdown: prompts with 4 numbers
-    toy_naive: float = 0.5          # countdown's programs: the teacher's chance of the naive one (partial credit)
-    toy_math_prompts: int = 16000   # sums: addition prompts (1-4 digit operands)
-    toy_code_prompts: int = 400     # toy programming prompts (sums: 224, all there are)
-    toy_code_tests: int = 4         # tests per toy programming prompt the teacher's programs are run on
-    toy_code_k: int = 8             # responses per toy programming prompt (sums: 36, ~ the 8,000 programs, 2,000 x 4
-    #   epochs, its toy model needs: its teacher always writes the one reference program)
-    toy_slip_hard: float = 0.72     # the toy teacher's chance of one slip in a trace with a 3+ digit operand
-    toy_slip_easy: float = 0.05     # ... with 1-2 digit operands (the rule drops these slips: easy prompts)
     # sampling (DeepSeek's recommendation for R1: temperature 0.6, top-p 0.95)
-    k: int = 0                      # responses per prompt; 0 = 16 (the paper's at most 16), 4 with --toy
+    k: int = 16                     # responses per prompt (the paper's at most 16); --responses rows bring their own
     temperature: float = 0.6        # sampling temperature
     top_p: float = 0.95             # nucleus sampling
     top_k: int = 0                  # 0 = not sent (OpenAI's API has no top_k; vLLM and SGLang take it)
@@ -183,21 +173,18 @@ class DistillConfig:
     verify_workers: int = 0         # threads verifying responses; 0 = the number of CPUs
     math_timeout_s: float = 5.0     # math-verify's time per response
     code_timeout_s: float = 6.0     # wall clock per code test (LiveCodeBench's limit)
-    out_dir: str = "out/distill"    # samples.jsonl, verdicts.jsonl, sft.jsonl, report.json (and tokenizer/ with --toy)
+    out_dir: str = "out/distill"    # samples.jsonl, verdicts.jsonl, sft.jsonl, report.json
     progress_s: float = 10.0        # seconds between progress lines
 
     def __post_init__(self):
-        teachers = [name for name, on in (("--server", self.server), ("--model", self.model), ("--toy", self.toy)) if on]
+        teachers = [name for name, on in (("--server", self.server), ("--model", self.model)) if on]
         prompts = self.math_prompts or self.code_prompts or self.sft_prompts
-        self.k = self.k or (4 if self.toy else 16)
         checks = [
             (len(teachers) <= 1, f"give one teacher, not {' and '.join(teachers)}"),
-            (bool(teachers) or not prompts, "prompts to sample need a teacher: --server, --model or --toy"),
-            (bool(prompts or self.responses or self.toy), "nothing to do: give --math_prompts / --code_prompts / "
-             "--sft_prompts with a teacher, --responses, or --toy"),
-            (not (self.toy and prompts), "--toy samples the toy prompts only; leave --*_prompts out"),
-            (self.toy_task in data.TOY_TASKS, f"--toy_task must be one of {', '.join(data.TOY_TASKS)}"),
-            (bool(prompts or self.toy) or not teachers, "a teacher needs prompts: --math_prompts, --code_prompts or "
+            (bool(teachers) or not prompts, "prompts to sample need a teacher: --server or --model"),
+            (bool(prompts or self.responses), "nothing to do: give --math_prompts / --code_prompts / --sft_prompts "
+             "with a teacher, or --responses (the toy's: python tools/toy.py writes them)"),
+            (bool(prompts) or not teachers, "a teacher needs prompts: --math_prompts, --code_prompts or "
              "--sft_prompts"),
             (not self.server or bool(self.served_model), "--server needs --served_model (the name the server serves)"),
             (not self.model or os.path.isdir(self.model),
@@ -234,10 +221,6 @@ def teacher_info(cfg: DistillConfig) -> dict:
         teacher = dict(kind="server", model=cfg.served_model)
     elif cfg.model:
         teacher = dict(kind="local", model=os.path.abspath(cfg.model))
-    elif cfg.toy:
-        teacher = dict(kind="toy", task=cfg.toy_task, code_tests=cfg.toy_code_tests, **(
-            dict(naive=cfg.toy_naive) if cfg.toy_task == "countdown" else
-            dict(slip_hard=cfg.toy_slip_hard, slip_easy=cfg.toy_slip_easy)))
     else:
         teacher = dict(kind="none (--responses only)")
     sampling = dict(temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k, max_tokens=cfg.max_tokens,
@@ -258,33 +241,21 @@ def read_prompts(cfg: DistillConfig, keep) -> tuple:
     k, responses (only from --responses)}; keep(source, key, text) says whether it stays (duplicates, benchmarks)."""
     prompts, reports, taken = [], {}, set()
 
-    def add(source, pid, prompt, messages, **given):   # given: answers, tests, task, responses, toy, k
+    def add(source, pid, prompt, messages, **given):   # given: answers, tests, task, responses
         key = f"{source}/{pid}"
         if keep(source, key, prompt_text(prompt)):
             p = dict(key=key, source=source, messages=messages, answers=None, tests=None, task=None, k=cfg.k,
-                     responses=None, toy=None) | given
+                     responses=None) | given
             prompts.append(dict(p, k=len(p["responses"]) if p["responses"] else p["k"]))
 
-    if cfg.toy and cfg.toy_task == "countdown":   # toy: the searching teacher; programs that earn partial credit
-        for n, count in ((3, cfg.toy_easy_prompts), (4, cfg.toy_hard_prompts)):
-            for p in countdown.problems(count, n, f"distill-{cfg.seed}", "train"):
-                add(f"countdown_{n}", p["id"], p["prompt"], _messages(p["prompt"]), toy="countdown", toy_problem=p,
-                    task=dict(kind="countdown", numbers=p["numbers"], target=p["target"]))
-        for p in toy.partial_code_problems(cfg.toy_code_prompts, cfg.seed, "train", cfg.toy_code_tests):
-            add("toy_code", p["id"], p["prompt"], _messages(p["prompt"]), tests=p["tests"], toy="partial_code",
-                toy_problem=p, k=cfg.toy_code_k)
-    elif cfg.toy:   # sums: "math" (the teacher samples a trace), or the teacher's one program (code)
-        for p in toy.math_problems(cfg.toy_math_prompts, seed=f"distill-{cfg.seed}", split="train"):
-            add("toy_math", p["id"], p["prompt"], _messages(p["prompt"]), answers=[p["answer"]], toy="math")
-        for p in toy.code_problems(cfg.toy_code_prompts, seed=cfg.seed, split="train", num_tests=cfg.toy_code_tests):
-            add("toy_code", p["id"], p["prompt"], _messages(p["prompt"]), tests=p["tests"], toy=toy.code_response(p),
-                k=cfg.toy_code_k)
     for path in _files(cfg.math_prompts):
         records = data.load_math_jsonl(path, skip_bad_rows=cfg.skip_bad_rows)
         source = _source_name(path, taken)
         reports[source] = records.report
         for p in records:
-            add(source, p["id"], p["prompt"], _messages(p["prompt"], cfg.math_template), answers=p.get("answers", [p["answer"]]))
+            answers = p.get("answers", [p["answer"]]) if "answer" in p else None
+            add(source, p["id"], p["prompt"], _messages(p["prompt"], cfg.math_template), answers=answers,
+                task=countdown_task(p))
     for path in _files(cfg.code_prompts):
         records = data.load_code_jsonl(path, skip_bad_rows=cfg.skip_bad_rows)
         source = _source_name(path, taken)
@@ -299,8 +270,13 @@ def read_prompts(cfg: DistillConfig, keep) -> tuple:
             for p in records:
                 answers = [p["answer"]] if p["answer"] is not None else None
                 add(source, p["id"], p["prompt"], _messages(p["prompt"]), answers=answers, tests=p.get("tests"),
-                    responses=p["responses"] if with_responses else None)
+                    task=countdown_task(p), responses=p["responses"] if with_responses else None)
     return prompts, reports
+
+
+def countdown_task(p: dict) -> dict | None:
+    """The task of a Countdown row (its responses are verified by Countdown's checker), else None."""
+    return dict(kind="countdown", numbers=p["numbers"], target=p["target"]) if p.get("kind") == "countdown" else None
 
 
 def _files(option: str) -> list:
@@ -320,15 +296,6 @@ def _messages(prompt, template: str = "{prompt}") -> list:
         return [{"role": "user", "content": template.replace("{prompt}", prompt)}]
     return [{"role": m["role"], "content": m["content"]} for m in prompt]
 
-
-def toy_benchmarks(task: str) -> list:
-    """The toy's held-out problems that eval.py and gppo.py evaluate on, as benchmark items. The toy's train and test
-    problems are split by a hash, so none should match. (The toy programming problems are left out: they are
-    templates, and every problem of a family shares its n-grams with its held-out siblings by design.)"""
-    sets = [(f"countdown_{n}_test", data.toy_problems(task, 200, 0, "test", numbers=n)) for n in (3, 4)] \
-        if task == "countdown" else [("toy_math_test", data.toy_problems(task, 200, 0, "test")),
-                                     ("toy_math_test_3digit", data.toy_problems(task, 200, 0, "test", 0, 3, 3))]
-    return [(name, p["id"], p["prompt"]) for name, problems in sets for p in problems]
 
 # ============================================================================= 4. the teachers
 
@@ -351,28 +318,6 @@ def sample_server(cfg: DistillConfig, todo: list, samples: Journal) -> dict:
         samples.append(dict(id=key, sample=index, **sample))
 
     return sample_chat(requests, client, sampling, on_sample)
-
-
-def sample_toy(cfg: DistillConfig, todo: list, samples: Journal) -> dict:
-    """The toy teacher. Countdown: a search, attempt by attempt, within a budget (parts/countdown.py); its programs:
-    the naive one with probability toy_naive. Sums: an addition trace that slips once with probability toy_slip_hard
-    on sums with a 3+ digit operand (toy_slip_easy otherwise), the reference program for code. Sample j of a prompt
-    has its own random stream, so a rerun writes the same samples."""
-    for p, j in todo:
-        rng = random.Random(sample_seed(cfg.seed, p["key"], j))
-        if p["toy"] == "countdown":
-            content = countdown.teacher_response(p["toy_problem"], rng)
-        elif p["toy"] == "partial_code":
-            content = toy.partial_code_response(p["toy_problem"], rng, cfg.toy_naive)
-        elif p["toy"] == "math":
-            a, b = map(int, p["key"].split("/")[-1].split("-")[1:])
-            slip = cfg.toy_slip_hard if max(len(str(a)), len(str(b))) >= 3 else cfg.toy_slip_easy
-            content = toy.math_response(a, b, rng, slip)
-        else:
-            content = p["toy"]
-        samples.append(dict(id=p["key"], sample=j, content=content, closed=True, finish_reason="stop", seed=None,
-                            prompt_tokens=None, completion_tokens=None))
-    return dict(samples=len(todo))
 
 
 def sample_local(cfg: DistillConfig, todo: list, samples: Journal) -> dict:
@@ -566,7 +511,7 @@ def main(cfg: DistillConfig) -> dict:
     try:
         _check_same_run(os.path.join(cfg.out_dir, "run.json"), teacher_info(cfg))
         try:
-            items = read_benchmarks(_files(cfg.benchmarks)) + (toy_benchmarks(cfg.toy_task) if cfg.toy else [])
+            items = read_benchmarks(_files(cfg.benchmarks))
             prompt_filter = PromptFilter(Decontaminator(items, cfg.ngram) if items else None)
             prompts, loader_reports = read_prompts(cfg, prompt_filter.keep)
             journals += [Journal(os.path.join(cfg.out_dir, name)) for name in ("samples.jsonl", "verdicts.jsonl")]
@@ -575,8 +520,6 @@ def main(cfg: DistillConfig) -> dict:
         samples, verdicts = journals
         print(f"prompts: {len(prompts)} kept of {sum(c['read'] for c in prompt_filter.counts.values())} read "
               f"({len(items)} benchmark items checked, n = {cfg.ngram})", flush=True)
-        if cfg.toy:
-            data.save_tokenizer(data.build_toy_tokenizer(cfg.toy_task), os.path.join(cfg.out_dir, "tokenizer"))
         for journal in journals:
             if journal.torn:
                 print(f"{journal.path}: dropped a last line torn by a kill ({journal.torn} bytes); it is redone")
@@ -647,7 +590,7 @@ def sample_missing(cfg: DistillConfig, prompts: list, samples: Journal) -> dict:
                                 source_correct=r["correct"]))
     todo = [(p, j) for p in prompts if not p["responses"] for j in range(p["k"]) if (p["key"], j) not in samples]
     print(f"samples: {len(samples)} in {samples.path}, {len(todo)} to sample", flush=True)
-    teacher = sample_server if cfg.server else sample_local if cfg.model else sample_toy
+    teacher = sample_server if cfg.server else sample_local
     try:
         return teacher(cfg, todo, samples) if todo else {}
     except ServerRefused as e:
@@ -772,4 +715,4 @@ if __name__ == "__main__":
     from parts.cli import parse_config             # the project's one option parser
     from parts.trainer import run_entry_point      # bad input as one line, exit status 2 (imports torch)
     run_entry_point(main, parse_config(DistillConfig, usage="usage: python distill.py [--key=value ...]   (examples at "
-                                                            "the top of distill.py; booleans: --toy=true)"))
+                                                            "the top of distill.py)"))

@@ -7,7 +7,7 @@ test passes in the sandbox); with c_i of problem i's k samples correct, over N p
 Problem i of benchmark B samples with seed sha256(seed, B, i): results do not depend on ranks or batching;
 results.json records every setting, samples.jsonl every response with its verdict. Sampling as the paper's: T 0.6,
 top-p 0.95 (the authors' script also top-k 20 and a repetition penalty of 1.05, which the engine does not have).
-Run:  python eval.py --model=out/gppo/hf               # the toy's held-out sets, CPU
+Run:  python eval.py --model=out/gppo/hf               # the toy's held-out sets (python tools/toy.py), CPU
   torchrun --nproc_per_node=8 eval.py --model=CKPT --math_data=aime24.jsonl,aime25.jsonl --k=64 --max_tokens=32768
   python eval.py --server=http://localhost:8000/v1 --served_model=NAME --math_data=aime24.jsonl   # a served model
   python eval.py --compare=out/eval/sft/results.json,out/eval/rl/results.json --labels=SFT,GPPO  # one table
@@ -51,17 +51,15 @@ read = functools.partial(trainer.read_input, errors=INPUT_ERRORS)   # read(optio
 class EvalConfig:
     model: str = "out/gppo/hf"       # a Hugging Face Qwen3 directory
     tokenizer: str = ""              # a dir or tokenizer.json; empty = the model directory
-    # benchmarks: comma-separated files (the formats data.py reads); none given = the toy's held-out sets
-    math_data: str = ""              # AIME style: {problem|question, answer} or {messages, meta.solution}
+    # benchmarks: comma-separated files (the formats data.py reads); none given = the toy's held-out sets (--toy)
+    math_data: str = ""              # AIME style: {problem|question, answer} or {messages, meta.solution}; or
+    #                                  Countdown's {target, nums}
     code_data: str = ""              # LiveCodeBench rows, or {prompt, tests}
     date_from: str = ""              # code: keep date_from <= contest_date < date_to (YYYY-MM-DD);
     date_to: str = ""                # LCB v5 = 2024-08-01..2025-02-01, v6 = 2025-02-01..2025-05-01
-    toy_task: str = "countdown"      # the toy's held-out sets: countdown (3 and 4 numbers) | sums; and its programs
-    toy_math: int = 200              # problems per toy held-out set (0 = none)
-    toy_min_digits: int = 1          # sums: fewest digits of an operand
-    toy_max_digits: int = 4          # sums: most digits of an operand
-    toy_code: int = 20               # toy held-out programs (countdown: with partial credit; 0 = none)
-    toy_seed: int = 0                # which toy problems (the same set for every model)
+    toy: str = "countdown"           # no data given: the toy's held-out sets (python tools/toy.py --task=TOY writes
+    #                                  them): countdown: 3 and 4 numbers, and programs | sums: 3-digit sums, and
+    #                                  programs | none: no toy (data.TOY_FILES)
     # sampling (paper: temperature 0.6, top-p 0.95; k = 64 math, 8 code; max_tokens 32768)
     k: int = 8                       # samples per problem
     pass_k: str = ""                 # e.g. 1,4,8; empty = 1, powers of 4 below k, and k
@@ -104,7 +102,7 @@ class EvalConfig:
             except ValueError:
                 raise SystemExit(f"error: --{name}={value!r} is not a date YYYY-MM-DD") from None
         checks = [(self.k >= 1, "k must be >= 1"),
-                  (self.toy_task in data.TOY_TASKS, f"toy_task must be one of {', '.join(data.TOY_TASKS)}"),
+                  (self.toy in data.TOY_TASKS, f"toy must be one of {', '.join(data.TOY_TASKS)}"),
                   (not self.server or bool(self.served_model), "--server needs --served_model"),
                   (self.k <= self.max_num_seqs, "k must be <= max_num_seqs (a problem's samples decode together)"),
                   (self.dtype in ("auto", "bfloat16", "float32"), "dtype must be auto, bfloat16 or float32"),
@@ -178,14 +176,19 @@ def write_results(cfg, results: dict, samples: list):
 
 def load_benchmarks(cfg) -> list:
     """[{name, kind, source, problems}] from the data files (.jsonl, .json or .parquet; a benchmark is read whole,
-    no row skipped), or the built-in toy held-out sets if none."""
+    no row skipped), or the toy's held-out sets if none (a set of Countdown rows is of kind countdown)."""
     benchmarks = []
-    for kind, files in (("math", cfg.math_data), ("code", cfg.code_data)):
+    math_data, code_data = cfg.math_data, cfg.code_data
+    if not (math_data or code_data or cfg.toy == "none"):
+        math_data = read(f"--toy={cfg.toy}", data.toy_files, cfg.toy, "eval_math")
+        code_data = read(f"--toy={cfg.toy}", data.toy_files, cfg.toy, "eval_code")
+    for kind, files in (("math", math_data), ("code", code_data)):
         for path in [f.strip() for f in files.split(",") if f.strip()]:
             if not os.path.isfile(path):
                 raise FileNotFoundError(f"{path}: no such benchmark file (--{kind}_data)")
             problems = data.load_math_jsonl(path) if kind == "math" else data.load_code_jsonl(path)
-            bench = dict(name=os.path.splitext(os.path.basename(path))[0], kind=kind, source=os.path.abspath(path))
+            graded_as = problems[0].get("kind", kind) if problems else kind   # Countdown rows: countdown
+            bench = dict(name=os.path.splitext(os.path.basename(path))[0], kind=graded_as, source=os.path.abspath(path))
             if kind == "code" and (cfg.date_from or cfg.date_to):
                 bench.update(problems_in_file=len(problems), date_window=[cfg.date_from, cfg.date_to])
                 problems = data.in_date_window(problems, path, cfg.date_from, cfg.date_to)
@@ -196,18 +199,7 @@ def load_benchmarks(cfg) -> list:
                 bench["name"] += "_"
             benchmarks.append(dict(bench, problems=problems))
     if not benchmarks:
-        sets = [(f"countdown_{n}", n) for n in (3, 4)] if cfg.toy_task == "countdown" else [("toy_math", 0)]
-        for name, numbers in sets if cfg.toy_math else ():
-            problems = data.toy_problems(cfg.toy_task, cfg.toy_math, cfg.toy_seed, "test", numbers,
-                                         cfg.toy_min_digits, cfg.toy_max_digits)
-            benchmarks.append(dict(name=name, kind=problems[0]["kind"], source=f"data.toy_problems({cfg.toy_task}, "
-                                   "split=test)", problems=problems))
-        if cfg.toy_code:
-            benchmarks.append(dict(name="toy_code", kind="code", source=f"data.toy_problems({cfg.toy_task}, code=True, "
-                                   "split=test)", problems=data.toy_problems(cfg.toy_task, cfg.toy_code, cfg.toy_seed,
-                                                                             "test", code=True)))
-    if not benchmarks:
-        raise InputError("nothing to evaluate: give --math_data / --code_data, or --toy_math / --toy_code > 0")
+        raise InputError("nothing to evaluate: give --math_data / --code_data, or --toy=countdown|sums")
     return benchmarks
 
 
@@ -358,7 +350,7 @@ def score(kind: str, problem: dict, text: str, name: str, sandbox: reward.Sandbo
     """reward (code: fraction of tests passed), correct, format_failure and reason of one response. The data's fault
     (a gold answer math-verify cannot parse, malformed tests) is an InputError naming benchmark and problem."""
     try:
-        return reward.judge(dict(problem, kind=kind), text, sandbox=sandbox)._asdict()
+        return reward.judge({"kind": kind, **problem}, text, sandbox=sandbox)._asdict()
     except reward.BadReference as e:
         raise InputError(f"{name}: problem {problem['id']}: {e}") from None
 

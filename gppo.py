@@ -43,18 +43,15 @@ from sft import EXPORT_DTYPES, Export, export_hf, generation_config, load_sharde
 
 @dataclass
 class GPPOConfig:
-    # data (the formats data.py reads: .jsonl, .json or .parquet); none given = the toy task
-    math_data: str = ""                # math RL prompts (problem + answer)
+    # data (the formats data.py reads: .jsonl, .json or .parquet); none given = the toy's files (--toy)
+    math_data: str = ""                # math RL prompts (problem + answer; Countdown's target + nums)
     code_data: str = ""                # code RL prompts (with tests)
     skip_bad_rows: bool = False        # skip rows that cannot be graded ("proof" answers, no runnable test), counted
-    eval_data: str = ""                # held-out math JSONL; empty = the toy's held-out split (with --math_data or
-    #                                    --code_data: none, the toy would say nothing of that model)
-    toy_task: str = "countdown"        # countdown (reach a target from numbers: parts/countdown.py) | sums
-    toy_problems: int = 2000           # toy RL prompts; 0 = none
-    toy_numbers: int = 4               # countdown: numbers per prompt (4: the hard prompts; 3: the easy ones)
-    toy_min_digits: int = 3            # sums: fewest digits of an operand (the SFT model slips on 3+ digits at T=1)
-    toy_max_digits: int = 3            # sums: most digits of an operand
-    toy_code_prompts: int = 0          # and this many of the toy's programs (code only: --toy_problems=0)
+    eval_data: str = ""                # held-out math JSONL; empty = the toy's with the toy, none with --math_data or
+    #                                    --code_data (the toy would say nothing of that model)
+    toy: str = "countdown"             # no data given: the toy's files (python tools/toy.py --task=TOY writes them):
+    #                                    countdown: RL on 3-number problems, held out the same | sums: 3-digit sums |
+    #                                    none: no toy (data.TOY_FILES)
     init_from: str = "out/sft/hf"      # the SFT checkpoint (a Hugging Face directory with tokenizer.json)
     out_dir: str = "out/gppo"          # config.json, checkpoint/, metrics.jsonl, exports/, hf (link to the newest)
     # rollout (paper: 128 prompts x 8, T=1.0, top-p 1.0, prompt 4096 left-truncated, response 32768)
@@ -104,7 +101,7 @@ class GPPOConfig:
     eval_every: int = 10               # held-out greedy accuracy every k steps (and before/after); 0 = off
     eval_problems: int = 200           # held-out problems
     eval_k: int = 4                    # and k samples each at the RL temperature: Avg@k, pass@k (0 = greedy only)
-    eval_seed: int = 0                 # the toy held-out set; fixed, so every run (any --seed) sees the same problems
+    eval_seed: int = 0                 # the held-out samples' seed; fixed, so every run (any --seed) draws the same
     log_samples: int = 4               # responses per step to out_dir/samples.jsonl (prompt, response, reward,
     #                                    advantage, finish reason), drawn at random from rank 0's; 0 = none
     report_to: str = ""                # metrics also to: tensorboard, wandb (comma-separated; parts/tracking.py)
@@ -131,7 +128,7 @@ class GPPOConfig:
                   (self.group_size >= 2, "group_size must be >= 2 (GRPO advantages compare the samples of a prompt)"),
                   (self.math_workers >= 0, "math_workers must be >= 0 (0: the cores this rank's threads leave)"),
                   (self.log_samples >= 0, "log_samples must be >= 0 (0: none)"),
-                  (self.toy_task in data.TOY_TASKS, f"toy_task must be one of {', '.join(data.TOY_TASKS)}"),
+                  (self.toy in data.TOY_TASKS, f"toy must be one of {', '.join(data.TOY_TASKS)}"),
                   ({self.activation_checkpointing, self.free_engine} <= {"auto", "true", "false"},
                    "activation_checkpointing and free_engine must be auto, true or false"),
                   (self.export_dtype in EXPORT_DTYPES, f"export_dtype must be one of {', '.join(EXPORT_DTYPES)}")]
@@ -720,47 +717,42 @@ def build_run(cfg: GPPOConfig, reward_fn, rank: int, world: int, device) -> tupl
 
 
 def load_tasks(cfg, tokenizer):
-    """RL prompts as dicts {id, kind: math|code, prompt, answer|tests, prompt_ids}."""
+    """RL prompts as dicts {id, kind: math|countdown|code, prompt, answer|numbers+target|tests, prompt_ids}."""
     tasks = []
-    if cfg.math_data:
-        problems = read("--math_data", data.load_math_jsonl, cfg.math_data, skip_bad_rows=cfg.skip_bad_rows)
+    math_data = cfg.math_data
+    if not (cfg.math_data or cfg.code_data or cfg.toy == "none"):   # the toy's RL prompts
+        math_data = read(f"--toy={cfg.toy}", data.toy_files, cfg.toy, "rl")
+    if math_data:
+        problems = read("--math_data", data.load_math_jsonl, math_data, skip_bad_rows=cfg.skip_bad_rows)
         print0(f"math data: {problems.report}")
-        tasks += [dict(p, kind="math") for p in problems]
+        tasks += [{"kind": "math", **p} for p in problems]   # a Countdown row is of kind countdown
     if cfg.code_data:
         problems = read("--code_data", data.load_code_jsonl, cfg.code_data, min_tests=cfg.min_tests,
                         pass_rate_field=cfg.pass_rate_field, skip_bad_rows=cfg.skip_bad_rows)
         trusted = [p for p in problems if p.get("pass_rate", 1.0) >= cfg.min_pass_rate]   # the paper's filter
         print0(f"code data: {problems.report}; {len(problems) - len(trusted)} below --min_pass_rate")
         tasks += [dict(p, kind="code") for p in trusted]
-    if not (cfg.math_data or cfg.code_data):   # the toy: its problems, and its programs
-        tasks = toy_problems(cfg, cfg.toy_problems, cfg.seed, "train") + \
-            toy_problems(cfg, cfg.toy_code_prompts, cfg.seed, "train", code=True)
     if not tasks:
-        raise InputError("no RL prompts: give --math_data / --code_data, or --toy_problems / --toy_code_prompts > 0")
+        raise InputError("no RL prompts: give --math_data / --code_data, or --toy=countdown|sums")
     tasks, report = data.encode_prompts(tokenizer, tasks, cfg.max_prompt_len, overlong="truncate")
     print0(f"prompts: {report}")
     return tasks
 
 
 def held_out_problems(cfg, tokenizer) -> list:
-    """The problems evaluated every eval_every steps, encoded: --eval_data, else the toy's held-out split when the
+    """The problems evaluated every eval_every steps, encoded: --eval_data, else the toy's held-out set when the
     RL prompts are the toy's. Real prompts without --eval_data: none, said once (a toy's accuracy would measure
     nothing of a math or code model, at the cost of a rollout step at every evaluation)."""
-    if cfg.eval_data:
-        problems = [dict(p, kind="math") for p in read("--eval_data", data.load_math_jsonl, cfg.eval_data)]
-    elif cfg.math_data or cfg.code_data:
+    eval_data = cfg.eval_data
+    if not (eval_data or cfg.math_data or cfg.code_data or cfg.toy == "none"):
+        eval_data = read(f"--toy={cfg.toy}", data.toy_files, cfg.toy, "held_out")
+    if not eval_data:
         if cfg.eval_every:
             print0("held-out evaluation: off (--math_data/--code_data without --eval_data); give --eval_data=FILE "
                    "to evaluate every --eval_every steps, or run eval.py on the exports")
         return []
-    else:
-        problems = toy_problems(cfg, cfg.eval_problems, cfg.eval_seed, "test")
+    problems = [{"kind": "math", **p} for p in read("--eval_data", data.load_math_jsonl, eval_data)]
     return data.encode_prompts(tokenizer, problems[:cfg.eval_problems], cfg.max_prompt_len, "truncate")[0]
-
-
-def toy_problems(cfg, n: int, seed, split: str, code: bool = False) -> list:
-    return data.toy_problems(cfg.toy_task, n, seed, split, cfg.toy_numbers, cfg.toy_min_digits, cfg.toy_max_digits,
-                             code)
 
 
 if __name__ == "__main__":

@@ -4,10 +4,11 @@ The policy writes `<think> reasoning </think> answer`; only the text after the L
 inside the thinking is not an answer; the authors' eval script forgot this). Format comes first, then:
     math:  R = correct if verify(parse("\\boxed{" + gold + "}"), parse(answer)) else wrong   (gold first: not symmetric)
     code:  R = wrong + (correct - wrong) * p,   p = tests passed / tests   (the paper's soft reward)
-    countdown (the toy): R = correct if the boxed expression uses the numbers and hits the target else wrong
+    countdown: R = correct if the boxed expression uses the numbers and hits the target else wrong (TinyZero's task)
 A crash, timeout or wrong output is a lower reward, never an exception; broken data (an empty or unparseable gold
 answer, malformed tests) raises BadReference. math-verify runs in worker processes (parts/math_checker.py), programs
-in parts/sandbox.py (docs/sandbox.md: what it enforces, and the attacks the tests run).
+in parts/sandbox.py (docs/sandbox.md: what it enforces, and the attacks the tests run), Countdown's expressions in
+parts/countdown_check.py.
 Run:
     python reward.py                                  # what the sandbox enforces here, and examples
     python reward.py --input=scored.jsonl             # score a file (`--help`: its line formats)
@@ -20,7 +21,7 @@ import time
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from parts import countdown, math_checker
+from parts import countdown_check, math_checker
 from parts.sandbox import BadTests, SandboxConfig, TestResult, all_passed, run_tests, sandbox_info, validate_tests
 
 
@@ -118,7 +119,7 @@ def judge(task: dict, response: str, *, scale: RewardScale = DEFAULT_SCALE, sand
     if task["kind"] == "countdown":
         if format_failure(response, scale) is not None:
             return Verdict(format_failure(response, scale), False, True, "format: no </think>")
-        right = countdown.countdown_reward(response, task["numbers"], task["target"]) == 1.0
+        right = countdown_check.countdown_reward(response, task["numbers"], task["target"]) == 1.0
         return Verdict(scale.correct if right else scale.wrong, right, False, "correct" if right else "wrong answer")
     if task["kind"] == "math":
         r = max(math_reward(response, answer, scale=scale, timeout_s=math_timeout_s)

@@ -7,7 +7,7 @@ chunks of tokens (no tokens x vocabulary fp32 logits), checkpoints are sharded (
 (§2, §4.1): LR 8e-5 cosine to 4e-5, 4 epochs, 32K context, loss on assistant tokens only; on hard prompts keep the
 teacher's incorrect responses too ("mixed" data, distill.py).
 Run:
-  python sft.py                                   # toy task on CPU: tiny model from scratch, a few minutes
+  python sft.py                                   # the toy on CPU (train.sh's data): a tiny model from scratch
   torchrun --nproc_per_node=8 sft.py --init_from=/ckpt/Qwen3-8B-Base --tokenizer=/ckpt/Qwen3-8B-Base \
       --data=sft.jsonl --max_len=32768 --row_tokens=32768 --rows_per_step=64 --lr=8e-5 --min_lr=4e-5 --epochs=4
 SIGTERM or Ctrl-C stops at a step boundary with a checkpoint; the same command resumes from it (docs/running.md).
@@ -32,7 +32,7 @@ from safetensors import SafetensorError
 import data
 from model import CheckpointError, Qwen3, Qwen3Config, check_checkpoint, from_pretrained, on_meta, read_weights, \
     save_pretrained
-from parts import toy, tracking, trainer
+from parts import tracking, trainer
 from parts.cli import parse_config
 from parts.trainer import (Checkpointer, GracefulStop, InputError, MetricsLog, agree_on_inputs, on_for_device,
                            check_run, init_distributed, print0, record_run, run_entry_point, set_threads,
@@ -45,14 +45,14 @@ read = functools.partial(trainer.read_input, errors=INPUT_ERRORS)   # read(optio
 @dataclass
 class SFTConfig:
     # data (the formats data.py reads: .jsonl, .json or .parquet)
-    data: str = ""                   # SFT conversations; empty = a fixed mix of the toy tasks (train.sh: distill.py's)
+    data: str = ""                   # SFT conversations; empty = the toy's (--toy)
     skip_bad_rows: bool = False      # skip rows that cannot be learned from (malformed reasoning markers), counted
-    tokenizer: str = ""              # dir or tokenizer.json; empty with toy data = the toy tokenizer
+    tokenizer: str = ""              # dir or tokenizer.json; empty with the toy = the toy's
     max_len: int = 512               # longer conversations follow `overlong`
     overlong: str = "truncate"       # truncate | drop (either way the count is reported) | error
-    toy_math_examples: int = 12000   # toy addition conversations (with toy data)
-    toy_code_examples: int = 2000    # toy programming conversations (with toy data)
-    toy_wrong_fraction: float = 0.6  # share of hard (3+ digit) toy traces that slip once and end wrong ("mixed" data)
+    toy: str = "countdown"           # no --data: the toy's run, distill.py's out/distill/sft.jsonl with the tokenizer
+    #                                  out/toy/TOY/tokenizer (python tools/toy.py --task=TOY; train.sh makes both) |
+    #                                  none: no toy (countdown | sums | none)
     # model
     init_from: str = ""              # a Hugging Face Qwen3 directory; empty = a tiny Qwen3 from scratch (sizes below)
     n_layer: int = 4                 # from scratch: decoder layers
@@ -97,6 +97,7 @@ class SFTConfig:
                    "activation_checkpointing must be auto, true or false"),
                   (self.export_dtype in EXPORT_DTYPES, f"export_dtype must be one of {', '.join(EXPORT_DTYPES)}"),
                   (self.n_head % self.n_kv_head == 0, "n_head must be a multiple of n_kv_head (GQA)"),
+                  (self.toy in data.TOY_TASKS, f"toy must be one of {', '.join(data.TOY_TASKS)}"),
                   (self.micro_rows >= 1 and self.rows_per_step >= 1, "micro_rows and rows_per_step must be >= 1")]
         for ok, why in checks:
             if not ok:
@@ -180,25 +181,26 @@ def main(cfg: SFTConfig):
 
 def load_sft_data(cfg: SFTConfig, rank: int, world: int):
     """The tokenizer (and the directory its files are in) and this rank's packed-row loader, from --data and
-    --tokenizer or from the built-in toy tasks. Raises InputError for anything wrong in what the user gave."""
-    if cfg.data:
-        if not cfg.tokenizer:
-            raise InputError("--data needs --tokenizer (a dir or tokenizer.json, e.g. the base model's dir)")
-        tokenizer = read(f"--tokenizer={cfg.tokenizer}", data.load_tokenizer, cfg.tokenizer)
-        tokenizer_dir = cfg.tokenizer if os.path.isdir(cfg.tokenizer) else os.path.dirname(cfg.tokenizer)
-        conversations = read("--data", data.load_sft_jsonl, cfg.data, skip_bad_rows=cfg.skip_bad_rows)
-        print0(f"data file: {conversations.report}")
-    else:
-        tokenizer = data.build_toy_tokenizer()      # deterministic: every rank builds the same one
-        tokenizer_dir = os.path.join(cfg.out_dir, "tokenizer")
-        if rank == 0:
-            data.save_tokenizer(tokenizer, tokenizer_dir)
-        conversations = toy.sft_conversations(cfg.toy_math_examples, cfg.toy_code_examples, seed=cfg.seed,
-                                              wrong_fraction=cfg.toy_wrong_fraction)
+    --tokenizer, or the toy's. Raises InputError for anything wrong in what the user gave."""
+    sft_data, tokenizer_path = cfg.data, cfg.tokenizer
+    if not (sft_data or cfg.toy == "none"):   # the toy: distill.py's output on the toy teacher's files
+        sft_data = os.path.join("out", "distill", "sft.jsonl")
+        if not os.path.isfile(sft_data):
+            raise InputError(f"--toy={cfg.toy}: no {sft_data}: distill.py writes it from the files of `python "
+                             f"tools/toy.py --task={cfg.toy}` (bash train.sh runs both), or give --data")
+        tokenizer_path = tokenizer_path or read(f"--toy={cfg.toy}", data.toy_files, cfg.toy, "tokenizer")
+    if not sft_data:
+        raise InputError("no SFT data: give --data (or --toy=countdown|sums)")
+    if not tokenizer_path:
+        raise InputError("--data needs --tokenizer (a dir or tokenizer.json, e.g. the base model's dir)")
+    tokenizer = read(f"--tokenizer={tokenizer_path}", data.load_tokenizer, tokenizer_path)
+    tokenizer_dir = tokenizer_path if os.path.isdir(tokenizer_path) else os.path.dirname(tokenizer_path)
+    conversations = read("--data", data.load_sft_jsonl, sft_data, skip_bad_rows=cfg.skip_bad_rows)
+    print0(f"data file: {conversations.report}")
     examples, report = read("--data", data.encode_sft_dataset, tokenizer, conversations, cfg.max_len, cfg.overlong)
     print0(f"data: {report}")
     if not examples:
-        raise InputError(f"--data={cfg.data or '(toy)'}: no conversation left to train on ({report})")
+        raise InputError(f"--data={sft_data}: no conversation left to train on ({report})")
     loader = data.PackedLoader(examples, row_tokens=cfg.row_tokens, rows_per_step=cfg.rows_per_step, rank=rank,
                                world_size=world, seed=cfg.seed, pad_id=data.special_token_ids(tokenizer)["endoftext"])
     return tokenizer, tokenizer_dir, loader

@@ -14,7 +14,8 @@
 #   BASE_MODEL=/ckpt/Qwen3-8B-Base SFT_DATA=sft.jsonl MATH_DATA=math.jsonl CODE_DATA=code.jsonl \
 #   EVAL_MATH=aime24.jsonl,aime25.jsonl EVAL_CODE=lcb_v5.jsonl NPROC=8 bash train.sh
 # Several nodes: run it on every node with NNODES=N NODE_RANK=R MASTER_ADDR=host0 MASTER_PORT=29500.
-# Extra options for one stage: DISTILL_ARGS="--k=8" (toy), SFT_ARGS="--epochs=2", GPPO_ARGS="--steps=100", EVAL_ARGS="--k=16".
+# Extra options for one stage: TOY_ARGS="--k=8" (tools/toy.py), DISTILL_ARGS, SFT_ARGS="--epochs=2",
+# GPPO_ARGS="--steps=100", EVAL_ARGS="--k=16".
 # OUT (default out/) holds every stage's output; a stage that fails stops the script with its name.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -26,15 +27,16 @@ if [ "${1:-}" = "quick" ]; then
   # says so (the full run, bash train.sh, learns the task). A stage's *_ARGS still go last and win.
   shift
   OUT=${OUT:-out/quick}
-  DISTILL_ARGS="--toy_easy_prompts=500 --toy_hard_prompts=100 --toy_code_prompts=20 --toy_code_k=4 ${DISTILL_ARGS:-}"
+  TOY_ARGS="--easy_prompts=500 --hard_prompts=100 --code_prompts=20 --code_k=4 --test_problems=40 --test_programs=4 ${TOY_ARGS:-}"
   SFT_ARGS="--row_tokens=512 --log_every=30 ${SFT_ARGS:-}"
   GPPO_ARGS="--steps=5 --prompts_per_step=16 --eval_every=0 ${GPPO_ARGS:-}"
-  EVAL_ARGS="--toy_math=40 --toy_code=4 --k=2 ${EVAL_ARGS:-}"
+  EVAL_ARGS="--k=2 ${EVAL_ARGS:-}"
 fi
 OUT=${OUT:-out}
 NPROC_SET=${NPROC:-}
 NPROC=${NPROC:-1}
 NNODES=${NNODES:-1}
+TOY_ARGS=${TOY_ARGS:-}
 DISTILL_ARGS=${DISTILL_ARGS:-}
 SFT_ARGS=${SFT_ARGS:-}
 GPPO_ARGS=${GPPO_ARGS:-}
@@ -103,17 +105,21 @@ if [ -n "${BASE_MODEL:-}" ]; then
   stage eval-rl "${LAUNCH[@]}" eval.py --model="$FINAL" "${EVAL_SETS[@]}" --k=64 --max_tokens=32768 \
       --out_dir="$OUT/eval/rl" $EVAL_ARGS
 elif [ "${TOY:-countdown}" = "sums" ]; then
-  # --- the old toy (docs/toy_sums.md): multi-digit sums; greedy is right after SFT, so RL only sharpens sampling
-  stage distill python distill.py --toy=true --toy_task=sums --toy_code_prompts=224 --toy_code_k=36 \
-      --out_dir="$OUT/distill" $DISTILL_ARGS
+  # --- the old toy (docs/toy_sums.md): multi-digit sums; greedy is right after SFT, so RL only sharpens sampling.
+  # Its files (tools/toy.py): the teacher's responses, RL prompts and held-out sets of 3-digit sums, programs.
+  T="$OUT/toy/sums"
+  stage toy python tools/toy.py --task=sums --out="$T" $TOY_ARGS
+  stage distill python distill.py --responses="$T/teacher/toy_math.jsonl,$T/teacher/toy_code.jsonl" \
+      --benchmarks="$T/test/toy_math.jsonl" --out_dir="$OUT/distill" $DISTILL_ARGS
   [ -n "${NPROC_SET:-}" ] || LAUNCH=(torchrun --standalone --nproc_per_node=2)
-  stage sft "${LAUNCH[@]}" sft.py --data="$OUT/distill/sft.jsonl" --tokenizer="$OUT/distill/tokenizer" --epochs=1 \
+  stage sft "${LAUNCH[@]}" sft.py --data="$OUT/distill/sft.jsonl" --tokenizer="$T/tokenizer" --epochs=1 \
       --out_dir="$OUT/sft" $SFT_ARGS
-  stage gppo "${LAUNCH[@]}" gppo.py --init_from="$OUT/sft/hf" --out_dir="$OUT/gppo" --toy_task=sums --max_gen_rounds=2 \
-      --lr=2e-5 --max_response_len=192 --steps=60 --eval_k=0 $GPPO_ARGS
+  stage gppo "${LAUNCH[@]}" gppo.py --init_from="$OUT/sft/hf" --out_dir="$OUT/gppo" --math_data="$T/rl/toy_math.jsonl" \
+      --eval_data="$T/test/toy_math.jsonl" --max_gen_rounds=2 --lr=2e-5 --max_response_len=192 --steps=60 --eval_k=0 \
+      $GPPO_ARGS
   for m in sft:sft gppo:rl; do
-    stage eval-${m#*:} "${LAUNCH[@]}" eval.py --model="$OUT/${m%:*}/hf" --out_dir="$OUT/eval/${m#*:}" --toy_task=sums \
-        --toy_min_digits=3 --toy_max_digits=3 --k=4 $EVAL_ARGS
+    stage eval-${m#*:} "${LAUNCH[@]}" eval.py --model="$OUT/${m%:*}/hf" --out_dir="$OUT/eval/${m#*:}" \
+        --math_data="$T/test/toy_math.jsonl" --code_data="$T/test/toy_code.jsonl" --k=4 $EVAL_ARGS
   done
   python experiments/plot_train.py --metrics="$OUT/gppo/metrics.jsonl"
 else
@@ -124,20 +130,26 @@ else
   # half the time (most 4-number ones), only the correct ones of the others; with them, toy programs whose naive
   # version earns partial credit. The SFT model then solves a 3-number problem about 2 times in 5 at T = 1, greedy
   # no better, 8 samples 9 times in 10 (4-number problems: 1 in 6, 2 in 3): RL's job is to make the searches that
-  # sampling finds the ones it samples (docs/toy_countdown.md).
-  stage distill python distill.py --toy=true --out_dir="$OUT/distill" $DISTILL_ARGS
+  # sampling finds the ones it samples (docs/toy_countdown.md). The toy's files first (tools/toy.py): its tokenizer,
+  # the teacher's responses, RL prompts and held-out sets, in the formats of public data sets.
+  T="$OUT/toy/countdown"
+  stage toy python tools/toy.py --task=countdown --out="$T" $TOY_ARGS
+  stage distill python distill.py --out_dir="$OUT/distill" \
+      --responses="$T/teacher/countdown_3.jsonl,$T/teacher/countdown_4.jsonl,$T/teacher/toy_code.jsonl" \
+      --benchmarks="$T/test/countdown_3.jsonl,$T/test/countdown_4.jsonl" $DISTILL_ARGS
   # One epoch of rows of 1024 tokens, 2 per step (more, smaller steps learn this best). One thread per process: two
   # processes use two cores better than one process with two threads.
   [ -n "${NPROC_SET:-}" ] || LAUNCH=(torchrun --standalone --nproc_per_node=2)
-  stage sft "${LAUNCH[@]}" sft.py --data="$OUT/distill/sft.jsonl" --tokenizer="$OUT/distill/tokenizer" --epochs=1 \
+  stage sft "${LAUNCH[@]}" sft.py --data="$OUT/distill/sft.jsonl" --tokenizer="$T/tokenizer" --epochs=1 \
       --row_tokens=1024 --rows_per_step=2 --out_dir="$OUT/sft" $SFT_ARGS
   # RL on the 3-number prompts, where the SFT model's T = 1 success is in 0.2..0.5 (on the 4-number ones it is below,
   # and RL there plateaus: benchmarks/RESULTS.md), 60 steps; held-out greedy, Avg@4 and pass@4 every 10 steps
-  stage gppo "${LAUNCH[@]}" gppo.py --init_from="$OUT/sft/hf" --out_dir="$OUT/gppo" --toy_numbers=3 --steps=60 \
-      $GPPO_ARGS
+  stage gppo "${LAUNCH[@]}" gppo.py --init_from="$OUT/sft/hf" --out_dir="$OUT/gppo" --math_data="$T/rl/countdown_3.jsonl" \
+      --eval_data="$T/test/countdown_3.jsonl" --steps=60 $GPPO_ARGS
   # evaluated on held-out 3- and 4-number problems and toy programs
   for m in sft:sft gppo:rl; do
-    stage eval-${m#*:} "${LAUNCH[@]}" eval.py --model="$OUT/${m%:*}/hf" --out_dir="$OUT/eval/${m#*:}" --k=8 \
+    stage eval-${m#*:} "${LAUNCH[@]}" eval.py --model="$OUT/${m%:*}/hf" --out_dir="$OUT/eval/${m#*:}" \
+        --math_data="$T/test/countdown_3.jsonl,$T/test/countdown_4.jsonl" --code_data="$T/test/toy_code.jsonl" --k=8 \
         --max_tokens=400 $EVAL_ARGS
   done
   python experiments/plot_train.py --metrics="$OUT/sft/metrics.jsonl"

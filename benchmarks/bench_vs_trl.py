@@ -6,7 +6,7 @@ train.sh` makes one in out/sums/sft/hf), train on the same prompts in the same o
 loss over each mini-batch, clip 0.2 / 0.28 and dual-clip 10, no KL term, old logprobs recomputed before the updates.
 TRL runs `loss_type="bnpo"`, `steps_per_generation=8`, `epsilon_high=0.28`, `delta=10`, `beta=0`; gppo.py runs its
 defaults with the zero-advantage filter off (TRL trains on every group, so both sides do the same work). Two workloads:
-  toy       the toy RL task as `python gppo.py` runs it: 3-digit sums, 192 new tokens at most (responses ~37 tokens);
+  toy       the sums toy's RL task as train.sh runs it: 3-digit sums, 192 new tokens at most (responses ~37 tokens);
   longtail  the same prompts, but longtail_prompts of every 32 are sums of two longtail_digits-digit numbers, which the
             toy model never learned to stop on: most of their samples run to the longtail_tokens limit (1-2K), as in
             real reasoning RL, where a batch mixes short responses with a few very long ones.
@@ -45,6 +45,7 @@ TRL_PINS = ("trl==1.16.0", "transformers==5.23.0")
 @dataclass
 class BenchConfig:
     model: str = "out/sums/sft/hf"     # the sums toy's SFT checkpoint both sides start from
+    toy_dir: str = "out/sums/toy/sums"  # the sums toy's files (tools/toy.py; TOY=sums OUT=out/sums bash train.sh)
     workloads: str = "toy,longtail"
     steps: int = 4                     # timed RL steps per side (toy); the median is reported
     warmup: int = 1                    # RL steps run first and not timed (first-call costs)
@@ -71,11 +72,13 @@ PROMPTS_PER_STEP, GROUP, MINI_BATCH = 32, 8, 4
 
 def workload_options(cfg: BenchConfig, name: str, run_dir: str) -> list:
     """gppo.py options that define the workload (the rest are gppo.py's defaults). The sums toy, pinned: gppo.py's
-    default toy is Countdown now, but this comparison and its logged numbers are on sums (TOY=sums bash train.sh)."""
-    sums = ["--toy_task=sums", "--lr=2e-5"]   # TRL's side: the same lr (run_trl)
+    default toy is Countdown now, but this comparison and its logged numbers are on sums (TOY=sums bash train.sh):
+    its RL prompts and held-out set, as train.sh's gppo stage reads them."""
+    lr = "--lr=2e-5"   # TRL's side: the same lr (run_trl)
     if name == "toy":
-        return [*sums, "--max_response_len=192"]
-    return [*sums, f"--math_data={longtail_data(cfg, run_dir)}", f"--max_response_len={cfg.longtail_tokens}"]
+        return [f"--math_data={cfg.toy_dir}/rl/toy_math.jsonl", f"--eval_data={cfg.toy_dir}/test/toy_math.jsonl", lr,
+                "--max_response_len=192"]
+    return [f"--math_data={longtail_data(cfg, run_dir)}", lr, f"--max_response_len={cfg.longtail_tokens}"]
 
 
 def response_limit(options: list) -> int:
@@ -90,10 +93,9 @@ def longtail_data(cfg: BenchConfig, run_dir: str) -> str:
     import numpy as np
 
     import data
-    from parts import toy
     from gppo import GPPOConfig
     n = (cfg.warmup + cfg.longtail_steps) * PROMPTS_PER_STEP
-    short = toy.math_problems(n, seed=GPPOConfig.seed, split="train", min_digits=3, max_digits=3)
+    short = data.load_math_jsonl(os.path.join(cfg.toy_dir, "rl", "toy_math.jsonl"))[:n]   # the toy's 3-digit sums
     rng, d = random.Random(0), cfg.longtail_digits
     stream = []
     for j in range(n):

@@ -49,8 +49,8 @@ from parts.trainer import run_entry_point  # noqa: E402
 @dataclass
 class ProfileConfig:
     model: str = "out/sums/sft/hf"   # a Hugging Face checkpoint directory (with its tokenizer)
-    math_data: str = ""           # RL prompts as gppo.py reads them; empty: the toy's problems
-    toy_task: str = "sums"        # the toy of the logged numbers (TOY=sums OUT=out/sums bash train.sh); or countdown
+    math_data: str = "out/sums/toy/sums/rl/toy_math.jsonl"   # RL prompts as gppo.py reads them; the default: the
+    #                               sums toy's, of the logged numbers (TOY=sums OUT=out/sums bash train.sh)
     prompts: int = 32             # gppo.py's prompts_per_step
     samples: int = 8              # gppo.py's group_size
     max_tokens: int = 192         # gppo.py's max_response_len
@@ -72,7 +72,7 @@ class ProfileConfig:
 
 def main(c: ProfileConfig):
     torch.set_num_threads(c.threads)
-    rl = gppo.GPPOConfig(math_data=c.math_data, toy_task=c.toy_task, group_size=c.samples, max_response_len=c.max_tokens)
+    rl = gppo.GPPOConfig(math_data=c.math_data, group_size=c.samples, max_response_len=c.max_tokens)
     tokenizer = data.load_tokenizer(c.model)
     tasks = gppo.load_tasks(rl, tokenizer)
     model = model_py.from_pretrained(c.model, dtype=torch.float32, device=torch.device("cpu")).eval()

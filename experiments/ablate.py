@@ -1,8 +1,9 @@
 """The paper's ablations in miniature, on the Countdown toy: one SFT checkpoint, one change per arm, paired seeds.
 
 Every RL run is `gppo.py` from the SAME toy SFT model (distill.py's recipe, sft.py as train.sh runs it); the runs of
-an arm differ in one option and in the seed (prompt order, sampling), and every arm runs the same seeds, so two
-variants are compared seed by seed. Per step gppo.py logs the on-policy accuracy on fresh prompts and the treatment
+an arm differ in one option and in the seed (the RL prompts, their order, sampling: seed s trains on the files
+`tools/toy.py --seed=s --rl_seed=s` writes), and every arm runs the same seeds, so two variants are compared seed
+by seed. Per step gppo.py logs the on-policy accuracy on fresh prompts and the treatment
 checks (approx KL, clip fractions by side, the share of the gradient's per-token coefficients on clipped tokens,
 the grad norm and whether the clip at grad_clip acted, the entropy of all and of the clipped tokens); after the last
 step eval.py scores the final model on final_eval_problems held-out problems x 4 samples at T = 1.
@@ -46,12 +47,6 @@ sys.path.insert(0, ROOT)
 from experiments.verdicts import ALPHA, Claim, compare, family_verdicts, interval, mde, seeds_needed  # noqa: E402
 from parts.cli import parse_config  # noqa: E402
 
-
-def held_out_kind(toy_numbers: int, gppo_args: str) -> str:
-    """'3-number' or '4-number': the toy RL prompts and held-out problems of gppo.py, --toy_numbers unless
-    --gppo_args overrides it (the last option wins, as parts/cli.py reads it)."""
-    given = [a.split("=", 1)[1] for a in shlex.split(gppo_args) if a.startswith("--toy_numbers=")]
-    return f"{given[-1] if given else toy_numbers}-number"
 
 # arm -> (title with the paper's claim, [(variant label, run name)]); run name -> gppo.py options
 ARMS = {"loss": ("GPPO (β1 = 1, 0.5, 0.25) vs GRPO (Clip-Higher) vs CISPO at 8 updates per batch — paper Fig. 2: "
@@ -273,89 +268,117 @@ def plan(cfg):
         sft_runs = ["sft-mixed-s0"] + [r for r in sft_runs if r != "sft-mixed-s0"]
     base, base_after = (cfg.sft_from, []) if cfg.sft_from else (os.path.join(run_dir("sft-mixed-s0"), "hf"), ["sft-mixed-s0"])
 
-    def eval_job(of, model, out, options, after, seed):
+    def eval_job(of, model, out, options, after, seed, problems):
         done = os.path.join(out, "results.json")
         return dict(name=f"{os.path.basename(out)}:{of}", dir=out, after=after, steps=None, seed=seed,
-                    done=lambda: os.path.exists(done), cmd=["eval.py", f"--model={model}", f"--out_dir={out}",
+                    problems=problems, done=lambda: os.path.exists(done), cmd=["eval.py", f"--model={model}", f"--out_dir={out}",
                                                             f"--k={cfg.eval_k}", "--reward_workers=2", *options])
 
-    def sft_jobs(name):
-        """The SFT run `name` and, before it, the distill.py run that makes its data (same seed)."""
-        d, seed, data_dir = run_dir(name), name.rsplit("-s", 1)[1], run_dir("distill-" + name)
-        made = os.path.join(data_dir, "report.json")
-        return [dict(name="distill-" + name, dir=data_dir, done=lambda: os.path.exists(made), after=[], steps=None,
-                     seed=int(seed), cmd=["distill.py", "--toy=true", f"--keep={SFT_KEEP[name.rsplit('-', 1)[0]]}",
-                                          f"--seed={seed}", f"--out_dir={data_dir}"]),
-                dict(name=name, dir=d, done=exported(d), after=["distill-" + name], steps=None, seed=int(seed), cmd=[
-                    "sft.py", f"--out_dir={d}", f"--seed={seed}", f"--data={data_dir}/sft.jsonl",
-                    f"--tokenizer={data_dir}/tokenizer", *shlex.split(cfg.sft_args)])]
+    toys = {}   # seed -> the job writing the toy's files of that seed (tools/toy.py), planned once
 
-    def rl_job(name, seed, steps, task, options, eval_every):
-        d = run_dir(f"{name}-s{seed}")
+    def toy_job(seed):
+        """The toy's files of a seed: the teacher's responses (distill.py), RL prompts, held-out sets (the same for
+        every seed: sized for the evals below). Returns the directory; the job joins the plan the first time."""
+        d = run_dir(f"toy-s{seed}")
+        if seed not in toys:
+            last = os.path.join(d, "test", "toy_code.jsonl")   # written last
+            toys[seed] = dict(name=f"toy-s{seed}", dir=d, done=lambda: os.path.exists(last), after=[], steps=None,
+                              seed=seed, cmd=["tools/toy.py", "--task=countdown", f"--seed={seed}", f"--rl_seed={seed}",
+                                              f"--rl_programs={cfg.code_prompts}", f"--test_problems={test_problems}",
+                                              f"--test_programs={cfg.eval_code_problems}", f"--out={d}"])
+            jobs.append(toys[seed])
+        return d
+
+    def sft_jobs(name):
+        """The SFT run `name` and, before it, the distill.py run that makes its data (same seed) from the toy's."""
+        d, seed, data_dir = run_dir(name), int(name.rsplit("-s", 1)[1]), run_dir("distill-" + name)
+        made = os.path.join(data_dir, "report.json")
+        toy = toy_job(seed)
+        teacher = ",".join(os.path.join(toy, "teacher", f"{n}.jsonl")
+                           for n in ("countdown_3", "countdown_4", "toy_code"))
+        benchmarks = ",".join(os.path.join(toy, "test", f"countdown_{n}.jsonl") for n in (3, 4))
+        return [dict(name="distill-" + name, dir=data_dir, done=lambda: os.path.exists(made), after=[f"toy-s{seed}"],
+                     steps=None, seed=seed, cmd=["distill.py", f"--responses={teacher}", f"--benchmarks={benchmarks}",
+                                                 f"--keep={SFT_KEEP[name.rsplit('-', 1)[0]]}", f"--seed={seed}",
+                                                 f"--out_dir={data_dir}"]),
+                dict(name=name, dir=d, done=exported(d), after=["distill-" + name], steps=None, seed=seed, cmd=[
+                    "sft.py", f"--out_dir={d}", f"--seed={seed}", f"--data={data_dir}/sft.jsonl",
+                    f"--tokenizer={toy}/tokenizer", *shlex.split(cfg.sft_args)])]
+
+    def rl_job(name, seed, steps, code, options, eval_every):
+        d, toy = run_dir(f"{name}-s{seed}"), toy_job(seed)
         done = lambda d=d, n=steps: max(read_metrics(os.path.join(d, "metrics.jsonl")) or [0]) >= n and exported(d)()
-        return dict(name=f"{name}-s{seed}", dir=d, done=done, after=base_after, steps=steps, seed=seed, cmd=[
+        task = [f"--code_data={toy}/rl/toy_code.jsonl", f"--prompts_per_step={cfg.code_prompts_per_step}",
+                "--max_response_len=256"] if code else [
+            f"--math_data={toy}/rl/countdown_{cfg.toy_numbers}.jsonl",
+            f"--eval_data={toy}/test/countdown_{cfg.toy_numbers}.jsonl", *math_task]
+        return dict(name=f"{name}-s{seed}", dir=d, done=done, after=base_after + [f"toy-s{seed}"], steps=steps,
+                    seed=seed, cmd=[
             "gppo.py", f"--init_from={base}", f"--out_dir={d}", f"--seed={seed}", f"--steps={steps}",
             f"--mini_batch_prompts={cfg.mini_batch_prompts}", f"--lr={cfg.lr}", f"--group_size={cfg.group_size}",
             f"--warmup_steps={cfg.warmup_steps}", f"--eval_every={eval_every}", f"--ckpt_every={cfg.ckpt_every}",
             "--reward_workers=2", *task, *options, *shlex.split(cfg.gppo_args)])
 
-    code_eval = ["--toy_math=0", f"--toy_code={cfg.eval_code_problems}", "--max_tokens=400"]
+    test_problems = cfg.final_eval_problems or cfg.eval_problems   # the held-out sets' size (gppo.py reads a prefix)
+    held_out = lambda seed, code: ([f"--code_data={toy_job(seed)}/test/toy_code.jsonl"] if code else  # noqa: E731
+                                   [f"--math_data={toy_job(seed)}/test/countdown_3.jsonl,"
+                                    f"{toy_job(seed)}/test/countdown_4.jsonl"])
+    code_eval = ["--max_tokens=400"]
     # the RL temperature (gppo.py's held-out eval samples as the policy does): 3- and 4-number sets, the metric reads
     # the RL prompts' kind
-    final_eval = ["--toy_code=0", f"--toy_math={cfg.final_eval_problems}", "--temperature=1.0", "--top_p=1.0",
-                  f"--max_tokens={cfg.max_response_len}"]
-    math_task = [f"--toy_numbers={cfg.toy_numbers}", f"--eval_problems={cfg.eval_problems}",
+    final_eval = ["--temperature=1.0", "--top_p=1.0", f"--max_tokens={cfg.max_response_len}"]
+    math_task = [f"--eval_problems={cfg.eval_problems}",
                  f"--eval_k={cfg.rl_eval_k}", f"--prompts_per_step={cfg.prompts_per_step}",
                  f"--max_gen_rounds={cfg.max_gen_rounds}", f"--max_response_len={cfg.max_response_len}"]
     for name in sft_runs[:1] if needs_base else []:
         jobs += sft_jobs(name)
     if "loss_off" in arms:   # the pilot: GPPO at each candidate lr, no held-out eval (process metrics only)
-        jobs += [rl_job(f"pilot-lr{lr:g}", cfg.pilot_seed, cfg.pilot_steps, math_task,
+        jobs += [rl_job(f"pilot-lr{lr:g}", cfg.pilot_seed, cfg.pilot_steps, False,
                         rl_options(f"pilot-lr{lr:g}", cfg), 0) for lr in pilot_lrs(cfg)]
+    first = len(jobs)   # the base model's toy files, its data and the base model; the pilot
     if "code" in arms:
-        jobs.append(eval_job("base", base, os.path.join(run_dir("base"), "eval_code"), code_eval, base_after, 0))
+        jobs.append(eval_job("base", base, os.path.join(run_dir("base"), "eval_code"), held_out(0, True) + code_eval,
+                             base_after + ["toy-s0"], 0, cfg.eval_code_problems))
     for name in rl_runs:
         code = name.startswith("code")
-        task = ["--toy_problems=0", f"--toy_code_prompts={cfg.code_prompts}",
-                f"--prompts_per_step={cfg.code_prompts_per_step}", "--max_response_len=256"] if code else math_task
         for s in range(cfg.seeds):
-            jobs.append(rl_job(name, s, cfg.code_steps if code else cfg.steps, task, rl_options(name, cfg, off_lr),
+            jobs.append(rl_job(name, s, cfg.code_steps if code else cfg.steps, code, rl_options(name, cfg, off_lr),
                                0 if code else cfg.eval_every))
             d = run_dir(f"{name}-s{s}")
             if code:
-                jobs.append(eval_job(f"{name}-s{s}", os.path.join(d, "hf"), os.path.join(d, "eval_code"), code_eval,
-                                     [f"{name}-s{s}"], s))
+                jobs.append(eval_job(f"{name}-s{s}", os.path.join(d, "hf"), os.path.join(d, "eval_code"),
+                                     held_out(s, True) + code_eval, [f"{name}-s{s}"], s, cfg.eval_code_problems))
             elif cfg.final_eval_problems:
-                jobs.append(eval_job(f"{name}-s{s}", os.path.join(d, "hf"), os.path.join(d, "eval_final"), final_eval,
-                                     [f"{name}-s{s}"], s))
+                jobs.append(eval_job(f"{name}-s{s}", os.path.join(d, "hf"), os.path.join(d, "eval_final"),
+                                     held_out(s, False) + final_eval, [f"{name}-s{s}"], s, 2 * test_problems))
     for name in sft_runs[1:] if needs_base else sft_runs:
         jobs += sft_jobs(name)
-    sft_eval = ["--toy_code=0", f"--toy_math={cfg.final_eval_problems or cfg.eval_problems}", "--max_tokens=400"]
     for name in sft_runs if "sft" in arms else []:   # easy (3 numbers) and hard (4 numbers) held-out problems
-        jobs.append(eval_job(name, os.path.join(run_dir(name), "hf"), os.path.join(run_dir(name), "eval"), sft_eval,
-                             [name], int(name.rsplit("-s", 1)[1])))
-    first = len(sft_jobs("sft-mixed-s0")) if needs_base else 0   # the base model's data, then the base model
-    first += len(pilot_lrs(cfg)) if "loss_off" in arms else 0
-    # seed by seed, longest first within a seed (LPT, so the last minutes are short jobs on both cores), its evals last
-    order = lambda j: (j["seed"], j["cmd"][0] == "eval.py", -core_minutes(j, cfg))  # noqa: E731
+        seed = int(name.rsplit("-s", 1)[1])
+        jobs.append(eval_job(name, os.path.join(run_dir(name), "hf"), os.path.join(run_dir(name), "eval"),
+                             held_out(seed, False) + ["--max_tokens=400"], [name], seed, 2 * test_problems))
+    # seed by seed: its toy files first (the rest reads them), then longest first (LPT, so the last minutes are short
+    # jobs on both cores), its evals last
+    order = lambda j: (j["seed"], j["cmd"][0] != "tools/toy.py", j["cmd"][0] == "eval.py",  # noqa: E731
+                       -core_minutes(j, cfg))
     return jobs[:first] + sorted(jobs[first:], key=order)
 
 
 def core_minutes(job, cfg) -> float:
     """A job's expected minutes on one core, two runs at once on the 2-core machine (measured on the toy, runs
     without the periodic held-out eval a little less): math RL 30 steps 4 at 8 updates per batch, 5.5 at 16; code RL
-    7 per 12 steps; SFT about 12 (twice train.sh's 2-process 6); distill.py 2.5; eval.py 1 per 800 samples."""
+    7 per 12 steps; SFT about 12 (twice train.sh's 2-process 6); distill.py 2.5; eval.py 1 per 800 samples;
+    tools/toy.py 0.5."""
     tool, cmd = job["cmd"][0], job["cmd"]
     if tool == "gppo.py":
         steps = int([a for a in cmd if a.startswith("--steps=")][-1].split("=")[1])
         mini = int([a for a in cmd if a.startswith("--mini_batch_prompts=")][-1].split("=")[1])
-        per_30 = 7 * 30 / 12 if "--toy_problems=0" in cmd else 2.5 + 3 * (cfg.prompts_per_step // mini) / 16
+        code = any(a.startswith("--code_data=") for a in cmd)
+        per_30 = 7 * 30 / 12 if code else 2.5 + 3 * (cfg.prompts_per_step // mini) / 16
         return per_30 * steps / 30
     if tool == "eval.py":
-        problems = sum(int(a.split("=")[1]) for a in cmd if a.startswith(("--toy_math=", "--toy_code=")))
-        sets = 2 if any(a.startswith("--toy_math=") and a != "--toy_math=0" for a in cmd) else 1
-        return max(0.5, problems * sets * cfg.eval_k / 800)
-    return {"sft.py": 12, "distill.py": 2.5}[tool]
+        return max(0.5, job["problems"] * cfg.eval_k / 800)
+    return {"sft.py": 12, "distill.py": 2.5, "tools/toy.py": 0.5}[tool]
 
 
 def progress(job):
@@ -588,7 +611,7 @@ def avg_at_k(path, bench):
 def report(cfg, wall_minutes):
     run_file = lambda *p: os.path.join(cfg.out_dir, "runs", *p)  # noqa: E731
     seeds = range(cfg.seeds)
-    kind = held_out_kind(cfg.toy_numbers, cfg.gppo_args)
+    kind = f"{cfg.toy_numbers}-number"
     after = f"steps {cfg.warmup_steps + 1}-{cfg.steps}"
     metric = f"on-policy accuracy, mean over {after}" if cfg.metric == "on_policy" else \
         f"held-out Avg@{cfg.rl_eval_k} at step {cfg.steps}"
@@ -751,7 +774,7 @@ def dry_run(cfg):
     if "loss_off" in cfg.arms.split(",") and off_policy_lr(cfg)[0] is None:   # planned after the pilot
         mini = f"--mini_batch_prompts={cfg.prompts_per_step // cfg.off_updates}"
         one = core_minutes(dict(cmd=["gppo.py", f"--steps={cfg.steps}", mini]), cfg)
-        one += core_minutes(dict(cmd=["eval.py", "--toy_code=0", f"--toy_math={cfg.final_eval_problems}"]), cfg) \
+        one += core_minutes(dict(cmd=["eval.py"], problems=2 * cfg.final_eval_problems), cfg) \
             if cfg.final_eval_problems else 0
         waiting = [len(ARMS["loss_off"][1]) * cfg.seeds, len(ARMS["loss_off"][1]) * cfg.seeds * one]
     for j in todo:

@@ -1,12 +1,13 @@
 """The Countdown toy's calibration, on SFT statistics only (no RL): is the SFT model in the regime where RL can matter?
 
-After SFT, on the RL prompt distribution (held-out problems of --rl_numbers numbers: 3, as train.sh's gppo stage runs
---toy_numbers=3, and `bash train.sh ablate`) the targets are:
+After SFT, on the RL prompt distribution (held-out problems of --rl_numbers numbers: 3, as train.sh's gppo stage trains
+on rl/countdown_3.jsonl, and `bash train.sh ablate`) the targets are:
     0.2 <= pass@1 at T = 1 <= 0.5      greedy accuracy <= 0.7      pass@8 >= 1.5 x pass@1
 and the hard prompts markedly harder than the easy (3-number) ones: pass@1 hard <= 0.75 x pass@1 easy.
-It runs train.sh's first two stages (distill.py --toy=true, then sft.py as train.sh runs it) unless --sft_dir is
-given, then eval.py twice on both held-out sets (k samples at T = 1 without top-p; greedy), and prints the table.
-Run:  python experiments/countdown_calibrate.py                         # distill + SFT + measure, ~8 min on 2 cores
+It runs train.sh's first stages (tools/toy.py, distill.py on its teacher files, then sft.py as train.sh runs it) unless
+--sft_dir is given, then eval.py twice on both held-out sets (k samples at T = 1 without top-p; greedy), and prints the
+table.
+Run:  python experiments/countdown_calibrate.py                         # toy, distill, SFT, measure: ~8 min, 2 cores
       python experiments/countdown_calibrate.py --sft_dir=out/sft/hf     # measure an SFT model, ~1 min
 """
 import json
@@ -22,7 +23,7 @@ from parts.cli import parse_config  # noqa: E402
 
 @dataclass
 class CalibrateConfig:
-    out_dir: str = "out/calibrate"   # distill/, sft/, eval_t1/, eval_greedy/, calibration.json
+    out_dir: str = "out/calibrate"   # toy/, distill/, sft/, eval_t1/, eval_greedy/, calibration.json
     sft_dir: str = ""                # an SFT Hugging Face dir to measure; empty = make one as train.sh does
     problems: int = 200              # held-out problems per set (3 and 4 numbers)
     k: int = 8                       # samples per problem at T = 1
@@ -39,7 +40,9 @@ def stage(cmd, nproc):
 
 
 def measure(cfg: CalibrateConfig, model: str) -> dict:
-    common = [f"--model={model}", "--toy_code=0", f"--toy_math={cfg.problems}", f"--max_tokens={cfg.max_tokens}"]
+    toy = os.path.join(cfg.out_dir, "toy")
+    sets = ",".join(os.path.join(toy, "test", f"countdown_{n}.jsonl") for n in (3, 4))
+    common = [f"--model={model}", f"--math_data={sets}", f"--max_tokens={cfg.max_tokens}"]
     runs = {"t1": [f"--k={cfg.k}", "--temperature=1.0", "--top_p=1.0"], "greedy": ["--k=1", "--temperature=0.0"]}
     results = {}
     for name, options in runs.items():
@@ -69,10 +72,14 @@ def main(cfg: CalibrateConfig):
     if cfg.rl_numbers not in (3, 4):
         raise SystemExit(f"countdown_calibrate.py: --rl_numbers must be 3 or 4 (the held-out sets), "
                          f"got {cfg.rl_numbers}")
-    model = cfg.sft_dir
+    model, toy = cfg.sft_dir, os.path.join(cfg.out_dir, "toy")
+    stage(["tools/toy.py", "--task=countdown", f"--test_problems={cfg.problems}", f"--out={toy}"], 1)
     if not model:
-        stage(["distill.py", "--toy=true", f"--out_dir={cfg.out_dir}/distill"], 1)
-        stage(["sft.py", f"--data={cfg.out_dir}/distill/sft.jsonl", f"--tokenizer={cfg.out_dir}/distill/tokenizer",
+        teacher = ",".join(os.path.join(toy, "teacher", f"{n}.jsonl")
+                           for n in ("countdown_3", "countdown_4", "toy_code"))
+        stage(["distill.py", f"--responses={teacher}", f"--out_dir={cfg.out_dir}/distill",
+               "--benchmarks=" + ",".join(os.path.join(toy, "test", f"countdown_{n}.jsonl") for n in (3, 4))], 1)
+        stage(["sft.py", f"--data={cfg.out_dir}/distill/sft.jsonl", f"--tokenizer={toy}/tokenizer",
                "--epochs=1", "--row_tokens=1024", "--rows_per_step=2", f"--out_dir={cfg.out_dir}/sft"], cfg.nproc)
         model = os.path.join(cfg.out_dir, "sft", "hf")
     report = measure(cfg, model)

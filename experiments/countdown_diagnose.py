@@ -1,5 +1,6 @@
 """Where do a Countdown model's samples go wrong? Each sample is sorted into exactly one bucket, checked line by line
-against its own problem (the teacher's format: one attempt per line, `12+5=17*3=51 vs 41 no`; parts/countdown.py):
+against its own problem (the teacher's format: one attempt per line, `12+5=17*3=51 vs 41 no`;
+tools/toy_tasks/countdown.py):
 
     right       the reward is 1
     format      no `</think>`, no parsable boxed answer, or a think line that is not an attempt (often: cut off)
@@ -13,7 +14,8 @@ against its own problem (the teacher's format: one attempt per line, `12+5=17*3=
 
 and, beside the buckets: attempts per response (right and gave_up), repeated attempts, response tokens. A model that
 mostly gives up after correct attempts can gain from searching longer or better (RL's job); one whose attempts are
-wrong needs more SFT. Run (after `bash train.sh`, or on any Countdown checkpoint):
+wrong needs more SFT. The problems: the toy's held-out sets (python tools/toy.py). Run (after `bash train.sh`, or on any
+Countdown checkpoint):
   python experiments/countdown_diagnose.py --model=out/sft/hf
   python experiments/countdown_diagnose.py --model=out/gppo/hf --numbers=3 --problems=100
 """
@@ -28,8 +30,9 @@ import torch
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 import data  # noqa: E402
-from parts import countdown  # noqa: E402
+from parts import countdown_check  # noqa: E402
 from parts.cli import parse_config  # noqa: E402
+from tools.toy_tasks import countdown  # noqa: E402
 from model import from_pretrained  # noqa: E402
 from rollout import LLMEngine, SamplingParams  # noqa: E402
 
@@ -40,10 +43,11 @@ BUCKETS = ("right", "format", "arithmetic", "numbers", "false_yes", "answer", "g
 class DiagnoseConfig:
     model: str = "out/sft/hf"    # a Countdown Hugging Face directory (with tokenizer.json)
     numbers: str = "3,4"         # numbers per problem, one table row each
-    problems: int = 200          # held-out problems per row
+    toy_dir: str = "out/toy/countdown"   # the toy's files: test/countdown_<numbers>.jsonl (python tools/toy.py)
+    problems: int = 200          # held-out problems per row (the first of the file)
     samples: int = 8             # samples per problem at temperature 1 (greedy: one)
     max_tokens: int = 400        # new tokens per sample (eval.py's toy default in train.sh)
-    seed: int = 0
+    seed: int = 0                # the sampling seeds
     threads: int = 0             # torch threads; 0 = torch's default
 
 
@@ -62,10 +66,10 @@ def parse_attempt(line: str):
 
 def classify(text: str, numbers, target) -> tuple:
     """(bucket, attempts) of one sample's text: see the module docstring."""
-    if countdown.countdown_reward(text, numbers, target) == 1.0:
+    if countdown_check.countdown_reward(text, numbers, target) == 1.0:
         return "right", text.count(" vs ")
     think = re.search(r"<think>\n(.*?)\n</think>", text, re.S)
-    if not think or countdown.parse_expression(countdown.extract_answer(text)) is None:
+    if not think or countdown_check.parse_expression(countdown_check.extract_answer(text)) is None:
         return "format", text.count(" vs ")
     attempts = [parse_attempt(line) for line in think.group(1).split("\n")]
     if not attempts or any(a is None for a in attempts):
@@ -102,7 +106,7 @@ def main(cfg: DiagnoseConfig):
           "  attempts(right/gave_up) repeats tokens")
     rows = []
     for n in [int(v) for v in cfg.numbers.split(",")]:
-        problems = data.toy_problems("countdown", cfg.problems, cfg.seed, "test", numbers=n)
+        problems = data.load_math_jsonl(os.path.join(cfg.toy_dir, "test", f"countdown_{n}.jsonl"))[:cfg.problems]
         prompts = data.encode_prompts(tokenizer, problems, 64)[0]
         sampled = [SamplingParams(temperature=1.0, n=cfg.samples, max_tokens=cfg.max_tokens, stop_token_ids=stop,
                                   seed=cfg.seed * 1_000_003 + i) for i in range(len(prompts))]

@@ -7,14 +7,18 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS=${RUNS:-out/ablate_sft/runs}
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 PYTHONUNBUFFERED=1
+# the arm's held-out sets: the first 100 problems of the toy's (every seed's toy files hold the same ones)
+HELD_OUT=$RUNS/held_out_100
+mkdir -p "$HELD_OUT"
+for n in 3 4; do head -n 100 "$RUNS/toy-s0/test/countdown_$n.jsonl" > "$HELD_OUT/countdown_$n.jsonl"; done
 
 one() {  # seed: SFT (2 epochs) then eval, each skipped when its output exists
   local s=$1 data=$RUNS/distill-sft-correct-s$1 d=$RUNS/sft-correct-2ep-s$1
   mkdir -p "$d"
   [ -f "$d/hf/tokenizer.json" ] || python sft.py --out_dir="$d" --seed="$s" --data="$data/sft.jsonl" \
-      --tokenizer="$data/tokenizer" --epochs=2 --row_tokens=1024 --rows_per_step=2 > "$d/log.txt" 2>&1
+      --tokenizer="$RUNS/toy-s$s/tokenizer" --epochs=2 --row_tokens=1024 --rows_per_step=2 > "$d/log.txt" 2>&1
   [ -f "$d/eval/results.json" ] || python eval.py --model="$d/hf" --out_dir="$d/eval" --k=4 --max_tokens=400 \
-      --reward_workers=2 --toy_code=0 --toy_math=100 > "$d/eval_log.txt" 2>&1
+      --reward_workers=2 --math_data="$HELD_OUT/countdown_3.jsonl,$HELD_OUT/countdown_4.jsonl" > "$d/eval_log.txt" 2>&1
 }
 one 0 & one 1 & wait
 one 2

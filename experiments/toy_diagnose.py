@@ -1,6 +1,7 @@
 """Where do the toy model's addition samples go wrong? A diagnosis by digit count.
 
-The toy trace is one line `x+y+carry=s` per column, right to left, then `\\boxed{answer}` (toy.addition_trace).
+The toy trace is one line `x+y+carry=s` per column, right to left, then `\\boxed{answer}` (sums.addition_trace in
+tools/toy_tasks/sums.py; the held-out sums of each digit count are made by its generator).
 Each sample is sorted into exactly one bucket, checked against the true column sums of its own problem:
 
     right     the boxed answer is the sum
@@ -8,7 +9,7 @@ Each sample is sorted into exactly one bucket, checked against the true column s
     assemble  every trace line is right but the boxed answer is not the number the lines spell
     format    no parsable trace or no \\boxed{} (cut off, or a malformed line)
 
-Run (after `python sft.py`, or on any toy checkpoint):
+Run (after `TOY=sums bash train.sh`, or on any sums checkpoint):
   python experiments/toy_diagnose.py --model=out/sft/hf                     # T=1 and greedy, 1..4 digits
   python experiments/toy_diagnose.py --model=out/gppo/hf --samples=8 --problems=100
 """
@@ -22,8 +23,8 @@ import torch
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 import data  # noqa: E402
-from parts import toy  # noqa: E402
 from parts.cli import parse_config  # noqa: E402
+from tools.toy_tasks import sums  # noqa: E402
 from model import from_pretrained  # noqa: E402
 from rollout import LLMEngine, SamplingParams  # noqa: E402
 
@@ -52,7 +53,7 @@ def classify(a: int, b: int, text: str) -> str:
     lines = think.group(1).split("\n")
     if not all(LINE.match(line) for line in lines):
         return "format"
-    truth = toy.addition_trace(a, b)[0].split("\n")
+    truth = sums.addition_trace(a, b)[0].split("\n")
     if lines != truth:
         return "trace"
     return "assemble"   # the trace is the true one, yet the answer is not its sum
@@ -68,7 +69,7 @@ def main(cfg: DiagnoseConfig):
     print(f"{'digits':>6} {'mode':>6} {'right':>6} {'trace':>6} {'assemble':>8} {'format':>6}")
     for digits in range(1, cfg.max_digits + 1):
         # 1-digit sums have only 10 held-out pairs; the count per digit count is whatever exists up to --problems
-        problems = toy.math_problems(min(cfg.problems, 10 if digits == 1 else cfg.problems), cfg.seed, "test",
+        problems = sums.math_problems(min(cfg.problems, 10 if digits == 1 else cfg.problems), cfg.seed, "test",
                                           digits, digits)
         prompts = data.encode_prompts(tokenizer, problems, 64)[0]
         # one seed per problem: with a single seed, sample j of every problem would draw the same uniforms, and one

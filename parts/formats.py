@@ -75,6 +75,8 @@ def stream(kind: str, path: str, skip_bad_rows: bool = False, **options) -> tupl
 #              {"problem", "solution"}                          (MATH: the answer is the solution's last \boxed{})
 #              {"prompt": [messages], "reward_model": {"ground_truth"}}   (verl, Skywork-OR1: maybe several answers)
 #              {"messages", "meta": {"solution"}}  or  {"messages", "answer"}
+#              Countdown {"target", "nums"} (a problem of its own kind, "countdown": reach target from nums with
+#                         + - * /, each number once; a prompt in "problem" | "question" | "prompt", else one made)
 #   code       LiveCodeBench {"question_content", "starter_code", "public_test_cases", "private_test_cases",
 #                             "metadata": {"func_name"}}
 #              code_contests {"description", "public_tests" / "private_tests" / "generated_tests":
@@ -91,11 +93,13 @@ def stream(kind: str, path: str, skip_bad_rows: bool = False, **options) -> tupl
 #          and its metadata config; OpenCodeReasoning (card: input, output with <think>, solution; split_1 rows
 #          hold "-" for the question, to be filled from the source sets); NuminaMath-CoT and OpenR1-Math-220k
 #          (`messages`)
-#   responses  OpenR1-Math-220k (card: generations, correctness_math_verify), and every SFT set above
+#   responses  OpenR1-Math-220k (card: generations, correctness_math_verify), and every SFT set above; with
+#              Countdown's {target, nums} or code tests ({test_cases}) beside its generations, the task to verify
 #   math   NuminaMath-1.5 and -CoT, OpenR1-Math-220k, Big-Math, DeepScaleR (raw, and agentica-project/rllm:
 #          scripts/data/deepscaler_dataset.py), DAPO-Math-17k, Skywork-OR1 (SkyworkAI/Skywork-OR1:
 #          or1_scripts/data_preprocess/), KlearReasoner-MathSub-30K and the authors' AIME24/25 and HMMT-202502
-#          files (Kwai-Klear/KlearReasoner: README, benchmarks/)
+#          files (Kwai-Klear/KlearReasoner: README, benchmarks/); Countdown-Tasks-3to4 (TinyZero's, card:
+#          target, nums; Jiayi-Pan/TinyZero: examples/data_preprocess/countdown.py)
 #   code   LiveCodeBench (LiveCodeBench/LiveCodeBench: lcb_runner/benchmarks/code_generation.py), APPS, TACO,
 #          deepmind/code_contests (card; Python 3 solutions kept), PrimeIntellect verifiable-coding-problems
 #          (huggingface/open-r1: src/open_r1/rewards.py; Python rows only), Skywork-OR1 code,
@@ -414,6 +418,8 @@ def _responses_reader(path: str, report: dict):
             prompt, responses = _final_turn(messages)
         record = dict(id=_record_id(rec, path, n), prompt=prompt, answer=_response_answer(rec, where, report),
                       source=fmt, responses=responses)
+        if "target" in rec and "nums" in rec:   # Countdown problems' responses
+            record.update((k, v) for k, v in _countdown(rec, where).items() if k != "prompt")
         if rec.get("test_cases"):  # OpenThoughts-114k's code rows: APPS-style tests
             record["tests"] = _test_cases(rec["test_cases"], where, "test_cases", _CodeContext(report=report))
         return fmt, record
@@ -482,6 +488,8 @@ def _response_answer(rec, where, report):
 
 def _math_reader(path: str, report: dict):
     def read_row(rec, where, n):
+        if "target" in rec and "nums" in rec:
+            return "countdown", dict(id=_record_id(rec, path, n), **_countdown(rec, where))
         key = next((k for k in ("problem", "question", "prompt") if k in rec), None)
         if key is not None:
             prompt = _prompt(rec, key, where)
@@ -505,6 +513,18 @@ def _math_reader(path: str, report: dict):
         return fmt, problem
 
     return read_row
+
+
+def _countdown(rec, where) -> dict:
+    """{prompt, numbers, target, kind: "countdown"} of a Countdown row; without a prompt field the prompt says the
+    problem: "Use 12 5 3 to make 41." (the answer's format, a \\boxed{} expression, is learnt in SFT)."""
+    target = _field(rec, "target", int, where)
+    numbers = [_typed(v, int, where, f"nums[{i}]") for i, v in enumerate(_field(rec, "nums", list, where))]
+    if not numbers:
+        raise DataError(f"{where}: field 'nums' is empty")
+    key = next((k for k in ("problem", "question", "prompt") if k in rec), None)
+    prompt = _prompt(rec, key, where) if key else f"Use {' '.join(map(str, numbers))} to make {target}."
+    return dict(prompt=prompt, numbers=numbers, target=target, kind="countdown")
 
 
 def _math_answer(rec, where):

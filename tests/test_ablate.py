@@ -56,15 +56,23 @@ def cfg(tmp_path, **kw):
 def test_plan_shares_runs_one_sft_checkpoint_and_orders_seed_by_seed(tmp_path):
     jobs = ablate.plan(cfg(tmp_path, arms="loss,alpha,filter", seeds=2))
     names = [j["name"] for j in jobs]
-    # the base model's data first (distill.py's toy recipe, the paper's rule), then the base model, trained on it
-    assert names[:2] == ["distill-sft-mixed-s0", "sft-mixed-s0"] and "--keep=difficulty" in jobs[0]["cmd"]
-    data_dir = os.path.join(str(tmp_path / "abl"), "runs", "distill-sft-mixed-s0")
-    assert jobs[1]["after"] == ["distill-sft-mixed-s0"] and f"--data={data_dir}/sft.jsonl" in jobs[1]["cmd"]
+    # the base model's toy files and data first (tools/toy.py, then distill.py's toy recipe: the paper's rule), then
+    # the base model, trained on them
+    runs = os.path.join(str(tmp_path / "abl"), "runs")
+    assert names[:3] == ["toy-s0", "distill-sft-mixed-s0", "sft-mixed-s0"] and "--keep=difficulty" in jobs[1]["cmd"]
+    assert {"--seed=0", "--rl_seed=0", "--test_problems=500", f"--out={runs}/toy-s0"} <= set(jobs[0]["cmd"])
+    assert jobs[1]["after"] == ["toy-s0"] and f"--responses={runs}/toy-s0/teacher/countdown_3.jsonl," \
+        f"{runs}/toy-s0/teacher/countdown_4.jsonl,{runs}/toy-s0/teacher/toy_code.jsonl" in jobs[1]["cmd"]
+    assert jobs[2]["after"] == ["distill-sft-mixed-s0"] and f"--data={runs}/distill-sft-mixed-s0/sft.jsonl" in \
+        jobs[2]["cmd"] and f"--tokenizer={runs}/toy-s0/tokenizer" in jobs[2]["cmd"]
     rl = [j for j in jobs if j["cmd"][0] == "gppo.py"]
     assert sorted(j["name"] for j in rl) == sorted(f"{r}-s{s}" for r in (
         "gppo", "grpo", "cispo", "gppo-b0.5", "gppo-b0.25", "alpha0", "alpha0.2", "nofilter") for s in (0, 1))
-    base = os.path.join(str(tmp_path / "abl"), "runs", "sft-mixed-s0", "hf")
-    assert all(f"--init_from={base}" in j["cmd"] and j["after"] == ["sft-mixed-s0"] for j in rl)
+    base = os.path.join(runs, "sft-mixed-s0", "hf")
+    assert all(f"--init_from={base}" in j["cmd"] and j["after"] == ["sft-mixed-s0", f"toy-s{j['seed']}"] for j in rl)
+    # seed s trains on the RL prompts of its own toy files (tools/toy.py --rl_seed=s), as gppo.py --seed=s did
+    assert all(f"--math_data={runs}/toy-s{j['seed']}/rl/countdown_3.jsonl" in j["cmd"] for j in rl)
+    assert [j["name"] for j in jobs if j["cmd"][0] == "tools/toy.py"] == ["toy-s0", "toy-s1"]
     assert all("--prompts_per_step=16" in j["cmd"] and "--mini_batch_prompts=2" in j["cmd"] for j in rl)
     assert all("--warmup_steps=10" in j["cmd"] and "--eval_every=0" in j["cmd"] for j in rl)
     assert [a for a in rl[0]["cmd"] if a.startswith("--beta1")] == [] and "--beta1=0.25" in jobs[names.index(
@@ -72,27 +80,32 @@ def test_plan_shares_runs_one_sft_checkpoint_and_orders_seed_by_seed(tmp_path):
     # every math RL run ends with a held-out eval of 500 problems x 4 at the RL temperature
     final = {j["name"]: j for j in jobs if j["cmd"][0] == "eval.py"}
     assert set(final) == {f"eval_final:{j['name']}" for j in rl}
-    assert {"--toy_math=500", "--k=4", "--temperature=1.0", "--top_p=1.0"} <= set(final["eval_final:gppo-s1"]["cmd"])
-    # seed by seed: every seed-0 job before any seed-1 job
-    seeds = [j["seed"] for j in jobs[2:]]
-    assert seeds == sorted(seeds)
+    sets = f"--math_data={runs}/toy-s1/test/countdown_3.jsonl,{runs}/toy-s1/test/countdown_4.jsonl"
+    assert {sets, "--k=4", "--temperature=1.0", "--top_p=1.0"} <= set(final["eval_final:gppo-s1"]["cmd"])
+    # seed by seed: every seed-0 job before any seed-1 job, a seed's toy files first
+    seeds = [j["seed"] for j in jobs[3:]]
+    assert seeds == sorted(seeds) and jobs[seeds.index(1) + 3]["name"] == "toy-s1"
     # train.sh's RL set (3-number prompts) by default; --toy_numbers moves every math run, and --gppo_args comes last
-    assert all("--toy_numbers=3" in j["cmd"] for j in rl)
-    hard = ablate.plan(cfg(tmp_path, arms="loss", seeds=1, toy_numbers=4, gppo_args="--toy_numbers=5"))
+    hard = ablate.plan(cfg(tmp_path, arms="loss", seeds=1, toy_numbers=4, gppo_args="--lr=1e-5"))
     first_rl = [j for j in hard if j["cmd"][0] == "gppo.py"][0]
-    assert [a for a in first_rl["cmd"] if a.startswith("--toy_numbers=")] == ["--toy_numbers=4", "--toy_numbers=5"]
+    assert f"--math_data={runs}/toy-s0/rl/countdown_4.jsonl" in first_rl["cmd"]
+    assert f"--eval_data={runs}/toy-s0/test/countdown_4.jsonl" in first_rl["cmd"] and first_rl["cmd"][-1] == "--lr=1e-5"
     # with --sft_from the sft arm still trains both of its models, the RL runs use the given one
     jobs = ablate.plan(cfg(tmp_path, arms="sft,code", seeds=1, sft_seeds=1, sft_from="/ckpt/sft/hf", code_steps=6))
     assert {j["name"] for j in jobs if j["cmd"][0] == "sft.py"} == {"sft-mixed-s0", "sft-correct-s0"}
     keep = {j["name"]: [a for a in j["cmd"] if a.startswith("--keep=")] for j in jobs if j["cmd"][0] == "distill.py"}
     assert keep == {"distill-sft-mixed-s0": ["--keep=difficulty"], "distill-sft-correct-s0": ["--keep=correct"]}
     code = [j for j in jobs if j["cmd"][0] == "gppo.py"]
-    assert all("--init_from=/ckpt/sft/hf" in j["cmd"] and "--toy_problems=0" in j["cmd"] and j["after"] == []
-               and "--steps=6" in j["cmd"] and "--prompts_per_step=8" in j["cmd"] for j in code)
+    assert all("--init_from=/ckpt/sft/hf" in j["cmd"] and j["after"] == ["toy-s0"] and "--steps=6" in j["cmd"]
+               and "--prompts_per_step=8" in j["cmd"] for j in code)
+    runs = os.path.join(str(tmp_path / "abl"), "runs")
+    assert all(f"--code_data={runs}/toy-s0/rl/toy_code.jsonl" in j["cmd"] and not any(
+        a.startswith("--math_data") for a in j["cmd"]) for j in code)
     assert {j["name"] for j in jobs if j["cmd"][0] == "eval.py"} == {
         "eval_code:base", "eval_code:code-soft-s0", "eval_code:code-binary-s0", "eval:sft-mixed-s0",
         "eval:sft-correct-s0"}
-    assert "--toy_math=500" in [j for j in jobs if j["name"] == "eval:sft-mixed-s0"][0]["cmd"]
+    sets = f"--math_data={runs}/toy-s0/test/countdown_3.jsonl,{runs}/toy-s0/test/countdown_4.jsonl"
+    assert sets in [j for j in jobs if j["name"] == "eval:sft-mixed-s0"][0]["cmd"]
 
 
 def pilot_metrics(out_dir, clipped: dict, steps=15):
@@ -110,9 +123,9 @@ def test_the_pilot_picks_the_off_policy_lr_from_clip_fractions_only(tmp_path):
     c = cfg(tmp_path, arms="loss_off", seeds=2, pilot_lrs="1e-4,2e-4,4e-4")
     jobs = ablate.plan(c)
     # before the pilot: the base, then GPPO at each candidate lr (16 updates per batch, seed 100, no held-out eval)
-    assert [j["name"] for j in jobs] == ["distill-sft-mixed-s0", "sft-mixed-s0", "pilot-lr0.0001-s100",
-                                         "pilot-lr0.0002-s100", "pilot-lr0.0004-s100"]
-    parsed = dict(a[2:].split("=", 1) for a in jobs[3]["cmd"][1:])
+    assert [j["name"] for j in jobs] == ["toy-s0", "distill-sft-mixed-s0", "sft-mixed-s0", "toy-s100",
+                                         "pilot-lr0.0001-s100", "pilot-lr0.0002-s100", "pilot-lr0.0004-s100"]
+    parsed = dict(a[2:].split("=", 1) for a in jobs[5]["cmd"][1:])
     assert (parsed["lr"], parsed["mini_batch_prompts"], parsed["steps"], parsed["eval_every"]) == (
         "0.0002", "1", "15", "0")
     assert ablate.off_policy_lr(c)[0] is None
@@ -329,13 +342,6 @@ def test_scheduler_stops_starting_at_the_deadline_and_adds_what_the_plan_adds(tm
     assert (runs / "order.txt").read_text().split() == ["pilot", "off"]
 
 
-def test_held_out_kind_follows_gppo_args():
-    assert ablate.held_out_kind(3, "") == "3-number"
-    assert ablate.held_out_kind(3, "--toy_numbers=4") == "4-number"
-    # the last one wins, as parts/cli.py reads it
-    assert ablate.held_out_kind(4, "--lr=1e-5 --toy_numbers=4 --toy_numbers=3") == "3-number"
-
-
 def test_every_planned_command_parses_with_its_entry_points_config(tmp_path):
     """The options ablate.py writes (new ones included: --warmup_steps, --eval_every=0, eval.py at T = 1) are options
     the entry points have, with values their types accept: parsed by the entry point's own config class."""
@@ -344,8 +350,9 @@ def test_every_planned_command_parses_with_its_entry_points_config(tmp_path):
     import gppo
     import sft
     from parts.cli import parse_config
+    from tools import toy
     configs = {"gppo.py": gppo.GPPOConfig, "eval.py": evaluate.EvalConfig, "sft.py": sft.SFTConfig,
-               "distill.py": distill.DistillConfig}
+               "distill.py": distill.DistillConfig, "tools/toy.py": toy.ToyConfig}
     c = cfg(tmp_path, seeds=1, sft_seeds=1, pilot_lrs="1e-4,2e-4")
     pilot_metrics(c.out_dir, {1e-4: 0.01, 2e-4: 0.03})
     jobs = ablate.plan(c)

@@ -13,10 +13,10 @@ import gppo  # noqa: E402
 from parts.cli import parse_config  # noqa: E402
 
 
-def test_longtail_stream_has_the_long_prompts_where_asked(tmp_path):
-    model = tmp_path / "model"
-    data.save_tokenizer(data.build_toy_tokenizer(), str(model))
-    cfg = bench_vs_trl.BenchConfig(warmup=1, longtail_steps=2, longtail_prompts=3, longtail_digits=12)
+def test_longtail_stream_has_the_long_prompts_where_asked(tmp_path, toy_files):
+    model = os.path.join(toy_files["sums"], "tokenizer")   # a tokenizer is all prompt_stream reads of the model
+    cfg = bench_vs_trl.BenchConfig(warmup=1, longtail_steps=2, longtail_prompts=3, longtail_digits=12,
+                                   toy_dir=toy_files["sums"])
     options = bench_vs_trl.workload_options(cfg, "longtail", str(tmp_path))
     prompts = bench_vs_trl.prompt_stream(str(model), options, 3 * 32)
     long = [len(p["answer"]) >= 12 for p in prompts]            # two 12-digit operands: a 12- or 13-digit sum
@@ -28,12 +28,11 @@ def test_longtail_stream_has_the_long_prompts_where_asked(tmp_path):
     assert "What is" in prompts[0]["text"] and prompts[0]["text"].count("<|im_start|>") == 2   # the chat template
 
 
-def test_toy_workload_is_the_sums_toy_both_sides_cut_at_the_same_length(tmp_path):
-    """gppo.py's default toy is Countdown; the benchmark's toy workload (and its logged numbers) is the sums toy, and
-    TRL's completion limit is read from the same options gppo.py runs with."""
-    model = tmp_path / "model"
-    data.save_tokenizer(data.build_toy_tokenizer("sums"), str(model))
-    options = bench_vs_trl.workload_options(bench_vs_trl.BenchConfig(), "toy", str(tmp_path))
+def test_toy_workload_is_the_sums_toy_both_sides_cut_at_the_same_length(tmp_path, toy_files):
+    """gppo.py's default toy is Countdown; the benchmark's toy workload (and its logged numbers) is the sums toy's RL
+    prompts, and TRL's completion limit is read from the same options gppo.py runs with."""
+    model = os.path.join(toy_files["sums"], "tokenizer")
+    options = bench_vs_trl.workload_options(bench_vs_trl.BenchConfig(toy_dir=toy_files["sums"]), "toy", str(tmp_path))
     prompts = bench_vs_trl.prompt_stream(str(model), options, 32)
     assert all(p["text"].count("What is") == 1 and p["answer"].isdigit() for p in prompts)
     gcfg = parse_config(gppo.GPPOConfig, [f"--init_from={model}", *options])

@@ -13,8 +13,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 import data  # noqa: E402
-from tools import toy_data  # noqa: E402
-from tools import data_stats  # noqa: E402
+from tools import data_stats, toy  # noqa: E402
 from parts.cli import option_help, parse_config  # noqa: E402
 import distill  # noqa: E402
 import eval as ev  # noqa: E402
@@ -63,8 +62,8 @@ def test_every_entry_point_and_benchmark_answers_help(command, expect, monkeypat
 
 def test_help_from_the_shell():
     """The same as a user types it (the subcommand form failed once with "'--help' is not of the form --key=value")."""
-    proc = run("tools/toy_data.py", "--help")
-    assert proc.returncode == 0 and "--out=" in proc.stdout, proc.stderr[-2000:]
+    proc = run("tools/toy.py", "--help")
+    assert proc.returncode == 0 and "--task=" in proc.stdout, proc.stderr[-2000:]
 
 
 def test_one_parser_for_commands_flags_and_a_positional_argument():
@@ -78,7 +77,7 @@ def test_one_parser_for_commands_flags_and_a_positional_argument():
                           (["--seed=1"], "needs a command first: toy | stats"),
                           (["toy", "--seed"], "--seed needs a value")]:
         with pytest.raises(SystemExit, match=message):
-            parse_config({"toy": toy_data.ToyConfig, "stats": data_stats.StatsConfig}, argv)
+            parse_config({"toy": toy.ToyConfig, "stats": data_stats.StatsConfig}, argv)
 
 
 @pytest.mark.parametrize("config", [sft.SFTConfig, gppo.GPPOConfig, ev.EvalConfig, distill.DistillConfig])
@@ -107,8 +106,8 @@ def test_help_of_each_script_shows_every_description_and_only_headings_flush_lef
     source = inspect.getsource(cls)
     headings = {line.strip().lstrip("#").strip() for line in source.splitlines() if re.match(r"    # \S", line)}
     assert {line for line in out[1:] if not line.startswith("  --")} <= headings, out
-    continued = next(o for o in options if o.startswith("  --toy_code_k=")) if script == "distill.py" else None
-    assert continued is None or "its teacher always writes the one reference program" in continued
+    option, words = ("--sft_prompts=", "else kept unverified") if script == "distill.py" else ("--toy=", "none: no toy")
+    assert words in next(o for o in options if o.startswith("  " + option))   # a comment continued on its own lines
 
 
 def test_unknown_option_fails_loudly():
@@ -161,7 +160,7 @@ def test_sft_bad_input_is_one_line(bad_files, tmp_path):
         assert "empty.jsonl" in line
     line = one_error_line(run("sft.py", f"--data={bad_files}/malformed.jsonl", f"--tokenizer={tmp_path}/no_tok", out))
     assert f"--tokenizer={tmp_path}/no_tok" in line
-    line = one_error_line(run("sft.py", f"--init_from={bad_files}", "--toy_math_examples=50", "--toy_code_examples=10", out))
+    line = one_error_line(run("sft.py", f"--init_from={bad_files}", out))
     assert f"--init_from={bad_files}" in line and "config.json" in line
     line = one_error_line(run("sft.py", "--rows_per_step=3", "--micro_rows=2", out))
     assert "--rows_per_step=3" in line
@@ -185,8 +184,8 @@ def test_gppo_bad_input_is_one_line(bad_files, tiny_checkpoint, tmp_path):
 
 def test_a_hub_id_instead_of_a_path_says_how_to_download_it_before_any_work(tiny_checkpoint, tmp_path):
     """A Hugging Face Hub id where a local path is expected: one line with the download command of the usual tools,
-    for a model and for a data set, from every entry point; sft.py says it before building its toy data (14,000
-    conversations, whose report line would come first)."""
+    for a model and for a data set, from every entry point; sft.py says it before reading its data (whose report line
+    would come first)."""
     out = f"--out_dir={tmp_path}/out"
     model = "hf download Qwen/Qwen3-0.6B --local-dir Qwen3-0.6B"
     dataset = "hf download openai/gsm8k --repo-type dataset --local-dir gsm8k"
@@ -200,6 +199,23 @@ def test_a_hub_id_instead_of_a_path_says_how_to_download_it_before_any_work(tiny
         line = one_error_line(proc)
         assert command in line and "huggingface-cli download" in line, (script, line)
         assert "data: " not in proc.stdout, (script, proc.stdout[-2000:])   # sft.py: no data was built
+
+
+def test_the_toy_without_its_files_says_which_command_writes_them(tiny_checkpoint, tmp_path):
+    """No data option and no toy files where --toy looks (out/ of the working directory, here an empty one): one
+    line naming the command that writes them."""
+    def error(script, *args):
+        proc = subprocess.run([sys.executable, os.path.join(ROOT, script), *args], capture_output=True, text=True,
+                              timeout=300, cwd=tmp_path, env=dict(os.environ, OMP_NUM_THREADS="1"))
+        return one_error_line(proc)
+    line = error("gppo.py", f"--init_from={tiny_checkpoint}")
+    assert "--toy=countdown" in line and "out/toy/countdown/rl/countdown_3.jsonl" in line, line
+    assert "`python tools/toy.py --task=countdown`" in line, line
+    line = error("eval.py", f"--model={tiny_checkpoint}", "--toy=sums")
+    assert "--toy=sums" in line and "`python tools/toy.py --task=sums`" in line, line
+    line = error("sft.py")
+    assert "--toy=countdown" in line and "out/distill/sft.jsonl" in line, line
+    assert "`python tools/toy.py --task=countdown`" in line, line
 
 
 def test_eval_bad_model(bad_files):
@@ -262,14 +278,14 @@ def test_only_declared_input_errors_become_one_line(tmp_path):
     assert "buggy_loader" in [entry.name for entry in bug.traceback]
 
 
-def test_a_bug_in_model_building_keeps_its_traceback(tmp_path, monkeypatch):
+def test_a_bug_in_model_building_keeps_its_traceback(tmp_path, monkeypatch, toy_files):
     """The whole entry point: a ValueError raised inside model building (not an input check) is not turned into
     `error: --init_from=...: ...` (exit status 2) but reaches the user as the ValueError it is."""
     def broken_init_weights(self, std=0.02, seed=None):
         raise ValueError("a bug in init_weights")
 
     monkeypatch.setattr(sft.Qwen3, "init_weights", broken_init_weights)
-    cfg = parse_config(sft.SFTConfig, ["--toy_math_examples=20", "--toy_code_examples=4", "--n_layer=1",
+    cfg = parse_config(sft.SFTConfig, [*toy_files["sft"], "--n_layer=1",
                                             "--hidden=32", "--n_head=2", "--n_kv_head=1", "--head_dim=16",
                                             "--intermediate=64", f"--out_dir={tmp_path}"])
     with pytest.raises(ValueError, match="a bug in init_weights") as bug:

@@ -22,10 +22,8 @@ CHECKS = {
             "    steps: int = 1   # how many\nprint(parse_config(C, ['--steps=3']).steps)", "3"),
     "chat_client": ("import chat_client\nprint(chat_client.assistant_turn({'content': 'x</think> y'}))",
                     "('<think>\\nx\\n</think>\\n\\ny', True)"),
-    "countdown": ("import countdown, random\np = countdown.problems(1, 4, seed=0)[0]\n"
-                  "r = countdown.teacher_response(p, random.Random(0))\n"
-                  "print(countdown.countdown_reward(r, p['numbers'], p['target']) in (0.0, 1.0), "
-                  "countdown.countdown_reward('<think></think> \\\\boxed{2*3+4}', [4, 3, 2], 10))", "True 1.0"),
+    "countdown_check": ("import countdown_check as c\nprint(c.countdown_reward('<think></think> \\\\boxed{2*3+4}', "
+                        "[4, 3, 2], 10), c.countdown_reward('</think> \\\\boxed{2*3+4}', [4, 3, 3], 10))", "1.0 0.0"),
     "cuda_graphs": ("import torch, cuda_graphs\ng = cuda_graphs.BucketedGraphs(lambda x: x * 2, dict(x=torch.zeros(20)), "
                     "dict(x=-1.0), capture=False)\nprint(g.buckets, g.run(3, x=torch.ones(3)).tolist(), "
                     "g.buffers['x'][:5].tolist())", "[1, 2, 4, 8, 16, 20] [2.0, 2.0, 2.0] [1.0, 1.0, 1.0, -1.0, 0.0]"),
@@ -38,8 +36,6 @@ CHECKS = {
                      "print(norm_kernels.rms_norm(x, torch.ones(2), 0.0).tolist())",
                      "[[0.8485281"),   # (3, 4) / sqrt(12.5)
     "math_checker": ("import math_checker\nprint(math_checker.compare('\\\\frac12', '0.5'))", "(True, True)"),
-    "qwen3_tokenizer": ("import qwen3_tokenizer\ntok = qwen3_tokenizer.train(['a+b=c'] * 20, vocab_size=300)\n"
-                        "print(tok.encode('<|im_start|>user<think>').ids[-1] == tok.token_to_id('<think>'))", "True"),
     "results_table": ("import results_table\nb = dict(problems=2, k=4, avg_at_k=0.5, pass_at_k={'1': 0.5, '4': 1.0}, "
                       "mean_reward=0.5, format_failure_rate=0.0, mean_length=9.0, truncated_rate=0.0)\n"
                       "t = results_table.format_table([{'model_label': 'm', 'benchmarks': {'b': b}}])\n"
@@ -47,8 +43,6 @@ CHECKS = {
     "sandbox": ("import sandbox\ntests = [{'input': '1 2', 'output': '3'}]\n"
                 "print([sandbox.run_tests(p, tests)[0].passed for p in ('print(sum(map(int, input().split())))',"
                 " 'print(0)')])", "[True, False]"),
-    "toy": ("import toy\np = toy.math_problems(3, split='test')[0]\na, b = map(int, p['id'].split('-')[1:])\n"
-            "print(int(p['answer']) == a + b)", "True"),
     "tracking": ("import tracking\ntracking.Tracker('none', '.', {}).log({'step': 1, 'loss': 0.5})\n"
                  "print(tracking.backends(''))", "[]"),
     "trainer": ("import os, torch, trainer\ntrainer.init_distributed('cpu')\nm = torch.nn.Linear(2, 2)\n"

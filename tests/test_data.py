@@ -1,8 +1,8 @@
 """Tests for data.py: chat format (hand-written strings, real Qwen3 ids, the official Jinja template),
 loaders and their errors, public data formats (hand-made rows in tests/fixtures/data: their references pass
 their converted tests in reward.py's sandbox and wrong programs do not; their answers verify with
-math-verify), packing, the sharded resumable loader, and the toy tasks (math answers checked with
-math-verify, code solutions run in a subprocess against their tests)."""
+math-verify), packing, the sharded resumable loader, and the toy tasks' content (tools/toy_tasks: math answers
+checked with math-verify, code solutions run in a subprocess against their tests)."""
 import base64
 import inspect
 import json
@@ -18,18 +18,18 @@ import pytest
 import torch
 
 import data
-from tools import toy_data
-from parts import formats, qwen3_tokenizer
-from parts import toy
-from parts.cli import parse_config
+from parts import formats
 import reward
+from tools import toy
+from tools.toy_tasks import programs, sums
+from tools.toy_tasks import tokenizer as qwen3_tokenizer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.fixture(scope="module")
-def toy_tok():
-    return data.build_toy_tokenizer()
+def toy_tok(toy_files):
+    return data.load_tokenizer(os.path.join(toy_files["sums"], "tokenizer"))
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +84,7 @@ def test_render_chat_rejects_what_it_does_not_support():
     with pytest.raises(ValueError, match=r"messages\[0\].content"):
         data.render_chat([{"role": "user", "content": [{"type": "text"}]}])
     with pytest.raises(ValueError, match="assistant"):
-        data.encode_chat(data.build_toy_tokenizer(), [U("a")])
+        data.encode_chat(None, [U("a")])
 
 
 EXTRA_CONVERSATIONS = [
@@ -161,7 +161,7 @@ def test_loss_mask_real_tokenizer(qwen_tok):
 def test_loss_mask_toy_tokenizer(toy_tok):
     for messages in [c[0] for c in CHAT_CASES if c[0][-1]["role"] == "assistant"] + EXTRA_CONVERSATIONS:
         _check_loss_mask(toy_tok, messages)
-    conversations = toy.sft_conversations(20, 20, seed=3) + EXTRA_CONVERSATIONS
+    conversations = sums.sft_conversations(20, 20, seed=3) + EXTRA_CONVERSATIONS
     for messages in conversations:
         _check_loss_mask(toy_tok, messages)
     # the batched, vectorised path gives the same ids and masks as encode_chat
@@ -173,7 +173,7 @@ def test_loss_mask_toy_tokenizer(toy_tok):
 # ----------------------------------------------------------------------------- toy tokenizer
 
 def test_toy_tokenizer_shape_and_determinism(toy_tok, tmp_path):
-    assert data.build_toy_tokenizer().to_str() == toy_tok.to_str()
+    assert toy.build_tokenizer("sums").to_str() == toy_tok.to_str()   # trained again: the same
     n = toy_tok.get_vocab_size()
     assert 300 <= n <= 640
     # the 26 Qwen3 added tokens, in Qwen3's order, at the end of the vocabulary, each a single token
@@ -187,7 +187,7 @@ def test_toy_tokenizer_shape_and_determinism(toy_tok, tmp_path):
     assert toy_tok.decode(toy_tok.encode(text).ids, skip_special_tokens=False) == text
     assert toy_tok.decode(toy_tok.encode("<|im_start|>hi<|im_end|>").ids) == "hi"  # special: skipped
     assert toy_tok.decode(toy_tok.encode("<think>hi").ids) == "<think>hi"        # not special: kept
-    data.save_tokenizer(toy_tok, str(tmp_path))
+    qwen3_tokenizer.save(toy_tok, str(tmp_path))
     again = data.load_tokenizer(str(tmp_path))
     assert again.to_str() == toy_tok.to_str()
     config = json.load(open(tmp_path / "tokenizer_config.json"))
@@ -199,7 +199,7 @@ def test_toy_tokenizer_shape_and_determinism(toy_tok, tmp_path):
 
 def test_toy_tokenizer_matches_qwen_pre_tokenization(toy_tok, qwen_tok):
     # same normaliser and split regex: the pieces before BPE are the same for both tokenizers
-    text = data.render_chat(toy.sft_conversations(3, 3, seed=5)[0]) + "it's  x\r\n\n  y 2024"
+    text = data.render_chat(sums.sft_conversations(3, 3, seed=5)[0]) + "it's  x\r\n\n  y 2024"
     pieces = lambda tok: [p for p, _ in tok.pre_tokenizer.pre_tokenize_str(tok.normalizer.normalize_str(text))]  # noqa
     assert pieces(toy_tok) == pieces(qwen_tok)
 
@@ -555,7 +555,7 @@ def test_packing_efficiency_on_realistic_mixes(name, lengths, row_tokens):
 
 
 def test_packing_efficiency_on_toy_data(toy_tok):
-    examples, _ = data.encode_sft_dataset(toy_tok, toy.sft_conversations(1500, 500, seed=1), 512)
+    examples, _ = data.encode_sft_dataset(toy_tok, sums.sft_conversations(1500, 500, seed=1), 512)
     loader = data.PackedLoader(examples, row_tokens=2048, rows_per_step=8, pad_id=0)
     print(f"packing efficiency toy: {loader.efficiency:.4f}")
     assert loader.efficiency >= 0.95
@@ -617,7 +617,7 @@ def _after_think(text):
 
 def test_toy_math_traces_verify_with_math_verify(toy_tok):
     math_verify = pytest.importorskip("math_verify")
-    convs = toy.math_sft_examples(300, seed=11)
+    convs = sums.math_sft_examples(300, seed=11)
     n_hard = n_wrong = 0
     for user, assistant in convs:
         a, b = map(int, re.fullmatch(r"What is (\d+) \+ (\d+)\?", user["content"]).groups())
@@ -645,27 +645,27 @@ def test_toy_math_traces_verify_with_math_verify(toy_tok):
         assert len(data.encode_chat(toy_tok, [user, assistant])[0]) < 120
     # each hard trace slips with probability p (the default wrong_fraction), independently: the count is
     # Binomial(n_hard, p), so 4 standard deviations either side (a seeded draw, the same on every machine)
-    p = inspect.signature(toy.math_sft_examples).parameters["wrong_fraction"].default
+    p = inspect.signature(sums.math_sft_examples).parameters["wrong_fraction"].default
     assert abs(n_wrong / n_hard - p) < 4 * (p * (1 - p) / n_hard) ** 0.5, (n_wrong / n_hard, p)
     assert all(_after_think(a["content"]).strip() == "\\boxed{" + str(eval(u["content"][8:-1])) + "}"
-               for u, a in toy.math_sft_examples(200, seed=11, wrong_fraction=0.0))
+               for u, a in sums.math_sft_examples(200, seed=11, wrong_fraction=0.0))
 
 
 def test_toy_math_splits_and_difficulty():
-    train = toy.math_problems(3000, seed=0, split="train")
-    test = toy.math_problems(400, seed=0, split="test")
+    train = sums.math_problems(3000, seed=0, split="train")
+    test = sums.math_problems(400, seed=0, split="test")
     assert not {p["id"] for p in train} & {p["id"] for p in test}
     assert len({p["id"] for p in test}) == 400
-    assert {p["id"] for p in toy.math_problems(300, seed=1, split="test")}.isdisjoint({p["id"] for p in train})
-    assert toy.math_problems(50, seed=0) == train[:50]
+    assert {p["id"] for p in sums.math_problems(300, seed=1, split="test")}.isdisjoint({p["id"] for p in train})
+    assert sums.math_problems(50, seed=0) == train[:50]
     for p in test:
         a, b = map(int, p["id"].split("-")[1:])
         assert p["answer"] == str(a + b) and p["prompt"] == f"What is {a} + {b}?"
-    hard = toy.math_problems(100, seed=0, split="test", min_digits=3, max_digits=4)
+    hard = sums.math_problems(100, seed=0, split="test", min_digits=3, max_digits=4)
     assert all(3 <= len(s) <= 4 for p in hard for s in p["prompt"][8:-1].split(" + "))
     with pytest.raises(ValueError, match="distinct"):
-        toy.math_problems(50, seed=0, split="test", min_digits=1, max_digits=1)
-    sft_prompts = {c[0]["content"] for c in toy.math_sft_examples(2000, seed=0)}
+        sums.math_problems(50, seed=0, split="test", min_digits=1, max_digits=1)
+    sft_prompts = {c[0]["content"] for c in sums.math_sft_examples(2000, seed=0)}
     assert sft_prompts.isdisjoint(p["prompt"] for p in test)
 
 
@@ -714,9 +714,9 @@ def _run_programs(jobs):
 
 
 def test_toy_code_solutions_pass_their_tests():
-    problems = toy.code_problems(200, seed=0, split="train") + toy.code_problems(60, seed=0, split="test")
+    problems = programs.code_problems(200, seed=0, split="train") + programs.code_problems(60, seed=0, split="test")
     assert all(len(p["tests"]) >= 16 for p in problems)
-    assert {p["id"].rsplit("-", 1)[0].split("-")[0] for p in problems} == {f[0] for f in toy.CODE_FAMILIES}
+    assert {p["id"].rsplit("-", 1)[0].split("-")[0] for p in problems} == {f[0] for f in programs.CODE_FAMILIES}
     assert any("fn_name" in p["tests"][0] for p in problems) and any("fn_name" not in p["tests"][0] for p in problems)
     results = _run_programs([(p["solutions"][0], p["tests"]) for p in problems])
     assert all(all(r) for r in results), [p["id"] for p, r in zip(problems, results) if not all(r)]
@@ -727,11 +727,11 @@ def test_toy_code_solutions_pass_their_tests():
 
 
 def test_toy_code_sft_answers_and_splits(toy_tok):
-    train = toy.code_problems(len(sum(toy._code_pools("train"), [])), split="train")
-    test = toy.code_problems(len(sum(toy._code_pools("test"), [])), split="test")
+    train = programs.code_problems(len(sum(programs._code_pools("train"), [])), split="train")
+    test = programs.code_problems(len(sum(programs._code_pools("test"), [])), split="test")
     assert not {p["id"] for p in train} & {p["id"] for p in test}
     by_prompt = {p["prompt"]: p for p in train}
-    convs = toy.code_sft_examples(60, seed=2)
+    convs = programs.code_sft_examples(60, seed=2)
     jobs = []
     for user, assistant in convs:
         assert user["content"] in by_prompt, "SFT code problems come from the train split only"
@@ -740,39 +740,95 @@ def test_toy_code_sft_answers_and_splits(toy_tok):
         assert len(data.encode_chat(toy_tok, [user, assistant])[0]) < 120
     assert all(all(r) for r in _run_programs(jobs))
     with pytest.raises(ValueError, match="distinct"):
-        toy.code_problems(10 ** 4, split="test")
+        programs.code_problems(10 ** 4, split="test")
 
 
 # ----------------------------------------------------------------------------- files and command line
 
-def test_write_toy_datasets_round_trip_through_loaders(tmp_path, toy_tok):
-    paths = toy_data.write_toy_datasets(str(tmp_path), n_sft_math=40, n_sft_code=20, n_math_train=30, n_math_test=20,
-                                    n_code_train=12, n_code_test=6)
-    assert data.load_tokenizer(paths["tokenizer"]).to_str() == toy_tok.to_str()
-    assert data.load_sft_jsonl(paths["sft"]) == toy.sft_conversations(40, 20, seed=0)
-    assert data.load_math_jsonl(paths["math_test"]) == toy.math_problems(20, split="test")
-    loaded = data.load_code_jsonl(paths["code_test"])
-    expected = toy.code_problems(6, split="test")
-    assert [(p["id"], p["prompt"], p["tests"]) for p in loaded] == [(p["id"], p["prompt"], p["tests"]) for p in expected]
-    assert len(data.load_code_jsonl(paths["code_train"])) == 12 and len(data.load_math_jsonl(paths["math_train"])) == 30
+def test_toy_files_round_trip_through_the_loaders(toy_files):
+    """What tools/toy.py writes reads back, through the loaders of the public formats, as the generators' problems:
+    Countdown rows as {id, prompt, numbers, target, kind: countdown}, sums as {id, prompt, answer}, programs as
+    LiveCodeBench rows (tests as the sandbox takes them), teacher files as prompts with their k responses."""
+    from tools.toy_tasks import countdown
+    cd, sm = toy_files["countdown"], toy_files["sums"]
+    for n in (3, 4):
+        expected = [dict(p, kind="countdown") for p in countdown.problems(64, n, seed=1234)]
+        assert data.load_math_jsonl(os.path.join(cd, "rl", f"countdown_{n}.jsonl")) == expected
+        teacher = data.load_responses(os.path.join(cd, "teacher", f"countdown_{n}.jsonl"))
+        problems = countdown.problems(25, n, "distill-0", "train")
+        assert [(t["id"], t["prompt"], t["numbers"], t["target"], t["kind"], t["answer"]) for t in teacher] == \
+            [(p["id"], p["prompt"], p["numbers"], p["target"], "countdown", None) for p in problems]
+        assert all(len(t["responses"]) == 4 and all(r["correct"] is None for r in t["responses"]) for t in teacher)
+    loaded = data.load_code_jsonl(os.path.join(cd, "test", "toy_code.jsonl"))
+    expected = programs.partial_code_problems(2, 0, "test")
+    key = lambda p: (p["id"], p["prompt"], p["tests"])  # noqa: E731
+    assert list(map(key, loaded)) == list(map(key, expected))
+    assert data.load_math_jsonl(os.path.join(sm, "test", "toy_math.jsonl")) == \
+        sums.math_problems(6, 0, "test", min_digits=3, max_digits=3)
+    loaded = data.load_code_jsonl(os.path.join(sm, "rl", "toy_code.jsonl"))   # functional tests too
+    expected = programs.code_problems(4, 1234)
+    key = lambda p: (p["id"], p["prompt"], p["tests"])  # noqa: E731
+    assert list(map(key, loaded)) == list(map(key, expected))
+    teacher = data.load_responses(os.path.join(sm, "teacher", "toy_code.jsonl"))
+    expected = programs.code_problems(3, 0, "train", num_tests=2)
+    assert [(t["id"], t["tests"], t["responses"][0]["content"]) for t in teacher] == \
+        [(p["id"], p["tests"], programs.code_response(p)) for p in expected]
 
 
-def test_command_line(tmp_path):
+# sha256 of the toy's sets as the code before tools/toy.py made them (commit 949362f, data.toy_problems with
+# gppo.py's and eval.py's settings at the toy_files fixture's sizes), each the JSON (sort_keys) of the list of
+# {id, prompt, numbers, target, answer, tests, kind} of its problems, kind as gppo.py gives it.
+BEFORE_FILES = {
+    "countdown/rl/countdown_3": "7f10ceb87e558be59a0742b143c9503c646cd470310fc936d85ab68f0d97fdff",
+    "countdown/rl/countdown_4": "4c8da1bc66da5d71c8a27c8c0fdabc1d17aab51ce3157f7e6338df7e2ffd7e57",
+    "countdown/rl/toy_code": "70b0837fd59dc61114fa197aa95e5207ac8f00c65627077e8f3823e8fffa1cca",
+    "countdown/test/countdown_3": "90c6eff9f0b4f193006e73ee0ee75db04444b723aef752b1725011f0b430f2cc",
+    "countdown/test/countdown_4": "932b430b5066e58482d2a662aaf374e0643db08d4dd4e0f2f79710f98332c9ad",
+    "countdown/test/toy_code": "851c0fc8ab79a3284f9aaaffbc9c87ff6e43cfea2aaa1a99b2ca222333fa8077",
+    "sums/rl/toy_code": "7c159469d8c7a30529edc96462f5d02dc8040371ac7a09d4541db033ef354b4c",
+    "sums/rl/toy_math": "09b6dc383036f04832d3de23e39c21c608e8c562b97e606d1c485d64092bcb93",
+    "sums/test/toy_code": "f1647b7bcdaaf3ba37256010293812493cd8e673a27a46fd06ba498cfe3661a2",
+    "sums/test/toy_math": "50290e0ca4c5e8ed3b64f39078791c3a55b1baa29df73f54e67d26e3fd3c3818",
+    # tokenizer.json as data.build_toy_tokenizer(task) saved it
+    "countdown/tokenizer": "cbbbeb6c4aa763f8592f4b8f68ec9193fa2d867787bc8e979df8549069f451d0",
+    "sums/tokenizer": "801b9b8e262efc22ac73fe6bea291d6f743e55ed1f7b8922657293424815ce61"}
+
+
+def test_toy_files_hold_what_the_toy_gave_before_it_became_files(toy_files):
+    """The RL prompts, held-out sets and tokenizers of tools/toy.py, read as gppo.py and eval.py read them, are the
+    ones the entry points built in before (BEFORE_FILES): same problems, same order, same tokenizer bytes."""
+    import hashlib
+    keys = ("id", "prompt", "numbers", "target", "answer", "tests", "kind")
+    found = {}
+    for task in ("countdown", "sums"):
+        for folder in ("rl", "test"):
+            for name in sorted(os.listdir(os.path.join(toy_files[task], folder))):
+                path = os.path.join(toy_files[task], folder, name)
+                problems = [dict(p, kind="code") for p in data.load_code_jsonl(path)] if name == "toy_code.jsonl" \
+                    else [{"kind": "math", **p} for p in data.load_math_jsonl(path)]
+                text = json.dumps([{k: p[k] for k in keys if k in p} for p in problems], sort_keys=True)
+                found[f"{task}/{folder}/{name[:-6]}"] = hashlib.sha256(text.encode()).hexdigest()
+        with open(os.path.join(toy_files[task], "tokenizer", "tokenizer.json"), "rb") as f:
+            found[f"{task}/tokenizer"] = hashlib.sha256(f.read()).hexdigest()
+    assert found == BEFORE_FILES
+
+
+def test_command_line(tmp_path, toy_files):
     run = lambda tool, *args: subprocess.run([sys.executable, os.path.join(ROOT, "tools", tool), *args],  # noqa: E731
                                              capture_output=True, text=True, timeout=120)
-    out = run("toy_data.py", f"--out={tmp_path}", "--n_sft_math=100", "--n_sft_code=50", "--n_math_train=20",
-              "--n_math_test=10", "--n_code_train=5", "--n_code_test=5")
+    out = run("toy.py", "--task=sums", f"--out={tmp_path}", "--math_prompts=60", "--code_prompts=3", "--code_tests=2",
+              "--code_k=2", "--rl_problems=96", "--rl_programs=4", "--test_problems=6", "--test_programs=3")
     assert out.returncode == 0, out.stderr
-    assert sorted(os.listdir(tmp_path)) == ["code_test.jsonl", "code_train.jsonl", "math_test.jsonl",
-                                            "math_train.jsonl", "sft.jsonl", "tokenizer"]
-    # a tokenizer trained in another process (another hash seed) is byte-identical
-    assert json.load(open(tmp_path / "tokenizer" / "tokenizer.json")) == json.loads(data.build_toy_tokenizer().to_str())
-    out = run("data_stats.py", str(tmp_path / "sft.jsonl"), f"--tokenizer={tmp_path / 'tokenizer'}")
-    assert out.returncode == 0 and "150 sft records" in out.stdout and "real tokens" in out.stdout, out.stdout + out.stderr
+    written = sorted(os.path.relpath(os.path.join(d, f), tmp_path) for d, _, fs in os.walk(tmp_path) for f in fs)
+    assert written == ["rl/toy_code.jsonl", "rl/toy_math.jsonl", "teacher/toy_code.jsonl", "teacher/toy_math.jsonl",
+                       "test/toy_code.jsonl", "test/toy_math.jsonl", "tokenizer/tokenizer.json",
+                       "tokenizer/tokenizer_config.json"]
+    # another process (another hash seed) writes the same bytes: the tokenizer, the teacher's samples, every set
+    for name in written:
+        assert open(tmp_path / name, "rb").read() == open(os.path.join(toy_files["sums"], name), "rb").read(), name
+    out = run("data_stats.py", str(tmp_path / "test" / "toy_math.jsonl"), f"--tokenizer={tmp_path / 'tokenizer'}")
+    assert out.returncode == 0 and "6 math records" in out.stdout, out.stdout + out.stderr
     out = run("data_stats.py", os.path.join(FIXTURES, "apps_taco.jsonl"))
     assert out.returncode == 0 and "5 code records" in out.stdout and "'dropped_few_tests': 1" in out.stdout, out.stdout
-    with pytest.raises(SystemExit, match="unknown option --bogus"):
-        parse_config(toy_data.ToyConfig, ["--bogus=1"])
-    with pytest.raises(SystemExit, match="not a valid int"):
-        parse_config(toy_data.ToyConfig, ["--seed=abc"])
-    assert parse_config(toy_data.ToyConfig, ["--wrong_fraction=0", "--out=x"]) == toy_data.ToyConfig(out="x", wrong_fraction=0.0)
+    out = run("toy.py", "--task=chess")
+    assert out.returncode != 0 and "--task='chess': use countdown or sums" in out.stderr, out.stderr

@@ -4,7 +4,8 @@ client killed mid-run and the server killed mid-run, each followed by the same c
 checked record by record (nothing lost, nothing twice, no torn line, each sample what the server gave for its seed).
 Also: both reasoning styles, a server that ignores n, the API key never written, the difficulty rule on hand-computed
 cases, decontamination with a planted benchmark problem, eval.py against the server = the same responses scored
-offline, the local-engine teacher, and the toy recipe end to end into sft.py's loader."""
+offline, the local-engine teacher, and the toy recipe (the teacher's files of tools/toy.py) end to end into sft.py's
+loader, byte for byte what the recipe wrote when the toy teacher was built into distill.py."""
 import json
 import math
 import os
@@ -306,12 +307,14 @@ def test_eval_against_the_server_equals_the_same_responses_scored_offline(tmp_pa
     assert bench["pass_at_k"]["2"] == pytest.approx(sum(1 - math.comb(4 - c, 2) / 6 for c in correct) / 5, abs=1e-12)
 
 
-def test_local_engine_teacher_writes_the_same_records_and_resumes(tmp_path):
+def test_local_engine_teacher_writes_the_same_records_and_resumes(tmp_path, toy_files):
+    import shutil
+
     import data
     from model import Qwen3, Qwen3Config, save_pretrained
-    tok = data.build_toy_tokenizer()
     ckpt = str(tmp_path / "tiny")
-    data.save_tokenizer(tok, ckpt)
+    shutil.copytree(os.path.join(toy_files["sums"], "tokenizer"), ckpt)
+    tok = data.load_tokenizer(ckpt)
     save_pretrained(Qwen3(Qwen3Config(vocab_size=tok.get_vocab_size(), hidden_size=32, intermediate_size=64,
                                       num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1, head_dim=16,
                                       tie_word_embeddings=True, torch_dtype="float32")).init_weights(seed=0), ckpt)
@@ -336,11 +339,21 @@ def test_local_engine_teacher_writes_the_same_records_and_resumes(tmp_path):
     assert sorted(again, key=key) == sorted(first, key=key)
 
 
-def test_toy_recipe_end_to_end_into_sft_loader(tmp_path):
+def teacher_files(toy_dir: str, *names) -> str:
+    """--responses: the toy teacher's files that tools/toy.py wrote in toy_dir."""
+    return ",".join(os.path.join(toy_dir, "teacher", f"{name}.jsonl") for name in names)
+
+
+def test_toy_recipe_end_to_end_into_sft_loader(tmp_path, toy_files):
+    """The sums toy's teacher files (tools/toy.py) through the rule, by hand; the rows written are the same bytes as
+    before the toy's teacher moved out of distill.py (SUMS_BEFORE); sft.py reads them."""
+    import hashlib
+
     import data
     import sft
-    cfg = distill.DistillConfig(toy=True, toy_task="sums", toy_math_prompts=60, toy_code_prompts=3, toy_code_tests=2,
-                                toy_code_k=2, out_dir=str(tmp_path / "toy"), progress_s=0)
+    toy = toy_files["sums"]
+    cfg = distill.DistillConfig(responses=teacher_files(toy, "toy_math", "toy_code"), out_dir=str(tmp_path / "toy"),
+                                benchmarks=os.path.join(toy, "test", "toy_math.jsonl"), progress_s=0)
     report = distill.main(cfg)
     rows = read_lines(os.path.join(cfg.out_dir, "sft.jsonl"))
     verdicts = {(v["id"], v["sample"]): v["correct"] for v in read_lines(os.path.join(cfg.out_dir, "verdicts.jsonl"))}
@@ -359,28 +372,42 @@ def test_toy_recipe_end_to_end_into_sft_loader(tmp_path):
     counts = report["counts"]["toy_math"]
     assert counts["easy"]["dropped_wrong"] > 0 and report["decontamination"]["benchmark_items_matched"] == 0
     assert report["sft_rows"] == len(rows) == sum(c["kept"] for by in report["counts"].values() for c in by.values())
+    with open(os.path.join(cfg.out_dir, "sft.jsonl"), "rb") as f:
+        before = f.read()
+    assert hashlib.sha256(before).hexdigest() == SUMS_BEFORE
     tokenizer, _, loader = sft.load_sft_data(sft.SFTConfig(data=os.path.join(cfg.out_dir, "sft.jsonl"),
-                                                           tokenizer=os.path.join(cfg.out_dir, "tokenizer")), 0, 1)
-    assert loader.num_rows >= 1 and tokenizer.to_str() == data.build_toy_tokenizer("sums").to_str()
-    before = open(os.path.join(cfg.out_dir, "sft.jsonl")).read()
+                                                           tokenizer=os.path.join(toy, "tokenizer")), 0, 1)
+    assert loader.num_rows >= 1 and tokenizer.to_str() == data.load_tokenizer(os.path.join(toy, "tokenizer")).to_str()
     distill.main(cfg)   # a rerun finds everything done and writes the same file
-    assert open(os.path.join(cfg.out_dir, "sft.jsonl")).read() == before
+    assert open(os.path.join(cfg.out_dir, "sft.jsonl"), "rb").read() == before
 
 
-def test_countdown_recipe_verifies_with_the_checker_and_keeps_by_difficulty(tmp_path):
+# sha256 of sft.jsonl as distill.py wrote it when the toy teacher was built in (commit 949362f), for the toy_files
+# fixture's sizes: `python distill.py --toy=true --toy_task=sums --toy_math_prompts=60 --toy_code_prompts=3
+# --toy_code_tests=2 --toy_code_k=2`, and `python distill.py --toy=true --toy_easy_prompts=25 --toy_hard_prompts=25
+# --toy_code_prompts=6 --toy_code_tests=4 --toy_code_k=4 --benchmarks=bench.jsonl` with bench.jsonl the one row
+# {"problem": "Use 7 1 7 to make 14.", "answer": "1"} (the first 3-number prompt). The same bytes now: the teacher's
+# samples (seeded per prompt and sample as distill.py seeded them), the verdicts, the rule and the row order.
+SUMS_BEFORE = "35c10f570098b72b65abf94633e27f4b0cd3f12f271e70234e5de5e41685abd1"
+COUNTDOWN_BEFORE = "e6a761e5e9557b5209fa4ad54865392f32ec07a73440f4049a7b4db7cd9aab74"
+
+
+def test_countdown_recipe_verifies_with_the_checker_and_keeps_by_difficulty(tmp_path, toy_files):
     """The default toy: the searching teacher's traces are verified by countdown_reward (recomputed here), the rule
     keeps every trace of a prompt the teacher solved less than half the time and only the right ones of the others;
     its programs' naive answers (partial credit, judged wrong) survive only on hard prompts; a benchmark item equal
-    to a train prompt removes that prompt."""
-    import data
-    from parts import countdown, toy
+    to a train prompt removes that prompt. The rows are the same bytes as before the teacher moved out of distill.py
+    (COUNTDOWN_BEFORE)."""
+    import hashlib
+
+    from parts.countdown_check import countdown_reward
+    from tools.toy_tasks import countdown, programs
     problems = {f"countdown_{n}/{p['id']}": p for n in (3, 4) for p in countdown.problems(25, n, "distill-0", "train")}
     leaked = next(iter(problems.values()))
     bench = tmp_path / "bench.jsonl"
     bench.write_text(json.dumps({"problem": leaked["prompt"], "answer": "1"}) + "\n")
-    cfg = distill.DistillConfig(toy=True, toy_easy_prompts=25, toy_hard_prompts=25, toy_code_prompts=6,
-                                toy_code_tests=4, toy_code_k=4, benchmarks=str(bench), out_dir=str(tmp_path / "cd"),
-                                progress_s=0)
+    responses = teacher_files(toy_files["countdown"], "countdown_3", "countdown_4", "toy_code")
+    cfg = distill.DistillConfig(responses=responses, benchmarks=str(bench), out_dir=str(tmp_path / "cd"), progress_s=0)
     report = distill.main(cfg)
     assert report["decontamination"]["benchmark_items_matched"] == 1
     samples = {(s["id"], s["sample"]): s["content"] for s in read_lines(os.path.join(cfg.out_dir, "samples.jsonl"))}
@@ -389,7 +416,7 @@ def test_countdown_recipe_verifies_with_the_checker_and_keeps_by_difficulty(tmp_
     for (pid, j), ok in sorted(verdicts.items()):
         if pid in problems:
             p = problems[pid]
-            assert ok == (countdown.countdown_reward(samples[pid, j], p["numbers"], p["target"]) == 1.0)
+            assert ok == (countdown_reward(samples[pid, j], p["numbers"], p["target"]) == 1.0)
         by_prompt.setdefault(pid, []).append(ok)
     assert f"countdown_3/{leaked['id']}" not in by_prompt and len(by_prompt) == 49 + 6
     rows = read_lines(os.path.join(cfg.out_dir, "sft.jsonl"))
@@ -399,10 +426,10 @@ def test_countdown_recipe_verifies_with_the_checker_and_keeps_by_difficulty(tmp_
         assert kept == sorted(f"{pid}/{j}" for j, ok in enumerate(oks) if hard or ok)
     wrong = [r for r in rows if r["correct"] is False]
     assert {r["source"] for r in wrong} >= {"countdown_4"} and all(r["difficulty"] == "hard" for r in wrong)
-    naive = {p["naive"] for p in toy.partial_code_problems(6, 0, "train", 4)}
+    naive = {p["naive"] for p in programs.partial_code_problems(6, 0, "train", 4)}
     assert any(r["source"] == "toy_code" and any(n in r["messages"][-1]["content"] for n in naive) for r in wrong)
-    tok = data.load_tokenizer(os.path.join(cfg.out_dir, "tokenizer"))
-    assert tok.to_str() == data.build_toy_tokenizer("countdown").to_str()
+    with open(os.path.join(cfg.out_dir, "sft.jsonl"), "rb") as f:
+        assert hashlib.sha256(f.read()).hexdigest() == COUNTDOWN_BEFORE
 
 
 def test_the_client_runs_alone_without_torch(server, tmp_path):

@@ -15,25 +15,32 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 import data  # noqa: E402
-from parts import toy  # noqa: E402
 import eval as ev  # noqa: E402
 from rollout import Sample  # noqa: E402
 from parts.trainer import InputError  # noqa: E402
+from tools.toy_tasks import countdown, programs, sums  # noqa: E402
 
-TINY_RUN = ["--toy_task=sums", "--toy_math=6", "--toy_code=3", "--k=3", "--max_tokens=24", "--pass_k=1,2,3"]
+TINY_RUN = ["--k=3", "--max_tokens=24", "--pass_k=1,2,3"]   # on the sums toy's held-out sets (toy_data below)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def toy_data(toy_files):
+    """The sums toy's held-out sets (tests/conftest.py: 6 problems, 3 programs) for the runs of TINY_RUN."""
+    TINY_RUN[:0] = [f"--math_data={toy_files['sums']}/test/toy_math.jsonl",
+                    f"--code_data={toy_files['sums']}/test/toy_code.jsonl"]
 
 
 @pytest.fixture(scope="module")
-def tokenizer():
-    return data.build_toy_tokenizer()
+def tokenizer(toy_files):
+    return data.load_tokenizer(os.path.join(toy_files["sums"], "tokenizer"))
 
 
-def run_cli(*args, nproc=1):
+def run_cli(*args, nproc=1, cwd=ROOT):
     env = dict(os.environ, OMP_NUM_THREADS="1")
     launcher = [sys.executable] if nproc == 1 else [sys.executable, "-m", "torch.distributed.run", "--standalone",
                                                      f"--nproc_per_node={nproc}"]
     return subprocess.run(launcher + [os.path.join(ROOT, "eval.py"), *args], capture_output=True, text=True, env=env,
-                          timeout=300, cwd=ROOT)
+                          timeout=300, cwd=cwd)
 
 
 def read_run(out_dir):
@@ -109,7 +116,7 @@ def scripted(tokenizer, problems, responses):
 
 
 def test_avg_at_k_on_fake_engine_with_known_success(tokenizer):
-    problems = toy.math_problems(4, seed=0, split="test")
+    problems = sums.math_problems(4, seed=0, split="test")
     right = lambda p: f"<think>\nadding\n</think>\n\n\\boxed{{{p['answer']}}}<|im_end|>"
     wrong = lambda p: f"<think>\nadding\n</think>\n\n\\boxed{{{int(p['answer']) + 1}}}<|im_end|>"
     unfinished = "<think>\nadding and adding ..."                      # cut at max length: no </think>
@@ -196,7 +203,7 @@ def test_cli_exits_nonzero_on_bad_input(tiny_checkpoint, tmp_path):
     assert proc.returncode == 2 and "no checkpoint there" in proc.stderr and "Traceback" not in proc.stderr
     proc = run_cli("--temprature=0.6")
     assert proc.returncode != 0 and "unknown option --temprature" in proc.stderr
-    proc = run_cli(f"--model={tiny_checkpoint}", "--toy_math=0", "--toy_code=0")
+    proc = run_cli(f"--model={tiny_checkpoint}", "--toy=none")
     assert proc.returncode == 2 and "nothing to evaluate" in proc.stderr and "Traceback" not in proc.stderr
 
 
@@ -273,7 +280,8 @@ def test_end_to_end_files_are_complete_and_consistent(one_process_run, tiny_chec
     keys = {"benchmark", "problem_id", "problem_index", "sample", "seed", "response", "reward", "correct",
             "format_failure", "reason", "length", "finish_reason"}
     assert all(set(x) == keys for x in samples)
-    for name, problems in (("toy_math", toy.math_problems(6, 0, "test")), ("toy_code", toy.code_problems(3, 0, "test"))):
+    for name, problems in (("toy_math", sums.math_problems(6, 0, "test", 3, 3)),
+                           ("toy_code", programs.code_problems(3, 0, "test"))):
         mine = [x for x in samples if x["benchmark"] == name]
         b = results["benchmarks"][name]
         assert [x["problem_id"] for x in mine] == [p["id"] for p in problems for _ in range(3)]
@@ -287,23 +295,26 @@ def test_end_to_end_files_are_complete_and_consistent(one_process_run, tiny_chec
         assert metric in stdout
 
 
-def test_countdown_sets_are_judged_by_the_checker(tiny_checkpoint, tmp_path):
-    """The default toy: held-out 3- and 4-number Countdown problems and the toy programs with partial credit; each
-    verdict is countdown_reward's on the sampled text (recomputed here)."""
-    from parts import countdown
-    proc = run_cli(f"--model={tiny_checkpoint}", f"--out_dir={tmp_path}", "--toy_math=4", "--toy_code=2", "--k=2",
-                   "--max_tokens=16")
+def test_countdown_sets_are_judged_by_the_checker(tiny_checkpoint, tmp_path, toy_files):
+    """The default toy (--toy=countdown, no data option): the held-out sets in out/toy/countdown/ of the working
+    directory, 3- and 4-number Countdown problems and the toy programs with partial credit; each verdict is
+    countdown_reward's on the sampled text (recomputed here)."""
+    from parts.countdown_check import countdown_reward
+    os.makedirs(tmp_path / "out" / "toy")
+    os.symlink(toy_files["countdown"], tmp_path / "out" / "toy" / "countdown")
+    proc = run_cli(f"--model={tiny_checkpoint}", "--out_dir=eval", "--k=2", "--max_tokens=16", cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    results, samples = read_run(tmp_path)
+    results, samples = read_run(tmp_path / "eval")
     assert list(results["benchmarks"]) == ["countdown_3", "countdown_4", "toy_code"]
+    assert [b["kind"] for b in results["benchmarks"].values()] == ["countdown", "countdown", "code"]
     for n in (3, 4):
         problems = {p["id"]: p for p in countdown.problems(4, n, 0, "test")}
         mine = [x for x in samples if x["benchmark"] == f"countdown_{n}"]
         assert [x["problem_id"] for x in mine] == [pid for pid in problems for _ in range(2)]
-        assert all(x["correct"] == (countdown.countdown_reward(x["response"], problems[x["problem_id"]]["numbers"],
-                                                               problems[x["problem_id"]]["target"]) == 1.0) for x in mine)
+        assert all(x["correct"] == (countdown_reward(x["response"], problems[x["problem_id"]]["numbers"],
+                                                     problems[x["problem_id"]]["target"]) == 1.0) for x in mine)
     code = [x["problem_id"] for x in samples if x["benchmark"] == "toy_code"]
-    assert code == [p["id"] for p in toy.partial_code_problems(2, 0, "test") for _ in range(2)]
+    assert code == [p["id"] for p in programs.partial_code_problems(2, 0, "test") for _ in range(2)]
 
 
 def test_one_process_equals_two_processes(one_process_run, tiny_checkpoint, tmp_path):

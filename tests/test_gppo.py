@@ -23,7 +23,13 @@ from model import from_pretrained  # noqa: E402
 from rollout import Sample  # noqa: E402
 
 SMALL = ["--prompts_per_step=4", "--mini_batch_prompts=2", "--group_size=4", "--max_response_len=16", "--eval_every=0",
-         "--toy_problems=64", "--lr=1e-2", "--warmup_steps=1", "--reward_workers=2"]
+         "--lr=1e-2", "--warmup_steps=1", "--reward_workers=2"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def toy_data(toy_files):
+    """The toy's 64 RL prompts (tests/conftest.py) for every run below; an option given later wins."""
+    SMALL[:0] = toy_files["rl"]
 
 
 def run(out_dir, ckpt, *extra, nproc=1, task="even", env=None):
@@ -196,11 +202,11 @@ def test_real_prompts_without_eval_data_evaluate_nothing_and_samples_are_logged(
             assert all(s["finish_reason"] in ("stop", "length") and isinstance(s["response"], str) for s in group)
 
 
-def test_log_samples_draws_a_fixed_number_per_step_the_same_on_resume():
+def test_log_samples_draws_a_fixed_number_per_step_the_same_on_resume(toy_files):
     """log_samples: min(log_samples, responses) records per step, in stream order, drawn by a generator seeded by
     the step (a resumed run draws the same ones); another step draws others."""
     from types import SimpleNamespace
-    tok = data.build_toy_tokenizer()
+    tok = data.load_tokenizer(os.path.join(toy_files["sums"], "tokenizer"))
     groups = [gppo.Group(position, dict(prompt_ids=[1, 2]), [Sample([3, 4], [0.0, 0.0], "stop")] * 8,
                          [float(j % 2) for j in range(8)], [bool(j % 2) for j in range(8)], torch.zeros(8), True)
               for position in range(4)]
@@ -286,9 +292,9 @@ def test_shared_prompts_give_the_logprobs_of_separate_sequences():
 
 # ----------------------------------------------------------------------------- method fidelity
 
-def toy_prompt_ids(n, first, count, seed=1234):
-    """The ids of stream positions first..first+count-1, as gppo.main's toy prompts (--toy_problems=n) order them."""
-    tasks = gppo.toy_problems(gppo.GPPOConfig(), n, seed, "train")
+def toy_prompt_ids(first, count, seed=1234):
+    """The ids of stream positions first..first+count-1, as gppo.main orders the RL prompts of SMALL's file."""
+    tasks = data.load_math_jsonl(SMALL[0].split("=", 1)[1])
     return [t["id"] for t in gppo.prompts_at(tasks, first, count, seed)]
 
 
@@ -307,7 +313,7 @@ def test_dropped_groups_are_refilled_and_repacked(tiny_checkpoint, tmp_path, rou
     for rec in metrics:
         kept, used = 0, 0
         while used < rounds and kept < 4:
-            kept += sum(map(odd, toy_prompt_ids(64, cursor, per_round)))
+            kept += sum(map(odd, toy_prompt_ids(cursor, per_round)))
             cursor, used = cursor + per_round, used + 1
         assert rec["gen_rounds"] == used and rec["prompts_sampled"] == per_round * used, rec
         assert rec["groups_trained"] == min(kept, 4) and rec["updates"] == -(-min(kept, 4) // 2), rec
@@ -452,30 +458,31 @@ def test_reward_scales_code():
     assert gppo.score(dict(task, tests=DOUBLE), code, gppo.GPPOConfig(code_reward="binary")) == (1.0, True)
 
 
-def test_the_rl_loop_drops_code_prompts_with_fewer_than_min_tests(tmp_path, capsys):
+def test_the_rl_loop_drops_code_prompts_with_fewer_than_min_tests(tmp_path, capsys, toy_files):
     """gppo.load_tasks passes --min_tests to the loader: rows of 3 and 15 tests are dropped at 16 (the paper's
     threshold, the default) and the count is printed; --min_tests=3 keeps them."""
     rows = [dict(id=f"p{k}", prompt="Echo.", tests=[{"input": f"{i}\n", "output": f"{i}\n"} for i in range(k)])
             for k in (3, 16, 15, 20)]
     path = tmp_path / "code.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    tok = data.build_toy_tokenizer()
+    tok = data.load_tokenizer(os.path.join(toy_files["sums"], "tokenizer"))
     tasks = gppo.load_tasks(gppo.GPPOConfig(code_data=str(path)), tok)
     assert [t["id"] for t in tasks] == ["p16", "p20"] and all(t["kind"] == "code" for t in tasks)
     assert "'dropped_few_tests': 2" in capsys.readouterr().out
     assert len(gppo.load_tasks(gppo.GPPOConfig(code_data=str(path), min_tests=3), tok)) == 4
 
 
-def test_held_out_greedy_avg_at_k_and_pass_at_k_by_hand():
+def test_held_out_greedy_avg_at_k_and_pass_at_k_by_hand(toy_files):
     """evaluate(): one greedy and eval_k sampled responses per held-out problem, each sampled set seeded by the
     problem's index; three Countdown problems whose responses are right 1/4, 0/4 and 4/4 times (greedy right only
     on the first): greedy 1/3, Avg@4 (1/4 + 0 + 1) / 3, pass@4 2/3."""
     if not dist.is_initialized():
         dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     from types import SimpleNamespace
-    from parts import countdown
-    tok = data.build_toy_tokenizer("countdown")
-    problems = [dict(p, prompt_ids=[i]) for i, p in enumerate(data.toy_problems("countdown", 3, 0, "test", 3))]
+    from tools.toy_tasks import countdown
+    tok = data.load_tokenizer(os.path.join(toy_files["countdown"], "tokenizer"))
+    held_out = data.load_math_jsonl(os.path.join(toy_files["countdown"], "test", "countdown_3.jsonl"))[:3]
+    problems = [dict(p, prompt_ids=[i]) for i, p in enumerate(held_out)]
     for p in problems:
         assert len(p["numbers"]) == 3 and p["kind"] == "countdown"
     right = lambda p: "<think>\nx\n</think>\n\n\\boxed{" + countdown.solutions(p["numbers"], p["target"])[0] + "}"  # noqa

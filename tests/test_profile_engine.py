@@ -58,10 +58,11 @@ def test_split_restores_the_patched_functions_after_an_error():
     assert (torch.nn.Linear.forward, model_py.apply_rope, rollout.sample, rollout.LLMEngine._forward) == originals
 
 
-def test_script_runs_on_a_tiny_checkpoint(tiny_checkpoint):
+def test_script_runs_on_a_tiny_checkpoint(tiny_checkpoint, toy_files):
     out = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "profile_engine.py"),
-                          f"--model={tiny_checkpoint}", "--prompts=3", "--samples=2", "--max_tokens=5", "--repeat=1",
-                          "--skip_hf=true"], capture_output=True, text=True, timeout=300)
+                          f"--model={tiny_checkpoint}", f"--math_data={toy_files['sums']}/rl/toy_math.jsonl",
+                          "--prompts=3", "--samples=2", "--max_tokens=5", "--repeat=1", "--skip_hf=true"],
+                         capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     for part in ("matmuls", "attention", "sampling", "engine", "GFLOP", "transformers: skipped"):
         assert part in out.stdout, out.stdout

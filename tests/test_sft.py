@@ -18,9 +18,15 @@ import sft  # noqa: E402
 from parts import trainer  # noqa: E402
 from model import Qwen3, Qwen3Config, from_pretrained  # noqa: E402
 
-TINY = ["--toy_math_examples=240", "--toy_code_examples=40", "--row_tokens=512", "--rows_per_step=4",
+TINY = ["--row_tokens=512", "--rows_per_step=4",
         "--n_layer=1", "--hidden=32", "--n_head=2", "--n_kv_head=1", "--head_dim=16", "--intermediate=64",
         "--epochs=1", "--max_steps=4", "--log_every=1", "--warmup_steps=2", "--lr=3e-3", "--min_lr=1e-3"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def toy_data(toy_files):
+    """The toy's small SFT set (tests/conftest.py) for every run below."""
+    TINY[:0] = toy_files["sft"]
 
 
 def run_sft(out_dir, *extra, nproc=1):

@@ -15,11 +15,18 @@ sys.path.insert(0, ROOT)
 
 import data  # noqa: E402
 
-SFT = ["--toy_math_examples=240", "--toy_code_examples=40", "--row_tokens=256", "--rows_per_step=2", "--n_layer=1",
+SFT = ["--row_tokens=256", "--rows_per_step=2", "--n_layer=1",
        "--hidden=32", "--n_head=2", "--n_kv_head=1", "--head_dim=16", "--intermediate=64", "--epochs=100",
        "--log_every=1", "--ckpt_every=0"]
 GPPO = ["gppo", "--prompts_per_step=4", "--mini_batch_prompts=2", "--group_size=4", "--max_response_len=16",
-        "--eval_every=0", "--toy_problems=64", "--lr=1e-2", "--warmup_steps=1", "--reward_workers=2", "--ckpt_every=0"]
+        "--eval_every=0", "--lr=1e-2", "--warmup_steps=1", "--reward_workers=2", "--ckpt_every=0"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def toy_data(toy_files):
+    """The toy's small SFT set and RL prompts (tests/conftest.py) for every run below."""
+    SFT[:0] = toy_files["sft"]
+    GPPO[1:1] = toy_files["rl"]
 
 
 def start(cmd):

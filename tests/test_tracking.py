@@ -156,13 +156,13 @@ def run_script(*argv, cwd=ROOT, scratch=None):
     return proc.stdout
 
 
-def test_sft_metrics_go_to_tensorboard_and_wandb_and_plot(tmp_path):
+def test_sft_metrics_go_to_tensorboard_and_wandb_and_plot(tmp_path, toy_files):
     """sft.py --report_to=tensorboard,wandb: every logged number read back from both, equal to metrics.jsonl (fp32 in
     TensorBoard); the config travels with the wandb run; then plot_train.py on that SFT metrics file."""
     needs("tensorboard")
     needs("wandb")
     out = tmp_path / "sft"
-    run_script("sft.py", f"--out_dir={out}", "--toy_math_examples=200", "--toy_code_examples=20", "--max_steps=3",
+    run_script("sft.py", f"--out_dir={out}", *toy_files["sft"], "--max_steps=3",
                "--log_every=1", "--n_layer=1", "--hidden=32", "--intermediate=64", "--n_head=2", "--n_kv_head=1",
                "--head_dim=16", "--row_tokens=256", "--max_len=256", "--report_to=tensorboard,wandb", scratch=tmp_path)
     metrics = read_jsonl(out / "metrics.jsonl")
@@ -174,7 +174,7 @@ def test_sft_metrics_go_to_tensorboard_and_wandb_and_plot(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def rl_run(tiny_checkpoint, tmp_path_factory):
+def rl_run(tiny_checkpoint, tmp_path_factory, toy_files):
     """A 3-step GPPO run (tests/driver.py's reward) reporting to TensorBoard, resumed once at step 2 after a run
     that died having logged step 3; or None when tensorboard is not installed."""
     if tracking.importlib.util.find_spec("tensorboard") is None:
@@ -182,8 +182,8 @@ def rl_run(tiny_checkpoint, tmp_path_factory):
     out = tmp_path_factory.mktemp("rl") / "gppo"
     args = ("tests/driver.py", "gppo", f"--init_from={tiny_checkpoint}", f"--out_dir={out}", "--prompts_per_step=4",
             "--mini_batch_prompts=2", "--group_size=4", "--max_response_len=16", "--eval_every=2", "--eval_k=0",
-            "--eval_problems=4", "--toy_problems=64", "--lr=1e-2", "--warmup_steps=1", "--reward_workers=2",
-            "--report_to=tensorboard")
+            "--eval_problems=4", *toy_files["rl"], *toy_files["held_out"], "--lr=1e-2", "--warmup_steps=1",
+            "--reward_workers=2", "--report_to=tensorboard")
     run_script(*args, "--steps=2")
     first = read_jsonl(out / "metrics.jsonl")
     with open(out / "metrics.jsonl", "a") as fh:   # a run that logged step 3, then died before its checkpoint

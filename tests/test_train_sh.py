@@ -16,25 +16,26 @@ import distill  # noqa: E402
 import eval as ev  # noqa: E402
 import gppo  # noqa: E402
 import sft  # noqa: E402
-from tools import filter_code  # noqa: E402
+from tools import filter_code, toy  # noqa: E402
 
 
 def commands():
-    """(script, [option names]) for every call of distill.py / sft.py / gppo.py / eval.py / filter_code.py in train.sh."""
+    """(script, [option names]) for every call of toy.py / distill.py / sft.py / gppo.py / eval.py / filter_code.py in
+    train.sh."""
     text = open(os.path.join(ROOT, "train.sh")).read().replace("\\\n", " ")
     found = []
     for line in text.splitlines():
         if line.lstrip().startswith("#"):
             continue
-        for m in re.finditer(r"\b(distill|sft|gppo|eval|filter_code)\.py\b", line):
+        for m in re.finditer(r"\b(toy|distill|sft|gppo|eval|filter_code)\.py\b", line):
             rest = re.split(r"\bstage\b|;|&&|\|\|", line[m.end():])[0]
             script = m.group(1)
             found.append((script, re.findall(r"(?<![\w-])--(\w+)=", rest)))
     return found
 
 
-CONFIGS = {"distill": distill.DistillConfig, "sft": sft.SFTConfig, "gppo": gppo.GPPOConfig, "eval": ev.EvalConfig,
-           "filter_code": filter_code.CodeFilterConfig}
+CONFIGS = {"toy": toy.ToyConfig, "distill": distill.DistillConfig, "sft": sft.SFTConfig, "gppo": gppo.GPPOConfig,
+           "eval": ev.EvalConfig, "filter_code": filter_code.CodeFilterConfig}
 
 
 def test_train_sh_uses_only_known_options():
@@ -46,10 +47,10 @@ def test_train_sh_uses_only_known_options():
 
 
 def test_quick_run_passes_only_known_options():
-    """`bash train.sh quick` sets DISTILL_ARGS, SFT_ARGS, GPPO_ARGS and EVAL_ARGS for the stages below it."""
+    """`bash train.sh quick` sets TOY_ARGS, SFT_ARGS, GPPO_ARGS and EVAL_ARGS for the stages below it."""
     text = open(os.path.join(ROOT, "train.sh")).read()
-    found = re.findall(r'^\s*(DISTILL|SFT|GPPO|EVAL)_ARGS="([^"$]*)', text, flags=re.M)
-    assert {stage for stage, _ in found} == {"DISTILL", "SFT", "GPPO", "EVAL"}, found
+    found = re.findall(r'^\s*(TOY|DISTILL|SFT|GPPO|EVAL)_ARGS="([^"$]*)', text, flags=re.M)
+    assert {stage for stage, _ in found} == {"TOY", "SFT", "GPPO", "EVAL"}, found
     for stage, args in found:
         config = CONFIGS[stage.lower()]
         unknown = set(re.findall(r"--(\w+)=", args)) - set(config.__dataclass_fields__)
@@ -72,7 +73,7 @@ def test_quick_runs_every_stage_on_the_toy(tmp_path):
     proc = subprocess.run(["bash", os.path.join(ROOT, "train.sh"), "quick"], capture_output=True, text=True,
                           env=dict(os.environ, OUT=str(out)), timeout=1800)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-    for stage in ("distill", "sft", "gppo", "eval-sft", "eval-rl"):
+    for stage in ("toy", "distill", "sft", "gppo", "eval-sft", "eval-rl"):
         assert f"=== [{stage}] done in" in proc.stdout, stage
     report = json.load(open(out / "distill" / "report.json"))
     assert report["sft_rows"] == len(strict_jsonl(out / "distill" / "sft.jsonl")) > 0

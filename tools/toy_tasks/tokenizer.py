@@ -1,6 +1,6 @@
 """A byte-level BPE tokenizer shaped like Qwen3's, trained in a second on any texts (no download): NFC, Qwen's split
 regex (digits are single tokens), byte-level bytes, and Qwen3's 26 added tokens after the learned vocabulary, so chat
-code written for Qwen3 (its <|im_start|>, <|im_end|>, <think> tokens) runs on it unchanged.
+code written for Qwen3 (its <|im_start|>, <|im_end|>, <think> tokens) runs on it unchanged: the toy tasks' tokenizer.
 
     tok = train(texts, vocab_size=640)          # a tokenizers.Tokenizer; deterministic for the same texts
     save(tok, "out/tokenizer")                   # tokenizer.json + a Qwen3-style tokenizer_config.json

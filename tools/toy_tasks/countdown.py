@@ -1,5 +1,5 @@
 """Countdown, the toy task where the teacher's chain of thought *searches*: reach a target from 3-5 numbers with
-+ - * /, each number used exactly once. Problems, the reward's checker, and a teacher that tries, checks, moves on:
++ - * /, each number used exactly once. The problem generator and a teacher that tries, checks, moves on:
 
     <think>
     12+5=17*3=51 vs 41 no
@@ -8,21 +8,18 @@
 
     \\boxed{(12*3)+5}
 
-countdown_reward(response, numbers, target): 1.0 when the last \\boxed{} after the last </think> is an expression of
-integer literals, binary + - * / and parentheses that uses exactly the given numbers (a multiset) and equals the
-target (exact, with fractions), else 0.0; linear in the response's length. Every target is reachable by the
+The reward is the checker of Countdown's public data set (parts/countdown_check.py). Every target is reachable by the
 teacher's own search (left-deep chains); a problem's split (1 in 10 is test) is a hash of its sorted numbers and
-target. docs/toy_countdown.md tells the generator, the teacher and its calibration. Standard library only.
+target. docs/toy_countdown.md tells the generator, the teacher and its calibration; `python tools/toy.py` writes the
+files. Standard library and parts/countdown_check.py.
 """
-import ast
+import itertools
 import random
-import re
 import zlib
-from collections import Counter
-from fractions import Fraction
+
+from parts.countdown_check import countdown_reward
 
 CAP = 100                  # the teacher's (and the generator's) intermediate values stay in 1..CAP
-MAX_EXPR_CHARS = 200       # a longer boxed expression scores 0 (it cannot be a use of <= 5 small numbers anyway)
 TEST_EVERY = 10            # 1 problem in TEST_EVERY (by hash) is held out as "test"
 OPS = "+-*/"
 
@@ -117,83 +114,6 @@ def problems(n: int, n_numbers: int, seed=0, split: str = "train", lo: int = DEF
     return out
 
 
-# ----------------------------------------------------------------------------- the reward
-
-_EXPR_CHARS = re.compile(r"[0-9+\-*/() ]*")   # fullmatch on <= MAX_EXPR_CHARS characters: linear
-_BOX = "\\boxed{"
-_END_TOKENS = ("<|im_end|>", "<|endoftext|>")
-
-
-def extract_answer(response: str):
-    """The boxed expression of the answer: after the last `</think>`, the last `\\boxed{...}`'s content (it holds no
-    braces), or None."""
-    cut = response.rfind("</think>")
-    if cut < 0:
-        return None
-    answer = response[cut + len("</think>"):]
-    start = answer.rfind(_BOX)
-    if start < 0:
-        return None
-    end = answer.find("}", start + len(_BOX))
-    if end < 0:
-        return None
-    return answer[start + len(_BOX):end]
-
-
-def parse_expression(text: str):
-    """(literals, tree) of an allowed expression, or None: decimal integer literals, binary + - * /, parentheses."""
-    if text is None or len(text) > MAX_EXPR_CHARS or not _EXPR_CHARS.fullmatch(text) or not text.strip():
-        return None
-    try:
-        tree = ast.parse(text.strip(), mode="eval")
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return None
-    literals = []
-
-    def ok(node) -> bool:
-        if isinstance(node, ast.BinOp):
-            return isinstance(node.op, (ast.Add, ast.Sub, ast.Mult, ast.Div)) and ok(node.left) and ok(node.right)
-        if isinstance(node, ast.Constant) and type(node.value) is int:
-            literals.append(node.value)
-            return True
-        return False   # names, calls, unary ops, **, //, %, floats, comparisons ...
-
-    try:
-        return (literals, tree.body) if ok(tree.body) else None
-    except RecursionError:
-        return None
-
-
-def evaluate(node) -> Fraction:
-    """Exact value of a parsed tree (raises ZeroDivisionError)."""
-    if isinstance(node, ast.Constant):
-        return Fraction(node.value)
-    a, b = evaluate(node.left), evaluate(node.right)
-    if isinstance(node.op, ast.Add):
-        return a + b
-    if isinstance(node.op, ast.Sub):
-        return a - b
-    if isinstance(node.op, ast.Mult):
-        return a * b
-    return a / b
-
-
-def countdown_reward(response: str, numbers, target) -> float:
-    """1.0 when the response's answer (the last \\boxed{} after the last </think>) is an allowed expression that uses
-    the given numbers exactly (as a multiset) and equals the target; else 0.0."""
-    parsed = parse_expression(extract_answer(response))
-    if parsed is None:
-        return 0.0
-    literals, tree = parsed
-    if Counter(literals) != Counter(int(v) for v in numbers):
-        return 0.0
-    try:
-        value = evaluate(tree)
-    except (ZeroDivisionError, RecursionError):
-        return 0.0
-    return 1.0 if value == Fraction(target) else 0.0
-
-
 # ----------------------------------------------------------------------------- the teacher
 
 def expression(steps) -> str:
@@ -247,7 +167,6 @@ def teacher_pass_rate(problem: dict, k: int, seed=0, budget=None, cap: int = CAP
 def solutions(numbers, target, cap: int = CAP) -> list:
     """Every chain of the teacher's space (any order, any allowed operations, the last one too) that reaches the
     target, as answer expressions: the exhaustive search behind the tests' 'solvable' check."""
-    import itertools
     found = set()
 
     def extend(steps, value, rest):
