@@ -186,13 +186,16 @@ class LLMEngine:
 
     def _admit(self, waiting: deque, running: list) -> list:
         """First come, first served: take waiting groups while sequences, tokens and blocks allow.
-        An idle engine always takes the head group (it fits: num_blocks >= one max_model_len sequence)."""
+        An idle engine always takes the head group (it fits: num_blocks >= one max_model_len sequence). The token
+        budget bounds what a step adds to its first group: a group longer than the budget (a preempted sequence
+        recomputed, up to max_model_len tokens) is a step's only group, admitted as soon as its blocks are free."""
         admitted, num_seqs, num_tokens, free = [], len(running), 0, self.blocks.num_free
         while waiting:
             group = waiting[0]
             need = self.blocks.blocks_for(len(group[0]))
-            if (admitted or running) and (num_seqs + len(group) > self.max_num_seqs or need + len(group) > free
-                                          or num_tokens + len(group[0]) > self.max_num_batched_tokens):
+            over_budget = num_tokens + len(group[0]) > self.max_num_batched_tokens
+            if (admitted and over_budget) or (admitted or running) and (
+                    num_seqs + len(group) > self.max_num_seqs or need + len(group) > free):
                 break   # (need + len(group): one more block per sample for its first decode step)
             admitted.append(waiting.popleft())
             num_seqs, num_tokens, free = num_seqs + len(group), num_tokens + len(group[0]), free - need

@@ -130,6 +130,29 @@ def test_greedy_under_preemption(model, cpu_kernel):
     assert_no_leaks(engine)
 
 
+def test_recomputed_sequence_longer_than_the_token_budget_does_not_wait_for_the_batch(model, monkeypatch):
+    """A preempted sequence comes back with all its tokens to recompute, which may pass max_num_batched_tokens (the
+    real run: up to 36,864 against 16,384). It must be admitted, alone, once its blocks are free, while the others
+    keep decoding: not only when every running sequence has finished. Greedy tokens stay the reference's."""
+    prompts = prompts_of([3, 5, 4, 6, 2, 5], seed=2)
+    engine = LLMEngine(model, max_num_seqs=6, max_model_len=40, num_blocks=14, block_size=4,
+                       max_num_batched_tokens=8, cpu_kernel=False)
+    admissions = []   # (its tokens, sequences then running) of each recomputation longer than the budget
+    admit = engine._admit
+
+    def recording_admit(waiting, running):
+        groups = admit(waiting, running)
+        admissions.extend((len(g[0]), len(running)) for g in groups if g[0].preempted and len(g[0]) > 8)
+        return groups
+    monkeypatch.setattr(engine, "_admit", recording_admit)
+    out = engine.generate(prompts, [SamplingParams(temperature=0, max_tokens=k) for k in (30, 12, 33, 9, 35, 20)])
+    assert admissions, "the workload must preempt sequences longer than the budget"
+    assert any(running > 0 for _, running in admissions), admissions
+    for prompt, k, samples in zip(prompts, (30, 12, 33, 9, 35, 20), out):
+        assert samples[0].token_ids == reference_greedy(model, prompt, k)
+    assert_no_leaks(engine)
+
+
 @pytest.mark.parametrize("temperature,top_k,top_p", [(1.0, 0, 1.0), (0.7, 0, 1.0), (1.3, 5, 1.0),
                                                      (0.9, 0, 0.8), (1.0, 10, 0.9)])
 def test_logprobs_equal_teacher_forced(model, temperature, top_k, top_p):
