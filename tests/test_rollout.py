@@ -279,6 +279,53 @@ def test_released_pool_comes_back_with_the_same_samples(model):
     assert_no_leaks(released)
 
 
+def test_pool_is_sized_again_at_each_generate_from_what_is_free(model):
+    """A trainer that frees the engine's pool while it trains (gppo.py on a GPU) gets a pool sized at each generate()
+    from the memory then free: kv_cache_memory asked when the pool is allocated, not at start (nothing allocated at
+    start: an optimizer's states read on resume come after). The samples do not depend on the pool's size."""
+    prompts = prompts_of([6, 20, 11], seed=8)
+    params = SamplingParams(temperature=1.0, max_tokens=16, n=2, seed=5)
+    block_bytes = rollout.kv_block_bytes(model.config, torch.float32, 16)
+    asked = []
+    free_now = iter([30, 12, 20, 9])   # blocks' worth of bytes at each question: start, then three generate() calls
+    engine = LLMEngine(model, max_num_seqs=8, max_model_len=64,
+                       kv_cache_memory=lambda: asked.append(1) or next(free_now) * block_bytes)
+    assert engine.cache.k_pool is None and len(asked) == 1   # checked at start (a pool too small fails there), not made
+    reference = LLMEngine(model, max_num_seqs=8, max_model_len=64).generate(prompts, params)
+    for blocks in (12, 20, 9):
+        out = engine.generate(prompts, params)
+        assert engine.blocks.num_blocks == blocks and engine.cache.nbytes == blocks * block_bytes
+        assert [[s.token_ids for s in g] for g in out] == [[s.token_ids for s in g] for g in reference]
+        assert_no_leaks(engine)
+        engine.cache.release()
+    assert len(asked) == 4
+
+
+def test_cuda_pool_is_the_free_memory_less_the_rollout_margin(model, monkeypatch):
+    """On CUDA with no size given, the pool is what free_memory() reports when it is allocated less rollout_margin:
+    a prefill's activations, sample()'s (B, V) fp32 temporaries, the CUDA graphs, 512 MiB of workspaces. The plan on
+    paper (parts/memory_plan.py, which imports nothing) must count the same bytes; for Qwen3-8B they are ~6.9 GB."""
+    from types import SimpleNamespace
+    from parts import memory_plan
+    qwen3_8b = SimpleNamespace(**memory_plan.QWEN3["8B"])
+    margin = rollout.rollout_margin(qwen3_8b, torch.bfloat16, 256, 36864, 16384)
+    assert margin == memory_plan.rollout_margin(qwen3_8b, 2, 256, 36864, 16384)
+    per_token = (4 * 4096 + 3 * 12288 + 32 * 128 + 2 * 8 * 128) * 2            # one layer's prefill activations
+    assert margin > 36864 * per_token + 12 * 256 * 151936 * 4 + 2**29           # the longest prefill goes alone
+    assert 6.8e9 < margin < 7.0e9
+    fake_cuda = SimpleNamespace(model=model, device=torch.device("cuda"), dtype=torch.float32, block_size=4,
+                                max_model_len=64, max_num_seqs=8, max_num_batched_tokens=32, num_blocks=None,
+                                kv_cache_memory=None)
+    block_bytes = rollout.kv_block_bytes(model.config, torch.float32, 4)
+    margin = rollout.rollout_margin(model.config, torch.float32, 8, 64, 32)
+    free = margin + 100 * block_bytes + 7
+    monkeypatch.setattr(rollout, "free_memory", lambda device: free)
+    assert LLMEngine.pool_blocks(fake_cuda) == 100
+    free = margin + 5 * block_bytes   # less than one sequence of 64 tokens (16 blocks): a clear error
+    with pytest.raises(ValueError, match="cannot hold one sequence"):
+        LLMEngine.pool_blocks(fake_cuda)
+
+
 def test_weight_update_is_seen_by_the_next_generate(model):
     """The engine shares the module and caches nothing across generate() calls."""
     model = Qwen3(model.config).init_weights(std=0.2, seed=1)     # a private copy we may modify
