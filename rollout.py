@@ -82,7 +82,8 @@ class EngineStats:
     decode_tokens: int = 0       # tokens computed one at a time in decode steps
     preemptions: int = 0
     peak_blocks_used: int = 0
-    steps: int = 0
+    steps: int = 0               # prefill and decode steps
+    prefill_steps: int = 0
 
 
 # ----------------------------------------------------------------------------- 1. the engine: continuous batching
@@ -94,7 +95,8 @@ class LLMEngine:
     bytes, or a function returning them, asked whenever the pool is allocated (at start, and at every generate()
     after a release()); None = on CUDA the memory then free less rollout_margin() (sampling, CUDA graphs, a prefill's
     activations), on CPU 512 MiB or one max_model_len sequence if that is larger; capped at what max_num_seqs
-    full-length sequences need. use_triton: None = on CUDA. cpu_kernel: decode attention on CPU
+    full-length sequences need. admit_watermark: the share of the pool a group must leave free to join running
+    sequences (see _admit). use_triton: None = on CUDA. cpu_kernel: decode attention on CPU
     with the fused C++ kernel (paged_decode_cpu); None = if the model is fp32 with a supported head_dim and the
     kernel builds (else the PyTorch cascade path, with a one-line notice), False = never, True = required.
     cuda_graphs (Triton decode only): decode steps replayed from CUDA graphs per batch bucket; None = on CUDA; True on
@@ -104,7 +106,7 @@ class LLMEngine:
 
     def __init__(self, model, *, max_num_seqs: int = 256, max_model_len: int | None = None,
                  num_blocks: int | None = None, block_size: int = 16, max_num_batched_tokens: int = 16384,
-                 kv_cache_memory=None, use_triton: bool | None = None,
+                 kv_cache_memory=None, admit_watermark: float = 0.2, use_triton: bool | None = None,
                  cpu_kernel: bool | None = None, cuda_graphs: bool | None = None, fused_norms: bool | None = None):
         cfg, param = model.config, next(model.parameters())
         self.model, self.device, self.dtype, self.vocab_size = model, param.device, param.dtype, cfg.vocab_size
@@ -115,6 +117,9 @@ class LLMEngine:
             _require(_is_int(value) and value >= 1, f"LLMEngine({name}={value!r}): must be a positive int")
         self.max_num_seqs, self.max_num_batched_tokens = max_num_seqs, max_num_batched_tokens
         self.block_size = block_size
+        _require(isinstance(admit_watermark, (int, float)) and 0 <= admit_watermark < 1,
+                 f"LLMEngine(admit_watermark={admit_watermark!r}): must be a fraction of the pool in [0, 1)")
+        self.admit_watermark = admit_watermark
         self.num_blocks, self.kv_cache_memory = num_blocks, kv_cache_memory   # the pool's size, or how to find it
         use_triton = self.device.type == "cuda" and triton is not None if use_triton is None else use_triton
         _require(not (use_triton and triton is None), "LLMEngine(use_triton=True): triton is not installed")
@@ -168,6 +173,7 @@ class LLMEngine:
         a scratch one that padded rows use)."""
         blocks_per_seq, use_triton = -(-self.max_model_len // self.block_size), self.paths["use_triton"]
         self.blocks = BlockManager(num_blocks, self.block_size)
+        self.watermark = int(self.admit_watermark * num_blocks)   # blocks _admit leaves free for running sequences
         self.cache = PagedKVCache(self.model.config, num_blocks + bool(use_triton), self.block_size, dtype=self.dtype,
                                   device=self.device, allocate=allocate, **self.paths)
         self.tables = DeviceBlockTables(self.max_num_seqs, blocks_per_seq, num_blocks, self.device) \
@@ -195,6 +201,7 @@ class LLMEngine:
                 admitted = self._admit(waiting, running)
                 if admitted:
                     running += self._prefill(admitted)
+                    self.stats.prefill_steps += 1
                 else:
                     self._decode(running, waiting)
                 running[:] = [seq for seq in running if seq.finish_reason is None]
@@ -212,17 +219,19 @@ class LLMEngine:
         return [[seq.result() for seq in g] for g in groups]
 
     def _admit(self, waiting: deque, running: list) -> list:
-        """First come, first served: take waiting groups while sequences, tokens and blocks allow.
-        An idle engine always takes the head group (it fits: num_blocks >= one max_model_len sequence). The token
-        budget bounds what a step adds to its first group: a group longer than the budget (a preempted sequence
-        recomputed, up to max_model_len tokens) is a step's only group, admitted as soon as its blocks are free."""
+        """First come, first served: take waiting groups while sequences, tokens and blocks allow. A group joins
+        running sequences only if it leaves admit_watermark of the pool free for them to grow: else the youngest is
+        preempted again within a few steps and recomputed again (a pool too small for the batch thrashes). An idle
+        engine always takes the head group (it fits: num_blocks >= one max_model_len sequence). The token budget
+        bounds what a step adds to its first group: a group longer than the budget (a preempted sequence recomputed,
+        up to max_model_len tokens) is a step's only group, admitted as soon as its blocks are free."""
         admitted, num_seqs, num_tokens, free = [], len(running), 0, self.blocks.num_free
         while waiting:
             group = waiting[0]
             need = self.blocks.blocks_for(len(group[0]))
             over_budget = num_tokens + len(group[0]) > self.max_num_batched_tokens
             if (admitted and over_budget) or (admitted or running) and (
-                    num_seqs + len(group) > self.max_num_seqs or need + len(group) > free):
+                    num_seqs + len(group) > self.max_num_seqs or need + len(group) + self.watermark > free):
                 break   # (need + len(group): one more block per sample for its first decode step)
             admitted.append(waiting.popleft())
             num_seqs, num_tokens, free = num_seqs + len(group), num_tokens + len(group[0]), free - need

@@ -195,7 +195,8 @@ def test_groups_that_shrink_unevenly_stay_exact(model, cpu_kernel):
     (padded group rows in the shared-prefix attention) next to singletons after preemption; every logprob must
     still be the teacher-forced one."""
     prompts = prompts_of([35, 18, 50, 3], seed=9)          # 2, 1, 3 and 0 full blocks of 16 to share
-    engine = LLMEngine(model, max_num_seqs=12, max_model_len=96, num_blocks=12, block_size=16, cpu_kernel=cpu_kernel)
+    engine = LLMEngine(model, max_num_seqs=12, max_model_len=96, num_blocks=12, block_size=16, cpu_kernel=cpu_kernel,
+                       admit_watermark=0)   # all admitted at once, then preempted
     params = SamplingParams(temperature=1.0, max_tokens=40, n=4, seed=3, stop_token_ids=list(range(0, V, 16)))
     out = engine.generate(prompts, params)
     lengths = [len(s.token_ids) for samples in out for s in samples]
@@ -384,11 +385,12 @@ def paged_attention_by_hand(q, k_pool, v_pool, block_tables, context_lens):
     return out
 
 
-@pytest.mark.parametrize("block_size,head_dim,group", [(16, 16, 2), (4, 12, 1), (8, 32, 4), (4, 16, 3)])
+@pytest.mark.parametrize("block_size,head_dim,group", [(16, 16, 2), (4, 12, 1), (8, 32, 4), (4, 16, 3), (16, 128, 4)])
 def test_paged_decode_kernel_equals_reference(block_size, head_dim, group):
     """The Triton kernel (under TRITON_INTERPRET=1 on CPU) and the PyTorch reference vs a per-token loop. The kernel
     runs a KV head's whole query group per program (a group of 3 pads to 4 lanes), and splits each context into 1,
-    2 or 3 parts (flash-decoding): with 3 blocks per table, the 1-token and 1-block contexts leave splits empty."""
+    2 or 3 parts (flash-decoding): with 3 blocks per table, the 1-token and 1-block contexts leave splits empty.
+    (16, 128, 4): Qwen3-8B's blocks, head_dim and query group, the shape tests/test_aot_compile.py compiles."""
     g = torch.Generator().manual_seed(block_size)
     num_blocks, Hkv, B = 12, 2, 4
     k_pool = torch.randn(Hkv, num_blocks, block_size, head_dim, generator=g)
