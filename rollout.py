@@ -178,7 +178,10 @@ class LLMEngine:
                                   device=self.device, allocate=allocate, **self.paths)
         self.tables = DeviceBlockTables(self.max_num_seqs, blocks_per_seq, num_blocks, self.device) \
             if use_triton else None
+        # a graph replays the addresses it was captured on: a new pool gets new graphs, and the weights' storage is
+        # checked at every generate() (the graphs are kept across calls while both stay: no re-capture per call)
         self.graphs = self._decode_graphs(self.max_num_seqs, blocks_per_seq, num_blocks) if self.use_graphs else None
+        self.graphed_weights = self._weight_addresses()
 
     @torch.inference_mode()
     def generate(self, prompt_token_ids: list, params, progress: bool = False, on_finish=None) -> list:
@@ -188,6 +191,9 @@ class LLMEngine:
         groups = make_groups(prompt_token_ids, params, self.max_model_len, self.vocab_size, self.max_num_seqs)
         if self.cache.k_pool is None:   # after a release(): sized again, from the memory free now (a trainer's is back)
             self._make_pool(self.pool_blocks())
+        if self.graphs is not None and self.graphed_weights != self._weight_addresses():
+            self.graphs.clear()         # captured on weights that were freed and re-allocated since (gppo.py's
+            self.graphed_weights = self._weight_addresses()   # --free_engine); in-place updates keep them valid
         if self.tables is not None:
             self.tables.reset()
         self.on_finish, self._cascade = on_finish, None   # _cascade: the last decode step's CascadeBatch
@@ -212,8 +218,6 @@ class LLMEngine:
         finally:   # also on an exception: no block may stay allocated
             for seq in all_seqs:
                 self.blocks.release(seq)
-            if self.graphs is not None:   # they hold the pool's and the weights' addresses, which may change
-                self.graphs.clear()
         assert self.blocks.num_free == self.blocks.num_blocks, "rollout.py: KV blocks leaked"
         self.stats.peak_blocks_used = self.blocks.peak_used
         return [[seq.result() for seq in g] for g in groups]
@@ -339,6 +343,9 @@ class LLMEngine:
                               return_hidden=True)[0]
         finally:
             self.cache.step = None
+
+    def _weight_addresses(self) -> tuple:
+        return tuple(t.data_ptr() for t in (*self.model.parameters(), *self.model.buffers()))
 
     def _decode_graphs(self, max_batch: int, width: int, scratch: int) -> BucketedGraphs:
         tensor = lambda value, *shape, dtype=torch.long: torch.full(shape, value, dtype=dtype, device=self.device)  # noqa

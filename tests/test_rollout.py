@@ -690,6 +690,31 @@ def test_cuda_graph_decode_equals_the_plain_decode(model, monkeypatch):
         LLMEngine(model, max_num_seqs=8, max_model_len=48, cuda_graphs=True)
 
 
+def test_cuda_graphs_are_kept_while_the_pool_and_weights_stay(model):
+    """A graph replays the addresses it was captured on. The engine keeps its graphs across generate() calls (an
+    in-place weight update keeps the addresses), drops them when the weights were re-allocated (gppo.py frees and
+    refills the engine's weights around training) and makes new ones with a new pool (after a release())."""
+    model = Qwen3(model.config).init_weights(std=0.2, seed=1)     # a private copy whose storage we replace
+    engine = LLMEngine(model, max_num_seqs=8, max_model_len=48, use_triton=True, cuda_graphs=True)
+    params = SamplingParams(temperature=0.0, max_tokens=4)
+    engine.generate([[1, 2, 3]], params)
+    engine.graphs.graphs[8] = "captured"                          # what a CUDA capture would have left
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(1.0)                                           # in place: the same storage
+    engine.generate([[1, 2, 3]], params)
+    assert engine.graphs.graphs == {8: "captured"}
+    for p in model.parameters():
+        p.data = p.data.clone()                                   # freed and refilled: new storage
+    engine.generate([[1, 2, 3]], params)
+    assert engine.graphs.graphs == {}
+    engine.graphs.graphs[8] = "captured"
+    graphs = engine.graphs
+    engine.cache.release()
+    engine.generate([[1, 2, 3]], params)
+    assert engine.graphs is not graphs and engine.graphs.graphs == {}
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_fused_norm_kernels_leave_the_engines_tokens_unchanged(model, dtype):
     """fused_norms=True runs every RMSNorm, and the q/k norms with RoPE, as parts/norm_kernels.py's Triton kernels
