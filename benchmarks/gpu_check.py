@@ -2,7 +2,7 @@
 
 Correctness on the GPU is tests/test_gpu.py (same workloads, same shapes): run it first, then this script; each of
 the two commands fits in 6 minutes (docs/gpu_check.md).
-    timeout 360 env TRITON_INTERPRET=0 python -m pytest -q tests/test_gpu.py   # the checks (compiled kernels, full shapes)
+    timeout 360 env TRITON_INTERPRET=0 python -m pytest -q tests/test_gpu.py   # the checks (full shapes)
     python benchmarks/gpu_check.py                                # the timings; writes gpu_check.json
 
   1. loss    the fused GPPO loss (gppo_loss.py), N = 32,768 tokens x V = 151,936, bf16 and fp32 logits: forward +

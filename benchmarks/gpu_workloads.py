@@ -201,8 +201,9 @@ def sft_step_setup(dry: bool, device, config):
 
 def gppo_step_setup(dry: bool, device, config):
     """One GPPO step with gppo.py's building blocks: the engine (its bf16 copy, its KV pool kv_cache_fraction of the
-    free memory, as gppo.py sizes a kept engine's; pool_from_free_memory checks the freed engine's) samples, recompute_old_logprobs, train_mini_batch (rl_loss_from_hidden, Triton on
-    CUDA), sync_engine. Returns (step() -> (sequences, metrics, seconds per part), gppo.Run, free bytes)."""
+    free memory, as gppo.py sizes a kept engine's; pool_from_free_memory checks the freed engine's) samples,
+    recompute_old_logprobs, train_mini_batch (rl_loss_from_hidden, Triton on CUDA), sync_engine. Returns
+    (step() -> (sequences, metrics, seconds per part), gppo.Run, free bytes)."""
     import gppo
     import rollout
     from parts import trainer
