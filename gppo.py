@@ -16,6 +16,10 @@ Run:  python gppo.py --init_from=out/sft/hf    # the Countdown toy on CPU, after
 import os
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # read when torch loads OpenMP: see trainer.set_threads
+# read when torch first touches CUDA: the KV pool and the trainer's activations are freed and allocated again every
+# step, in sizes that do not repeat; growable segments keep the freed memory usable for the next sizes (no
+# fragmentation that would leave the next pool short)
+os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
 
 import dataclasses
 import math
@@ -114,7 +118,7 @@ class GPPOConfig:
     resume: bool = True                # continue the run in out_dir (same settings); false: start over, removing it
     device: str = "auto"               # auto | cpu | cuda
     threads: int = 0                   # CPU threads per rank; 0 = usable cores / ranks on this machine
-    kv_cache_fraction: float = 0.3     # GPU: share of free memory for the engine's KV pool
+    kv_cache_fraction: float = 0.3     # GPU, engine kept (--free_engine=false): the KV pool's share of free memory
     free_engine: str = "auto"          # free the engine's weights and KV pool while training: auto (GPU) | true | false
     dist_timeout_minutes: float = 120.0  # how long a rank may wait in a collective (for the slowest rank's rollout)
 
@@ -701,7 +705,11 @@ def build_run(cfg: GPPOConfig, reward_fn, rank: int, world: int, device) -> tupl
     engine_model = from_pretrained(cfg.init_from, dtype=torch.bfloat16 if device.type == "cuda" else torch.float32,
                                    device=device)
     optimizer = torch.optim.AdamW(policy.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.999))
-    kv_bytes = kv_cache_bytes(cfg.kv_cache_fraction, device)   # None on CPU: the engine's default
+    free_engine = on_for_device("engine freed while training", cfg.free_engine, device)
+    # the KV pool: with the engine freed while training, the engine's default, sized at each generate() from the
+    # memory then free (training's activations and gradients gone), less rollout.rollout_margin; kept, a fraction of
+    # what is free now (None on CPU: the engine's default)
+    kv_bytes = None if free_engine else kv_cache_bytes(cfg.kv_cache_fraction, device)
     engine = LLMEngine(engine_model, max_num_seqs=256, max_model_len=cfg.max_prompt_len + cfg.max_response_len,
                        kv_cache_memory=kv_bytes)
     # math-verify's worker processes run while the engine decodes, off its cores (on GPU: its Python loop's)
@@ -711,8 +719,7 @@ def build_run(cfg: GPPOConfig, reward_fn, rank: int, world: int, device) -> tupl
     print0(f"reward: {cfg.reward_workers} scoring threads, at most {math_workers} math-verify processes at once")
     score_fn = reward_fn or (lambda task, text, ids: score(task, text, cfg))
     run = Run(cfg, policy, optimizer, engine, engine_model, tokenizer, tasks, score_fn,
-              ThreadPoolExecutor(cfg.reward_workers), rank, world, device, export,
-              on_for_device("engine freed while training", cfg.free_engine, device))
+              ThreadPoolExecutor(cfg.reward_workers), rank, world, device, export, free_engine)
     return run, eval_problems
 
 

@@ -286,11 +286,28 @@ class _LossFromHidden(torch.autograd.Function):
             _logit_grad(logits, logits, targets[rows], lse[rows], coef[rows], how)
             grad_logits = logits.to(weight.dtype)      # ∂L/∂z (c, V): the GEMMs take the compute dtype
             grad_hidden[rows] = grad_logits @ weight
-            if weight.dtype == torch.float32:
-                grad_weight.addmm_(grad_logits.T, hidden[rows])
-            else:
-                grad_weight += _mm_fp32(grad_logits.T, hidden[rows])
+            _addmm_fp32_(grad_weight, grad_logits.T, hidden[rows])   # in place: no (V, D) temporary per chunk
         return grad_hidden, grad_weight.to(weight.dtype), None, None
+
+
+def _addmm_fp32_(acc, a, b):
+    """acc += a @ b, acc fp32 (V, D), the sum taken in fp32 and written into acc itself: a product the size of acc
+    (2.5 GB for Qwen3-8B's head) is never allocated. bf16 on CUDA: one GEMM that adds into acc (addmm with
+    out_dtype=float32); a torch without it takes acc's rows _ACC_SLAB at a time (a slab x D temporary). Elsewhere
+    addmm_ on fp32 operands (copies of a (V, c) and b (c, D) when they are bf16, never of acc)."""
+    if a.is_cuda and a.dtype == b.dtype != torch.float32:
+        try:
+            torch.addmm(acc, a, b, out_dtype=torch.float32, out=acc)
+            return
+        except (TypeError, RuntimeError):
+            pass   # a torch whose addmm(out_dtype=) wants acc in a's dtype, or has no out_dtype
+        for i in range(0, len(a), _ACC_SLAB):
+            acc[i:i + _ACC_SLAB] += _mm_fp32(a[i:i + _ACC_SLAB], b)
+        return
+    acc.addmm_(a.float(), b.float())
+
+
+_ACC_SLAB = 8192   # rows of the head's gradient per GEMM where the GEMM cannot add into acc (256 MB fp32 at D=8192)
 
 
 def _mm_fp32(a, b):

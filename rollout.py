@@ -24,7 +24,7 @@ import torch.nn.functional as F
 
 from model import logits_fp32
 from parts import norm_kernels
-from parts.cuda_graphs import BucketedGraphs
+from parts.cuda_graphs import BucketedGraphs, buckets_for
 from parts.decode_kernels import (CPU_KERNEL_HEAD_DIMS, CascadeBatch, cascade_batch, cascade_decode,  # noqa: F401
                                   cascade_workspace_size, load_cpu_kernel, paged_decode_cpu, paged_decode_triton, triton)
 
@@ -82,7 +82,8 @@ class EngineStats:
     decode_tokens: int = 0       # tokens computed one at a time in decode steps
     preemptions: int = 0
     peak_blocks_used: int = 0
-    steps: int = 0
+    steps: int = 0               # prefill and decode steps
+    prefill_steps: int = 0
 
 
 # ----------------------------------------------------------------------------- 1. the engine: continuous batching
@@ -90,9 +91,12 @@ class EngineStats:
 class LLMEngine:
     """Holds the model (shared with the trainer, not copied; generation runs on its device), the block pool and the
     scheduler. max_num_seqs: sequences decoded together; max_model_len: prompt + output tokens of one sequence
-    (default: the model's max_position_embeddings); num_blocks: pool size, or None to derive it from kv_cache_memory
-    bytes (default: 90% of free CUDA memory; on CPU 512 MiB, or one max_model_len sequence if that is larger), capped
-    at what max_num_seqs full-length sequences need. use_triton: None = on CUDA. cpu_kernel: decode attention on CPU
+    (default: the model's max_position_embeddings); num_blocks: pool size, or None to derive it from kv_cache_memory:
+    bytes, or a function returning them, asked whenever the pool is allocated (at start, and at every generate()
+    after a release()); None = on CUDA the memory then free less rollout_margin() (sampling, CUDA graphs, a prefill's
+    activations), on CPU 512 MiB or one max_model_len sequence if that is larger; capped at what max_num_seqs
+    full-length sequences need. admit_watermark: the share of the pool a group must leave free to join running
+    sequences (see _admit). use_triton: None = on CUDA. cpu_kernel: decode attention on CPU
     with the fused C++ kernel (paged_decode_cpu); None = if the model is fp32 with a supported head_dim and the
     kernel builds (else the PyTorch cascade path, with a one-line notice), False = never, True = required.
     cuda_graphs (Triton decode only): decode steps replayed from CUDA graphs per batch bucket; None = on CUDA; True on
@@ -102,7 +106,7 @@ class LLMEngine:
 
     def __init__(self, model, *, max_num_seqs: int = 256, max_model_len: int | None = None,
                  num_blocks: int | None = None, block_size: int = 16, max_num_batched_tokens: int = 16384,
-                 kv_cache_memory: int | None = None, use_triton: bool | None = None,
+                 kv_cache_memory=None, admit_watermark: float = 0.2, use_triton: bool | None = None,
                  cpu_kernel: bool | None = None, cuda_graphs: bool | None = None, fused_norms: bool | None = None):
         cfg, param = model.config, next(model.parameters())
         self.model, self.device, self.dtype, self.vocab_size = model, param.device, param.dtype, cfg.vocab_size
@@ -112,16 +116,11 @@ class LLMEngine:
                             ("block_size", block_size), ("max_num_batched_tokens", max_num_batched_tokens)):
             _require(_is_int(value) and value >= 1, f"LLMEngine({name}={value!r}): must be a positive int")
         self.max_num_seqs, self.max_num_batched_tokens = max_num_seqs, max_num_batched_tokens
-        blocks_per_seq, block_bytes = -(-self.max_model_len // block_size), kv_block_bytes(cfg, param.dtype, block_size)
-        if num_blocks is None:
-            if kv_cache_memory is None:
-                kv_cache_memory = int(0.9 * free_memory(self.device)) if self.device.type == "cuda" \
-                    else max(512 * 2**20, blocks_per_seq * block_bytes)   # ~1 GB for Qwen3-0.6B's 4K tokens in fp32
-            num_blocks = kv_cache_blocks(cfg, param.dtype, kv_cache_memory, block_size, max_num_seqs, self.max_model_len)
-        _require(num_blocks >= blocks_per_seq, f"LLMEngine: a pool of {num_blocks} blocks x {block_size} tokens cannot "
-                 f"hold one sequence of max_model_len={self.max_model_len} tokens ({blocks_per_seq} blocks, "
-                 f"{block_bytes} bytes each); raise num_blocks / kv_cache_memory or lower max_model_len")
-        self.blocks = BlockManager(num_blocks, block_size)
+        self.block_size = block_size
+        _require(isinstance(admit_watermark, (int, float)) and 0 <= admit_watermark < 1,
+                 f"LLMEngine(admit_watermark={admit_watermark!r}): must be a fraction of the pool in [0, 1)")
+        self.admit_watermark = admit_watermark
+        self.num_blocks, self.kv_cache_memory = num_blocks, kv_cache_memory   # the pool's size, or how to find it
         use_triton = self.device.type == "cuda" and triton is not None if use_triton is None else use_triton
         _require(not (use_triton and triton is None), "LLMEngine(use_triton=True): triton is not installed")
         _require(not (cpu_kernel and (self.device.type != "cpu" or use_triton)),
@@ -136,17 +135,53 @@ class LLMEngine:
         fused = self.device.type == "cuda" and bool(use_triton) and kernels_take if fused_norms is None else fused_norms
         _require(not fused or kernels_take,
                  f"LLMEngine(fused_norms=True) needs triton and a bf16 or fp32 model, not {self.dtype}")
-        # Triton decode: one more block than the manager hands out, a scratch block that padded rows write and read
-        self.cache = PagedKVCache(cfg, num_blocks + bool(use_triton), block_size, dtype=self.dtype,
-                                  device=self.device, use_triton=use_triton, cpu_kernel=on_cpu_kernel,
-                                  fused=norm_kernels if fused else None)
-        self.tables = DeviceBlockTables(max_num_seqs, blocks_per_seq, num_blocks, self.device) if use_triton else None
         graphs = self.device.type == "cuda" and bool(use_triton) if cuda_graphs is None else cuda_graphs
         _require(not (graphs and not use_triton), "LLMEngine(cuda_graphs=True): graphs replay the Triton decode step; "
                  "pass use_triton=True (on a CPU: with TRITON_INTERPRET=1)")
-        self.graphs = self._decode_graphs(max_num_seqs, blocks_per_seq, num_blocks) if graphs else None
+        self.paths = dict(use_triton=use_triton, cpu_kernel=on_cpu_kernel, fused=norm_kernels if fused else None)
+        self.use_graphs = graphs
+        # a pool sized from the memory free is allocated by the first generate(): what the caller allocates before it
+        # (say, an optimizer's states read on resume) is then not counted in it
+        from_free = callable(kv_cache_memory) or (kv_cache_memory is None and self.device.type == "cuda")
+        self._make_pool(self.pool_blocks(), allocate=num_blocks is not None or not from_free)
         self.stats = EngineStats()
         self.num_prefixes = 0          # prefix ids handed out (a group's samples share one)
+
+    def pool_blocks(self) -> int:
+        """The pool's size in blocks now: num_blocks, or what kv_cache_memory holds (see the class docstring)."""
+        cfg, blocks_per_seq = self.model.config, -(-self.max_model_len // self.block_size)
+        block_bytes = kv_block_bytes(cfg, self.dtype, self.block_size)
+        num_blocks, memory = self.num_blocks, self.kv_cache_memory
+        if num_blocks is None:
+            if callable(memory):
+                memory = memory()
+            elif memory is None and self.device.type == "cuda":
+                memory = free_memory(self.device) - rollout_margin(cfg, self.dtype, self.max_num_seqs,
+                                                                   self.max_model_len, self.max_num_batched_tokens)
+            elif memory is None:
+                memory = max(512 * 2**20, blocks_per_seq * block_bytes)   # ~1 GB for Qwen3-0.6B's 4K tokens, fp32
+            num_blocks = kv_cache_blocks(cfg, self.dtype, memory, self.block_size, self.max_num_seqs,
+                                         self.max_model_len)
+        _require(num_blocks >= blocks_per_seq, f"LLMEngine: a pool of {num_blocks} blocks x {self.block_size} tokens "
+                 f"cannot hold one sequence of max_model_len={self.max_model_len} tokens ({blocks_per_seq} blocks, "
+                 f"{block_bytes} bytes each); raise num_blocks / kv_cache_memory or lower max_model_len")
+        return num_blocks
+
+    def _make_pool(self, num_blocks: int, allocate: bool = True) -> None:
+        """The pool of num_blocks blocks (its tensors now, or left to generate()) and what is sized by it: the block
+        manager, and with the Triton decode the device block tables and the decode graphs' buffers (one more block,
+        a scratch one that padded rows use)."""
+        blocks_per_seq, use_triton = -(-self.max_model_len // self.block_size), self.paths["use_triton"]
+        self.blocks = BlockManager(num_blocks, self.block_size)
+        self.watermark = int(self.admit_watermark * num_blocks)   # blocks _admit leaves free for running sequences
+        self.cache = PagedKVCache(self.model.config, num_blocks + bool(use_triton), self.block_size, dtype=self.dtype,
+                                  device=self.device, allocate=allocate, **self.paths)
+        self.tables = DeviceBlockTables(self.max_num_seqs, blocks_per_seq, num_blocks, self.device) \
+            if use_triton else None
+        # a graph replays the addresses it was captured on: a new pool gets new graphs, and the weights' storage is
+        # checked at every generate() (the graphs are kept across calls while both stay: no re-capture per call)
+        self.graphs = self._decode_graphs(self.max_num_seqs, blocks_per_seq, num_blocks) if self.use_graphs else None
+        self.graphed_weights = self._weight_addresses()
 
     @torch.inference_mode()
     def generate(self, prompt_token_ids: list, params, progress: bool = False, on_finish=None) -> list:
@@ -154,7 +189,11 @@ class LLMEngine:
         Returns result[prompt][sample] = Sample(token_ids, logprobs, finish_reason). on_finish(prompt, sample, Sample),
         if given, is called as soon as a sample is finished (e.g. to score it while the others are still decoding)."""
         groups = make_groups(prompt_token_ids, params, self.max_model_len, self.vocab_size, self.max_num_seqs)
-        self.cache.allocate()                             # after a release()
+        if self.cache.k_pool is None:   # after a release(): sized again, from the memory free now (a trainer's is back)
+            self._make_pool(self.pool_blocks())
+        if self.graphs is not None and self.graphed_weights != self._weight_addresses():
+            self.graphs.clear()         # captured on weights that were freed and re-allocated since (gppo.py's
+            self.graphed_weights = self._weight_addresses()   # --free_engine); in-place updates keep them valid
         if self.tables is not None:
             self.tables.reset()
         self.on_finish, self._cascade = on_finish, None   # _cascade: the last decode step's CascadeBatch
@@ -168,6 +207,7 @@ class LLMEngine:
                 admitted = self._admit(waiting, running)
                 if admitted:
                     running += self._prefill(admitted)
+                    self.stats.prefill_steps += 1
                 else:
                     self._decode(running, waiting)
                 running[:] = [seq for seq in running if seq.finish_reason is None]
@@ -178,21 +218,24 @@ class LLMEngine:
         finally:   # also on an exception: no block may stay allocated
             for seq in all_seqs:
                 self.blocks.release(seq)
-            if self.graphs is not None:   # they hold the pool's and the weights' addresses, which may change
-                self.graphs.clear()
         assert self.blocks.num_free == self.blocks.num_blocks, "rollout.py: KV blocks leaked"
         self.stats.peak_blocks_used = self.blocks.peak_used
         return [[seq.result() for seq in g] for g in groups]
 
     def _admit(self, waiting: deque, running: list) -> list:
-        """First come, first served: take waiting groups while sequences, tokens and blocks allow.
-        An idle engine always takes the head group (it fits: num_blocks >= one max_model_len sequence)."""
+        """First come, first served: take waiting groups while sequences, tokens and blocks allow. A group joins
+        running sequences only if it leaves admit_watermark of the pool free for them to grow: else the youngest is
+        preempted again within a few steps and recomputed again (a pool too small for the batch thrashes). An idle
+        engine always takes the head group (it fits: num_blocks >= one max_model_len sequence). The token budget
+        bounds what a step adds to its first group: a group longer than the budget (a preempted sequence recomputed,
+        up to max_model_len tokens) is a step's only group, admitted as soon as its blocks are free."""
         admitted, num_seqs, num_tokens, free = [], len(running), 0, self.blocks.num_free
         while waiting:
             group = waiting[0]
             need = self.blocks.blocks_for(len(group[0]))
-            if (admitted or running) and (num_seqs + len(group) > self.max_num_seqs or need + len(group) > free
-                                          or num_tokens + len(group[0]) > self.max_num_batched_tokens):
+            over_budget = num_tokens + len(group[0]) > self.max_num_batched_tokens
+            if (admitted and over_budget) or (admitted or running) and (
+                    num_seqs + len(group) > self.max_num_seqs or need + len(group) + self.watermark > free):
                 break   # (need + len(group): one more block per sample for its first decode step)
             admitted.append(waiting.popleft())
             num_seqs, num_tokens, free = num_seqs + len(group), num_tokens + len(group[0]), free - need
@@ -301,6 +344,9 @@ class LLMEngine:
         finally:
             self.cache.step = None
 
+    def _weight_addresses(self) -> tuple:
+        return tuple(t.data_ptr() for t in (*self.model.parameters(), *self.model.buffers()))
+
     def _decode_graphs(self, max_batch: int, width: int, scratch: int) -> BucketedGraphs:
         tensor = lambda value, *shape, dtype=torch.long: torch.full(shape, value, dtype=dtype, device=self.device)  # noqa
         buffers = dict(input_ids=tensor(0, max_batch), positions=tensor(0, max_batch), slots=tensor(0, max_batch),
@@ -387,6 +433,26 @@ def kv_cache_bytes(fraction: float, device, free: int | None = None) -> int | No
     if device.type != "cuda" and free is None:
         return None
     return int(fraction * (free if free is not None else free_memory(device)))
+
+
+def rollout_margin(cfg, dtype: torch.dtype, max_num_seqs: int, max_model_len: int, max_num_batched_tokens: int) -> int:
+    """Bytes a generate() allocates besides the weights and the KV pool, left free when the pool takes the rest:
+      - a prefill's activations: inference keeps no earlier layer, so one layer's, of the longest prefill step
+        (max(max_num_batched_tokens, max_model_len) tokens: a recomputed sequence runs alone), per token the
+        residual, its norm, q/k/v, attention's and o_proj's outputs, the MLP's gate, up and their product;
+      - sampling: sample() on (max_num_seqs, V) fp32 logits keeps up to a dozen such tensors (the logits, their
+        sort and its int64 order, softmax, cumsum, masks, log-softmax, its exp, inverse_cdf's padded copy);
+      - CUDA graphs: their shared pool holds a decode step of max_num_seqs rows (twice, for the pool's
+        fragmentation) and each bucket's output, its rows x D;
+      - 512 MiB for cuBLAS and Triton workspaces and the caching allocator's rounding.
+    Qwen3-8B, bf16, 256 sequences of 36,864 tokens: 4.4 + 1.9 + 0.1 + 0.5 = 6.9 GB."""
+    D, I = cfg.hidden_size, cfg.intermediate_size
+    q, kv = cfg.num_attention_heads * cfg.head_dim, cfg.num_key_value_heads * cfg.head_dim
+    per_token = (4 * D + 3 * I + q + 2 * kv) * dtype.itemsize
+    prefill = max(max_num_batched_tokens, max_model_len) * per_token
+    sampling = 12 * max_num_seqs * cfg.vocab_size * 4
+    graphs = 2 * max_num_seqs * per_token + sum(buckets_for(max_num_seqs)) * D * dtype.itemsize
+    return prefill + sampling + graphs + 512 * 2**20
 
 
 def kv_block_bytes(cfg, dtype: torch.dtype, block_size: int) -> int:
@@ -543,19 +609,21 @@ class PagedKVCache:
     """The block pools of every layer (cfg: the model's config); model.py calls attend() in every attention layer."""
 
     def __init__(self, cfg, num_blocks: int, block_size: int, *, dtype, device, use_triton: bool,
-                 cpu_kernel: bool = False, fused=None):
+                 cpu_kernel: bool = False, fused=None, allocate: bool = True):
         # head-major: gathering blocks of one head yields (Hkv, B, L, hd), ready for a batched matmul, no transpose
         self.shape = (cfg.num_hidden_layers, cfg.num_key_value_heads, num_blocks, block_size, cfg.head_dim)
         self.dtype, self.device = dtype, device
         self.use_triton, self.cpu_kernel = use_triton, cpu_kernel   # decode: Triton, the C++ kernel, else cascade
         self.step: StepBatch | None = None
         self.fused = fused   # parts/norm_kernels, if the model's norms and RoPE run as its kernels (model.py asks)
-        self.allocate()
+        self.k_pool = self.v_pool = self.workspace = None
+        if allocate:
+            self.allocate()
 
     def allocate(self) -> None:
         """The pools (again, after release()); zeros, not empty: padded slots are read (and masked) by the PyTorch
         paths, and NaN * 0 would be NaN."""
-        if getattr(self, "k_pool", None) is None:
+        if self.k_pool is None:
             self.k_pool, self.v_pool = (torch.zeros(self.shape, dtype=self.dtype, device=self.device) for _ in range(2))
             self.workspace = self.k_pool.new_empty(0)   # cascade_decode's gather buffer, grown on demand
 

@@ -200,9 +200,10 @@ def sft_step_setup(dry: bool, device, config):
 
 
 def gppo_step_setup(dry: bool, device, config):
-    """One GPPO step with gppo.py's building blocks: the engine (its bf16 copy, its KV pool sized from the free
-    memory, as gppo.py sizes it) samples, recompute_old_logprobs, train_mini_batch (rl_loss_from_hidden, Triton on
-    CUDA), sync_engine. Returns (step() -> (sequences, metrics, seconds per part), gppo.Run, free bytes)."""
+    """One GPPO step with gppo.py's building blocks: the engine (its bf16 copy, its KV pool kv_cache_fraction of the
+    free memory, as gppo.py sizes a kept engine's; pool_from_free_memory checks the freed engine's) samples,
+    recompute_old_logprobs, train_mini_batch (rl_loss_from_hidden, Triton on CUDA), sync_engine. Returns
+    (step() -> (sequences, metrics, seconds per part), gppo.Run, free bytes)."""
     import gppo
     import rollout
     from parts import trainer
@@ -216,7 +217,7 @@ def gppo_step_setup(dry: bool, device, config):
                            max_response_len=4 if dry else 128, kv_cache_fraction=0.3)
     free = rollout.free_memory(device) if device.type == "cuda" else 2**28   # CPU: a given 256 MiB "free"
     engine = LLMEngine(engine_model, max_num_seqs=256, max_model_len=gcfg.max_prompt_len + gcfg.max_response_len,
-                       kv_cache_memory=rollout.kv_cache_bytes(gcfg.kv_cache_fraction, device, free))   # as gppo.py does
+                       kv_cache_memory=rollout.kv_cache_bytes(gcfg.kv_cache_fraction, device, free))   # engine kept
     run = gppo.Run(gcfg, policy, optimizer, engine, engine_model, tokenizer=None, tasks=[], score_fn=None, pool=None,
                    rank=0, world=1, device=device)   # what train_mini_batch and recompute_old_logprobs use
     gen = torch.Generator().manual_seed(0)
@@ -294,6 +295,95 @@ def logprob_gap(run, config, bf16_logits: bool) -> dict:
     return dict(gap_mean=gap["gap_sum"] / max(1, gap["gap_tokens"]), gap_max=gap["gap_max"], tokens=gap["gap_tokens"])
 
 
+# ----------------------------------------------------------------------------- comparing like with like
+
+U = {torch.bfloat16: 2.0 ** -8, torch.float32: 2.0 ** -24}   # unit roundoff: round to nearest, 8 or 24 bits
+# Two evaluations of the same model that round differently: the engine against model.py's full forward differs in
+# attention only (paged decode against one SDPA: scores, probabilities, output, 3 roundings a layer), and both round
+# the logits' inputs once more at the head (2); against transformers, also both RMSNorms and the q/k norms (normalised
+# value, times weight: 2 each, 8), RoPE on q and k (2) and SiLU times up (1): 14 a layer.
+ENGINE_VS_FORWARD = dict(roundings_per_layer=3, final_roundings=2)
+ENGINE_VS_TRANSFORMERS = dict(roundings_per_layer=14, final_roundings=2)
+
+
+@torch.no_grad()
+def logit_error_bound(model, ids, roundings_per_layer: int, final_roundings: int) -> float:
+    """How far two evaluations of the same logits may move apart when they round differently (tests/test_bf16.py's
+    argument): k roundings of relative error u a layer perturb the residual stream by at most k u L over L layers,
+    plus final_roundings u at the head; with h the final hidden state and w_v a row of the head,
+    |dz_v| <= (k L + final) u max_(t,v) sum_d |h_td| |w_vd|, the scale taken from an fp32 copy of the model. A
+    logprob then moves by at most 2 max|dz|. ids: the sequence (prompt + tokens) the logits are read on."""
+    import copy
+    reference = copy.deepcopy(model).float()
+    hidden = reference(torch.tensor([ids], device=next(model.parameters()).device), return_hidden=True)[0]
+    scale = float((hidden.abs() @ reference.lm_head.weight.abs().T).max())
+    del reference
+    u = U[next(model.parameters()).dtype]
+    return (roundings_per_layer * model.config.num_hidden_layers + final_roundings) * u * scale
+
+
+@torch.no_grad()
+def teacher_forced_logits(model, prompt: list, tokens: list):
+    """The fp32 logits (model.logits_fp32, as the engine takes them) that predict each of `tokens` after `prompt`,
+    from one full forward of model.py over prompt + tokens: (len(tokens), V)."""
+    from model import logits_fp32
+    ids = torch.tensor([prompt + tokens], device=next(model.parameters()).device)
+    hidden = model(ids, return_hidden=True)[0, len(prompt) - 1:-1]
+    return logits_fp32(hidden, model.lm_head.weight)
+
+
+@torch.no_grad()
+def transformers_teacher_forced_logits(hf, prompt: list, tokens: list):
+    """The same from transformers: its final normed hidden states through our fp32-logits rule."""
+    from model import logits_fp32
+    ids = torch.tensor([prompt + tokens], device=hf.device)
+    hidden = hf.model(input_ids=ids).last_hidden_state[0, len(prompt) - 1:-1]
+    return logits_fp32(hidden, hf.lm_head.weight)
+
+
+def greedy_against(logits, tokens: list, logprobs: list) -> dict:
+    """Greedy tokens and their logprobs against the reference's logits for them (len(tokens), V): how far each token
+    falls short of the reference's largest logit (0 where it is the argmax), the |logprob gap|, and the reference's
+    margin between its two largest logits (what a wrong token would have to fall short by)."""
+    logits = logits.float()
+    chosen = logits.gather(1, torch.tensor(tokens, device=logits.device)[:, None])[:, 0]
+    top2 = logits.topk(2, dim=-1).values
+    reference = torch.log_softmax(logits, -1).gather(1, torch.tensor(tokens, device=logits.device)[:, None])[:, 0]
+    gap = (reference.cpu().double() - torch.tensor(logprobs, dtype=torch.float64)).abs()
+    return dict(shortfall=(top2[:, 0] - chosen).cpu(), gap=gap, margin=(top2[:, 0] - top2[:, 1]).cpu(),
+                argmax=int((chosen == top2[:, 0]).sum()), tokens=len(tokens))
+
+
+def pool_from_free_memory(dry: bool, device, config) -> dict:
+    """gppo.py's pool with the engine freed while training: sized when generate() allocates it, from the memory
+    then free less rollout.rollout_margin (on the CPU: a given 100 blocks more), then a generate() of the engine
+    workload's prompts into it: does what the margin leaves suffice? Returns the numbers."""
+    import rollout
+    from rollout import LLMEngine, SamplingParams
+    model = random_qwen3(config, torch.bfloat16, device)
+    max_model_len = 64 if dry else 4096 + 32768
+    margin = rollout.rollout_margin(config, torch.bfloat16, 256, max_model_len, 16384)
+    given = margin + 100 * rollout.kv_block_bytes(config, torch.bfloat16, 16) + 7   # CPU: 100 blocks' worth "free"
+    engine = LLMEngine(model, max_num_seqs=256, max_model_len=max_model_len,
+                       kv_cache_memory=None if device.type == "cuda" else (lambda: given - margin),
+                       use_triton=True if dry else None)
+    assert engine.cache.k_pool is None                               # allocated by generate(), not here
+    free = rollout.free_memory(device) if device.type == "cuda" else given
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    prompts, n, _, _ = engine_workload(config, dry)
+    outs = engine.generate(prompts, SamplingParams(temperature=1.0, max_tokens=4 if dry else 64, n=n, seed=0))
+    total = torch.cuda.mem_get_info(device)[1] if device.type == "cuda" else None
+    peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
+    result = dict(free_GB=free / 1e9, margin_GB=margin / 1e9, pool_GB=engine.cache.nbytes / 1e9,
+                  pool_over_free_less_margin=engine.blocks.num_blocks * rollout.kv_block_bytes(   # (+1 scratch block)
+                      config, torch.bfloat16, 16) / (free - margin),
+                  tokens=sum(len(s.token_ids) for o in outs for s in o),
+                  peak_GB=None if peak is None else peak / 1e9, total_GB=None if total is None else total / 1e9)
+    del engine, model
+    return result
+
+
 # ----------------------------------------------------------------------------- measuring
 
 def sync(device) -> float:
@@ -316,12 +406,12 @@ def step_peak_and_time(step, device):
 
 # ----------------------------------------------------------------------------- transformers, when it is importable
 
-def transformers_twin(model, config, device):
-    """transformers' Qwen3ForCausalLM with our model's weights, bf16, on the same device."""
+def transformers_twin(model, config, device, dtype=torch.bfloat16):
+    """transformers' Qwen3ForCausalLM with our model's weights, in `dtype`, on the same device."""
     import transformers
     from model import hf_name
     default = torch.get_default_dtype()
-    torch.set_default_dtype(torch.bfloat16)
+    torch.set_default_dtype(dtype)
     try:
         with torch.device(device):
             hf = transformers.Qwen3ForCausalLM(transformers.Qwen3Config(**config.to_hf_dict()))

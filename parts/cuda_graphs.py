@@ -11,7 +11,7 @@ the result is the graph's own output tensor, sliced to its first n rows. Buckets
 
 capture=False runs the same buffers, padding and slicing eagerly (no graph): on a CPU, what a test compares with
 the unpadded step. A graph keeps the addresses it saw: clear() when a buffer the step reads (weights, a KV pool) is
-re-allocated. torch only.
+re-allocated; capture_all() captures every bucket at once (before a timed run). torch only.
 """
 import torch
 
@@ -52,6 +52,12 @@ class BucketedGraphs:
         graph, out = self.graphs[b]
         graph.replay()
         return out[:n]
+
+    def capture_all(self) -> None:
+        """Capture every bucket's graph now (a benchmark's warm-up: the timed calls then capture none)."""
+        for b in self.buckets:
+            if self.capture and b not in self.graphs:
+                self.graphs[b] = self._capture(b)
 
     def clear(self) -> None:
         self.graphs, self.pool = {}, None

@@ -396,6 +396,7 @@ def paged_decode_triton(q, k_pool, v_pool, block_tables, context_lens, num_split
     B, Hq, hd = q.shape
     Hkv, _, bs, _ = k_pool.shape
     assert k_pool.is_contiguous() and v_pool.stride() == k_pool.stride()
+    assert k_pool.stride(0) < 2**31, "paged_decode_triton: one KV head of the pool must hold < 2**31 elements"
     max_blocks = block_tables.shape[1]
     splits = num_splits or decode_splits(B, Hkv, max_blocks, q.device)
     blocks_per_split = -(-max_blocks // splits)
@@ -472,16 +473,24 @@ if triton is not None:
         m = tl.full([Q_ROWS], float("-inf"), tl.float32)
         l = tl.zeros([Q_ROWS], tl.float32)
         acc = tl.zeros([Q_ROWS, HEAD_DIM_P2], tl.float32)
-        head_offset = kv_head.to(tl.int64) * stride_kh    # a whole head of the pool can pass 2**31 elements
+        # offsets: int64 to the KV head (a layer's pool can pass 2**31 elements), int32 inside it (the launcher
+        # checks that a head fits): an int64 offset per element of a tile costs two registers each and, when the
+        # strides are not known divisible by 16, the tile is loaded element by element; and the head_dim mask only
+        # where head_dim is not a power of two (so a tile's rows load as 16-byte vectors): no spills at Qwen3-8B's
+        # shapes either way (tests/test_aot_compile.py)
+        head_offset = kv_head.to(tl.int64) * stride_kh
+        k_head, v_head = k_ptr + head_offset, v_ptr + head_offset
         for start in range(first, last, TOKENS):          # an empty split (first >= context_len) skips the loop
             position = start + t                                                  # (TOKENS,)
             t_ok = position < last                        # this split's tokens only: a tile may reach the next's
-            block = tl.load(block_tables_ptr + seq * stride_bt + position // BLOCK_SIZE, mask=t_ok,
-                            other=0).to(tl.int64)
-            kv_offs = head_offset + block[:, None] * stride_kb + (position % BLOCK_SIZE)[:, None] * stride_ks + d[None, :]
-            kv_ok = t_ok[:, None] & d_ok[None, :]
-            k = tl.load(k_ptr + kv_offs, mask=kv_ok, other=0.0)                  # (TOKENS, HEAD_DIM_P2)
-            v = tl.load(v_ptr + kv_offs, mask=kv_ok, other=0.0)
+            block = tl.load(block_tables_ptr + seq * stride_bt + position // BLOCK_SIZE, mask=t_ok, other=0)
+            kv_offs = block[:, None] * stride_kb + (position % BLOCK_SIZE)[:, None] * stride_ks + d[None, :]
+            if HEAD_DIM == HEAD_DIM_P2:
+                kv_ok = t_ok[:, None]
+            else:
+                kv_ok = t_ok[:, None] & d_ok[None, :]
+            k = tl.load(k_head + kv_offs, mask=kv_ok, other=0.0)                 # (TOKENS, HEAD_DIM_P2)
+            v = tl.load(v_head + kv_offs, mask=kv_ok, other=0.0)
             s = _dot(q, tl.trans(k), UPCAST) * scale                             # (Q_ROWS, TOKENS) scores
             s = tl.where(t_ok[None, :], s, float("-inf"))
             m_new = tl.maximum(m, tl.max(s, axis=1))      # finite: every tile visited has a visible token

@@ -135,14 +135,39 @@ def load_phases(c, *, world: int, gpu: bool = True) -> dict:
             "engine copy": {"fp32 master shard": 4 * P["total"] / world, "engine weights": cb * P["total"]}}
 
 
-def rollout_phase(c, *, world: int, kv_bytes: int, batched_tokens: int = 16384, gpu: bool = True) -> dict:
-    """gppo.py while it samples: the policy's shard and AdamW states (its gradients were freed), the engine's weights
-    and KV pool, and one layer's activations of a prefill of batched_tokens tokens (inference keeps nothing)."""
-    P, cb = param_counts(c), (2 if gpu else 4)
+def rollout_margin(c, itemsize: int, max_num_seqs: int, max_model_len: int, batched_tokens: int) -> int:
+    """rollout.rollout_margin: what a generate() allocates besides the weights and the pool, left free when the pool
+    is sized from free memory. One layer's activations of the longest prefill (max(batched_tokens, max_model_len)
+    tokens), a dozen (max_num_seqs, V) fp32 tensors of sampling, the CUDA graphs (a decode step of max_num_seqs rows,
+    twice, and each bucket's output: 1, 2, 4, 8, 16, 32, ... rows x D) and 512 MiB of workspaces."""
     q, kv = c.num_attention_heads * c.head_dim, c.num_key_value_heads * c.head_dim
-    layer = batched_tokens * (4 * c.hidden_size + 3 * c.intermediate_size + q + 2 * kv) * cb
+    per_token = (4 * c.hidden_size + 3 * c.intermediate_size + q + 2 * kv) * itemsize
+    buckets = {b for b in (1, 2, 4, 8) if b < max_num_seqs} | set(range(16, max_num_seqs, 16)) | {max_num_seqs}
+    graphs = 2 * max_num_seqs * per_token + sum(buckets) * c.hidden_size * itemsize
+    return (max(batched_tokens, max_model_len) * per_token + 12 * max_num_seqs * c.vocab_size * 4 + graphs
+            + 512 * 2**20)
+
+
+def rollout_pool_bytes(c, *, world: int, usable: float, max_num_seqs: int, max_model_len: int,
+                       batched_tokens: int = 16384) -> int:
+    """The KV pool gppo.py gets on a GPU with the engine freed while training: sized at each generate() from what is
+    then free (usable memory less what stays resident: the fp32 shard, AdamW's states, the engine's bf16 weights),
+    less rollout_margin, in whole blocks of 16 tokens, capped by max_num_seqs."""
+    P = param_counts(c)["total"]
+    resident = 4 * P / world + 8 * P / world + 2 * P
+    margin = rollout_margin(c, 2, max_num_seqs, max_model_len, batched_tokens)
+    return kv_pool_bytes(c, 2, max(0, usable - resident - margin), max_num_seqs, max_model_len)
+
+
+def rollout_phase(c, *, world: int, kv_bytes: int, max_num_seqs: int = 256, max_model_len: int = 36864,
+                  batched_tokens: int = 16384, gpu: bool = True) -> dict:
+    """gppo.py while it samples: the policy's shard and AdamW states (its gradients were freed), the engine's weights
+    and KV pool, and the rest of what a generate() allocates (rollout_margin: a prefill's activations, sampling, CUDA
+    graphs, workspaces)."""
+    P, cb = param_counts(c), (2 if gpu else 4)
     return {"generate": {"fp32 master shard": 4 * P["total"] / world, "AdamW states": 8 * P["total"] / world,
-                         "engine weights": cb * P["total"], "KV pool": kv_bytes, "prefill activations": layer}}
+                         "engine weights": cb * P["total"], "KV pool": kv_bytes,
+                         "prefill, sampling, graphs": rollout_margin(c, cb, max_num_seqs, max_model_len, batched_tokens)}}
 
 
 def kv_bytes_per_token(c, itemsize: int = 2) -> int:

@@ -43,7 +43,20 @@ def kernels():
                   blocks_per_split="i32", num_splits="i32", **dict.fromkeys(decode_meta, "constexpr"))
     combine = dict(m_ptr="*fp32", l_ptr="*fp32", acc_ptr="*fp32", out_ptr="*bf16", stride_ob="i32", stride_oh="i32",
                    num_q_heads="i32", num_splits="i32", **dict.fromkeys(combine_meta, "constexpr"))
-    out += [("decode_kernels._paged_decode_kernel bf16", decode_kernels._paged_decode_kernel, decode, decode_meta, 4),
+    # Launched by the JIT, an integer argument divisible by 16 and a 16-byte-aligned pointer are compiled as such
+    # (tt.divisibility): Qwen3-8B's launch from the engine's pool (Hkv 8, blocks of 16 x 128, 20,736 blocks), an
+    # eager step's block tables as wide as its longest sequence (1,025 blocks: not divisible). Compiled so, and with
+    # nothing known divisible (the worst any launch can be): the kernel must not spill either way.
+    launch = dict(stride_qb=32 * 128, stride_qh=128, stride_kb=16 * 128, stride_ks=128, stride_kh=20736 * 16 * 128,
+                  stride_bt=1025, num_q_heads=32, blocks_per_split=1024 // splits, num_splits=splits)
+    aligned = [name for name, kind in decode.items() if kind.startswith("*")] + \
+        [name for name, value in launch.items() if value % 16 == 0]
+    decode_attrs = {(decode_kernels._paged_decode_kernel.arg_names.index(name),): [["tt.divisibility", 16]]
+                    for name in aligned}
+    out += [("decode_kernels._paged_decode_kernel bf16", decode_kernels._paged_decode_kernel, decode, decode_meta, 4,
+             decode_attrs),
+            ("decode_kernels._paged_decode_kernel bf16 unaligned", decode_kernels._paged_decode_kernel, decode,
+             decode_meta, 4),
             ("decode_kernels._combine_splits_kernel bf16", decode_kernels._combine_splits_kernel, combine, combine_meta, 4)]
     from parts import norm_kernels
     rounding = dict(BF16=True, EMULATE=False)
@@ -60,35 +73,52 @@ def kernels():
 
 
 def compile_all():
-    """Child process: compile each kernel for each target; print one JSON line per compile."""
+    """Child process: compile each kernel for each target; print one JSON line per compile, with the registers and
+    spilled bytes that Triton's own ptxas run reports (ptxas -v; TRITON_DUMP_PTXAS_LOG=1 prints its log)."""
+    import contextlib
+    import io
+    import re
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
-    for name, fn, signature, constexprs, num_warps in kernels():
+    for name, fn, signature, constexprs, num_warps, *attrs in kernels():
         assert set(signature) == set(fn.arg_names), (name, set(fn.arg_names) ^ set(signature))
         for capability in TARGETS:
             options = {"num_warps": num_warps, "enable_fp_fusion": not name.startswith("norm_kernels")}  # as launched
-            compiled = triton.compile(ASTSource(fn, signature, constexprs=constexprs),
-                                      target=GPUTarget("cuda", capability, 32), options=options)
+            log = io.StringIO()
+            with contextlib.redirect_stdout(log):
+                compiled = triton.compile(ASTSource(fn, signature, constexprs=constexprs, attrs=attrs[0] if attrs
+                                                    else None), target=GPUTarget("cuda", capability, 32),
+                                          options=options)
+            registers = [int(n) for n in re.findall(r"Used (\d+) registers", log.getvalue())]
+            spills = [int(n) for n in re.findall(r"(\d+) bytes spill stores", log.getvalue())]
             print(json.dumps(dict(kernel=name, sm=capability, cubin_bytes=len(compiled.asm["cubin"]),
-                                  shared=compiled.metadata.shared, warps=compiled.metadata.num_warps)), flush=True)
+                                  shared=compiled.metadata.shared, warps=compiled.metadata.num_warps,
+                                  registers=registers, spill_bytes=spills)), flush=True)
 
 
 def test_every_triton_kernel_compiles_for_sm80_and_sm90(tmp_path):
     pytest.importorskip("triton")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env.update(TRITON_CACHE_DIR=str(tmp_path / "cache"), TRITON_HOME=str(tmp_path), TRITON_DEFAULT_FP_FUSION="1",
-               PYTHONPATH=ROOT)
+               TRITON_DUMP_PTXAS_LOG="1", PYTHONPATH=ROOT)
     proc = subprocess.run([sys.executable, os.path.abspath(__file__)], capture_output=True, text=True, env=env,
                           timeout=600, cwd=str(tmp_path))
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     results = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     assert {(r["kernel"], r["sm"]) for r in results} == {(name, sm) for name in (
         "gppo_loss._stats_kernel bf16", "gppo_loss._grad_kernel bf16", "gppo_loss._stats_kernel fp32",
-        "gppo_loss._grad_kernel fp32", "decode_kernels._paged_decode_kernel bf16", "decode_kernels._combine_splits_kernel bf16",
+        "gppo_loss._grad_kernel fp32", "decode_kernels._paged_decode_kernel bf16",
+        "decode_kernels._paged_decode_kernel bf16 unaligned", "decode_kernels._combine_splits_kernel bf16",
         "norm_kernels._rms_norm_kernel bf16", "norm_kernels._norm_rope_kernel bf16")
         for sm in TARGETS}
     assert all(r["cubin_bytes"] > 0 and r["shared"] <= 99 * 1024 for r in results), results   # fits sm_80's smem
+    # ptxas's report of every compile: registers (at most 255 a thread) and no spill to local memory, which costs
+    # a memory-bound kernel (the paged decode) the bandwidth it lives on
+    assert all(len(r["registers"]) == 1 and len(r["spill_bytes"]) == 1 for r in results), results
+    assert all(r["spill_bytes"] == [0] for r in results), [r for r in results if r["spill_bytes"] != [0]]
+    decode = {r["sm"]: r["registers"][0] for r in results if r["kernel"] == "decode_kernels._paged_decode_kernel bf16"}
+    assert decode[90] <= 128, decode   # as launched: 4 programs of 4 warps fit an SM's 64K registers
 
 
 if __name__ == "__main__":

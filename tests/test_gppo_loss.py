@@ -319,3 +319,46 @@ def test_bad_inputs_fail_loudly(monkeypatch):
     assert torch.isfinite(loss)
     with pytest.raises(ValueError, match="triton not installed"):
         gppo.rl_loss_from_logits(logits, targets % 5, old, A, mask, backend="triton")
+
+
+class _NewTensors(torch.utils._python_dispatch.TorchDispatchMode):
+    """Records (shape, dtype) of every tensor an op allocates: not a view, not an input written in place (addmm_,
+    out=), the returns whose schema declares no alias."""
+
+    def __init__(self):
+        super().__init__()
+        self.made = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        outs = out if isinstance(out, (tuple, list)) else (out,)
+        self.made += [(tuple(t.shape), t.dtype) for t, r in zip(outs, func._schema.returns)
+                      if isinstance(t, torch.Tensor) and r.alias_info is None]
+        return out
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_head_gradient_is_accumulated_in_place(dtype, monkeypatch):
+    """The backward adds each chunk's ∂L/∂W into the one fp32 (V, D) accumulator: no op makes a second fp32 (V, D)
+    tensor (the product a chunk used to allocate: 2.5 GB at Qwen3-8B). Its value is the old one's, a fresh fp32
+    product added per chunk, up to the order of the sums: each element sums N products, so the accumulators differ by
+    at most (N + 2)·ε_fp32·Σ|products|, and the bf16 results by one rounding more (2^-8 relative)."""
+    N, V, D = 40, 48, 16
+    hidden, weight, targets, old, A, mask, sft_mask = rl_batch(N, V, D, seed=11, dtype=dtype)
+
+    def head_gradient():
+        w = weight.clone().requires_grad_()
+        loss, _ = gppo.rl_loss_from_hidden(hidden, w, targets, old, A, mask, sft_mask=sft_mask, chunk_size=8,
+                                           backend="torch")
+        with _NewTensors() as record:
+            loss.backward()
+        return w.grad.float(), record.made
+
+    new, made = head_gradient()
+    assert made.count(((V, D), torch.float32)) == 1, "the accumulator and no other fp32 (V, D) tensor"
+    monkeypatch.setattr(gppo, "_addmm_fp32_", lambda acc, a, b: acc.add_(gppo._mm_fp32(a, b)))   # the old rule
+    before, _ = head_gradient()
+    grad_logits = naive_grads(hidden.float(), weight.float(), targets, old, A, mask, sft_mask, 1.0)[2]
+    products = 2 * grad_logits.abs().T @ hidden.float().abs()   # Σ_n |∂L/∂z_nv|·|h_nd| (2: ∂L/∂z's bf16 rounding)
+    bound = (N + 2) * torch.finfo(torch.float32).eps * products + 2 ** -8 * before.abs() * (dtype != torch.float32)
+    assert (new - before).abs().le(bound).all()

@@ -15,7 +15,7 @@ sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 def test_dry_run_runs_every_section_and_records_its_results(tmp_path):
     out = tmp_path / "gpu_check.json"
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "gpu_check.py"), "--dry_run",
-                           f"--out={out}"], capture_output=True, text=True, timeout=300, cwd=ROOT,
+                           f"--out={out}"], capture_output=True, text=True, timeout=600, cwd=ROOT,
                           env=dict(os.environ, OMP_NUM_THREADS="1"))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     report = json.loads(out.read_text())
@@ -40,6 +40,8 @@ def test_dry_run_runs_every_section_and_records_its_results(tmp_path):
     assert all(g["tokens"] > 0 and g["gap_max"] >= g["gap_mean"] >= 0 for g in gaps)
     load = rows[("load", "checkpoint on disk -> fp32 shards -> engine copy -> KV pool, vs plan")]
     assert load["pool_over_plan"] == pytest.approx(1.0)   # CPU: the plan's arithmetic and the code's agree exactly
+    pool = rows[("load", "KV pool sized at generate() from the free memory, less the margin")]
+    assert 0.99 < pool["pool_over_free_less_margin"] <= 1 and pool["tokens"] == 2 * 2 * 4   # whole blocks of it
     gppo_step = next(r for k, r in rows.items() if k[1].startswith("GPPO step"))
     assert gppo_step["train_s"] > 0 and gppo_step["budget_GB"] > 0
     assert next(r for k, r in rows.items() if k[1].startswith("SFT step"))["step_s"] > 0

@@ -130,6 +130,29 @@ def test_greedy_under_preemption(model, cpu_kernel):
     assert_no_leaks(engine)
 
 
+def test_recomputed_sequence_longer_than_the_token_budget_does_not_wait_for_the_batch(model, monkeypatch):
+    """A preempted sequence comes back with all its tokens to recompute, which may pass max_num_batched_tokens (the
+    real run: up to 36,864 against 16,384). It must be admitted, alone, once its blocks are free, while the others
+    keep decoding: not only when every running sequence has finished. Greedy tokens stay the reference's."""
+    prompts = prompts_of([3, 5, 4, 6, 2, 5], seed=2)
+    engine = LLMEngine(model, max_num_seqs=6, max_model_len=40, num_blocks=14, block_size=4,
+                       max_num_batched_tokens=8, cpu_kernel=False)
+    admissions = []   # (its tokens, sequences then running) of each recomputation longer than the budget
+    admit = engine._admit
+
+    def recording_admit(waiting, running):
+        groups = admit(waiting, running)
+        admissions.extend((len(g[0]), len(running)) for g in groups if g[0].preempted and len(g[0]) > 8)
+        return groups
+    monkeypatch.setattr(engine, "_admit", recording_admit)
+    out = engine.generate(prompts, [SamplingParams(temperature=0, max_tokens=k) for k in (30, 12, 33, 9, 35, 20)])
+    assert admissions, "the workload must preempt sequences longer than the budget"
+    assert any(running > 0 for _, running in admissions), admissions
+    for prompt, k, samples in zip(prompts, (30, 12, 33, 9, 35, 20), out):
+        assert samples[0].token_ids == reference_greedy(model, prompt, k)
+    assert_no_leaks(engine)
+
+
 @pytest.mark.parametrize("temperature,top_k,top_p", [(1.0, 0, 1.0), (0.7, 0, 1.0), (1.3, 5, 1.0),
                                                      (0.9, 0, 0.8), (1.0, 10, 0.9)])
 def test_logprobs_equal_teacher_forced(model, temperature, top_k, top_p):
@@ -172,7 +195,8 @@ def test_groups_that_shrink_unevenly_stay_exact(model, cpu_kernel):
     (padded group rows in the shared-prefix attention) next to singletons after preemption; every logprob must
     still be the teacher-forced one."""
     prompts = prompts_of([35, 18, 50, 3], seed=9)          # 2, 1, 3 and 0 full blocks of 16 to share
-    engine = LLMEngine(model, max_num_seqs=12, max_model_len=96, num_blocks=12, block_size=16, cpu_kernel=cpu_kernel)
+    engine = LLMEngine(model, max_num_seqs=12, max_model_len=96, num_blocks=12, block_size=16, cpu_kernel=cpu_kernel,
+                       admit_watermark=0)   # all admitted at once, then preempted
     params = SamplingParams(temperature=1.0, max_tokens=40, n=4, seed=3, stop_token_ids=list(range(0, V, 16)))
     out = engine.generate(prompts, params)
     lengths = [len(s.token_ids) for samples in out for s in samples]
@@ -256,6 +280,53 @@ def test_released_pool_comes_back_with_the_same_samples(model):
     assert_no_leaks(released)
 
 
+def test_pool_is_sized_again_at_each_generate_from_what_is_free(model):
+    """A trainer that frees the engine's pool while it trains (gppo.py on a GPU) gets a pool sized at each generate()
+    from the memory then free: kv_cache_memory asked when the pool is allocated, not at start (nothing allocated at
+    start: an optimizer's states read on resume come after). The samples do not depend on the pool's size."""
+    prompts = prompts_of([6, 20, 11], seed=8)
+    params = SamplingParams(temperature=1.0, max_tokens=16, n=2, seed=5)
+    block_bytes = rollout.kv_block_bytes(model.config, torch.float32, 16)
+    asked = []
+    free_now = iter([30, 12, 20, 9])   # blocks' worth of bytes at each question: start, then three generate() calls
+    engine = LLMEngine(model, max_num_seqs=8, max_model_len=64,
+                       kv_cache_memory=lambda: asked.append(1) or next(free_now) * block_bytes)
+    assert engine.cache.k_pool is None and len(asked) == 1   # checked at start (a pool too small fails there), not made
+    reference = LLMEngine(model, max_num_seqs=8, max_model_len=64).generate(prompts, params)
+    for blocks in (12, 20, 9):
+        out = engine.generate(prompts, params)
+        assert engine.blocks.num_blocks == blocks and engine.cache.nbytes == blocks * block_bytes
+        assert [[s.token_ids for s in g] for g in out] == [[s.token_ids for s in g] for g in reference]
+        assert_no_leaks(engine)
+        engine.cache.release()
+    assert len(asked) == 4
+
+
+def test_cuda_pool_is_the_free_memory_less_the_rollout_margin(model, monkeypatch):
+    """On CUDA with no size given, the pool is what free_memory() reports when it is allocated less rollout_margin:
+    a prefill's activations, sample()'s (B, V) fp32 temporaries, the CUDA graphs, 512 MiB of workspaces. The plan on
+    paper (parts/memory_plan.py, which imports nothing) must count the same bytes; for Qwen3-8B they are ~6.9 GB."""
+    from types import SimpleNamespace
+    from parts import memory_plan
+    qwen3_8b = SimpleNamespace(**memory_plan.QWEN3["8B"])
+    margin = rollout.rollout_margin(qwen3_8b, torch.bfloat16, 256, 36864, 16384)
+    assert margin == memory_plan.rollout_margin(qwen3_8b, 2, 256, 36864, 16384)
+    per_token = (4 * 4096 + 3 * 12288 + 32 * 128 + 2 * 8 * 128) * 2            # one layer's prefill activations
+    assert margin > 36864 * per_token + 12 * 256 * 151936 * 4 + 2**29           # the longest prefill goes alone
+    assert 6.8e9 < margin < 7.0e9
+    fake_cuda = SimpleNamespace(model=model, device=torch.device("cuda"), dtype=torch.float32, block_size=4,
+                                max_model_len=64, max_num_seqs=8, max_num_batched_tokens=32, num_blocks=None,
+                                kv_cache_memory=None)
+    block_bytes = rollout.kv_block_bytes(model.config, torch.float32, 4)
+    margin = rollout.rollout_margin(model.config, torch.float32, 8, 64, 32)
+    free = margin + 100 * block_bytes + 7
+    monkeypatch.setattr(rollout, "free_memory", lambda device: free)
+    assert LLMEngine.pool_blocks(fake_cuda) == 100
+    free = margin + 5 * block_bytes   # less than one sequence of 64 tokens (16 blocks): a clear error
+    with pytest.raises(ValueError, match="cannot hold one sequence"):
+        LLMEngine.pool_blocks(fake_cuda)
+
+
 def test_weight_update_is_seen_by_the_next_generate(model):
     """The engine shares the module and caches nothing across generate() calls."""
     model = Qwen3(model.config).init_weights(std=0.2, seed=1)     # a private copy we may modify
@@ -314,11 +385,12 @@ def paged_attention_by_hand(q, k_pool, v_pool, block_tables, context_lens):
     return out
 
 
-@pytest.mark.parametrize("block_size,head_dim,group", [(16, 16, 2), (4, 12, 1), (8, 32, 4), (4, 16, 3)])
+@pytest.mark.parametrize("block_size,head_dim,group", [(16, 16, 2), (4, 12, 1), (8, 32, 4), (4, 16, 3), (16, 128, 4)])
 def test_paged_decode_kernel_equals_reference(block_size, head_dim, group):
     """The Triton kernel (under TRITON_INTERPRET=1 on CPU) and the PyTorch reference vs a per-token loop. The kernel
     runs a KV head's whole query group per program (a group of 3 pads to 4 lanes), and splits each context into 1,
-    2 or 3 parts (flash-decoding): with 3 blocks per table, the 1-token and 1-block contexts leave splits empty."""
+    2 or 3 parts (flash-decoding): with 3 blocks per table, the 1-token and 1-block contexts leave splits empty.
+    (16, 128, 4): Qwen3-8B's blocks, head_dim and query group, the shape tests/test_aot_compile.py compiles."""
     g = torch.Generator().manual_seed(block_size)
     num_blocks, Hkv, B = 12, 2, 4
     k_pool = torch.randn(Hkv, num_blocks, block_size, head_dim, generator=g)
@@ -616,6 +688,31 @@ def test_cuda_graph_decode_equals_the_plain_decode(model, monkeypatch):
     assert got[0][0].token_ids == reference_greedy(model, prompts[0], 9)
     with pytest.raises(ValueError, match=r"cuda_graphs=True\): graphs replay the Triton decode step"):
         LLMEngine(model, max_num_seqs=8, max_model_len=48, cuda_graphs=True)
+
+
+def test_cuda_graphs_are_kept_while_the_pool_and_weights_stay(model):
+    """A graph replays the addresses it was captured on. The engine keeps its graphs across generate() calls (an
+    in-place weight update keeps the addresses), drops them when the weights were re-allocated (gppo.py frees and
+    refills the engine's weights around training) and makes new ones with a new pool (after a release())."""
+    model = Qwen3(model.config).init_weights(std=0.2, seed=1)     # a private copy whose storage we replace
+    engine = LLMEngine(model, max_num_seqs=8, max_model_len=48, use_triton=True, cuda_graphs=True)
+    params = SamplingParams(temperature=0.0, max_tokens=4)
+    engine.generate([[1, 2, 3]], params)
+    engine.graphs.graphs[8] = "captured"                          # what a CUDA capture would have left
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(1.0)                                           # in place: the same storage
+    engine.generate([[1, 2, 3]], params)
+    assert engine.graphs.graphs == {8: "captured"}
+    for p in model.parameters():
+        p.data = p.data.clone()                                   # freed and refilled: new storage
+    engine.generate([[1, 2, 3]], params)
+    assert engine.graphs.graphs == {}
+    engine.graphs.graphs[8] = "captured"
+    graphs = engine.graphs
+    engine.cache.release()
+    engine.generate([[1, 2, 3]], params)
+    assert engine.graphs is not graphs and engine.graphs.graphs == {}
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

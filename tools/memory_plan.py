@@ -14,7 +14,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from gppo import GPPOConfig  # noqa: E402
 from parts.cli import parse_config  # noqa: E402
 from parts.memory_plan import (QWEN3, gppo_phases, kv_bytes_per_token, kv_pool_bytes, load_phases, param_counts,  # noqa: E402
-                               peak_phase, rollout_phase, sft_phases)
+                               peak_phase, rollout_phase, rollout_pool_bytes, sft_phases)
 
 GB = 1e9
 
@@ -36,28 +36,35 @@ def plan(size: str, cfg: PlanConfig) -> dict:
     usable = gpu - cfg.context_gib * 2**30
     load = peak_phase(load_phases(c, world=cfg.gpus))
     free = usable - sum(load_phases(c, world=cfg.gpus)["engine copy"].values())    # what mem_get_info then reports
-    kv = kv_pool_bytes(c, 2, g.kv_cache_fraction * free, 256, row)
+    kv = rollout_pool_bytes(c, world=cfg.gpus, usable=usable, max_num_seqs=256, max_model_len=row)
+    kv_kept = kv_pool_bytes(c, 2, g.kv_cache_fraction * free, 256, row)
     rows = {"load (policy into shards, then the engine's copy)": load,
-            "rollout (engine weights + KV pool)": peak_phase(rollout_phase(c, world=cfg.gpus, kv_bytes=kv)),
+            "rollout, engine freed while training (auto on GPU)": peak_phase(rollout_phase(
+                c, world=cfg.gpus, kv_bytes=kv, max_model_len=row)),
             "RL training, engine freed (--free_engine, auto on GPU)": peak_phase(gppo_phases(
                 c, world=cfg.gpus, row_tokens=row, kv_bytes=0, gpu=True, loss_chunk=2048, engine_resident=False)),
+            "rollout, engine kept (--free_engine=false)": peak_phase(rollout_phase(
+                c, world=cfg.gpus, kv_bytes=kv_kept, max_model_len=row)),
             "RL training, engine kept (--free_engine=false)": peak_phase(gppo_phases(
-                c, world=cfg.gpus, row_tokens=row, kv_bytes=kv, gpu=True, loss_chunk=2048)),
+                c, world=cfg.gpus, row_tokens=row, kv_bytes=kv_kept, gpu=True, loss_chunk=2048)),
             "SFT (rows of 32K)": peak_phase(sft_phases(c, world=cfg.gpus, row_tokens=32768, loss_chunk=4096, gpu=True))}
-    return dict(c=c, kv=kv, free=free, usable=usable, rows=rows, row=row)
+    return dict(c=c, kv=kv, kv_kept=kv_kept, free=free, usable=usable, rows=rows, row=row)
 
 
 def main(cfg: PlanConfig):
     for size in cfg.models.split(","):
         p = plan(size, cfg)
         P = param_counts(p["c"])["total"]
+        seqs = lambda pool: pool / kv_bytes_per_token(p["c"]) / p["row"]  # noqa: E731
         print(f"Qwen3-{size}: {P / 1e9:.2f}B parameters on {cfg.gpus} GPUs of {cfg.gpu_gib:g} GiB ({p['usable'] / GB:.1f} "
-              f"GB usable per GPU); after loading, {p['free'] / GB:.1f} GB free; KV pool {p['kv'] / GB:.1f} GB "
-              f"(kv_cache_fraction {GPPOConfig().kv_cache_fraction}) = {p['kv'] / kv_bytes_per_token(p['c']) / p['row']:.1f} "
-              f"sequences of {p['row']} tokens")
+              f"GB usable per GPU); after loading, {p['free'] / GB:.1f} GB free")
+        print(f"  KV pool, engine freed while training (sized at each generate: free memory less the rollout "
+              f"margin): {p['kv'] / GB:.1f} GB = {seqs(p['kv']):.1f} sequences of {p['row']} tokens")
+        print(f"  KV pool, engine kept (kv_cache_fraction {GPPOConfig().kv_cache_fraction} of the free memory at "
+              f"start): {p['kv_kept'] / GB:.1f} GB = {seqs(p['kv_kept']):.1f} sequences")
         for label, (phase, total, terms) in p["rows"].items():
             verdict = "fits" if total <= p["usable"] else f"does NOT fit ({(total - p['usable']) / GB:.1f} GB over)"
-            print(f"  {label:52s} {total / GB:6.1f} GB  {verdict}   [{phase}: " +
+            print(f"  {label:56s} {total / GB:6.1f} GB  {verdict}   [{phase}: " +
                   ", ".join(f"{k} {v / GB:.1f}" for k, v in terms.items()) + "]")
         print()
 
