@@ -9,6 +9,7 @@ import errno
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -23,11 +24,18 @@ import data  # noqa: E402
 from model import Qwen3, Qwen3Config, from_pretrained  # noqa: E402
 from parts import trainer  # noqa: E402
 
-SFT = ["--toy_math_examples=240", "--toy_code_examples=40", "--row_tokens=512", "--rows_per_step=4", "--n_layer=1",
+SFT = ["--row_tokens=512", "--rows_per_step=4", "--n_layer=1",
        "--hidden=32", "--n_head=2", "--n_kv_head=1", "--head_dim=16", "--intermediate=64", "--epochs=1",
        "--log_every=1", "--warmup_steps=2", "--lr=3e-3", "--min_lr=1e-3"]
 GPPO = ["--prompts_per_step=4", "--mini_batch_prompts=2", "--group_size=4", "--max_response_len=16", "--eval_every=0",
-        "--toy_problems=64", "--lr=1e-2", "--warmup_steps=1", "--reward_workers=2"]
+        "--lr=1e-2", "--warmup_steps=1", "--reward_workers=2"]
+@pytest.fixture(scope="module", autouse=True)
+def toy_data(toy_files):
+    """The toy's small SFT set (sums, 240 + 40 conversations) and 64 RL prompts (tests/conftest.py) for every run."""
+    SFT[:0] = toy_files["sft"]
+    GPPO[:0] = toy_files["rl"]
+
+
 TIMING = ("tokens_per_s", "elapsed_s", "rollout_tok_s", "train_tok_s")   # and time_*: the only fields that may differ
 
 
@@ -301,15 +309,15 @@ def test_a_resume_must_have_the_runs_settings_and_resume_false_starts_over(tmp_p
     assert json.load(open(tmp_path / "config.json"))["config"]["lr"] == 0.2
 
 
-def test_an_export_stops_at_im_end_in_transformers(tmp_path, monkeypatch):
+def test_an_export_stops_at_im_end_in_transformers(tmp_path, monkeypatch, toy_files):
     """Hugging Face generate() on an sft.py export, with the export's own generation_config.json: a model that puts
     <|im_end|> first stops after it (an export without it, as before, generated max_new_tokens copies of it)."""
     pytest.importorskip("transformers", reason="transformers is not installed (it is not a project dependency)")
     from transformers import AutoModelForCausalLM
     import sft
     trainer.init_distributed("cpu")
-    tokenizer = data.build_toy_tokenizer()
-    data.save_tokenizer(tokenizer, str(tmp_path / "tokenizer"))
+    shutil.copytree(os.path.join(toy_files["sums"], "tokenizer"), tmp_path / "tokenizer")
+    tokenizer = data.load_tokenizer(str(tmp_path / "tokenizer"))
     im_end = tokenizer.token_to_id("<|im_end|>")
     cfg = Qwen3Config(vocab_size=tokenizer.get_vocab_size(), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
                       num_attention_heads=2, num_key_value_heads=1, head_dim=16, tie_word_embeddings=False,
