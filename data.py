@@ -5,6 +5,7 @@
    .json array or .parquet as published (the adapters: parts/formats.py; the sets: docs/data_formats.md).
 3. Packing: documents go into rows of row_tokens tokens by best-fit decreasing; positions restart per document and
    attention never crosses one:  mask[i, j] = (doc[i] == doc[j]) and (j <= i).
+   RL packs in order instead, a group's prompt once per row and its responses attending to it.
 Bad input is an error naming file:row and field.
     python tools/data_stats.py FILE          # what a data file holds: records, lengths, packing (streamed)
     python tools/toy.py --task=countdown     # the toy's tokenizer and data files (the last section)
@@ -20,9 +21,26 @@ from parts import formats
 from parts.formats import (DataError, Records, UngradableRow, copy_rows, guess_kind, hub_hint,  # noqa: F401 (API)
                            read_rows)
 
-# What reading a user's files raises for bad input: shown as one line naming the file; anything else is a bug and
-# keeps its traceback.
-INPUT_ERRORS = (DataError, FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError)
+INPUT_ERRORS = formats.INPUT_ERRORS   # what reading a user's files raises for bad input
+
+
+def read(option: str, load, *args, **kwargs):
+    """load(*args, **kwargs) for an entry point: what it raises for bad input (INPUT_ERRORS: a bad
+    data file, a missing path; a checkpoint's CheckpointError) becomes one InputError naming the
+    option, which the entry point prints as one line (exit status 2). Anything else is a bug and
+    keeps its traceback."""
+    from parts.hf_checkpoint import CheckpointError   # here, not at the top: reading data needs no torch
+    try:
+        return load(*args, **kwargs)
+    except (*INPUT_ERRORS, CheckpointError) as e:
+        raise input_error(f"{option}: {e}") from None
+
+
+def input_error(message: str) -> Exception:
+    """The entry points' one exception for bad input (parts/trainer.InputError: one line, exit
+    status 2)."""
+    from parts.trainer import InputError   # here, not at the top: reading data needs no torch
+    return InputError(message)
 
 
 # ----------------------------------------------------------------------------- 1. the chat format
@@ -67,18 +85,21 @@ def encode_sft_dataset(tok: Tokenizer, conversations, max_len: int, overlong: st
         raise ValueError(f"overlong={overlong!r}: use truncate, drop or error")
     rendered = [_render(c, False, True) for c in conversations]
     encodings = tok.encode_batch([text for text, _ in rendered], add_special_tokens=False)
-    examples, report = [], dict(conversations=len(conversations), kept=0, truncated=0, dropped=0,
-                                max_len=max_len, overlong=overlong)
+    examples = []
+    report = dict(conversations=len(conversations), kept=0, truncated=0, dropped=0,
+                  max_len=max_len, overlong=overlong)
     for k, (enc, (_, span)) in enumerate(zip(encodings, rendered)):
         offsets = np.asarray(enc.offsets, dtype=np.int64).reshape(-1, 2)  # same rule as _loss_mask, vectorised
-        ids, mask = np.asarray(enc.ids, dtype=np.int32), (offsets[:, 1] > span[0]) & (offsets[:, 0] < span[1])
+        ids = np.asarray(enc.ids, dtype=np.int32)
+        mask = (offsets[:, 1] > span[0]) & (offsets[:, 0] < span[1])
         if len(ids) > max_len:
             if overlong == "error":
                 raise DataError(f"conversation {k} has {len(ids)} tokens > max_len={max_len} (overlong=error)")
             if overlong == "drop" or not mask[:max_len].any():  # nothing left to learn from: drop, counted
                 report["dropped"] += 1
                 continue
-            ids, mask = ids[:max_len], mask[:max_len]
+            ids = ids[:max_len]
+            mask = mask[:max_len]
             report["truncated"] += 1
         report["kept"] += 1
         examples.append((ids, mask))
@@ -90,7 +111,9 @@ def encode_prompts(tok: Tokenizer, problems, max_prompt_len: int, overlong: str 
     ("truncate", as the paper's RL does), left out ("drop") or raise ("error"). Returns (problems, report)."""
     if overlong not in ("truncate", "drop", "error"):
         raise ValueError(f"overlong={overlong!r}: use truncate, drop or error")
-    kept, report = [], dict(prompts=len(problems), kept=0, truncated=0, dropped=0, max_prompt_len=max_prompt_len)
+    kept = []
+    report = dict(prompts=len(problems), kept=0, truncated=0, dropped=0,
+                  max_prompt_len=max_prompt_len)
     for p in problems:
         ids = encode_prompt(tok, p["prompt"])
         if len(ids) > max_prompt_len:
@@ -99,7 +122,8 @@ def encode_prompts(tok: Tokenizer, problems, max_prompt_len: int, overlong: str 
             if overlong == "drop":
                 report["dropped"] += 1
                 continue
-            ids, report["truncated"] = ids[-max_prompt_len:], report["truncated"] + 1
+            ids = ids[-max_prompt_len:]
+            report["truncated"] += 1
         kept.append({**p, "prompt_ids": ids})
         report["kept"] += 1
     return kept, report
@@ -141,7 +165,8 @@ def _render(messages, add_generation_prompt: bool, enable_thinking: bool):
     """Qwen3's chat template in Python. Returns (text, (start, end)): the character span of the last
     assistant turn's generated part, from just after `<|im_start|>assistant\\n` through `<|im_end|>`."""
     _check_messages(messages)
-    parts, span = [], None
+    parts = []
+    span = None
     if messages[0]["role"] == "system":
         parts.append(f"<|im_start|>system\n{messages[0]['content']}<|im_end|>\n")
     # the last "real" user query; assistant turns after it keep their reasoning
@@ -151,12 +176,13 @@ def _render(messages, add_generation_prompt: bool, enable_thinking: bool):
         if messages[i]["role"] == "user" and not (c.startswith("<tool_response>") and c.endswith("</tool_response>")):
             last_query = i
             break
-    for i, m in enumerate(messages):
-        role, content = m["role"], m["content"]
+    for i, message in enumerate(messages):
+        role = message["role"]
+        content = message["content"]
         if role == "user" or (role == "system" and i > 0):
             parts.append(f"<|im_start|>{role}\n{content}<|im_end|>\n")
         elif role == "assistant":
-            reasoning = m.get("reasoning_content")
+            reasoning = message.get("reasoning_content")
             if reasoning is None:
                 reasoning = ""
                 if "</think>" in content:
@@ -178,14 +204,16 @@ def _render(messages, add_generation_prompt: bool, enable_thinking: bool):
 def _check_messages(messages) -> None:
     if not isinstance(messages, list) or not messages:
         raise ValueError("messages must be a non-empty list of {'role', 'content'} dicts")
-    for i, m in enumerate(messages):
-        if not isinstance(m, dict) or m.get("role") not in ("system", "user", "assistant"):
-            role = m.get("role") if isinstance(m, dict) else m
+    for i, message in enumerate(messages):
+        roles = ("system", "user", "assistant")
+        if not isinstance(message, dict) or message.get("role") not in roles:
+            role = message.get("role") if isinstance(message, dict) else message
             raise ValueError(f"messages[{i}]: role {role!r} is not supported (system, user, assistant; "
                              "tool calls are not supported by this implementation)")
-        if not isinstance(m.get("content"), str):
-            raise ValueError(f"messages[{i}].content must be a string, got {type(m.get('content')).__name__}")
-        if m.get("tool_calls"):
+        if not isinstance(message.get("content"), str):
+            content_type = type(message.get("content")).__name__
+            raise ValueError(f"messages[{i}].content must be a string, got {content_type}")
+        if message.get("tool_calls"):
             raise ValueError(f"messages[{i}]: tool_calls are not supported by this implementation")
 
 
@@ -258,6 +286,48 @@ def in_date_window(problems: list, path: str, date_from: str, date_to: str) -> l
     return kept
 
 
+def rl_prompts(cfg, tok: Tokenizer) -> tuple:
+    """gppo.py's prompts, encoded (left-truncated to --max_prompt_len). The RL prompts of --math_data
+    and --code_data, or the toy's, as dicts {id, kind: math|countdown|code, prompt,
+    answer|numbers+target|tests, prompt_ids}; code prompts below --min_pass_rate (a stronger
+    model's, --pass_rate_field) dropped: the paper's filter. The held-out problems evaluated every
+    --eval_every steps: --eval_data, else the toy's held-out set when the RL prompts are the toy's,
+    else none (a toy's accuracy would measure nothing of a math or code model).
+    Returns (RL prompts, held-out problems, the lines that say what was read)."""
+    tasks = []
+    report = []
+    math_data = cfg.math_data
+    eval_data = cfg.eval_data
+    if not (cfg.math_data or cfg.code_data or cfg.toy == "none"):   # the toy's prompts
+        math_data = read(f"--toy={cfg.toy}", toy_files, cfg.toy, "rl")
+        eval_data = eval_data or read(f"--toy={cfg.toy}", toy_files, cfg.toy, "held_out")
+    if math_data:
+        problems = read("--math_data", load_math_jsonl, math_data, skip_bad_rows=cfg.skip_bad_rows)
+        report.append(f"math data: {problems.report}")
+        tasks += [{"kind": "math", **p} for p in problems]   # a Countdown row is of kind countdown
+    if cfg.code_data:
+        problems = read("--code_data", load_code_jsonl, cfg.code_data, min_tests=cfg.min_tests,
+                        pass_rate_field=cfg.pass_rate_field, skip_bad_rows=cfg.skip_bad_rows)
+        trusted = [p for p in problems if p.get("pass_rate", 1.0) >= cfg.min_pass_rate]
+        below = len(problems) - len(trusted)
+        report.append(f"code data: {problems.report}; {below} below --min_pass_rate")
+        tasks += [dict(p, kind="code") for p in trusted]
+    if not tasks:
+        raise input_error("no RL prompts: give --math_data / --code_data, or --toy=countdown|sums")
+    tasks, encoded = encode_prompts(tok, tasks, cfg.max_prompt_len, overlong="truncate")
+    report.append(f"prompts: {encoded}")
+    held_out = []
+    if eval_data:
+        problems = [{"kind": "math", **p} for p in read("--eval_data", load_math_jsonl, eval_data)]
+        problems = problems[:cfg.eval_problems]
+        held_out = encode_prompts(tok, problems, cfg.max_prompt_len, "truncate")[0]
+    elif cfg.eval_every:
+        report.append("held-out evaluation: off (--math_data/--code_data without --eval_data); "
+                      "give --eval_data=FILE to evaluate every --eval_every steps, "
+                      "or run eval.py on the exports")
+    return tasks, held_out, report
+
+
 # ----------------------------------------------------------------------------- 3. packing
 
 class PackedLoader:
@@ -272,15 +342,22 @@ class PackedLoader:
             raise ValueError(f"rows_per_step={rows_per_step} must be a multiple of world_size={world_size}")
         if not examples:
             raise ValueError("PackedLoader got no examples")
-        self.examples, self.row_tokens, self.pad_id = examples, row_tokens, pad_id
-        self.rows_per_step, self.seed, self.rank, self.world_size = rows_per_step, seed, rank, world_size
+        self.examples = examples
+        self.row_tokens = row_tokens
+        self.pad_id = pad_id
+        self.rows_per_step = rows_per_step
+        self.seed = seed
+        self.rank = rank
+        self.world_size = world_size
         self.rows = plan_packing([len(x) for x, _ in examples], row_tokens)
         self.num_rows = len(self.rows)
         self.steps_per_epoch = -(-self.num_rows // rows_per_step)
         self.empty_rows_per_epoch = self.steps_per_epoch * rows_per_step - self.num_rows
         self.efficiency = sum(len(x) for x, _ in examples) / (self.num_rows * row_tokens)  # real / packed tokens
-        self.epoch, self.step = 0, 0
-        self._order_epoch, self._order = None, None
+        self.epoch = 0
+        self.step = 0
+        self._order_epoch = None
+        self._order = None
 
     def __len__(self):
         return self.steps_per_epoch
@@ -305,7 +382,8 @@ class PackedLoader:
         rows = self.rows_for(self.epoch, self.step)
         self.step += 1
         if self.step == self.steps_per_epoch:
-            self.epoch, self.step = self.epoch + 1, 0
+            self.epoch += 1
+            self.step = 0
         return rows
 
     def state_dict(self) -> dict:
@@ -317,7 +395,8 @@ class PackedLoader:
             if state[key] != getattr(self, key):
                 raise DataError(f"cannot resume: the checkpoint's data loader had {key}={state[key]}, now "
                                  f"{getattr(self, key)}; resume with the same data, seed and batch settings")
-        self.epoch, self.step = int(state["epoch"]), int(state["step"])
+        self.epoch = int(state["epoch"])
+        self.step = int(state["step"])
 
 
 def pack_examples(examples, row_tokens: int, pad_id: int) -> list:
@@ -334,18 +413,90 @@ def plan_packing(lengths, row_tokens: int) -> list:
         i = too_long[0]
         raise DataError(f"{len(too_long)} documents do not fit a row (e.g. #{i}: {lengths[i]} tokens, row_tokens="
                          f"{row_tokens}); cut or drop them first (encode_sft_dataset's max_len <= row_tokens)")
-    rows, free = [], []  # free: sorted (space left, row index)
+    rows = []
+    free = []   # sorted (space left, row index)
     for i in sorted(range(len(lengths)), key=lambda i: (-lengths[i], i)):
         j = bisect.bisect_left(free, (lengths[i], -1))  # smallest space that still fits
         if j < len(free):
             space, r = free.pop(j)
         else:
-            space, r = row_tokens, len(rows)
+            space = row_tokens
+            r = len(rows)
             rows.append([])
         rows[r].append(i)
         if space - lengths[i] > 0:
             bisect.insort(free, (space - lengths[i], r))
     return rows
+
+
+def stream(items: list, first: int, count: int, seed: int) -> list:
+    """Items first..first+count-1 of an endless stream of `items`, a fresh permutation of all of
+    them per epoch (RL's prompts): a function of (seed, position) only, so a resumed run and any
+    number of ranks see the same items."""
+    n = len(items)
+    epochs = range(first // n, (first + count - 1) // n + 1)
+    perms = {e: np.random.default_rng([seed, e]).permutation(n) for e in epochs}
+    return [items[perms[i // n][i % n]] for i in range(first, first + count)]
+
+
+def pack_in_order(seqs: list, row_tokens: int, share_prompts: bool = False) -> list:
+    """RL's rows: sequences (each with .ids, .prompt_len and .group, the prompt it answers) put
+    greedily, in order, into rows of at most row_tokens tokens (a longer one gets its own row); with
+    share_prompts, a sequence that follows one of its group in a row adds only its response. In
+    order, not best-fit: a group stays together."""
+    rows = [[]]
+    used = 0
+    for s in seqs:
+        shared = share_prompts and rows[-1] and rows[-1][-1].group == s.group
+        size = len(s.ids) - (s.prompt_len if shared else 0)
+        if rows[-1] and used + size > row_tokens:
+            rows.append([])
+            used = 0
+            size = len(s.ids)
+        rows[-1].append(s)
+        used += size
+    return [row for row in rows if row]
+
+
+def shared_prompt_layout(row: list, share_prompts: bool = False) -> dict:
+    """The token layout of one row of pack_in_order, as lists: input_ids, position_ids,
+    document_ids and prefix_docs (model.py), then per response token its target and
+    logit_positions, the position whose hidden state predicts it (the token before it). Each
+    sequence is a document [prompt; response]; with share_prompts a group's prompt goes in once, as
+    its own document, and each response is a document continuing it (positions going on from the
+    prompt's), so each token sees what it would see in its own sequence."""
+    layout = dict(input_ids=[], position_ids=[], document_ids=[], prefix_docs=[],
+                  logit_positions=[], targets=[])
+    ids = layout["input_ids"]
+    group = None
+    prompt_doc = -1       # the document of the group's prompt in this row
+    prompt_last = -1      # the position of its last token: it predicts each response's first token
+
+    def add(tokens, positions, prefix):
+        layout["document_ids"].extend([len(layout["prefix_docs"])] * len(tokens))
+        layout["prefix_docs"].append(prefix)
+        ids.extend(tokens)
+        layout["position_ids"].extend(positions)
+
+    for s in row:
+        prompt_len = s.prompt_len
+        response_len = len(s.ids) - prompt_len
+        if not share_prompts:
+            start = len(ids)
+            add(s.ids, range(prompt_len + response_len), -1)
+            first = start + prompt_len - 1
+            layout["logit_positions"].extend(range(first, first + response_len))
+        else:
+            if s.group != group:                             # a new prompt: its own document
+                group = s.group
+                prompt_doc = len(layout["prefix_docs"])
+                prompt_last = len(ids) + prompt_len - 1
+                add(s.ids[:prompt_len], range(prompt_len), -1)
+            start = len(ids)
+            add(s.ids[prompt_len:], range(prompt_len, prompt_len + response_len), prompt_doc)
+            layout["logit_positions"].extend([prompt_last, *range(start, start + response_len - 1)])
+        layout["targets"].extend(s.ids[prompt_len:])
+    return layout
 
 
 def _build_rows(examples, rows, row_tokens: int, pad_id: int) -> list:
@@ -357,15 +508,18 @@ def _build_rows(examples, rows, row_tokens: int, pad_id: int) -> list:
     pos = np.zeros((B, row_tokens), dtype=np.int64)
     doc = np.zeros((B, row_tokens), dtype=np.int64)
     for b, row in enumerate(rows):
-        t = 0
+        start = 0   # where the row's next document goes
         for d, i in enumerate(row or []):
-            x, m = examples[i]
-            n = len(x)
-            ids[b, t:t + n], mask[b, t:t + n], pos[b, t:t + n], doc[b, t:t + n] = x, m, np.arange(n), d
-            t += n
-        pos[b, t:] = np.arange(row_tokens - t)  # padding: one more document of its own
-        doc[b, t:] = len(row or [])
-    import torch  # here, not at the top: reading data (`data.py stats`, the loaders) needs no torch
+            input_ids, loss_mask = examples[i]
+            end = start + len(input_ids)
+            ids[b, start:end] = input_ids
+            mask[b, start:end] = loss_mask
+            pos[b, start:end] = np.arange(end - start)
+            doc[b, start:end] = d
+            start = end
+        pos[b, start:] = np.arange(row_tokens - start)  # padding: one more document of its own
+        doc[b, start:] = len(row or [])
+    import torch  # here, not at the top: reading data (tools/data_stats.py) needs no torch
     batch = dict(input_ids=torch.from_numpy(ids), loss_mask=torch.from_numpy(mask),
                  position_ids=torch.from_numpy(pos), document_ids=torch.from_numpy(doc))
     return [{k: v[b] for k, v in batch.items()} for b in range(B)]

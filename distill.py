@@ -58,7 +58,9 @@ class Decontaminator:
 
     def __init__(self, items: list, n: int = 8):
         """items: [(benchmark name, item id, text)]."""
-        self.n, self.ngrams, self.short = n, {}, {}
+        self.n = n
+        self.ngrams = {}
+        self.short = {}
         for bench, item, text in items:
             w = words(text)
             if len(w) < n:
@@ -68,14 +70,15 @@ class Decontaminator:
 
     def matches(self, text: str, text_words: list | None = None) -> set:
         """The (benchmark, item) pairs `text` overlaps (text_words: its words(), if already computed)."""
-        w, hits = text_words if text_words is not None else words(text), set()
-        for i in range(len(w) - self.n + 1):
-            found = self.ngrams.get(" ".join(w[i:i + self.n]))
+        text_words = text_words if text_words is not None else words(text)
+        hits = set()
+        for i in range(len(text_words) - self.n + 1):
+            found = self.ngrams.get(" ".join(text_words[i:i + self.n]))
             if found:
                 hits |= found
-        for m, table in self.short.items():
-            for i in range(len(w) - m + 1) if m else ():
-                found = table.get(tuple(w[i:i + m]))
+        for length, table in self.short.items():   # items shorter than n words, matched whole
+            for i in range(len(text_words) - length + 1) if length else ():
+                found = table.get(tuple(text_words[i:i + length]))
                 if found:
                     hits |= found
         return hits
@@ -86,7 +89,9 @@ class PromptFilter:
     counts both per source and remembers which benchmark items matched which prompts."""
 
     def __init__(self, decontaminator: Decontaminator | None):
-        self.decontaminator, self.seen, self.hits = decontaminator, set(), {}
+        self.decontaminator = decontaminator
+        self.seen = set()
+        self.hits = {}
         self.counts = {}
 
     def keep(self, source: str, key: str, text: str) -> bool:
@@ -198,13 +203,13 @@ class DistillConfig:
         ]
         for ok, why in checks:
             if not ok:
-                raise SystemExit(f"error: DistillConfig: {why}")
+                raise ValueError(f"DistillConfig: {why}")
         try:
             extra = json.loads(self.extra_body) if self.extra_body else {}
         except ValueError as e:
-            raise SystemExit(f"error: --extra_body={self.extra_body!r} is not JSON ({e})") from None
+            raise ValueError(f"--extra_body={self.extra_body!r} is not JSON ({e})") from None
         if not isinstance(extra, dict):
-            raise SystemExit(f"error: --extra_body={self.extra_body!r} must be a JSON object")
+            raise ValueError(f"--extra_body={self.extra_body!r} must be a JSON object")
 
 # Why hard_below = 0.5. The paper (§2) splits its SFT prompts into easy and hard by the pass rate of a model's samples
 # (it names Qwen3-8B as the judge of difficulty) and finds that keeping incorrect responses helps on the hard part and
@@ -239,7 +244,9 @@ def sample_seed(seed: int, key: str, index: int) -> int:
 def read_prompts(cfg: DistillConfig, keep) -> tuple:
     """(prompts, loader reports). A prompt is {key, source, messages, answers (math) or None, tests (code) or None,
     k, responses (only from --responses)}; keep(source, key, text) says whether it stays (duplicates, benchmarks)."""
-    prompts, reports, taken = [], {}, set()
+    prompts = []
+    reports = {}
+    taken = set()
 
     def add(source, pid, prompt, messages, **given):   # given: answers, tests, task, responses
         key = f"{source}/{pid}"
@@ -335,10 +342,12 @@ def sample_local(cfg: DistillConfig, todo: list, samples: Journal) -> dict:
     engine = LLMEngine(model, max_num_seqs=cfg.max_num_seqs, max_model_len=cfg.max_prompt_len + cfg.max_tokens)
     stop_ids = tuple(data.stop_token_ids(tokenizer))
     prompts = list({p["key"]: p for p, _ in todo}.values())
-    stats, t0 = Counter(), time.monotonic()
+    stats = Counter()
+    t0 = time.monotonic()
     chunk = max(1, 4 * cfg.max_num_seqs // cfg.k)
     for start in range(0, len(prompts), chunk):
-        batch, ids = [], []
+        batch = []
+        ids = []
         for p in prompts[start:start + chunk]:
             prompt_ids = data.encode_prompt(tokenizer, p["messages"])
             if len(prompt_ids) > cfg.max_prompt_len:
@@ -379,8 +388,11 @@ def verify_all(cfg: DistillConfig, prompts: list, samples: Journal, verdicts: Jo
     todo = [p for p in prompts if any((p["key"], j) in samples and (p["key"], j) not in verdicts for j in range(p["k"]))]
     if not todo:
         return
-    done, t0, last, lock = [0], time.monotonic(), [time.monotonic()], threading.Lock()
-    total = sum(p["k"] for p in todo)
+    done = [0]
+    t0 = time.monotonic()
+    last = [time.monotonic()]
+    lock = threading.Lock()
+    total = sum(p["k"] for p in todo)   # responses to judge
 
     def one_prompt(p):
         judged = {}
@@ -444,7 +456,10 @@ def write_sft(cfg: DistillConfig, prompts: list, samples: Journal, verdicts: Jou
     of one length in file order: the k responses of a prompt side by side would fill a batch with few prompts), to a
     temporary file, then renamed. Returns the counts per source x difficulty and the prompts left out (incomplete, or
     whose verification failed)."""
-    counts, incomplete, errors, rows = {}, 0, [], []
+    counts = {}
+    incomplete = 0
+    errors = []
+    rows = []
     for p in prompts:
         keys = [(p["key"], j) for j in range(p["k"])]
         if not all(key in verdicts for key in keys):
@@ -507,7 +522,8 @@ def keep_responses(verdicts: list, keep: str = "difficulty", hard_below: float =
 def main(cfg: DistillConfig) -> dict:
     t0 = time.monotonic()
     os.makedirs(cfg.out_dir, exist_ok=True)
-    lock, journals = _lock(cfg.out_dir), []
+    lock = _lock(cfg.out_dir)
+    journals = []
     try:
         _check_same_run(os.path.join(cfg.out_dir, "run.json"), teacher_info(cfg))
         try:
@@ -525,7 +541,8 @@ def main(cfg: DistillConfig) -> dict:
                 print(f"{journal.path}: dropped a last line torn by a kill ({journal.torn} bytes); it is redone")
         t_sample = time.monotonic()
         sampling = sample_missing(cfg, prompts, samples)
-        sample_s, t_verify = time.monotonic() - t_sample, time.monotonic()
+        sample_s = time.monotonic() - t_sample
+        t_verify = time.monotonic()
         verify_all(cfg, prompts, samples, verdicts)
         verify_s = time.monotonic() - t_verify
         written = write_sft(cfg, prompts, samples, verdicts, os.path.join(cfg.out_dir, "sft.jsonl"))
@@ -612,7 +629,9 @@ def _check_complete(cfg: DistillConfig, written: dict, sampling: dict) -> None:
 
 def sample_totals(prompts: list, samples: Journal) -> dict:
     """Truncated and unfinished responses and the teacher's token usage over every sample of the kept prompts."""
-    usage, truncated, unfinished = Counter(), 0, 0
+    usage = Counter()
+    truncated = 0
+    unfinished = 0
     for p in prompts:
         for j in range(p["k"]):
             if (p["key"], j) in samples:
@@ -643,8 +662,9 @@ def print_report(report: dict) -> None:
 
 
 def _bad_input(message: str):
-    """Bad input: one line, exit status 2 (the entry-point wrapper prints it)."""
-    raise SystemExit(f"error: {message}")
+    """Bad input: an InputError, one line and exit status 2 at the entry point (run_entry_point)."""
+    from parts.trainer import InputError   # here, not at the top: distill.py itself needs no torch
+    raise InputError(message)
 
 
 # ============================================================================= 7. the journal (samples and verdicts, appended as they arrive)
@@ -657,7 +677,10 @@ class Journal:
     done; append() refuses a key already there. Records are read back by offset: only the index stays in memory."""
 
     def __init__(self, path: str):
-        self.path, self.index, self.lock, self.torn = path, {}, threading.Lock(), 0
+        self.path = path
+        self.index = {}
+        self.lock = threading.Lock()
+        self.torn = 0
         size = 0
         if os.path.exists(path):
             with open(path, "rb") as f:

@@ -19,7 +19,6 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # read when torch loads Ope
 
 import dataclasses
 import datetime
-import functools
 import hashlib
 import inspect
 import json
@@ -35,16 +34,14 @@ import torch.distributed as dist
 
 import data
 import reward
-from model import CheckpointError, from_pretrained
+from data import read
+from model import from_pretrained
 from parts import chat_client, trainer
-from parts.results_table import compare_files, format_table
+from parts.results_table import TableError, compare_files, format_table
 from parts.cli import parse_config
-from parts.trainer import (InputError, agree_on_inputs, cores_per_rank, init_distributed, print0, run_entry_point,
+from parts.trainer import (InputError, agree_on_inputs, init_distributed, print0, run_entry_point,
                            set_threads)
 from rollout import LLMEngine, SamplingParams, sample_seed
-
-INPUT_ERRORS = (*data.INPUT_ERRORS, CheckpointError)   # bad input: one line naming the option; the rest are bugs
-read = functools.partial(trainer.read_input, errors=INPUT_ERRORS)   # read(option, load, *args): load(*args), checked
 
 
 @dataclass
@@ -100,7 +97,7 @@ class EvalConfig:
             try:
                 datetime.date.fromisoformat(value) if value else None
             except ValueError:
-                raise SystemExit(f"error: --{name}={value!r} is not a date YYYY-MM-DD") from None
+                raise ValueError(f"--{name}={value!r} is not a date YYYY-MM-DD") from None
         checks = [(self.k >= 1, "k must be >= 1"),
                   (self.toy in data.TOY_TASKS, f"toy must be one of {', '.join(data.TOY_TASKS)}"),
                   (not self.server or bool(self.served_model), "--server needs --served_model"),
@@ -111,7 +108,7 @@ class EvalConfig:
                    f"--sandbox_python={self.sandbox_python}: no such interpreter")]
         for ok, why in checks:
             if not ok:
-                raise SystemExit(f"error: EvalConfig: {why}")
+                raise ValueError(f"EvalConfig: {why}")
         pass_ks(self)  # fails now on a bad --pass_k
 
 
@@ -119,8 +116,12 @@ class EvalConfig:
 
 def main(cfg: EvalConfig):
     if cfg.compare:
-        return print(compare_files(cfg.compare, cfg.labels))
-    started, t0 = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), time.perf_counter()
+        try:
+            return print(compare_files(cfg.compare, cfg.labels))
+        except TableError as e:
+            raise InputError(f"--compare={cfg.compare} (--labels={cfg.labels}): {e}") from None
+    started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    t0 = time.perf_counter()
     if cfg.server:
         benchmarks = read("--math_data/--code_data", load_benchmarks, cfg)
         results, samples = evaluate_served(benchmarks, cfg)
@@ -178,7 +179,8 @@ def load_benchmarks(cfg) -> list:
     """[{name, kind, source, problems}] from the data files (.jsonl, .json or .parquet; a benchmark is read whole,
     no row skipped), or the toy's held-out sets if none (a set of Countdown rows is of kind countdown)."""
     benchmarks = []
-    math_data, code_data = cfg.math_data, cfg.code_data
+    math_data = cfg.math_data
+    code_data = cfg.code_data
     if not (math_data or code_data or cfg.toy == "none"):
         math_data = read(f"--toy={cfg.toy}", data.toy_files, cfg.toy, "eval_math")
         code_data = read(f"--toy={cfg.toy}", data.toy_files, cfg.toy, "eval_code")
@@ -234,7 +236,9 @@ def evaluate_served(benchmarks: list, cfg):
                    **(dict(top_k=cfg.top_k) if cfg.top_k else {}))
 
     def sample(bench, emit):
-        name, problems, lock = bench["name"], bench["problems"], threading.Lock()
+        name = bench["name"]
+        problems = bench["problems"]
+        lock = threading.Lock()
         requests = [chat_client.ChatRequest(str(i), data.chat_messages(p["prompt"]), [
                         (j, sample_seed(problem_seed(cfg.seed, name, i), j)) for j in range(cfg.k)])
                     for i, p in enumerate(problems)]
@@ -263,25 +267,32 @@ def evaluate_served(benchmarks: list, cfg):
 def score_benchmarks(benchmarks: list, cfg, sample, results: dict, rank: int = 0, world: int = 1):
     """For each benchmark: sample(bench, emit) calls emit(record, problem) for every response it samples (this rank's
     share), each scored in a pool of threads while sampling goes on; then gathered, aggregated, printed."""
-    ks, results, all_samples = pass_ks(cfg), dict(results, world_size=world, benchmarks={}), []
-    sandbox = reward.SandboxConfig(cores=cfg.sandbox_cores or cores_per_rank(), python=cfg.sandbox_python)
+    ks = pass_ks(cfg)
+    results = dict(results, world_size=world, benchmarks={})
+    all_samples = []
+    score = reward.scorer(cfg)
     with ThreadPoolExecutor(cfg.reward_workers) as pool:
         for bench in benchmarks:
-            name, kind, t0, jobs = bench["name"], bench["kind"], time.perf_counter(), []
+            name = bench["name"]
+            kind = bench["kind"]
+            t0 = time.perf_counter()
+            jobs = []
 
             def emit(record, problem):
-                jobs.append((record, pool.submit(score, kind, problem, record["response"], name, sandbox)))
+                task = dict(problem, kind=kind)
+                jobs.append((record, pool.submit(score, task, record["response"])))
             extra = sample(bench, emit)
             generate_s = time.perf_counter() - t0
             wait_for_scores([job for _, job in jobs], name, rank)
-            mine = [{**{k: v for k, v in r.items() if k != "response"}, **job.result(), "response": r["response"]}
-                    for r, job in jobs]   # the record, its score, the response last
+            # the record, its score, the response last
+            mine = [{**{k: v for k, v in r.items() if k != "response"}, **verdict(job, name),
+                     "response": r["response"]} for r, job in jobs]
             shards = trainer.all_gather(dict(samples=mine, generate_s=generate_s, total_s=time.perf_counter() - t0,
                                              tokens=sum(r["length"] for r, _ in jobs)))
             samples = sorted((s for shard in shards for s in shard["samples"]),
                              key=lambda s: (s["problem_index"], s["sample"]))
-            tokens, slowest = extra.pop("generated_tokens", sum(s["tokens"] for s in shards)), \
-                max(s["generate_s"] for s in shards)
+            tokens = extra.pop("generated_tokens", sum(s["tokens"] for s in shards))
+            slowest = max(s["generate_s"] for s in shards)
             window = {k: bench[k] for k in ("problems_in_file", "date_window") if k in bench}
             b = results["benchmarks"][name] = dict(
                 kind=kind, source=bench.get("source", ""), **window, prompts=extra.pop("prompts"),
@@ -297,9 +308,13 @@ def sample_share(engine, tokenizer, bench: dict, cfg, rank: int, world: int):
     """Sample cfg.k responses for this rank's share of the benchmark's (encoded) problems, every world-th from the
     rank-th, chunk_problems problems per generate() call, each problem with its own seed. Yields one record per
     response as each chunk finishes, with progress on rank 0."""
-    name, problems = bench["name"], bench["problems"]
-    stop_ids, chunk = tuple(data.stop_token_ids(tokenizer)), cfg.chunk_problems or max(1, 4 * cfg.max_num_seqs // cfg.k)
-    mine, tokens, t0 = list(range(rank, len(problems), world)), 0, time.perf_counter()
+    name = bench["name"]
+    problems = bench["problems"]
+    stop_ids = tuple(data.stop_token_ids(tokenizer))
+    chunk = cfg.chunk_problems or max(1, 4 * cfg.max_num_seqs // cfg.k)
+    mine = list(range(rank, len(problems), world))
+    tokens = 0
+    t0 = time.perf_counter()
     for start in range(0, len(mine), chunk):
         indices = mine[start:start + chunk]
         params = [SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k, n=cfg.k,
@@ -313,7 +328,8 @@ def sample_share(engine, tokenizer, bench: dict, cfg, rank: int, world: int):
                            length=len(s.token_ids), finish_reason=s.finish_reason,
                            response=tokenizer.decode(s.token_ids, skip_special_tokens=False))
         if rank == 0:   # rank 0's share stands for all: shards differ by at most one problem
-            done, elapsed = start + len(indices), time.perf_counter() - t0
+            done = start + len(indices)
+            elapsed = time.perf_counter() - t0
             print(f"{name}: {done}/{len(mine)} problems (rank 0's share of {len(problems)}) | {tokens} tokens, "
                   f"{tokens / elapsed:.0f} tok/s | ETA {elapsed / done * (len(mine) - done):.0f}s", flush=True)
 
@@ -328,7 +344,8 @@ def print_samples(model, tokenizer, cfg):
     for j, s in enumerate(samples):
         print(f"--- sample {j}: {len(s.token_ids)} tokens, finish={s.finish_reason}, mean logprob "
               f"{sum(s.logprobs) / len(s.logprobs):.3f}\n{tokenizer.decode(s.token_ids, skip_special_tokens=False)}")
-    generated, seconds = sum(len(s.token_ids) for s in samples), time.perf_counter() - t0
+    generated = sum(len(s.token_ids) for s in samples)
+    seconds = time.perf_counter() - t0
     print(f"--- {generated} tokens in {seconds:.1f}s ({generated / seconds:.1f} tok/s); {engine.stats}")
 
 
@@ -346,18 +363,20 @@ def problem_seed(seed: int, benchmark: str, index: int) -> int:
 
 # ----------------------------------------------------------------------------- scoring
 
-def score(kind: str, problem: dict, text: str, name: str, sandbox: reward.SandboxConfig | None = None) -> dict:
-    """reward (code: fraction of tests passed), correct, format_failure and reason of one response. The data's fault
-    (a gold answer math-verify cannot parse, malformed tests) is an InputError naming benchmark and problem."""
+def verdict(job, name: str) -> dict:
+    """A scoring job's verdict (reward.scorer): reward (code: fraction of tests passed), correct,
+    format_failure and reason. The data's fault (a gold answer math-verify cannot parse, malformed
+    tests) is an InputError naming benchmark and problem."""
     try:
-        return reward.judge({"kind": kind, **problem}, text, sandbox=sandbox)._asdict()
+        return job.result()._asdict()
     except reward.BadReference as e:
-        raise InputError(f"{name}: problem {problem['id']}: {e}") from None
+        raise InputError(f"{name}: {e}") from None
 
 
 def wait_for_scores(jobs: list, name: str, rank: int, every_s: float = 5.0) -> None:
     """Wait for the scoring jobs still running after generation (code tests can take minutes), with progress."""
-    t0, pending = time.perf_counter(), jobs
+    t0 = time.perf_counter()
+    pending = jobs
     while pending := wait(pending, timeout=every_s)[1]:
         print0(f"{name}: scoring, {len(jobs) - len(pending)}/{len(jobs)} responses scored (rank 0) | "
                f"{time.perf_counter() - t0:.0f}s")
@@ -368,11 +387,13 @@ def wait_for_scores(jobs: list, name: str, rank: int, every_s: float = 5.0) -> N
 def summarize(samples: list, ks: list) -> dict:
     """Aggregate per-sample records {problem_index, problem_id, correct, reward, format_failure, length,
     finish_reason} of one benchmark."""
-    correct, ids = {}, {}
+    correct = {}
+    ids = {}
     for s in samples:
         correct.setdefault(s["problem_index"], []).append(bool(s["correct"]))
         ids[s["problem_index"]] = s["problem_id"]
-    n_problems, n = len(correct), len(samples)
+    n_problems = len(correct)
+    n = len(samples)
     return dict(
         problems=n_problems, k=n // max(n_problems, 1),
         avg_at_k=sum(sum(c) / len(c) for c in correct.values()) / n_problems,
@@ -397,16 +418,18 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 
 def pass_ks(cfg) -> list:
-    """The j of the reported pass@j, each <= k (EvalConfig calls it to reject a bad --pass_k at once)."""
+    """The j of the reported pass@j, each <= k (EvalConfig calls it: a bad --pass_k is a ValueError
+    at once)."""
     if not cfg.pass_k:
         return sorted({1, cfg.k} | {4 ** i for i in range(1, 8) if 4 ** i < cfg.k})
     try:
         ks = sorted({int(x) for x in cfg.pass_k.split(",")})
     except ValueError:
-        raise SystemExit(f"error: --pass_k={cfg.pass_k!r}: expected comma-separated integers like 1,4,8") from None
+        raise ValueError(f"--pass_k={cfg.pass_k!r}: expected comma-separated integers like "
+                         "1,4,8") from None
     if ks[0] < 1 or ks[-1] > cfg.k:
-        raise SystemExit(f"error: --pass_k={cfg.pass_k!r}: each value must be in 1..k={cfg.k} (pass@j needs j <= k "
-                         "samples)")
+        raise ValueError(f"--pass_k={cfg.pass_k!r}: each value must be in 1..k={cfg.k} "
+                         "(pass@j needs j <= k samples)")
     return ks
 
 

@@ -22,6 +22,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # read when torch loads Ope
 os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
 
 import dataclasses
+import functools
 import math
 import random
 import time
@@ -33,16 +34,19 @@ import torch
 import torch.distributed as dist
 
 import data
+import eval as ev   # held-out evaluation is eval.py's (the name `eval` alone is Python's builtin)
 import reward
-from gppo_loss import MODES, LossConfig, rl_loss_from_hidden
-from model import check_checkpoint, from_pretrained, logits_fp32
-from parts import math_checker, tracking
+from data import read
+from gppo_loss import METRICS, MODES, LossConfig, group_advantages, rl_loss_from_hidden, step_means
+from model import check_checkpoint, from_pretrained, hf_name, logits_fp32, on_meta
+from parts import hf_checkpoint, math_checker, tracking, trainer
+from parts.hf_checkpoint import EXPORT_DTYPES, Export
 from parts.cli import parse_config
-from parts.trainer import (Checkpointer, GracefulStop, InputError, MetricsLog, agree_on_inputs, on_for_device,
-                           check_run, cores_per_rank, global_max, global_sums, init_distributed, print0,
-                           record_run, run_entry_point, set_threads)
+from parts.trainer import (Checkpointer, GracefulStop, InputError, MetricsLog, TrainingStopped,
+                           agree_on_inputs, balance_ranks, check_run, copy_weights, cores_per_rank,
+                           global_max, global_sums, init_distributed, lockstep, on_for_device,
+                           print0, record_run, run_entry_point, set_threads)
 from rollout import LLMEngine, SamplingParams, kv_cache_bytes
-from sft import EXPORT_DTYPES, Export, export_hf, generation_config, load_sharded, read
 
 
 @dataclass
@@ -138,17 +142,12 @@ class GPPOConfig:
                   (self.export_dtype in EXPORT_DTYPES, f"export_dtype must be one of {', '.join(EXPORT_DTYPES)}")]
         for ok, why in checks:
             if not ok:
-                raise SystemExit(f"error: GPPOConfig: {why}")
-        try:
-            tracking.backends(self.report_to)   # a missing package: one line now, not after the model is loaded
-        except ValueError as e:
-            raise SystemExit(f"error: {e}") from None
-        try:   # the loss's whole definition, built once: the update passes it on as it is
-            self.loss = LossConfig(mode=self.loss_mode, eps_low=self.eps_low, eps_high=self.eps_high,
-                                   dual_clip=self.dual_clip, beta1=self.beta1, beta2=self.beta2,
-                                   high_side_only=self.high_side_only, alpha=self.alpha, temperature=self.temperature)
-        except ValueError as e:
-            raise SystemExit(f"error: GPPOConfig: {e}") from None
+                raise ValueError(f"GPPOConfig: {why}")
+        tracking.backends(self.report_to)   # a missing package: one line now, not after loading
+        self.loss = LossConfig(mode=self.loss_mode, eps_low=self.eps_low,   # the whole loss, once
+                               eps_high=self.eps_high, dual_clip=self.dual_clip, beta1=self.beta1,
+                               beta2=self.beta2, high_side_only=self.high_side_only,
+                               alpha=self.alpha, temperature=self.temperature)
 
 
 # What a resume may change: how far, how often to evaluate, save and export, where and how fast it runs
@@ -162,16 +161,17 @@ RESUME_MAY_CHANGE = ("steps", "eval_every", "log_samples", "report_to", "ckpt_ev
 
 @dataclass
 class Run:
-    """What the parts of an RL step share, built once by main (it only saves passing a dozen arguments around)."""
+    """The objects that live as long as this process and that every step uses, built once
+    (build_run): one argument instead of a dozen for each part of the step."""
     cfg: GPPOConfig
-    policy: torch.nn.Module          # FSDP2-sharded, fp32 master weights
+    policy: torch.nn.Module          # the trainer's: FSDP2-sharded, fp32 master weights ...
     optimizer: torch.optim.Optimizer
-    engine: LLMEngine                # generates with its own full copy of the weights, engine_model
+    engine: LLMEngine                # ... the sampler's, with its own full copy, engine_model
     engine_model: torch.nn.Module
     tokenizer: object
     tasks: list                      # the RL prompts
-    score_fn: object                 # (task, text, token_ids) -> (reward, fully correct)
-    pool: ThreadPoolExecutor         # scoring threads
+    score_fn: object                 # (task, text, token_ids) -> (reward, fully correct) ...
+    pool: ThreadPoolExecutor         # ... run by these threads while the engine decodes
     rank: int
     world: int
     device: torch.device
@@ -185,12 +185,18 @@ class Run:
 def rl_step(run: Run, step: int, prompt_cursor: int) -> tuple:
     """One RL step, the docstring's 1-7 (more sampling rounds while allowed and too few groups survive). Returns
     (metrics record, the stream position after the step)."""
-    cfg, t0 = run.cfg, time.time()
-    sampled, kept, rounds, engine_s, per_round = [], [], 0, 0.0, math.ceil(cfg.oversample * cfg.prompts_per_step)
-    while rounds < cfg.max_gen_rounds:                                          # 1-3. sample, score, advantages
+    cfg = run.cfg
+    t0 = time.time()
+    sampled = []      # the groups of every round
+    kept = []         # ... those with a learning signal
+    rounds = 0
+    engine_s = 0.0
+    per_round = math.ceil(cfg.oversample * cfg.prompts_per_step)
+    while rounds < cfg.max_gen_rounds:                # 1-3. sample, score, advantages
         new, seconds = sample_groups(run, prompt_cursor, per_round)
         engine_s += seconds
-        prompt_cursor, rounds = prompt_cursor + per_round, rounds + 1
+        prompt_cursor += per_round
+        rounds += 1
         sampled += new
         kept += [g for g in new if g.keep]
         if global_sums(dict(kept=len(kept)), run.device)["kept"] >= cfg.prompts_per_step:
@@ -200,22 +206,26 @@ def rl_step(run: Run, step: int, prompt_cursor: int) -> tuple:
         run.engine.cache.release()
         for p in run.engine_model.parameters():
             p.data = p.data.new_empty(0)
-    seqs_by_mb = [training_sequences(groups, cfg) for groups in mini_batches_of(kept, cfg, run.world)]   # 4.
-    if cfg.balance_ranks:
-        seqs_by_mb = balance_ranks(seqs_by_mb, run.rank, run.world)
+    groups_by_batch = mini_batches_of(kept, cfg, run.world)       # 4. the survivors, re-packed
+    mini_batches = [training_sequences(groups, cfg) for groups in groups_by_batch]
+    if cfg.balance_ranks:   # a rank trains what it sampled; the others would wait for the busiest
+        mini_batches = balance_ranks(mini_batches, lambda seq: len(seq.ids), run.rank, run.world)
     t1 = time.time()
-    gap = recompute_old_logprobs(run, [s for seqs in seqs_by_mb for s in seqs]) if cfg.old_logprobs == "recompute" \
-        else dict(gap_sum=0.0, gap_tokens=0, gap_max=0.0)                      # 5. old logprobs (or the engine's)
+    gap = dict(gap_sum=0.0, gap_tokens=0, gap_max=0.0)            # 5. old logprobs (or engine's)
+    if cfg.old_logprobs == "recompute":
+        gap = recompute_old_logprobs(run, [seq for seqs in mini_batches for seq in seqs])
     t2 = time.time()
-    updates = [u for u in (train_mini_batch(run, seqs) for seqs in seqs_by_mb) if u]   # 6. one step per mini-batch
+    updates = [train_mini_batch(run, seqs) for seqs in mini_batches]   # 6. a step per mini-batch
+    updates = [update for update in updates if update]
     t3 = time.time()
-    if updates or run.free_engine:                                              # 7. the engine's weights
-        sync_engine(run.policy, run.engine_model)
-    rec, total = step_metrics(run, sampled, kept, seqs_by_mb, gap, updates)
-    rec = dict(step=step + 1, gen_rounds=rounds, **rec, rollout_tok_s=total["tokens"] / max(t1 - t0, 1e-9),
-               train_tok_s=total["train_tokens"] / max(t3 - t1, 1e-9), time_generate_and_reward=t1 - t0,
-               time_engine=engine_s, time_old_logprobs=t2 - t1, time_train=t3 - t2, time_sync=time.time() - t3)
-    return rec, prompt_cursor
+    if updates or run.free_engine:                                # 7. the engine's weights
+        copy_weights(run.policy, run.engine_model)
+    record, totals = step_metrics(run, sampled, kept, mini_batches, gap, updates)
+    speed = dict(rollout_tok_s=totals["tokens"] / max(t1 - t0, 1e-9),
+                 train_tok_s=totals["train_tokens"] / max(t3 - t1, 1e-9),
+                 time_generate_and_reward=t1 - t0, time_engine=engine_s, time_old_logprobs=t2 - t1,
+                 time_train=t3 - t2, time_sync=time.time() - t3)
+    return dict(step=step + 1, gen_rounds=rounds, **record, **speed), prompt_cursor
 
 
 # ----------------------------------------------------------------------------- 1-3. sample, score, advantages
@@ -223,9 +233,10 @@ def rl_step(run: Run, step: int, prompt_cursor: int) -> tuple:
 def sample_groups(run: Run, first: int, count: int) -> tuple:
     """Sample and score prompts first..first+count-1 of the stream, every world-th on this rank, each seeded by its
     stream position (so samples do not depend on the number of ranks). Returns (groups, seconds in generate)."""
-    cfg, tokenizer = run.cfg, run.tokenizer
+    cfg = run.cfg
+    tokenizer = run.tokenizer
     positions = list(range(first + run.rank, first + count, run.world))
-    chosen = prompts_at(run.tasks, first, count, cfg.seed)[run.rank::run.world]
+    chosen = data.stream(run.tasks, first, count, cfg.seed)[run.rank::run.world]
     params = sampling_params(cfg, positions, tuple(data.stop_token_ids(tokenizer)))
     jobs = {}   # (prompt, sample) -> its score, computed by the pool while the engine decodes the other samples
 
@@ -234,7 +245,8 @@ def sample_groups(run: Run, first: int, count: int) -> tuple:
         jobs[prompt, sample] = run.pool.submit(run.score_fn, chosen[prompt], text, out.token_ids)
 
     start = time.time()
-    outs = run.engine.generate([t["prompt_ids"] for t in chosen], params, on_finish=score_when_done) if chosen else []
+    prompts = [task["prompt_ids"] for task in chosen]
+    outs = run.engine.generate(prompts, params, on_finish=score_when_done) if chosen else []
     engine_s = time.time() - start
     groups = []
     for p, (position, task, samples) in enumerate(zip(positions, chosen, outs)):
@@ -263,32 +275,6 @@ class Group:
     keep: bool               # False: all rewards equal, no signal (dropped when filter_zero_adv)
 
 
-def prompts_at(tasks, first: int, count: int, seed: int) -> list:
-    """Prompts first..first+count-1 of the run's prompt stream: a fresh permutation of all prompts per epoch.
-    A function of (seed, position) only, so a resumed run and any number of ranks see the same prompts."""
-    n = len(tasks)
-    epochs = range(first // n, (first + count - 1) // n + 1)
-    perms = {e: np.random.default_rng([seed, e]).permutation(n) for e in epochs}
-    return [tasks[perms[i // n][i % n]] for i in range(first, first + count)]
-
-
-def score(task, text, cfg):
-    """(reward, fully correct?) of one response, on the scale of --reward_scale; code runs in this rank's sandbox,
-    whose tests (of all its scoring threads) share sandbox_cores cores. Never raises for a bad response."""
-    sandbox = reward.SandboxConfig(cores=cfg.sandbox_cores or cores_per_rank(), python=cfg.sandbox_python)
-    verdict = reward.judge(task, text, scale=reward.AUTHORS_SCALE if cfg.reward_scale == "authors" else
-                           reward.DEFAULT_SCALE, sandbox=sandbox, binary_code=cfg.code_reward == "binary")
-    return verdict.reward, verdict.correct
-
-
-def group_advantages(rewards):
-    """rewards (G, n) -> advantages (G, n) and keep (G,): a group whose rewards are all equal has no signal."""
-    r = torch.as_tensor(rewards, dtype=torch.float64)
-    adv = (r - r.mean(1, keepdim=True)) / (r.std(1, keepdim=True) + 1e-6)   # std unbiased, as verl's GRPO
-    keep = (r.max(1).values - r.min(1).values) > 1e-9
-    return adv.float(), keep
-
-
 def log_samples(run: Run, step: int, groups: list):
     """cfg.log_samples of the step's responses on rank 0 (all rounds), drawn at random (seeded by the step, so a
     resumed run draws the same), to samples.jsonl: what the policy writes, with its reward and advantage."""
@@ -314,8 +300,8 @@ def mini_batches_of(kept: list, cfg, world: int) -> list:
     dist.all_gather_object(positions, [g.position for g in kept])
     used = sorted(p for ps in positions for p in ps)[:cfg.prompts_per_step]
     mine = {g.position: g for g in kept}
-    M = cfg.mini_batch_prompts
-    return [[mine[p] for p in used[i:i + M] if p in mine] for i in range(0, len(used), M)]
+    size = cfg.mini_batch_prompts
+    return [[mine[p] for p in used[i:i + size] if p in mine] for i in range(0, len(used), size)]
 
 
 @dataclass
@@ -342,114 +328,40 @@ def training_sequences(groups: list, cfg) -> list:
             if s.token_ids and not (cfg.mask_truncated and s.finish_reason == "length")]
 
 
-def balance_ranks(seqs_by_mb: list, rank: int, world: int) -> list:
-    """Per mini-batch, move sequences between ranks so that each trains about as many tokens as the others: a rank
-    holds the groups it sampled, 0 to mini_batch_prompts of them, and every other rank would wait for the busiest
-    one. The loss is a token-mean over all ranks' tokens, so where a sequence trains does not change the gradient.
-    Only the lengths travel to plan; then only the sequences that move."""
-    if world == 1:
-        return seqs_by_mb
-    lengths = [None] * world
-    dist.all_gather_object(lengths, [[len(s.ids) for s in seqs] for seqs in seqs_by_mb])
-    plans = [balance_plan([lengths[r][mb] for r in range(world)]) for mb in range(len(seqs_by_mb))]
-    outgoing = [(mb, rank, i, s) for mb, seqs in enumerate(seqs_by_mb) for i, s in enumerate(seqs)
-                if plans[mb][rank][i] != rank]
-    moved = [None] * world
-    dist.all_gather_object(moved, outgoing)
-    balanced = [[s for i, s in enumerate(seqs) if plans[mb][rank][i] == rank] for mb, seqs in enumerate(seqs_by_mb)]
-    for mb, src, i, s in sorted((m for ms in moved for m in ms), key=lambda m: m[:3]):  # by source: groups together
-        if plans[mb][src][i] == rank:
-            balanced[mb].append(s)
-    return balanced
-
-
-def balance_plan(lengths: list) -> list:
-    """lengths[r]: the token counts of rank r's sequences -> dest[r][i], the rank that trains each. Each rank keeps
-    its own, in order, while they fit under the mean load; the rest go longest first to the least loaded rank
-    (its own on a tie). No rank ends above the mean by more than the longest sequence."""
-    world = len(lengths)
-    target = sum(map(sum, lengths)) / world
-    dest, load, spill = [[r] * len(ls) for r, ls in enumerate(lengths)], [0] * world, []
-    for r, ls in enumerate(lengths):
-        for i, n in enumerate(ls):
-            if load[r] + n <= target:
-                load[r] += n
-            else:
-                spill.append((-n, r, i))
-    for neg_n, r, i in sorted(spill):
-        to = min(range(world), key=lambda q: (load[q], q != r, q))
-        dest[r][i], load[to] = to, load[to] - neg_n
-    return dest
-
-
-def pack_micro_batches(seqs: list, row_tokens: int, share_prompts: bool = False) -> list:
-    """Greedy, in order: sequences into rows of at most row_tokens tokens (a longer one gets its own row). With
-    share_prompts, a sequence that follows one of its group (the same prompt) in a row adds only its response."""
-    rows, used = [[]], 0
-    for s in seqs:
-        shared = share_prompts and rows[-1] and rows[-1][-1].group == s.group
-        size = len(s.ids) - (s.prompt_len if shared else 0)
-        if rows[-1] and used + size > row_tokens:
-            rows.append([])
-            used, size = 0, len(s.ids)
-        rows[-1].append(s)
-        used += size
-    return [row for row in rows if row]
-
-
-def lockstep(rows: list, device) -> list:
-    """This rank's rows, then None as many times as the busiest rank has more: FSDP's forward and backward are
-    collectives, so every rank runs the same number of passes (a rank whose groups were dropped runs dummy rows)."""
-    return rows + [None] * (int(global_max(len(rows), device)) - len(rows))
-
-
 def row_tensors(row, device, share_prompts: bool = False) -> dict:
-    """One packed row (None: a dummy row of 2 tokens that adds nothing): input_ids, position_ids, document_ids (1, T),
-    prefix_docs (model.py); per response token where its logit is (the hidden state before it), its target, old
-    logprob, advantage and SFT flag; num_tokens (host). Each sequence is a document [prompt; response]; with
-    share_prompts a group's prompt goes in once, as its own document, and each response is a document continuing it
-    (positions going on from the prompt's), so each token sees the same attention. document_ids stay on the CPU."""
+    """One row of data.pack_in_order as tensors: its layout (data.shared_prompt_layout: input_ids,
+    position_ids, document_ids (1, T), kept on the CPU, prefix_docs; per response token
+    logit_positions and targets), then per response token its old logprob, advantage and SFT flag;
+    num_tokens (host). None: a dummy row of 2 tokens that adds nothing (lockstep's)."""
     if row is None:
         zeros = torch.zeros((1, 2), dtype=torch.long, device=device)
         one = torch.zeros(1, device=device)
         return dict(input_ids=zeros, position_ids=zeros, document_ids=zeros.cpu(), prefix_docs=None,
-                    where=one.long(), targets=one.long(), old=one, adv=one, sft=one, num_tokens=0)
-    ids, pos, doc, prefixes, where, targets = [], [], [], [], [], []
-    group, prompt_doc, prompt_last = None, -1, -1
+                    logit_positions=one.long(), targets=one.long(), old=one, adv=one, sft=one,
+                    num_tokens=0)
+    layout = data.shared_prompt_layout(row, share_prompts)
 
-    def add(tokens, positions, prefix):
-        doc.extend([len(prefixes)] * len(tokens))
-        prefixes.append(prefix)
-        ids.extend(tokens)
-        pos.extend(positions)
+    def tensor(values):
+        return torch.tensor(values, device=device)
 
-    for s in row:
-        P, n = s.prompt_len, s.response_len
-        if not share_prompts:
-            start = len(ids)
-            add(s.ids, range(P + n), -1)
-            where.extend(range(start + P - 1, start + P - 1 + n))
-        else:
-            if s.group != group:                                     # a new prompt: its own document
-                group, prompt_doc, prompt_last = s.group, len(prefixes), len(ids) + P - 1
-                add(s.ids[:P], range(P), -1)
-            start = len(ids)
-            add(s.ids[P:], range(P, P + n), prompt_doc)
-            where.extend([prompt_last, *range(start, start + n - 1)])
-        targets.extend(s.ids[P:])
-    tensor = lambda x, **kw: torch.tensor(x, device=device, **kw)   # noqa: E731
-    return dict(input_ids=tensor([ids]), position_ids=tensor([pos]), document_ids=torch.tensor([doc]),
-                prefix_docs=[prefixes], where=tensor(where), targets=tensor(targets),
+    return dict(input_ids=tensor([layout["input_ids"]]),
+                position_ids=tensor([layout["position_ids"]]),
+                document_ids=torch.tensor([layout["document_ids"]]),
+                prefix_docs=[layout["prefix_docs"]],
+                logit_positions=tensor(layout["logit_positions"]),
+                targets=tensor(layout["targets"]),
                 old=tensor([v for s in row for v in s.old_logprobs]),
                 adv=tensor([s.advantage for s in row for _ in range(s.response_len)]),
                 sft=tensor([float(s.correct) for s in row for _ in range(s.response_len)]),
-                num_tokens=len(targets))
+                num_tokens=len(layout["targets"]))
 
 
-def hidden_at_targets(policy, t: dict):
-    """The final hidden state before each response token of a row: (N, D)."""
-    return policy(t["input_ids"], position_ids=t["position_ids"], document_ids=t["document_ids"],
-                  prefix_docs=t["prefix_docs"], return_hidden=True)[0, t["where"]]
+def hidden_at_targets(policy, tensors: dict):
+    """The final hidden state before each response token of a row (row_tensors): (N, D)."""
+    hidden = policy(tensors["input_ids"], position_ids=tensors["position_ids"],
+                    document_ids=tensors["document_ids"], prefix_docs=tensors["prefix_docs"],
+                    return_hidden=True)
+    return hidden[0, tensors["logit_positions"]]
 
 
 # ----------------------------------------------------------------------------- 5. old logprobs, by the trainer
@@ -459,152 +371,161 @@ def recompute_old_logprobs(run: Run, seqs: list) -> dict:
     """Old logprobs from the trainer's forward, before any update of the step; returns the sum, count and max of
     |trainer − engine| over the tokens, a check of the engine (it should sample exactly what the trainer scores)."""
     cfg = run.cfg
-    for row in lockstep(pack_micro_batches(seqs, cfg.train_row_tokens, cfg.share_prompts), run.device):
-        k, logprobs = 0, row_logprobs(run.policy, row_tensors(row, run.device, cfg.share_prompts), cfg.temperature)
-        for s in row or []:
-            s.old_logprobs, k = logprobs[k:k + s.response_len], k + s.response_len
+    rows = data.pack_in_order(seqs, cfg.train_row_tokens, cfg.share_prompts)
+    for row in lockstep(rows, run.device):
+        tensors = row_tensors(row, run.device, cfg.share_prompts)
+        logprobs = row_logprobs(run.policy, tensors, cfg.temperature)
+        start = 0
+        for seq in row or []:
+            seq.old_logprobs = logprobs[start:start + seq.response_len]
+            start += seq.response_len
     gaps = [np.abs(np.asarray(s.old_logprobs) - np.asarray(s.engine_logprobs)) for s in seqs]
     return dict(gap_sum=sum(float(g.sum()) for g in gaps), gap_tokens=sum(len(g) for g in gaps),
                 gap_max=max((float(g.max()) for g in gaps if len(g)), default=0.0))
 
 
 @torch.no_grad()
-def row_logprobs(policy, t: dict, temperature: float) -> list:
+def row_logprobs(policy, tensors: dict, temperature: float) -> list:
     """logπ of each response token of a row (row_tensors): log-softmax of fp32 logits / T, 1024 tokens at a time."""
-    hidden, weight = hidden_at_targets(policy, t), policy.lm_head.weight
-    return torch.cat([torch.log_softmax(logits_fp32(hidden[i:i + 1024], weight) / temperature, -1)
-                      .gather(1, t["targets"][i:i + 1024, None])[:, 0] for i in range(0, len(hidden), 1024)]).tolist()
+    hidden = hidden_at_targets(policy, tensors)
+    weight = policy.lm_head.weight
+    targets = tensors["targets"]
+    chunks = []
+    for i in range(0, len(hidden), 1024):
+        logprobs = torch.log_softmax(logits_fp32(hidden[i:i + 1024], weight) / temperature, -1)
+        chunks.append(logprobs.gather(1, targets[i:i + 1024, None])[:, 0])
+    return torch.cat(chunks).tolist()
 
 
 # ----------------------------------------------------------------------------- 6. one optimizer step per mini-batch
 
-METRICS = ("entropy", "clipped_entropy", "clip_frac_high", "clip_frac_low", "dual_clip_frac", "ratio_mean", "approx_kl",
-           "coef_abs", "coef_abs_clipped_low", "coef_abs_clipped_high")
-
-
 def train_mini_batch(run: Run, seqs: list):
     """One optimizer step on this rank's sequences of a mini-batch, a token-mean over all ranks' tokens. Returns its
     metrics (kept on the device until one transfer at the end), or None if no rank has a token."""
-    cfg, device = run.cfg, run.device
+    cfg = run.cfg
+    device = run.device
     counts = global_sums(dict(tokens=sum(s.response_len for s in seqs),
                               sft_tokens=sum(s.response_len for s in seqs if s.correct)), device)
     if counts["tokens"] == 0:
         return None
     sums = dict.fromkeys(("loss", "weight") + METRICS, 0.0)
-    for row in lockstep(pack_micro_batches(seqs, cfg.train_row_tokens, cfg.share_prompts), device):
-        t = row_tensors(row, device, cfg.share_prompts)
-        mask = torch.full_like(t["adv"], row is not None, dtype=torch.bool)   # a dummy row adds zero
-        loss, m = rl_loss_from_hidden(hidden_at_targets(run.policy, t), run.policy.lm_head.weight, t["targets"],
-                                      t["old"], t["adv"], mask, sft_mask=t["sft"], cfg=cfg.loss,
-                                      num_tokens=counts["tokens"], num_sft_tokens=max(counts["sft_tokens"], 1.0))
+    for row in lockstep(data.pack_in_order(seqs, cfg.train_row_tokens, cfg.share_prompts), device):
+        tensors = row_tensors(row, device, cfg.share_prompts)
+        mask = torch.full_like(tensors["adv"], row is not None, dtype=torch.bool)   # dummy: zero
+        hidden = hidden_at_targets(run.policy, tensors)
+        loss, metrics = rl_loss_from_hidden(hidden, run.policy.lm_head.weight, tensors["targets"],
+                                            tensors["old"], tensors["adv"], mask,
+                                            sft_mask=tensors["sft"], cfg=cfg.loss,
+                                            num_tokens=counts["tokens"],
+                                            num_sft_tokens=max(counts["sft_tokens"], 1.0))
         (loss * run.world).backward()   # FSDP averages gradients over ranks; the loss is already a global mean
-        for k in METRICS:
-            sums[k] = sums[k] + m[k] * t["num_tokens"]
-        sums["loss"], sums["weight"] = sums["loss"] + loss.detach(), sums["weight"] + t["num_tokens"]
+        for key in METRICS:
+            sums[key] = sums[key] + metrics[key] * tensors["num_tokens"]
+        sums["loss"] = sums["loss"] + loss.detach()
+        sums["weight"] = sums["weight"] + tensors["num_tokens"]
     grad_norm = torch.nn.utils.clip_grad_norm_(run.policy.parameters(), cfg.grad_clip)
     grad_norm = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm
     sums = global_sums(dict(sums, grad_norm=grad_norm), device)   # one transfer for the metrics and the norm
     grad_norm = sums.pop("grad_norm") / run.world                 # every rank added the same global norm
-    if not math.isfinite(grad_norm):
-        raise SystemExit(f"error: grad norm {grad_norm}: stopping before the update (try a lower --lr)")
+    if not math.isfinite(grad_norm):   # the same on every rank: all stop here, none is left waiting
+        raise TrainingStopped(f"grad norm {grad_norm}: stopping before the update "
+                              "(try a lower --lr)")
     run.optimizer.step()
     run.optimizer.zero_grad(set_to_none=True)
-    return dict(loss=sums["loss"], grad_norm=grad_norm, **{k: sums[k] / max(sums["weight"], 1.0) for k in METRICS})
-
-
-# ----------------------------------------------------------------------------- 7. the engine's copy of the weights
-
-@torch.no_grad()
-def sync_engine(policy, engine_model):
-    """Copy the trained weights into the engine's model, one full parameter at a time (all ranks gather); a freed
-    parameter (free_engine) gets its storage back first."""
-    for (name, p), (name2, q) in zip(policy.named_parameters(), engine_model.named_parameters()):
-        assert name == name2, (name, name2)
-        full = p.full_tensor() if hasattr(p, "full_tensor") else p
-        if q.numel() != full.numel():
-            q.data = q.data.new_empty(full.shape)
-        q.copy_(full)
+    means = {key: sums[key] / max(sums["weight"], 1.0) for key in METRICS}
+    return dict(loss=sums["loss"], grad_norm=grad_norm, **means)
 
 
 # ----------------------------------------------------------------------------- metrics, over all ranks
 
-def step_metrics(run: Run, sampled: list, kept: list, seqs_by_mb: list, gap: dict, updates: list) -> tuple:
-    """The step's record over all ranks (every sampled response, all rounds; the groups kept; the engine-trainer
-    logprob gap; the updates' means), and the summed totals."""
+def step_metrics(run: Run, sampled: list, kept: list, mini_batches: list, gap: dict,
+                 updates: list) -> tuple:
+    """The step's record over all ranks (every sampled response, all rounds; the groups kept; the
+    engine-trainer logprob gap; the updates' means), and the summed totals."""
     cfg = run.cfg
     samples = [s for g in sampled for s in g.samples]
     lengths = [len(s.token_ids) for s in samples]
-    total = global_sums(dict(
-        reward=sum(r for g in sampled for r in g.rewards), correct=sum(c for g in sampled for c in g.correct),
-        responses=len(samples), tokens=sum(lengths), truncated=sum(s.finish_reason == "length" for s in samples),
+    trained = sum(len(seq.ids) for seqs in mini_batches for seq in seqs)   # this rank's tokens
+    totals = global_sums(dict(
+        reward=sum(r for g in sampled for r in g.rewards),
+        correct=sum(c for g in sampled for c in g.correct),
+        responses=len(samples), tokens=sum(lengths),
+        truncated=sum(s.finish_reason == "length" for s in samples),
         kept=len(kept), sampled=len(sampled), gap_sum=gap["gap_sum"], gap_tokens=gap["gap_tokens"],
-        train_tokens=sum(len(s.ids) for seqs in seqs_by_mb for s in seqs)), run.device)
-    busiest = global_max(sum(len(s.ids) for seqs in seqs_by_mb for s in seqs), run.device)
-    n, groups, survived = max(total["responses"], 1), int(total["sampled"]), int(total["kept"])
-    rec = dict(reward=total["reward"] / n, accuracy=total["correct"] / n, prompts_sampled=groups,
-               groups_kept=survived / max(groups, 1), groups_dropped=groups - survived,
-               groups_trained=min(survived, cfg.prompts_per_step), response_len_mean=total["tokens"] / n,
-               response_len_max=int(global_max(max(lengths, default=0), run.device)),
-               truncated=int(total["truncated"]), rank_load_max=busiest * run.world / max(total["train_tokens"], 1),
-               logprob_diff_mean=total["gap_sum"] / max(total["gap_tokens"], 1),
-               logprob_diff_max=global_max(gap["gap_max"], run.device), updates=len(updates),
-               lr=run.optimizer.param_groups[0]["lr"])
-    for k in ("loss", "grad_norm") + METRICS if updates else ():
-        rec[k] = sum(u[k] for u in updates) / len(updates)
-    if updates:   # the mean entropy of the tokens whose gradient GRPO's clip drops (GPPO keeps it)
-        clipped = rec["clip_frac_high"] + rec["clip_frac_low"]
-        rec["entropy_clipped"] = rec.pop("clipped_entropy") / clipped if clipped else float("nan")
-        rec.update(treatment_checks(updates, cfg.grad_clip))
-    return rec, total
+        train_tokens=trained), run.device)
+    busiest = global_max(trained, run.device)
+    responses = max(totals["responses"], 1)
+    groups = int(totals["sampled"])
+    survived = int(totals["kept"])
+    record = dict(reward=totals["reward"] / responses, accuracy=totals["correct"] / responses,
+                  prompts_sampled=groups, groups_kept=survived / max(groups, 1),
+                  groups_dropped=groups - survived,
+                  groups_trained=min(survived, cfg.prompts_per_step),
+                  response_len_mean=totals["tokens"] / responses,
+                  response_len_max=int(global_max(max(lengths, default=0), run.device)),
+                  truncated=int(totals["truncated"]),
+                  rank_load_max=busiest * run.world / max(totals["train_tokens"], 1),
+                  logprob_diff_mean=totals["gap_sum"] / max(totals["gap_tokens"], 1),
+                  logprob_diff_max=global_max(gap["gap_max"], run.device), updates=len(updates),
+                  lr=run.optimizer.param_groups[0]["lr"])
+    if updates:   # the loss's metrics (gppo_loss.step_means); how often the grad-norm clip acted
+        norms = [update["grad_norm"] for update in updates]
+        record.update(step_means(updates),
+                      grad_clipped_frac=sum(n > cfg.grad_clip for n in norms) / len(norms),
+                      grad_norm_max=max(norms))
+    return record, totals
 
 
-def treatment_checks(updates: list, grad_clip: float) -> dict:
-    """How much the clipping rules act, from the step's updates: the share of the gradient's per-token coefficients
-    |∂L/∂logπ_t| that falls on clipped tokens, per side (mean over updates; what GPPO keeps and GRPO zeroes), how often
-    the grad-norm clip acted (grad_norm > grad_clip) and the largest grad norm."""
-    share = lambda u, side: u[f"coef_abs_clipped_{side}"] / u["coef_abs"] if u["coef_abs"] else 0.0  # noqa: E731
-    return dict(coef_share_clipped_low=sum(share(u, "low") for u in updates) / len(updates),
-                coef_share_clipped_high=sum(share(u, "high") for u in updates) / len(updates),
-                grad_clipped_frac=sum(u["grad_norm"] > grad_clip for u in updates) / len(updates),
-                grad_norm_max=max(u["grad_norm"] for u in updates))
-
-
-def print_step(rec, cfg, eta_s):
-    trained = "loss {loss:.4f} ent {entropy:.3f} (clipped {entropy_clipped:.3f}) clip_hi {clip_frac_high:.3f} " \
-        "clip_lo {clip_frac_low:.3f} kl {approx_kl:.2e} gnorm {grad_norm:.2f} ".format(**rec) if rec["updates"] \
-        else "no update this step (every group's rewards are equal) "
-    print0(f"step {rec['step']}/{cfg.steps} reward {rec['reward']:.3f} acc {rec['accuracy']:.3f} "
-           f"kept {rec['groups_trained']}/{rec['prompts_sampled']} ({rec['gen_rounds']} round(s)) "
-           f"len {rec['response_len_mean']:.0f} {trained}| gen+rew {rec['time_generate_and_reward']:.1f}s "
-           f"train {rec['time_old_logprobs'] + rec['time_train']:.1f}s sync {rec['time_sync']:.1f}s "
-           f"({rec['rollout_tok_s']:.0f} tok/s) eta {eta_s / 60:.1f}min")
+def print_step(record: dict, cfg, eta_s: float):
+    if record["updates"]:
+        trained = ("loss {loss:.4f} ent {entropy:.3f} (clipped {entropy_clipped:.3f}) "
+                   "clip_hi {clip_frac_high:.3f} clip_lo {clip_frac_low:.3f} kl {approx_kl:.2e} "
+                   "gnorm {grad_norm:.2f} ").format(**record)
+    else:
+        trained = "no update this step (every group's rewards are equal) "
+    train_s = record["time_old_logprobs"] + record["time_train"]
+    print0(f"step {record['step']}/{cfg.steps} reward {record['reward']:.3f} "
+           f"acc {record['accuracy']:.3f} "
+           f"kept {record['groups_trained']}/{record['prompts_sampled']} "
+           f"({record['gen_rounds']} round(s)) len {record['response_len_mean']:.0f} {trained}"
+           f"| gen+rew {record['time_generate_and_reward']:.1f}s train {train_s:.1f}s "
+           f"sync {record['time_sync']:.1f}s ({record['rollout_tok_s']:.0f} tok/s) "
+           f"eta {eta_s / 60:.1f}min")
 
 
 def evaluate(run: Run, problems: list, step: int) -> dict:
-    """Held-out accuracy after `step` steps, the problems sharded across ranks, printed: greedy (eval_accuracy) and,
-    with eval_k samples each at the RL temperature, Avg@k (their mean accuracy, pass@1) and pass@k (any right)."""
-    cfg, mine, stop = run.cfg, problems[run.rank::run.world], tuple(data.stop_token_ids(run.tokenizer))
-    params = [SamplingParams(temperature=0.0, max_tokens=cfg.max_response_len, stop_token_ids=stop)] * len(mine)
-    params += [SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_response_len,
-                              n=cfg.eval_k, stop_token_ids=stop, seed=cfg.eval_seed * 1_000_003 + i)   # by problem
-               for i in range(run.rank, len(problems), run.world) if cfg.eval_k]
-    outs = run.engine.generate([p["prompt_ids"] for p in mine] * (1 + bool(cfg.eval_k)), params) if mine else []
-    right = [[score(p, run.tokenizer.decode(s.token_ids, skip_special_tokens=False), cfg)[1] for s in o]
-             for p, o in zip(mine + mine, outs)]
-    total = global_sums(dict(greedy=sum(c[0] for c in right[:len(mine)]), problems=len(mine),
-                             avg=sum(sum(c) / len(c) for c in right[len(mine):]),
-                             any=sum(any(c) for c in right[len(mine):])), run.device)
-    n = max(total["problems"], 1)
-    print0(f"step {step} held-out greedy {total['greedy'] / n:.3f}" + (
-        f" Avg@{cfg.eval_k} {total['avg'] / n:.3f} pass@{cfg.eval_k} {total['any'] / n:.3f}" if cfg.eval_k else ""))
-    return dict(eval_accuracy=total["greedy"] / n,
-                **(dict(eval_avg_k=total["avg"] / n, eval_pass_k=total["any"] / n) if cfg.eval_k else {}))
+    """Held-out accuracy after `step` steps, by eval.py with the engine (the problems shared out
+    among the ranks): greedy (eval_accuracy) and, with eval_k samples each at the RL temperature,
+    Avg@k (their mean accuracy, pass@1) and pass@k (any right); printed."""
+    cfg = run.cfg
+    held_out = [dict(name="held_out", kind=problems[0]["kind"], problems=problems)]
+    settings = dict(max_tokens=cfg.max_response_len, max_prompt_len=cfg.max_prompt_len,
+                    seed=cfg.eval_seed, reward_workers=cfg.reward_workers,
+                    sandbox_cores=cfg.sandbox_cores, sandbox_python=cfg.sandbox_python)
+
+    def results(**sampling) -> dict:
+        eval_cfg = ev.EvalConfig(**settings, **sampling)
+        found, _ = ev.evaluate(run.engine, run.tokenizer, held_out, eval_cfg, run.rank, run.world)
+        return found["benchmarks"]["held_out"]
+
+    greedy = results(k=1, temperature=0.0, top_p=1.0)
+    metrics = dict(eval_accuracy=greedy["avg_at_k"])
+    line = f"step {step} held-out greedy {metrics['eval_accuracy']:.3f}"
+    if cfg.eval_k:
+        sampled = results(k=cfg.eval_k, temperature=cfg.temperature, top_p=cfg.top_p)
+        metrics.update(eval_avg_k=sampled["avg_at_k"],
+                       eval_pass_k=sampled["pass_at_k"][str(cfg.eval_k)])
+        line += (f" Avg@{cfg.eval_k} {metrics['eval_avg_k']:.3f}"
+                 f" pass@{cfg.eval_k} {metrics['eval_pass_k']:.3f}")
+    print0(line)
+    return metrics
 
 
 # ----------------------------------------------------------------------------- main
 
 def main(cfg: GPPOConfig, reward_fn=None):
-    """reward_fn(task, text, token_ids) -> (reward, fully_correct) replaces `score` (tests use a simple task)."""
+    """reward_fn(task, text, token_ids) -> (reward, fully_correct) replaces reward.scorer (tests use
+    a simple task)."""
     rank, world, device = init_distributed(cfg.device, cfg.dist_timeout_minutes)
     set_threads(cfg.threads, device)
     if cfg.mini_batch_prompts % world:
@@ -618,7 +539,7 @@ def main(cfg: GPPOConfig, reward_fn=None):
     step = state["step"] if state else 0
     prompt_cursor = state.get("prompt_cursor", step * cfg.prompts_per_step) if state else 0   # older: no cursor
     if state:
-        sync_engine(run.policy, run.engine_model)
+        copy_weights(run.policy, run.engine_model)
     tracker = tracking.Tracker(cfg.report_to, cfg.out_dir, dataclasses.asdict(cfg), step) if rank == 0 else None
     metrics = MetricsLog(os.path.join(cfg.out_dir, "metrics.jsonl"), step, mirror=tracker)
     run.samples_log = MetricsLog(os.path.join(cfg.out_dir, "samples.jsonl"), step) if cfg.log_samples else None
@@ -635,21 +556,22 @@ def main(cfg: GPPOConfig, reward_fn=None):
             while step < cfg.steps:
                 for group in run.optimizer.param_groups:
                     group["lr"] = cfg.lr * min(1.0, (step + 1) / max(1, cfg.warmup_steps))
-                rec, prompt_cursor = rl_step(run, step, prompt_cursor)
+                record, prompt_cursor = rl_step(run, step, prompt_cursor)
                 step += 1
-                print_step(rec, cfg, (time.time() - t_run) / (step - start_step) * (cfg.steps - step))
-                streak = 0 if rec["updates"] else streak + 1
-                idle_steps += not rec["updates"]
+                eta_s = (time.time() - t_run) / (step - start_step) * (cfg.steps - step)
+                print_step(record, cfg, eta_s)
+                streak = 0 if record["updates"] else streak + 1
+                idle_steps += not record["updates"]
                 if streak == NO_UPDATE_WARNING_STEPS:
-                    print0(no_update_warning(rec, streak, cfg))
+                    print0(no_update_warning(record, streak, cfg))
                 if evaluating and (step % cfg.eval_every == 0 or step == cfg.steps):
-                    rec.update(evaluate(run, eval_problems, step))
-                metrics.write(rec)
+                    record.update(evaluate(run, eval_problems, step))
+                metrics.write(record)
                 state = dict(step=step, prompt_cursor=prompt_cursor)
                 stop.step_done(step, (cfg.ckpt_every and step % cfg.ckpt_every == 0) or step == cfg.steps,
                                lambda: ckpt.save(run.policy, run.optimizer, state), ckpt)
                 if (cfg.export_every and step % cfg.export_every == 0) or step == cfg.steps:
-                    export_hf(run.policy, run.export, step)
+                    trainer.export_hf(run.policy, run.export, step)
             ckpt.wait()
     finally:
         stop.close()
@@ -657,18 +579,20 @@ def main(cfg: GPPOConfig, reward_fn=None):
         metrics.close()
         if run.samples_log:
             run.samples_log.close()
-    idle = f"{idle_steps} of the {step - start_step} steps of this command updated nothing (every group's rewards " \
-        "were equal)" if idle_steps else "every step of this command updated the policy"
+    idle = "every step of this command updated the policy"
+    if idle_steps:
+        idle = (f"{idle_steps} of the {step - start_step} steps of this command updated nothing "
+                "(every group's rewards were equal)")
     print0(f"done: {step} steps, {idle}; Hugging Face export in {cfg.out_dir}/hf")
 
 
 NO_UPDATE_WARNING_STEPS = 3   # steps in a row without an update before the run says why and what to do
 
 
-def no_update_warning(rec: dict, streak: int, cfg: GPPOConfig) -> str:
+def no_update_warning(record: dict, streak: int, cfg: GPPOConfig) -> str:
     """Why `streak` steps in a row updated nothing, and what to change: every group's rewards were equal, so every
     advantage was 0 (GRPO compares a prompt's samples with each other) and the filter dropped every group."""
-    accuracy = rec["accuracy"]
+    accuracy = record["accuracy"]
     if accuracy == 0:
         cause = "The policy never solves these prompts: train the SFT model longer, or give easier prompts"
     elif accuracy == 1:
@@ -690,16 +614,20 @@ def build_run(cfg: GPPOConfig, reward_fn, rank: int, world: int, device) -> tupl
                              "sft.py` first (or `bash train.sh`), or pass --init_from=DIR (a Hugging Face directory)"
                              + data.hub_hint(cfg.init_from, "model"))
         tokenizer = read(f"--init_from={cfg.init_from} (its tokenizer)", data.load_tokenizer, cfg.init_from)
-        tasks = load_tasks(cfg, tokenizer)
-        eval_problems = held_out_problems(cfg, tokenizer)
-        stored_dtype = read(f"--init_from={cfg.init_from}", check_checkpoint, cfg.init_from)
-        export = Export(cfg.out_dir, cfg.init_from, EXPORT_DTYPES[cfg.export_dtype] or stored_dtype,
-                        generation_config(tokenizer, cfg.init_from), cfg.keep_exports)
+        tasks, eval_problems, report = data.rl_prompts(cfg, tokenizer)
+        print0("\n".join(report))
+        stored = read(f"--init_from={cfg.init_from}", check_checkpoint, cfg.init_from)
+        generation = read(f"--init_from={cfg.init_from}", hf_checkpoint.generation_config,
+                          data.stop_token_ids(tokenizer), cfg.init_from)
+        export = Export(cfg.out_dir, cfg.init_from, EXPORT_DTYPES[cfg.export_dtype] or stored, generation,
+                        hf_name, cfg.keep_exports)
         return tokenizer, tasks, eval_problems, export
     tokenizer, tasks, eval_problems, export = agree_on_inputs(load)
     # the trained policy: fp32 master weights, FSDP2-sharded as it loads (no rank holds a full fp32 copy); the
     # engine's own full copy, bf16 on GPU; then the KV pool, from the memory left once the allocator's cache is empty
-    policy = load_sharded(cfg.init_from, device)
+    on_meta_fp32 = on_meta(cfg.init_from, torch.float32)
+    weights = functools.partial(hf_checkpoint.read_weights, cfg.init_from, on_meta_fp32, hf_name)
+    policy = trainer.load_sharded(on_meta_fp32, weights, device)
     policy.activation_checkpointing = on_for_device("activation checkpointing", cfg.activation_checkpointing, device)
     policy.rotary.reserve(cfg.max_prompt_len + cfg.max_response_len)   # RoPE table: no position check on a GPU
     engine_model = from_pretrained(cfg.init_from, dtype=torch.bfloat16 if device.type == "cuda" else torch.float32,
@@ -717,49 +645,16 @@ def build_run(cfg: GPPOConfig, reward_fn, rank: int, world: int, device) -> tupl
     math_workers = cfg.math_workers or max(1, cores_per_rank() - engine_cores)
     math_checker.set_workers(math_workers)
     print0(f"reward: {cfg.reward_workers} scoring threads, at most {math_workers} math-verify processes at once")
-    score_fn = reward_fn or (lambda task, text, ids: score(task, text, cfg))
-    run = Run(cfg, policy, optimizer, engine, engine_model, tokenizer, tasks, score_fn,
+
+    score = reward.scorer(cfg, cfg.reward_scale, cfg.code_reward)
+
+    def score_fn(task, text, token_ids):   # (reward, fully correct)
+        verdict = score(task, text)
+        return verdict.reward, verdict.correct
+
+    run = Run(cfg, policy, optimizer, engine, engine_model, tokenizer, tasks, reward_fn or score_fn,
               ThreadPoolExecutor(cfg.reward_workers), rank, world, device, export, free_engine)
     return run, eval_problems
-
-
-def load_tasks(cfg, tokenizer):
-    """RL prompts as dicts {id, kind: math|countdown|code, prompt, answer|numbers+target|tests, prompt_ids}."""
-    tasks = []
-    math_data = cfg.math_data
-    if not (cfg.math_data or cfg.code_data or cfg.toy == "none"):   # the toy's RL prompts
-        math_data = read(f"--toy={cfg.toy}", data.toy_files, cfg.toy, "rl")
-    if math_data:
-        problems = read("--math_data", data.load_math_jsonl, math_data, skip_bad_rows=cfg.skip_bad_rows)
-        print0(f"math data: {problems.report}")
-        tasks += [{"kind": "math", **p} for p in problems]   # a Countdown row is of kind countdown
-    if cfg.code_data:
-        problems = read("--code_data", data.load_code_jsonl, cfg.code_data, min_tests=cfg.min_tests,
-                        pass_rate_field=cfg.pass_rate_field, skip_bad_rows=cfg.skip_bad_rows)
-        trusted = [p for p in problems if p.get("pass_rate", 1.0) >= cfg.min_pass_rate]   # the paper's filter
-        print0(f"code data: {problems.report}; {len(problems) - len(trusted)} below --min_pass_rate")
-        tasks += [dict(p, kind="code") for p in trusted]
-    if not tasks:
-        raise InputError("no RL prompts: give --math_data / --code_data, or --toy=countdown|sums")
-    tasks, report = data.encode_prompts(tokenizer, tasks, cfg.max_prompt_len, overlong="truncate")
-    print0(f"prompts: {report}")
-    return tasks
-
-
-def held_out_problems(cfg, tokenizer) -> list:
-    """The problems evaluated every eval_every steps, encoded: --eval_data, else the toy's held-out set when the
-    RL prompts are the toy's. Real prompts without --eval_data: none, said once (a toy's accuracy would measure
-    nothing of a math or code model, at the cost of a rollout step at every evaluation)."""
-    eval_data = cfg.eval_data
-    if not (eval_data or cfg.math_data or cfg.code_data or cfg.toy == "none"):
-        eval_data = read(f"--toy={cfg.toy}", data.toy_files, cfg.toy, "held_out")
-    if not eval_data:
-        if cfg.eval_every:
-            print0("held-out evaluation: off (--math_data/--code_data without --eval_data); give --eval_data=FILE "
-                   "to evaluate every --eval_every steps, or run eval.py on the exports")
-        return []
-    problems = [{"kind": "math", **p} for p in read("--eval_data", data.load_math_jsonl, eval_data)]
-    return data.encode_prompts(tokenizer, problems[:cfg.eval_problems], cfg.max_prompt_len, "truncate")[0]
 
 
 if __name__ == "__main__":

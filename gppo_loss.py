@@ -67,11 +67,13 @@ def token_losses(logprobs, old_logprobs, advantages, cfg: LossConfig = LossConfi
         A<0, r > c (dual-clip)  0               0          clip(r)
     β1, β2 (paper App. A.2) scale the clipped rows' value and gradient: the paper uses 1, the authors later recommend
     β1 = 0.25-0.5 against entropy collapse. CISPO (MiniMax-M1) is REINFORCE weighted by the clipped, detached ratio."""
-    logp, A = logprobs.float(), advantages.float()
+    logp = logprobs.float()
+    A = advantages.float()
     # log r above 80 is clamped: no case of the table reads r beyond max(1+ε_high, c), and exp(80) stays finite in
     # fp32, so no gradient becomes 0·inf (NaN) for a ratio that overflowed
     ratio = torch.exp((logp - old_logprobs.float()).clamp(max=80.0))
-    low_bound, high_bound = 1 - cfg.eps_low, 1 + cfg.eps_high
+    low_bound = 1 - cfg.eps_low
+    high_bound = 1 + cfg.eps_high
     if cfg.mode == "cispo":   # (grouped so that its gradient rounds as GPPO's: the same bits when on-policy)
         return -A * (ratio.detach().clamp(low_bound, high_bound) * logp)
     # PPO's max/min picks the clipped term exactly in these three cases (strict inequalities).
@@ -79,7 +81,8 @@ def token_losses(logprobs, old_logprobs, advantages, cfg: LossConfig = LossConfi
     clipped_low = (A < 0) & (ratio < low_bound)
     dual_clipped = (A < 0) & (ratio > cfg.dual_clip)
     if cfg.mode == "grpo":   # constant bounds: no gradient through a clipped token
-        high, low = high_bound, low_bound
+        high = high_bound
+        low = low_bound
     else:                    # GPPO: bound·r/sg(r); r/sg(r) = exp(logπ − sg(logπ)) is exactly 1, with gradient 1
         r_over_sg_r = torch.exp(logp - logp.detach())
         high = cfg.beta2 * high_bound * r_over_sg_r
@@ -115,7 +118,8 @@ def policy_metrics(logprobs, old_logprobs, advantages, response_mask, cfg: LossC
     mask = response_mask.bool()
     n = mask.sum().clamp(min=1)
     log_ratio = logprobs.float() - old_logprobs.float()
-    r, A = log_ratio.exp(), advantages.float()
+    r = log_ratio.exp()
+    A = advantages.float()
     mean = lambda x: torch.where(mask, x.float(), 0.0).sum() / n  # noqa: E731
     return {"clip_frac_high": mean((A > 0) & (r > 1 + cfg.eps_high)),
             "clip_frac_low": mean((A < 0) & (r < 1 - cfg.eps_low)),
@@ -145,20 +149,22 @@ def rl_loss_from_logits(logits, target_ids, old_logprobs, advantages, response_m
     Per-token inputs (N,); num_tokens / num_sft_tokens: the token-mean's denominators when the batch is split over
     ranks and micro-batches (default: this call's own counts). Triton kernel on CUDA (backend="auto"), chunked
     PyTorch elsewhere. With inplace_backward the backward overwrites `logits` with ∂L/∂logits (saves an (N, V)
-    buffer); do not read them afterwards. Returns (loss, metrics): policy metrics, policy_loss, sft_loss, entropy
-    (mean over response tokens), clipped_entropy (the entropy of the clipped tokens, summed, over the response
-    tokens), coef_abs and coef_abs_clipped_low / _high (|∂L/∂logπ_t| summed over all response tokens / the clipped
-    tokens of a side, over the response tokens: a side's share of the gradient's coefficients is their ratio) and
-    logprobs (N,) detached — the new policy's, for logging or the next mini-batch.
+    buffer); do not read them afterwards.
+    Returns (loss, metrics): policy metrics, policy_loss, sft_loss, entropy (mean over response
+    tokens), entropy_clipped (the clipped tokens' entropy, summed, over the response tokens),
+    coef_abs and coef_abs_clipped_low / _high (|∂L/∂logπ_t| summed over all response tokens / the
+    clipped tokens of a side, over the response tokens: a side's share of the gradient's
+    coefficients is their ratio) and logprobs (N,) detached — the new policy's, for logging or the
+    next mini-batch.
     """
     if logits.dim() != 2:
         raise ValueError(f"gppo_loss: logits must be (N, V), got shape {tuple(logits.shape)}")
     logits = logits if logits.stride(-1) == 1 else logits.contiguous()
     batch = TokenBatch(target_ids, old_logprobs, advantages, response_mask, sft_mask, num_tokens,
                        num_sft_tokens).checked(*logits.shape)
-    how = _Fused.choose(cfg, chunk_size, backend, logits.shape[1], logits.device)
+    fused = _Fused.choose(cfg, chunk_size, backend, logits.shape[1], logits.device)
     inplace = inplace_backward and not logits.is_leaf  # a leaf's .grad would alias its own data
-    return _with_metrics(_LossFromLogits.apply(logits, batch, how, inplace), batch, cfg)
+    return _with_metrics(_LossFromLogits.apply(logits, batch, fused, inplace), batch, cfg)
 
 
 def rl_loss_from_hidden(hidden, lm_head_weight, target_ids, old_logprobs, advantages, response_mask, *,
@@ -172,8 +178,8 @@ def rl_loss_from_hidden(hidden, lm_head_weight, target_ids, old_logprobs, advant
                          f"{tuple(hidden.shape)} and {tuple(lm_head_weight.shape)}")
     batch = TokenBatch(target_ids, old_logprobs, advantages, response_mask, sft_mask, num_tokens,
                        num_sft_tokens).checked(len(hidden), len(lm_head_weight))
-    how = _Fused.choose(cfg, chunk_size, backend, len(lm_head_weight), hidden.device)
-    return _with_metrics(_LossFromHidden.apply(hidden, lm_head_weight, batch, how), batch, cfg)
+    fused = _Fused.choose(cfg, chunk_size, backend, len(lm_head_weight), hidden.device)
+    return _with_metrics(_LossFromHidden.apply(hidden, lm_head_weight, batch, fused), batch, cfg)
 
 
 @dataclass
@@ -195,7 +201,8 @@ class TokenBatch:
                     response_mask=self.response_mask, sft_mask=sft_mask)
         if self.targets.shape != (n_rows,):
             raise ValueError(f"gppo_loss: per-token tensors must have shape ({n_rows},), got {tuple(self.targets.shape)}")
-        response_mask, sft_mask = self.response_mask.bool(), sft_mask.bool()
+        response_mask = self.response_mask.bool()
+        sft_mask = sft_mask.bool()
         # Inactive rows may hold any id (e.g. -100 padding); active ones must index the vocabulary.
         targets = torch.where(response_mask | sft_mask, self.targets, 0).long().contiguous()
         outside = ((targets < 0) | (targets >= vocab)).any()
@@ -238,20 +245,21 @@ class _LossFromLogits(torch.autograd.Function):
     the logits buffer itself when inplace (no second (N, V) buffer); the logits are garbage after backward."""
 
     @staticmethod
-    def forward(ctx, logits, batch: TokenBatch, how: _Fused, inplace: bool):
-        logprobs, lse, entropy = _logit_stats(logits, batch.targets, how)
-        loss, coef, policy, sft = objective(logprobs, batch, how.cfg)
+    def forward(ctx, logits, batch: TokenBatch, fused: _Fused, inplace: bool):
+        logprobs, lse, entropy = _logit_stats(logits, batch.targets, fused)
+        loss, coef, policy, sft = objective(logprobs, batch, fused.cfg)
         ctx.save_for_backward(logits, batch.targets, lse, coef)
-        ctx.how, ctx.inplace = how, inplace
+        ctx.fused = fused
+        ctx.inplace = inplace
         ctx.mark_non_differentiable(logprobs, entropy, policy, sft)
         return loss, logprobs, entropy, policy, sft
 
     @staticmethod
     def backward(ctx, grad_loss, *unused):
         logits, targets, lse, coef = ctx.saved_tensors
-        how = ctx.how
+        fused = ctx.fused
         out = logits if ctx.inplace else torch.empty_like(logits)
-        _logit_grad(logits, out, targets, lse, coef * grad_loss, how)
+        _logit_grad(logits, out, targets, lse, coef * grad_loss, fused)
         if ctx.inplace:  # any later reader of these logits now fails loudly instead of reading gradients
             torch.autograd.graph.increment_version(logits)
         return out, None, None, None
@@ -262,28 +270,30 @@ class _LossFromHidden(torch.autograd.Function):
     chunk of rows at a time, in the forward and again (recomputed) in the backward."""
 
     @staticmethod
-    def forward(ctx, hidden, weight, batch: TokenBatch, how: _Fused):
+    def forward(ctx, hidden, weight, batch: TokenBatch, fused: _Fused):
         logprobs, lse, entropy = (torch.empty(len(hidden), device=hidden.device) for _ in range(3))
-        for i in range(0, len(hidden), how.chunk_size):
-            rows = slice(i, i + how.chunk_size)
+        for i in range(0, len(hidden), fused.chunk_size):
+            rows = slice(i, i + fused.chunk_size)
             logits = _mm_fp32(hidden[rows], weight.T)  # (c, V) fp32, from the compute dtype's operands
-            logprobs[rows], lse[rows], entropy[rows] = _logit_stats(logits, batch.targets[rows], how)
-        loss, coef, policy, sft = objective(logprobs, batch, how.cfg)
+            stats = _logit_stats(logits, batch.targets[rows], fused)
+            logprobs[rows], lse[rows], entropy[rows] = stats
+        loss, coef, policy, sft = objective(logprobs, batch, fused.cfg)
         ctx.save_for_backward(hidden, weight, batch.targets, lse, coef)
-        ctx.how = how
+        ctx.fused = fused
         ctx.mark_non_differentiable(logprobs, entropy, policy, sft)
         return loss, logprobs, entropy, policy, sft
 
     @staticmethod
     def backward(ctx, grad_loss, *unused):
         hidden, weight, targets, lse, coef = ctx.saved_tensors
-        how, coef = ctx.how, coef * grad_loss
+        fused = ctx.fused
+        coef = coef * grad_loss
         grad_hidden = torch.empty_like(hidden)
         grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)  # fp32 accumulator
-        for i in range(0, len(hidden), how.chunk_size):
-            rows = slice(i, i + how.chunk_size)
+        for i in range(0, len(hidden), fused.chunk_size):
+            rows = slice(i, i + fused.chunk_size)
             logits = _mm_fp32(hidden[rows], weight.T)  # the forward's fp32 logits, recomputed
-            _logit_grad(logits, logits, targets[rows], lse[rows], coef[rows], how)
+            _logit_grad(logits, logits, targets[rows], lse[rows], coef[rows], fused)
             grad_logits = logits.to(weight.dtype)      # ∂L/∂z (c, V): the GEMMs take the compute dtype
             grad_hidden[rows] = grad_logits @ weight
             _addmm_fp32_(grad_weight, grad_logits.T, hidden[rows])   # in place: no (V, D) temporary per chunk
@@ -327,20 +337,57 @@ def _with_metrics(outputs, batch: TokenBatch, cfg: LossConfig):
     loss, logprobs, entropy, policy, sft = outputs
     mask = batch.response_mask
     metrics = policy_metrics(logprobs, batch.old_logprobs, batch.advantages, mask, cfg)
-    r, A = (logprobs - batch.old_logprobs).exp(), batch.advantages
+    r = (logprobs - batch.old_logprobs).exp()
+    A = batch.advantages
     clipped_low = mask & (A < 0) & (r < 1 - cfg.eps_low)
     clipped_high = mask & (A > 0) & (r > 1 + cfg.eps_high)
     clipped = clipped_low | clipped_high                                  # GRPO drops these tokens' gradient
     n = mask.sum().clamp(min=1)
-    per_token = lambda x, where: torch.where(where, x, 0.0).sum() / n   # noqa: E731 (a sum, over all response tokens)
+    # a sum over the tokens given, divided by all response tokens
+    per_token = lambda x, tokens: torch.where(tokens, x, 0.0).sum() / n   # noqa: E731
     # Treatment check: how much of the gradient the clipping rule decides. |∂L/∂logπ_t| (objective()'s coef, again:
     # N scalars) summed over the clipped tokens of each side and over all; their ratio is that side's share.
     coef = objective(logprobs, batch, cfg)[1].abs()
     metrics.update(policy_loss=policy, sft_loss=sft, logprobs=logprobs,
-                   entropy=per_token(entropy, mask), clipped_entropy=per_token(entropy, clipped),
+                   entropy=per_token(entropy, mask), entropy_clipped=per_token(entropy, clipped),
                    coef_abs=per_token(coef, mask), coef_abs_clipped_low=per_token(coef, clipped_low),
                    coef_abs_clipped_high=per_token(coef, clipped_high))
     return loss, metrics
+
+
+def group_advantages(rewards):
+    """GRPO's advantages: rewards (G, n) of G groups of n responses to one prompt each ->
+    advantages (G, n), A = (R − mean) / (std + 1e-6) within each group, and keep (G,): a group
+    whose rewards are all equal has no signal."""
+    r = torch.as_tensor(rewards, dtype=torch.float64)
+    adv = (r - r.mean(1, keepdim=True)) / (r.std(1, keepdim=True) + 1e-6)   # std unbiased, as verl
+    keep = (r.max(1).values - r.min(1).values) > 1e-9
+    return adv.float(), keep
+
+
+# The metrics of rl_loss_from_* that a training step logs: per-token means (a sum over the tokens
+# said, divided by all response tokens), averaged by a trainer over its rows (weighted by tokens),
+# then over its updates (step_means).
+METRICS = ("entropy", "entropy_clipped", "clip_frac_high", "clip_frac_low", "dual_clip_frac",
+           "ratio_mean", "approx_kl", "coef_abs", "coef_abs_clipped_low", "coef_abs_clipped_high")
+
+
+def step_means(updates: list) -> dict:
+    """A step's loss metrics from its optimizer updates, each {loss, grad_norm, METRICS}: their
+    means over the updates, with entropy_clipped turned into the mean entropy of the clipped tokens
+    (those whose gradient GRPO's clip drops and GPPO keeps; NaN without any), and each side's share
+    of the gradient's per-token coefficients |∂L/∂logπ_t| that falls on its clipped tokens (mean
+    over updates; 0 for an update without gradient): how much the clipping rule decides."""
+    keys = ("loss", "grad_norm") + METRICS
+    means = {key: sum(u[key] for u in updates) / len(updates) for key in keys}
+    clipped = means["clip_frac_high"] + means["clip_frac_low"]   # the clipped tokens' share of all
+    entropy_sum = means.pop("entropy_clipped")                      # their entropy, over all tokens
+    means["entropy_clipped"] = entropy_sum / clipped if clipped else float("nan")
+    for side in ("low", "high"):
+        shares = [u[f"coef_abs_clipped_{side}"] / u["coef_abs"] if u["coef_abs"] else 0.0
+                  for u in updates]
+        means[f"coef_share_clipped_{side}"] = sum(shares) / len(updates)
+    return means
 
 
 # ----------------------------------------------------------------------------- 3. the rule on the N log-probabilities
@@ -365,24 +412,26 @@ def objective(logprobs, batch: TokenBatch, cfg: LossConfig) -> tuple:
 _TRITON_BLOCK_V = 4096  # vocabulary columns per step; tests shrink it to exercise the ragged tail
 
 
-def _logit_stats(logits, targets, how: _Fused):
+def _logit_stats(logits, targets, fused: _Fused):
     """(n, V) logits -> logπ of targets, log-sum-exp, entropy: (n,) fp32 each."""
-    if not how.use_triton:
-        return _stats_torch(logits, targets, how)
-    (N, V), (grid, meta) = logits.shape, _launch(*logits.shape, logits.device)
+    if not fused.use_triton:
+        return _stats_torch(logits, targets, fused)
+    N, V = logits.shape
+    grid, meta = _launch(*logits.shape, logits.device)
     logprobs, lse, entropy = (torch.empty(N, device=logits.device) for _ in range(3))
-    _stats_kernel[grid](logits, logits.stride(0), targets, logprobs, lse, entropy, N, V, 1 / how.cfg.temperature,
-                        **meta)
+    _stats_kernel[grid](logits, logits.stride(0), targets, logprobs, lse, entropy, N, V,
+                        1 / fused.cfg.temperature, **meta)
     return logprobs, lse, entropy
 
 
-def _logit_grad(logits, out, targets, lse, coef, how: _Fused):
+def _logit_grad(logits, out, targets, lse, coef, fused: _Fused):
     """out (may be logits itself) <- coef·(onehot − softmax(logits/T))/T, row by row."""
-    if not how.use_triton:
-        return _grad_torch(logits, out, targets, lse, coef, how)
-    (N, V), (grid, meta) = logits.shape, _launch(*logits.shape, logits.device)
+    if not fused.use_triton:
+        return _grad_torch(logits, out, targets, lse, coef, fused)
+    N, V = logits.shape
+    grid, meta = _launch(*logits.shape, logits.device)
     _grad_kernel[grid](logits, logits.stride(0), out, out.stride(0), targets, lse, coef.contiguous(), N, V,
-                       1 / how.cfg.temperature, **meta)
+                       1 / fused.cfg.temperature, **meta)
 
 
 def _launch(N, V, device):
@@ -392,9 +441,11 @@ def _launch(N, V, device):
     return (max(1, min(N, programs)),), dict(BLOCK=block, num_warps=8 if block >= 2048 else 4)
 
 
-def _stats_torch(logits, targets, how: _Fused):
-    """_logit_stats in PyTorch, how.chunk_size rows at a time (the fp32 temporaries are that many rows wide)."""
-    temperature, chunk_size = how.cfg.temperature, how.chunk_size
+def _stats_torch(logits, targets, fused: _Fused):
+    """_logit_stats in PyTorch, fused.chunk_size rows at a time (the fp32 temporaries are that
+    many rows wide)."""
+    temperature = fused.cfg.temperature
+    chunk_size = fused.chunk_size
     logprobs, lse, entropy = (torch.empty(len(logits), device=logits.device) for _ in range(3))
     for i in range(0, len(logits), chunk_size):
         z = logits[i:i + chunk_size].float() / temperature  # (c, V) fp32: temporaries are c rows wide
@@ -405,9 +456,10 @@ def _stats_torch(logits, targets, how: _Fused):
     return logprobs, lse, entropy
 
 
-def _grad_torch(logits, out, targets, lse, coef, how: _Fused):
-    """_logit_grad in PyTorch, how.chunk_size rows at a time."""
-    temperature, chunk_size = how.cfg.temperature, how.chunk_size
+def _grad_torch(logits, out, targets, lse, coef, fused: _Fused):
+    """_logit_grad in PyTorch, fused.chunk_size rows at a time."""
+    temperature = fused.cfg.temperature
+    chunk_size = fused.chunk_size
     for i in range(0, len(logits), chunk_size):
         c = coef[i:i + chunk_size, None] / temperature
         g = (logits[i:i + chunk_size].float() / temperature).sub_(lse[i:i + chunk_size, None]).exp_().mul_(-c)
@@ -453,7 +505,8 @@ if triton is not None:
         # out may alias logits: each element is read, then written, by the same program.
         offs = tl.arange(0, BLOCK)
         for row in tl.range(tl.program_id(0).to(tl.int64), N, tl.num_programs(0)):
-            row_ptr, out_row_ptr = logits_ptr + row * stride, out_ptr + row * out_stride
+            row_ptr = logits_ptr + row * stride
+            out_row_ptr = out_ptr + row * out_stride
             c = tl.load(coef_ptr + row) * inv_temp
             lse = tl.load(lse_ptr + row)
             target = tl.load(targets_ptr + row)

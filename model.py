@@ -1,4 +1,4 @@
-"""Qwen3, written by hand in plain PyTorch, with Hugging Face checkpoint I/O. For each of L layers, x (B, T, D):
+"""Qwen3, written by hand in plain PyTorch. For each of L layers, x (B, T, D):
     h = x + o_proj( Attention( rope(q_norm(q_proj(rms(x)))), rope(k_norm(k_proj(rms(x)))), v_proj(rms(x)) ) )
     x = h + down_proj( silu(gate_proj(rms(h))) * up_proj(rms(h)) )                 then logits = lm_head(rms(x))
 Qwen3 rather than Llama: a per-head RMSNorm on q and k before RoPE; head_dim its own field; no biases; RMSNorm in fp32;
@@ -11,13 +11,13 @@ Three seams for the rest of the project:
     if it has a `fused` attribute (parts/norm_kernels.py), the norms and RoPE run as its kernels (same roundings);
   - return_hidden=True: the final normed hidden states, so a loss applies the LM head itself, in chunks.
 Checkpoints are Hugging Face directories; from_pretrained builds the model on the meta device and reads one tensor
-at a time into its final dtype and device (an 8B model is never allocated twice, nor kept memory-mapped).
+at a time into its final dtype and device (parts/hf_checkpoint.py: an 8B model is never allocated twice, nor kept
+memory-mapped). Parameter names are Hugging Face's without the leading `model.` (hf_name).
     python model.py CHECKPOINT_DIR        # load one and print a summary
 """
 import json
 import math
 import os
-import re
 import sys
 from dataclasses import dataclass, fields
 
@@ -26,12 +26,11 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
+from parts import hf_checkpoint
+from parts.hf_checkpoint import CheckpointError
+
 
 # ----------------------------------------------------------------------------- config
-
-class CheckpointError(ValueError):
-    """A directory that is not a loadable Qwen3 checkpoint (config, safetensors, names, shapes); names the file."""
-
 
 @dataclass
 class Qwen3Config:
@@ -396,84 +395,28 @@ def hf_name(name: str) -> str:
 
 # ----------------------------------------------------------------------------- checkpoints
 
-def _checkpoint_files(path: str) -> list[str]:
-    index = os.path.join(path, "model.safetensors.index.json")
-    if os.path.exists(index):
-        with open(index) as fh:
-            weight_map = json.load(fh).get("weight_map")
-        if not isinstance(weight_map, dict):
-            raise CheckpointError(f"{index}: field 'weight_map' missing or not an object")
-        files = [os.path.join(path, f) for f in sorted(set(weight_map.values()))]
-        absent = [f for f in files if not os.path.exists(f)]
-        if absent:
-            raise FileNotFoundError(f"{index} lists shard(s) that do not exist: {absent}")
-        return files
-    single = os.path.join(path, "model.safetensors")
-    if os.path.exists(single):
-        return [single]
-    raise FileNotFoundError(f"{path}: neither model.safetensors nor model.safetensors.index.json found")
-
-
-# safetensors layout: 8 bytes (little-endian header length n), n bytes of JSON header
-# {name: {"dtype": "BF16", "shape": [...], "data_offsets": [begin, end]}, "__metadata__": {...}}, then the data;
-# offsets count from the end of the header.
-SAFETENSORS_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
-                      "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8,
-                      "U8": torch.uint8, "BOOL": torch.bool}
-
-
-def read_safetensors_header(file: str) -> dict:
-    """{name: (dtype, shape, absolute byte offset, byte length)} of one .safetensors file, validated."""
-    size = os.path.getsize(file)
-    with open(file, "rb") as fh:
-        n = int.from_bytes(fh.read(8), "little")
-        if not 0 < n <= size - 8:
-            raise CheckpointError(f"{file}: not a safetensors file (header length {n}, file size {size})")
-        try:
-            header = json.loads(fh.read(n))
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise CheckpointError(f"{file}: safetensors header is not valid JSON ({e})") from None
-    entries = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        try:
-            dtype, shape, (begin, end) = SAFETENSORS_DTYPES[info["dtype"]], info["shape"], info["data_offsets"]
-        except (KeyError, TypeError, ValueError):
-            raise CheckpointError(f"{file}: tensor {name!r}: header entry {info} is not a supported safetensors entry "
-                             f"(dtypes {sorted(SAFETENSORS_DTYPES)})") from None
-        nbytes = math.prod(shape) * dtype.itemsize
-        if end - begin != nbytes or begin < 0 or 8 + n + end > size:
-            raise CheckpointError(f"{file}: tensor {name!r}: data_offsets {[begin, end]} do not hold {nbytes} bytes "
-                             f"of a {shape} {info['dtype']} tensor inside the file ({size} bytes)")
-        entries[name] = (dtype, tuple(shape), 8 + n + begin, nbytes)
-    return entries
-
-
-def read_tensor(fh, dtype: torch.dtype, shape: tuple, offset: int, nbytes: int) -> torch.Tensor:
-    """One tensor read from an open file into fresh memory (never memory-mapped, so nothing of the file
-    stays resident after the caller drops the tensor)."""
-    buf = bytearray(nbytes)
-    fh.seek(offset)
-    if fh.readinto(buf) != nbytes:
-        raise CheckpointError(f"{fh.name}: file ends inside a tensor (offset {offset}, {nbytes} bytes)")
-    return torch.frombuffer(buf, dtype=dtype).view(shape) if nbytes else torch.empty(shape, dtype=dtype)
-
-
 def from_pretrained(path: str, dtype: torch.dtype | None = None, device=None) -> Qwen3:
-    """Load a Hugging Face Qwen3 directory; dtype None keeps the stored dtype, device None means CPU. The process holds
-    one copy of the weights as loaded plus one tensor as stored; no file is memory-mapped (a mapping would keep the
-    file's pages resident while it lives)."""
-    model = on_meta(path, dtype)
-    model.load_state_dict(read_weights(path, model, dtype, device), strict=False, assign=True)
-    model.tie_weights()   # assign=True replaced the tied Parameter object; tie again
-    return model
+    """Load a Hugging Face Qwen3 directory; dtype None keeps the stored dtype, device None means CPU (one tensor
+    at a time: parts/hf_checkpoint.py)."""
+    return hf_checkpoint.load(on_meta(path, dtype), path, hf_name, dtype, device)
+
+
+def check_checkpoint(path: str) -> torch.dtype:
+    """The dtype a Qwen3 directory stores its weights in, once config.json and every tensor's name, shape and bytes
+    are checked (headers only); CheckpointError or FileNotFoundError naming the file otherwise."""
+    return hf_checkpoint.stored_dtype(path, on_meta(path), hf_name)
+
+
+def save_pretrained(model: Qwen3, path: str, **options) -> None:
+    """Write a Hugging Face directory (parts/hf_checkpoint.save_pretrained's options: state_dict, max_shard_bytes,
+    generation_config)."""
+    hf_checkpoint.save_pretrained(model, path, hf_name, **options)
 
 
 def on_meta(path: str, dtype: torch.dtype | None = None) -> Qwen3:
     """The model of a checkpoint directory's config.json, on the meta device (no storage): shapes and names only."""
     if not os.path.isdir(path):
-        raise FileNotFoundError(f"{path}: checkpoint directory does not exist" + hub_hint(path))
+        raise FileNotFoundError(f"{path}: checkpoint directory does not exist")
     cfg = Qwen3Config.from_json(os.path.join(path, "config.json"))
     if dtype is not None:
         cfg.torch_dtype = str(dtype).removeprefix("torch.")
@@ -481,114 +424,12 @@ def on_meta(path: str, dtype: torch.dtype | None = None) -> Qwen3:
         return Qwen3(cfg)
 
 
-def hub_hint(path: str) -> str:
-    """For a missing path shaped like a Hugging Face Hub id (owner/name): how to download it, as a clause for the
-    error (this file reads local directories only); "" otherwise."""
-    if os.path.exists(path) or not re.fullmatch(r"[A-Za-z0-9][\w.-]*/[\w.-]+", path):
-        return ""
-    local = path.split("/")[1]
-    return (f"; if {path} is a Hugging Face Hub model, this project reads local directories: `hf download {path} "
-            f"--local-dir {local}` (or `huggingface-cli download` with the same arguments), then pass {local}")
-
-
-def read_weights(path: str, model: Qwen3, dtype: torch.dtype | None = None, device=None) -> dict:
-    """{our parameter name: tensor} of a checkpoint, checked against `model`'s names and shapes (a meta model will
-    do), each read into fresh memory and converted to dtype (None: as stored) and device (None: CPU) in turn."""
-    device = torch.device(device if device is not None else "cpu")
-    loaded = {}
-    for file, name, stored_dtype, shape, offset, nbytes in _weight_entries(path, model):
-        with open(file, "rb") as fh:
-            t = read_tensor(fh, stored_dtype, shape, offset, nbytes)
-        loaded[name] = t.to(device=device, dtype=dtype if dtype is not None else stored_dtype)
-        del t   # the stored-dtype buffer goes before the next tensor is read
-    return loaded
-
-
-def check_checkpoint(path: str) -> torch.dtype:
-    """Raise CheckpointError / FileNotFoundError, naming the file, unless `path` holds a loadable Qwen3 checkpoint
-    (config.json, every tensor's name and shape, the files' sizes); reads headers only. Returns the weights' dtype
-    as stored (the most common one, should a file mix them)."""
-    dtypes = [entry[2] for entry in _weight_entries(path, on_meta(path))]
-    return max(set(dtypes), key=dtypes.count)
-
-
-def _weight_entries(path: str, model: Qwen3) -> list:
-    """[(file, our name, stored dtype, shape, offset, nbytes)] of a checkpoint's tensors, checked against `model`."""
-    expected = {hf_name(n): p for n, p in model.named_parameters()}   # tied weights appear once
-    ours = {hf_name(n): n for n, _ in model.named_parameters()}
-    entries = []
-    for file in _checkpoint_files(path):
-        for key, (stored_dtype, shape, offset, nbytes) in read_safetensors_header(file).items():
-            if key.endswith("rotary_emb.inv_freq"):
-                continue   # old checkpoints stored this buffer; we recompute it
-            if key == "lm_head.weight" and model.config.tie_word_embeddings:
-                continue   # tied: lm_head is embed_tokens
-            if key not in expected:
-                raise CheckpointError(f"{file}: unexpected tensor {key!r} (not a parameter of Qwen3 with this config.json)")
-            if shape != tuple(expected[key].shape):
-                raise CheckpointError(f"{file}: tensor {key!r} has shape {shape}, "
-                                      f"config.json implies {tuple(expected[key].shape)}")
-            entries.append((file, ours[key], stored_dtype, shape, offset, nbytes))
-    missing = sorted(set(expected) - {hf_name(e[1]) for e in entries})
-    if missing:
-        raise CheckpointError(f"{path}: missing tensor(s) {missing[:5]}{' ...' if len(missing) > 5 else ''}")
-    return entries
-
-
-def save_pretrained(model: Qwen3, path: str, state_dict: dict | None = None, max_shard_bytes: int = 5 * 2**30,
-                    generation_config: dict | None = None) -> None:
-    """Write config.json + safetensors (sharded with an index above max_shard_bytes), in the tensors' dtype.
-    state_dict: our parameter names -> full tensors, when the model is sharded (FSDP) and rank 0 gathered a full copy;
-    else the model's own parameters. Tensors on a GPU reach the host one shard at a time. generation_config: written
-    as generation_config.json, which transformers, vLLM and SGLang read for the ids to stop at (eos_token_id, a list
-    allowed) and the sampling defaults; config.json's eos_token_id is then its first stop id."""
-    from safetensors.torch import save_file
-
-    cfg = model.config
-    sd = state_dict if state_dict is not None else {n: p.detach() for n, p in model.named_parameters()}
-    tensors = {}
-    for name, t in sd.items():
-        if cfg.tie_word_embeddings and name == "lm_head.weight":
-            continue
-        if hasattr(t, "full_tensor"):   # an FSDP2 shard
-            raise TypeError(f"save_pretrained: {name} is a sharded DTensor; pass state_dict= a full state dict "
-                            "(get_model_state_dict with StateDictOptions(full_state_dict=True, cpu_offload=True))")
-        tensors[hf_name(name)] = t.detach()
-    os.makedirs(path, exist_ok=True)
-    hf_cfg = cfg.to_hf_dict()
-    hf_cfg["torch_dtype"] = str(next(iter(tensors.values())).dtype).replace("torch.", "")
-    if generation_config is not None:
-        stop = generation_config["eos_token_id"]
-        hf_cfg["eos_token_id"] = stop[0] if isinstance(stop, list) else stop
-        with open(os.path.join(path, "generation_config.json"), "w") as fh:
-            json.dump(generation_config, fh, indent=2)
-    with open(os.path.join(path, "config.json"), "w") as fh:
-        json.dump(hf_cfg, fh, indent=2)
-    nbytes = {key: t.numel() * t.element_size() for key, t in tensors.items()}
-    shards = [[]]
-    for key in sorted(tensors):
-        if shards[-1] and sum(nbytes[k] for k in shards[-1]) + nbytes[key] > max_shard_bytes:
-            shards.append([])
-        shards[-1].append(key)
-    for stale in os.listdir(path):   # an older save with another shard count must not leave files behind
-        if stale.startswith("model") and (stale.endswith(".safetensors") or stale.endswith(".index.json")):
-            os.remove(os.path.join(path, stale))
-    names = ["model.safetensors"] if len(shards) == 1 else \
-        [f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors" for i in range(len(shards))]
-    for fname, keys in zip(names, shards):
-        save_file({k: tensors[k].to("cpu").contiguous() for k in keys}, os.path.join(path, fname), metadata={"format": "pt"})
-    if len(shards) > 1:
-        weight_map = {k: fname for fname, keys in zip(names, shards) for k in keys}
-        with open(os.path.join(path, "model.safetensors.index.json"), "w") as fh:
-            json.dump({"metadata": {"total_size": sum(nbytes.values())}, "weight_map": weight_map}, fh, indent=2)
-
-
-if __name__ == "__main__":   # one positional argument: this file imports no other file of the project
+if __name__ == "__main__":   # one positional argument
     if len(sys.argv) != 2 or sys.argv[1].startswith("-"):
         print("usage: python model.py CHECKPOINT_DIR   (loads it and prints a summary)")
         sys.exit(0 if len(sys.argv) == 2 else 2)
-    m = from_pretrained(sys.argv[1])
-    n = sum(p.numel() for p in m.parameters())
-    print(f"{m.config}\n{n / 1e6:.2f}M parameters, dtype {next(m.parameters()).dtype}")
+    model = from_pretrained(sys.argv[1])
+    parameters = sum(p.numel() for p in model.parameters())
+    print(f"{model.config}\n{parameters / 1e6:.2f}M parameters, dtype {next(model.parameters()).dtype}")
     with torch.no_grad():
-        print("logits[0, -1, :5] =", m(torch.tensor([[1, 2, 3, 4]]))[0, -1, :5].tolist())
+        print("logits[0, -1, :5] =", model(torch.tensor([[1, 2, 3, 4]]))[0, -1, :5].tolist())

@@ -15,6 +15,7 @@ Run:
     python -m pytest tests/test_reward.py             # correctness and the adversarial suite
 """
 import json
+import os
 import re
 import sys
 import time
@@ -42,6 +43,7 @@ class RewardScale:
 DEFAULT_SCALE = RewardScale()
 AUTHORS_SCALE = RewardScale(correct=1.0, wrong=-1.0, missing_think_end=-0.5, missing_think_start=-2.0,
                             missing_code=-1.0)
+SCALES = {"default": DEFAULT_SCALE, "authors": AUTHORS_SCALE}   # by the name an option gives
 
 
 class BadGold(ValueError):
@@ -131,10 +133,34 @@ def judge(task: dict, response: str, *, scale: RewardScale = DEFAULT_SCALE, sand
     if not results:
         why = "no </think>" if format_failure(response, scale) is not None else "no ```python block after </think>"
         return Verdict(r, False, True, "format: " + why)
-    passed, first_failure = all_passed(results), next((t.reason for t in results if not t.passed), None)
+    passed = all_passed(results)
+    first_failure = next((t.reason for t in results if not t.passed), None)
     reason = f"{sum(t.passed for t in results)}/{len(results)} tests passed"
     return Verdict(scale.correct if passed else scale.wrong if binary_code else r, passed, False,
                    reason + (f"; first failure: {first_failure}" if first_failure else ""))
+
+
+def scorer(cfg, scale: str = "default", code: str = "soft"):
+    """score(task, response) -> Verdict: judge() with a run's options (gppo.py, eval.py), its
+    sandbox built once: code tests of all its scoring threads run on cfg.sandbox_cores cores (0:
+    this machine's usable cores shared among the ranks it runs) with cfg.sandbox_python; scale
+    names a RewardScale (SCALES), code is soft (the fraction of tests passed) or binary. A bad
+    response is a low reward, never an exception; broken data raises BadReference naming the task."""
+    cores = cfg.sandbox_cores
+    if not cores:   # as parts/trainer.cores_per_rank: this file needs no torch
+        usable = os.cpu_count() or 1
+        if hasattr(os, "sched_getaffinity"):
+            usable = len(os.sched_getaffinity(0))
+        cores = max(1, usable // int(os.environ.get("LOCAL_WORLD_SIZE", 1)))
+    sandbox = SandboxConfig(cores=cores, python=cfg.sandbox_python)
+
+    def score(task: dict, response: str) -> Verdict:
+        try:
+            return judge(task, response, scale=SCALES[scale], sandbox=sandbox,
+                         binary_code=code == "binary")
+        except BadReference as e:
+            raise type(e)(f"problem {task.get('id', '?')}: {e}") from None
+    return score
 
 
 # ----------------------------------------------------------------------------- format and answer extraction
@@ -188,7 +214,7 @@ progress goes to stderr."""
 
     def __post_init__(self):
         if self.scale not in ("default", "authors"):
-            raise SystemExit(f"error: --scale must be default or authors, got {self.scale!r}")
+            raise ValueError(f"--scale must be default or authors, got {self.scale!r}")
 
 
 def _self_check(sandbox: SandboxConfig, scale: RewardScale, math_timeout_s: float):
@@ -209,12 +235,13 @@ def _self_check(sandbox: SandboxConfig, scale: RewardScale, math_timeout_s: floa
 def main(cfg: Config):
     sandbox = SandboxConfig(timeout_s=cfg.timeout_s, workers=cfg.workers, cores=cfg.cores, namespaces=cfg.namespaces,
                             cgroup=cfg.cgroup, python=cfg.python)
-    scale = AUTHORS_SCALE if cfg.scale == "authors" else DEFAULT_SCALE
+    scale = SCALES[cfg.scale]
     if not cfg.input:
         return _self_check(sandbox, scale, cfg.math_timeout_s)
     with open(cfg.input) as file:
         lines = [line for line in file]
-    start, total = time.time(), 0.0
+    start = time.time()
+    reward_sum = 0.0
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
@@ -225,13 +252,15 @@ def main(cfg: Config):
                 reward, results = code_reward_details(response, row["tests"], scale=scale, config=sandbox)
                 reasons = [result.reason for result in results]
             else:
-                reward, reasons = math_reward(response, row["answer"], scale=scale, timeout_s=cfg.math_timeout_s), []
-        except (BadReference, json.JSONDecodeError, KeyError, TypeError) as error:  # the line's fault
-            raise SystemExit(f"{cfg.input}:{number}: {type(error).__name__}: {error}") from None
-        total += reward
+                reward = math_reward(response, row["answer"], scale=scale, timeout_s=cfg.math_timeout_s)
+                reasons = []
+        except (*BadReference, json.JSONDecodeError, KeyError, TypeError) as error:   # its fault
+            print(file=sys.stderr)   # ends the progress line
+            raise ValueError(f"{cfg.input}:{number}: {type(error).__name__}: {error}") from None
+        reward_sum += reward
         print(json.dumps({"line": number, "reward": reward, "reasons": reasons}), flush=True)
         elapsed = time.time() - start
-        print(f"\r{number}/{len(lines)} lines, mean reward {total / number:.3f}, "
+        print(f"\r{number}/{len(lines)} lines, mean reward {reward_sum / number:.3f}, "
               f"ETA {elapsed / number * (len(lines) - number):.0f}s", end="", file=sys.stderr)
     print(file=sys.stderr)
 
@@ -240,5 +269,6 @@ if __name__ == "__main__":
     from parts.cli import parse_config  # the project's one command-line parser
     try:
         main(parse_config(Config))
-    except (RuntimeError, ValueError) as error:  # an option or a machine the sandbox cannot work with
-        raise SystemExit(f"reward.py: {error}") from None
+    except (OSError, RuntimeError, ValueError) as error:   # a bad line or option, or a machine
+        print(f"error: reward.py: {error}", file=sys.stderr)   # that the sandbox cannot use
+        sys.exit(2)

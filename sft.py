@@ -18,28 +18,23 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # read when torch loads Ope
 
 import dataclasses
 import functools
-import json
 import math
-import shutil
 import time
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from safetensors import SafetensorError
 
 import data
-from model import CheckpointError, Qwen3, Qwen3Config, check_checkpoint, from_pretrained, on_meta, read_weights, \
-    save_pretrained
-from parts import tracking, trainer
+from data import read
+from model import Qwen3, Qwen3Config, check_checkpoint, hf_name, on_meta
+from parts import hf_checkpoint, tracking, trainer
+from parts.hf_checkpoint import EXPORT_DTYPES, Export
 from parts.cli import parse_config
-from parts.trainer import (Checkpointer, GracefulStop, InputError, MetricsLog, agree_on_inputs, on_for_device,
-                           check_run, init_distributed, print0, record_run, run_entry_point, set_threads,
-                           shard_model)
-
-INPUT_ERRORS = (*data.INPUT_ERRORS, CheckpointError)   # bad input: one line naming the option; the rest are bugs
-read = functools.partial(trainer.read_input, errors=INPUT_ERRORS)   # read(option, load, *args): load(*args), checked
+from parts.trainer import (Checkpointer, GracefulStop, InputError, MetricsLog, TrainingStopped,
+                           agree_on_inputs, check_run, init_distributed, on_for_device, print0,
+                           record_run, run_entry_point, set_threads, shard_model)
 
 
 @dataclass
@@ -101,11 +96,8 @@ class SFTConfig:
                   (self.micro_rows >= 1 and self.rows_per_step >= 1, "micro_rows and rows_per_step must be >= 1")]
         for ok, why in checks:
             if not ok:
-                raise SystemExit(f"error: SFTConfig: {why}")
-        try:
-            tracking.backends(self.report_to)   # a missing package: one line now, not after the data is read
-        except ValueError as e:
-            raise SystemExit(f"error: {e}") from None
+                raise ValueError(f"SFTConfig: {why}")
+        tracking.backends(self.report_to)   # a missing package: one line now, before the data
 
 
 # What a resume may change: how far, how often to log, save and export, where and how fast it runs (micro_rows and
@@ -127,10 +119,17 @@ def main(cfg: SFTConfig):
     resuming = check_run(cfg, "sft.py", RESUME_MAY_CHANGE)   # a resume must be the run in out_dir: checked first
 
     def load():   # the checkpoint first: a wrong --init_from is said before the data is read and tokenized
-        stored = read(f"--init_from={cfg.init_from}", check_checkpoint, cfg.init_from) if cfg.init_from else None
+        stored = None   # the dtype its weights are stored in
+        if cfg.init_from:
+            if not os.path.isdir(cfg.init_from):   # a Hugging Face Hub id, say: how to download it
+                raise InputError(f"--init_from={cfg.init_from}: no such directory"
+                                 + data.hub_hint(cfg.init_from, "model"))
+            stored = read(f"--init_from={cfg.init_from}", check_checkpoint, cfg.init_from)
         tokenizer, tokenizer_dir, loader = load_sft_data(cfg, rank, world)
+        generation = read(f"--init_from={cfg.init_from}", hf_checkpoint.generation_config,
+                          data.stop_token_ids(tokenizer), cfg.init_from)
         export = Export(cfg.out_dir, tokenizer_dir, EXPORT_DTYPES[cfg.export_dtype] or stored or torch.float32,
-                        generation_config(tokenizer, cfg.init_from), cfg.keep_exports)
+                        generation, hf_name, cfg.keep_exports)
         return tokenizer.get_vocab_size(), loader, export
     vocab_size, loader, export = agree_on_inputs(load)
     record_run(cfg, "sft.py", RESUME_MAY_CHANGE, resuming)   # config.json; from step 0: an earlier run removed
@@ -160,7 +159,8 @@ def main(cfg: SFTConfig):
                 for group in optimizer.param_groups:
                     group["lr"] = lr_at(step, total_steps, cfg.lr, cfg.min_lr, cfg.warmup_steps)
                 loss, grad_norm = train_step(model, optimizer, rows, cfg, device, world)
-                step, tokens_seen = step + 1, tokens_seen + sum(r["input_ids"].numel() for r in rows) * world
+                step += 1
+                tokens_seen += sum(r["input_ids"].numel() for r in rows) * world
                 if step % cfg.log_every == 0 or step == stop_step:
                     elapsed = time.time() - t_start
                     metrics.write(dict(step=step, loss=round(loss, 5), lr=optimizer.param_groups[0]["lr"],
@@ -175,14 +175,15 @@ def main(cfg: SFTConfig):
     finally:
         stop.close()
         metrics.close()
-    export_hf(model, export, step)
+    trainer.export_hf(model, export, step)
     print0(f"done: {step} steps in {(time.time() - t_start) / 60:.1f} min; Hugging Face export in {cfg.out_dir}/hf")
 
 
 def load_sft_data(cfg: SFTConfig, rank: int, world: int):
     """The tokenizer (and the directory its files are in) and this rank's packed-row loader, from --data and
     --tokenizer, or the toy's. Raises InputError for anything wrong in what the user gave."""
-    sft_data, tokenizer_path = cfg.data, cfg.tokenizer
+    sft_data = cfg.data
+    tokenizer_path = cfg.tokenizer
     if not (sft_data or cfg.toy == "none"):   # the toy: distill.py's output on the toy teacher's files
         sft_data = os.path.join("out", "distill", "sft.jsonl")
         if not os.path.isfile(sft_data):
@@ -209,7 +210,9 @@ def load_sft_data(cfg: SFTConfig, rank: int, world: int):
 def build_model(cfg, vocab_size: int, device: torch.device) -> Qwen3:
     """The trainable model in fp32 master weights, FSDP2-sharded: a Hugging Face checkpoint, or a tiny one."""
     if cfg.init_from:
-        model = load_sharded(cfg.init_from, device)
+        on_meta_fp32 = on_meta(cfg.init_from, torch.float32)   # sharded, then filled from rank 0's reading
+        weights = functools.partial(hf_checkpoint.read_weights, cfg.init_from, on_meta_fp32, hf_name)
+        model = trainer.load_sharded(on_meta_fp32, weights, device)
     else:
         mcfg = Qwen3Config(vocab_size=vocab_size, hidden_size=cfg.hidden, intermediate_size=cfg.intermediate,
                            num_hidden_layers=cfg.n_layer, num_attention_heads=cfg.n_head,
@@ -249,7 +252,8 @@ def train_step(model, optimizer, rows, cfg: SFTConfig, device, world: int) -> tu
     dist.all_reduce(loss_sum)
     loss, grad_norm = torch.stack([loss_sum / n_tokens, grad_norm.float()]).tolist()   # one transfer for both
     if not math.isfinite(loss) or not math.isfinite(grad_norm):   # the Checkpointer adds what a rerun resumes from
-        raise SystemExit(f"error: loss={loss} grad_norm={grad_norm}: stopping without updating (try a lower --lr)")
+        raise TrainingStopped(f"loss={loss} grad_norm={grad_norm}: stopping without updating "
+                              "(try a lower --lr)")
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     return loss, grad_norm
@@ -258,7 +262,8 @@ def train_step(model, optimizer, rows, cfg: SFTConfig, device, world: int) -> tu
 def sft_loss_sum(model, batch, chunk: int):
     """batch: tensors (B, T), best on the CPU (ids are moved to the model's device). Sum of the NLL over assistant
     tokens (label = next token). Documents and masks stay on the CPU: reading them never waits for the GPU."""
-    device, documents = next(model.parameters()).device, batch["document_ids"].cpu()
+    device = next(model.parameters()).device
+    documents = batch["document_ids"].cpu()
     ids = batch["input_ids"].to(device)
     hidden = model(ids, position_ids=batch["position_ids"].to(device), document_ids=documents, return_hidden=True)
     mask = target_mask(batch["loss_mask"].cpu(), documents)                # (B, T-1)
@@ -278,104 +283,20 @@ def chunked_nll_sum(hidden, lm_head_weight, targets, mask, chunk: int):
     CPU), a chunk of tokens at a time, recomputed in the backward: one (chunk, V) block of logits alive at a time."""
     from torch.utils.checkpoint import checkpoint
 
-    def piece(h, t, m):
-        logits = (h @ lm_head_weight.T).float()                            # (chunk, V)
-        return (F.cross_entropy(logits, t, reduction="none") * m).sum()
+    def piece(hidden_chunk, target_chunk, counted):
+        logits = (hidden_chunk @ lm_head_weight.T).float()                 # (chunk, V)
+        return (F.cross_entropy(logits, target_chunk, reduction="none") * counted).sum()
 
     # start from a zero that is connected to the graph: a step whose rows are all padding must still run a
     # backward on every rank (FSDP's collectives), and every parameter must get a (zero) gradient
-    total = (hidden.sum() + lm_head_weight.sum()).float() * 0.0
+    nll_sum = (hidden.sum() + lm_head_weight.sum()).float() * 0.0
     for s in range(0, hidden.shape[0], chunk):
         sl = slice(s, s + chunk)
         if mask[sl].any():
-            m = mask[sl].to(hidden.device).float()
-            total = total + checkpoint(piece, hidden[sl], targets[sl], m, use_reentrant=False)
-    return total
-
-
-# ----------------------------------------------------------------------------- checkpoints in, an export out
-
-def load_sharded(path: str, device: torch.device, param_dtype: torch.dtype | None = None) -> Qwen3:
-    """A Hugging Face checkpoint as fp32 master weights, FSDP2-sharded, no rank holding a full fp32 copy: built on the
-    meta device, sharded, filled from rank 0's reading in the stored dtype. One rank without a cast: read into fp32."""
-    model = shard_model(on_meta(path, torch.float32), device, param_dtype)
-    if not trainer.is_sharded(model):
-        return from_pretrained(path, torch.float32, device)
-    return trainer.fill_from_rank0(model, lambda: read_weights(path, model), device)
-
-
-# --export_dtype: auto (None) exports in the dtype the run started from: a Qwen3 base model's bf16, not the fp32 master
-# weights (16 GB instead of 33 for 8B); float32 for a model trained from scratch.
-EXPORT_DTYPES = {"auto": None, "bfloat16": torch.bfloat16, "float32": torch.float32}
-
-
-@dataclass
-class Export:
-    """How a run writes its Hugging Face exports (built once at start): out_dir/exports/step-N, and out_dir/hf a link
-    to the newest (parts/trainer.publish_export)."""
-    out_dir: str
-    tokenizer_dir: str | None      # its tokenizer.json and tokenizer_config.json are copied in
-    dtype: torch.dtype
-    generation_config: dict        # generation_config.json: the stop ids, sampling defaults (generation_config())
-    keep: int = 3                  # step exports kept, the newest; 0 = all
-
-
-def generation_config(tokenizer, init_from: str = "") -> dict:
-    """generation_config.json of the exports: stop at the ids a chat turn ends with (<|im_end|>, and <|endoftext|>),
-    which transformers, vLLM and SGLang read (without it they generate past <|im_end|>); the sampling defaults
-    (temperature, top-p, ...) of --init_from's generation_config.json, where it has one."""
-    stop = data.stop_token_ids(tokenizer)
-    config = dict(eos_token_id=stop, pad_token_id=stop[1])
-    path = os.path.join(init_from, "generation_config.json") if init_from else ""
-    if path and os.path.isfile(path):
-        try:
-            with open(path) as fh:
-                before = json.load(fh)
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise InputError(f"{path}: not valid JSON ({e})") from None
-        config.update({k: before[k] for k in SAMPLING_DEFAULTS if k in before})
-    return config
-
-
-SAMPLING_DEFAULTS = ("do_sample", "temperature", "top_p", "top_k", "min_p", "repetition_penalty")
-
-
-def export_hf(model, export: Export, step: int):
-    """Gather the full weights on rank 0 and write them (in export.dtype, with the tokenizer files and
-    generation_config.json) as out_dir/exports/step-N, written beside the previous export and then swapped in: a kill
-    or a full disk midway leaves out_dir/hf the previous one, whole. Collective; a failed write is one line
-    (InputError) on every rank. A step already exported (a finished run run again, or redone after a resume) is left
-    as it is."""
-    final = os.path.join(export.out_dir, "exports", f"step-{step}")
-    if os.path.isdir(final):   # weights equal to these: a resume is exact
-        print0(f"{final}: the export of step {step} is there already")
-        if dist.get_rank() == 0:
-            trainer.publish_export(export.out_dir, step, export.keep)   # hf linked, if a kill came before
-        dist.barrier()
-        return
-    weights = trainer.full_state_dict(model)
-
-    def write():   # rank 0 writes; every rank stops with its error
-        if weights is None:
-            return
-        tmp = final + ".tmp"
-        try:
-            if os.path.exists(tmp):
-                shutil.rmtree(tmp)
-            save_pretrained(model, tmp, state_dict={name: t.to(export.dtype) for name, t in weights.items()},
-                            generation_config=export.generation_config)
-            for name in ("tokenizer.json", "tokenizer_config.json") if export.tokenizer_dir else ():
-                if os.path.exists(os.path.join(export.tokenizer_dir, name)):
-                    shutil.copy(os.path.join(export.tokenizer_dir, name), os.path.join(tmp, name))
-            trainer.publish_export(export.out_dir, step, export.keep)
-        except (OSError, SafetensorError) as e:   # a full disk: safetensors says it in its own exception
-            hf = os.path.join(export.out_dir, "hf")
-            kept = f"{hf} is still the one before it, whole ({os.path.realpath(hf)})" if os.path.exists(hf) else \
-                "there is no export before it"
-            cause = e.strerror if isinstance(e, OSError) else str(e)
-            raise InputError(f"{getattr(e, 'filename', None) or tmp}: cannot write the export of step {step}: "
-                             f"{cause}{trainer.free_space(export.out_dir)}; {kept}") from None
-    agree_on_inputs(write)
+            counted = mask[sl].to(hidden.device).float()
+            chunk_nll = checkpoint(piece, hidden[sl], targets[sl], counted, use_reentrant=False)
+            nll_sum = nll_sum + chunk_nll
+    return nll_sum
 
 
 if __name__ == "__main__":

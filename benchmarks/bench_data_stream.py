@@ -1,6 +1,6 @@
 """
-Benchmark of data.py's streaming reader: peak resident memory of `python data.py stats FILE` on parquet files of
-growing length. Flat memory means the peak stays put as the file grows from 10k to 1M rows: rows are decoded
+Benchmark of data.py's streaming reader: peak resident memory of `python tools/data_stats.py FILE`
+on parquet files of growing length. Flat memory means the peak stays put as the file grows from 10k to 1M rows: rows are decoded
 in batches of formats.PARQUET_BATCH_ROWS and only a few numbers per row are kept. For contrast, the peak of
 reading the same file whole (pyarrow.parquet.read_table), and of a bare `import data`.
 
@@ -38,7 +38,7 @@ class Config:
 
     def __post_init__(self):
         if self.layout not in ("sft", "math"):
-            raise SystemExit("error: --layout must be sft or math")
+            raise ValueError("--layout must be sft or math")
 
 
 def rows_of(layout: str, start: int, n: int) -> pa.Table:
@@ -99,7 +99,7 @@ def main(cfg: Config) -> None:
             path = os.path.join(where, f"{cfg.layout}_{rows}.parquet")
             write_file(path, cfg.layout, rows, cfg.row_group)
             args = ["--skip_bad_rows=true"] if cfg.layout == "math" else []
-            stats, wall, said = peak_rss([sys.executable, "data.py", "stats", path, *args])
+            stats, wall, said = peak_rss([sys.executable, "tools/data_stats.py", path, *args])
             whole = peak_rss([sys.executable, "-c", "import sys, pyarrow.parquet as pq; "
                               "print(pq.read_table(sys.argv[1]).num_rows)", path])[0]
             print(f"{rows:>9} {os.path.getsize(path) / 2 ** 20:>9.1f} {stats:>15.0f} {wall:>8.1f} {whole:>20.0f}   "

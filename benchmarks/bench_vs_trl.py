@@ -1,8 +1,8 @@
 """One RL step side by side: this project's `gppo.py` against TRL's GRPOTrainer (use_vllm=False), same workload.
 
 Both sides start from the same SFT checkpoint (a Hugging Face directory of the sums toy: `TOY=sums OUT=out/sums bash
-train.sh` makes one in out/sums/sft/hf), train on the same prompts in the same order with the same reward (gppo.score: math-verify on the text after
-</think>), 32 prompts x 8 samples per rollout batch, 8 optimizer updates per batch (4 prompts each), T = 1, token-mean
+train.sh` makes one in out/sums/sft/hf), train on the same prompts in the same order with the same
+reward (reward.scorer: math-verify on the text after </think>), 32 prompts x 8 samples per rollout batch, 8 optimizer updates per batch (4 prompts each), T = 1, token-mean
 loss over each mini-batch, clip 0.2 / 0.28 and dual-clip 10, no KL term, old logprobs recomputed before the updates.
 TRL runs `loss_type="bnpo"`, `steps_per_generation=8`, `epsilon_high=0.28`, `delta=10`, `beta=0`; gppo.py runs its
 defaults with the zero-advantage filter off (TRL trains on every group, so both sides do the same work). Two workloads:
@@ -12,7 +12,8 @@ defaults with the zero-advantage filter off (TRL trains on every group, so both 
             real reasoning RL, where a batch mixes short responses with a few very long ones.
 Printed: seconds per RL step (median over the timed steps) and its split (generate + reward, old logprobs, the 8
 updates), per side and as a ratio, and checks that both sides saw the same prompt token ids and that TRL's rewards
-are gppo.score's on TRL's own completions (the samples differ: each side draws its own random numbers).
+are reward.scorer's on TRL's own completions (the samples differ: each side draws its own random
+numbers).
 
 TRL and transformers are not dependencies of the project: the script makes a throwaway virtualenv (with the system's
 site packages, so the same torch) and pip-installs them there (once; later runs reuse it). TRL's side runs in that
@@ -62,7 +63,7 @@ class BenchConfig:
     def __post_init__(self):
         bad = set(self.workloads.split(",")) - {"toy", "longtail"}
         if bad:
-            raise SystemExit(f"error: --workloads: unknown {sorted(bad)}; known: toy,longtail")
+            raise ValueError(f"--workloads: unknown {sorted(bad)}; known: toy,longtail")
 
 
 # ----------------------------------------------------------------------------- the workloads
@@ -86,7 +87,7 @@ def response_limit(options: list) -> int:
 
 
 def longtail_data(cfg: BenchConfig, run_dir: str) -> str:
-    """A math JSONL whose prompt stream (gppo.prompts_at: a seeded permutation of the rows) puts exactly
+    """A math JSONL whose prompt stream (data.stream: a seeded permutation of the rows) puts exactly
     longtail_prompts long sums among every 32 prompts: row perm[j] holds the problem for stream position j."""
     import random
 
@@ -120,9 +121,9 @@ def prompt_stream(model: str, options: list, count: int) -> list:
     import gppo
     gcfg = parse_config(gppo.GPPOConfig, [f"--init_from={model}", *options])
     tokenizer = data.load_tokenizer(model)
-    tasks = gppo.load_tasks(gcfg, tokenizer)
+    tasks = data.rl_prompts(gcfg, tokenizer)[0]
     return [dict(text=tokenizer.decode(t["prompt_ids"], skip_special_tokens=False), prompt_ids=t["prompt_ids"],
-                 answer=t["answer"]) for t in gppo.prompts_at(tasks, 0, count, gcfg.seed)]
+                 answer=t["answer"]) for t in data.stream(tasks, 0, count, gcfg.seed)]
 
 
 # ----------------------------------------------------------------------------- this project's side
@@ -198,6 +199,7 @@ def trl_worker(spec_path: str):
 
     import data
     import gppo
+    from reward import scorer
     with open(spec_path) as fh:
         spec = json.load(fh)
     torch.set_num_threads(spec["threads"])
@@ -209,11 +211,12 @@ def trl_worker(spec_path: str):
     model = AutoModelForCausalLM.from_pretrained(spec["model"], dtype=torch.float32, attn_implementation="sdpa")
     model.generation_config.eos_token_id = list(stop_ids)
     score_cfg = gppo.GPPOConfig()
+    score = scorer(score_cfg, score_cfg.reward_scale, score_cfg.code_reward)
     first = {}
 
     def reward(prompts, completions, completion_ids, answer, **unused):
-        rewards = [gppo.score(dict(kind="math", answer=a), ours.decode(ids, skip_special_tokens=False), score_cfg)[0]
-                   for a, ids in zip(answer, completion_ids)]
+        texts = [ours.decode(ids, skip_special_tokens=False) for ids in completion_ids]
+        rewards = [score(dict(kind="math", answer=a), text).reward for a, text in zip(answer, texts)]
         first.setdefault("rewards", rewards)
         first.setdefault("completion_ids", [list(map(int, ids)) for ids in completion_ids])
         return rewards
@@ -295,14 +298,17 @@ def trl_worker(spec_path: str):
 
 def check_same_inputs(model: str, prompts: list, trl: dict) -> dict:
     """TRL's first batch against ours: the prompt token ids of every completion (TRL repeats each prompt GROUP
-    times), and gppo.score on TRL's completions = the rewards TRL trained on."""
+    times), and reward.scorer on TRL's completions = the rewards TRL trained on."""
     import data
     import gppo
-    tokenizer, score_cfg = data.load_tokenizer(model), gppo.GPPOConfig()
+    from reward import scorer
+    tokenizer = data.load_tokenizer(model)
+    score_cfg = gppo.GPPOConfig()
+    score = scorer(score_cfg, score_cfg.reward_scale, score_cfg.code_reward)
     expected = [p["prompt_ids"] for p in prompts[:PROMPTS_PER_STEP] for _ in range(GROUP)]
     same_prompts = trl["first"]["prompt_ids"] == expected
-    rescored = [gppo.score(dict(kind="math", answer=p["answer"]), tokenizer.decode(ids, skip_special_tokens=False),
-                           score_cfg)[0]
+    rescored = [score(dict(kind="math", answer=p["answer"]),
+                      tokenizer.decode(ids, skip_special_tokens=False)).reward
                 for p, ids in zip([p for p in prompts[:PROMPTS_PER_STEP] for _ in range(GROUP)],
                                   trl["first"]["completion_ids"])]
     return dict(same_prompt_ids=same_prompts, same_rewards=rescored == trl["first"]["rewards"],
@@ -315,7 +321,8 @@ def median_split(steps: list) -> dict:
 
 def print_table(name: str, ours: dict, trl: dict, checks: dict, goal: float):
     print(f"\n{name}: seconds per RL step, median of {ours['n']} (ours) / {trl['n']} (TRL) timed steps; "
-          f"inputs: prompt ids identical {checks['same_prompt_ids']}, TRL rewards = gppo.score {checks['same_rewards']}")
+          f"inputs: prompt ids identical {checks['same_prompt_ids']}, "
+          f"TRL rewards = reward.scorer {checks['same_rewards']}")
     print(f"{'':22s} {'gppo.py':>9s} {'TRL':>9s} {'TRL / ours':>11s}")
     for key, label in (("step", "whole step"), ("generate_and_reward", "generate + reward"),
                        ("old_logprobs", "old logprobs"), ("updates", "8 updates"),

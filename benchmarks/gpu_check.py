@@ -81,7 +81,7 @@ class CheckConfig:
     def __post_init__(self):
         bad = [s for s in self.sections.split(",") if s not in SECTIONS]
         if bad:
-            raise SystemExit(f"error: --sections: unknown {bad}; known: {','.join(SECTIONS)}")
+            raise ValueError(f"--sections: unknown {bad}; known: {','.join(SECTIONS)}")
 
 
 # ----------------------------------------------------------------------------- measuring
@@ -293,7 +293,7 @@ def section_engine(dry: bool, emit):
 # ----------------------------------------------------------------------------- 4. FSDP2 steps
 
 def section_fsdp(dry: bool, emit):
-    import gppo
+    import data
     from parts.memory_plan import gppo_phases, peak_phase, sft_phases
     device = torch.device("cpu" if dry else "cuda")
     process_group(dry)
@@ -316,7 +316,7 @@ def section_fsdp(dry: bool, emit):
     result = {}
     peak, seconds = step_peak_and_time(lambda: result.update(out=gppo_step()), device)
     seqs, metrics, times = result["out"]
-    rows = gppo.pack_micro_batches(seqs, run.cfg.train_row_tokens)
+    rows = data.pack_in_order(seqs, run.cfg.train_row_tokens)
     longest = max(sum(len(s.ids) for s in r) for r in rows)
     name, budget, _ = peak_phase(gppo_phases(config, world=1, row_tokens=longest, kv_bytes=run.engine.cache.nbytes,
                                              gpu=True, loss_chunk=2048))

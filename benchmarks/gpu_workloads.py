@@ -202,7 +202,7 @@ def sft_step_setup(dry: bool, device, config):
 def gppo_step_setup(dry: bool, device, config):
     """One GPPO step with gppo.py's building blocks: the engine (its bf16 copy, its KV pool kv_cache_fraction of the
     free memory, as gppo.py sizes a kept engine's; pool_from_free_memory checks the freed engine's) samples,
-    recompute_old_logprobs, train_mini_batch (rl_loss_from_hidden, Triton on CUDA), sync_engine. Returns
+    recompute_old_logprobs, train_mini_batch (rl_loss_from_hidden, Triton on CUDA), trainer.copy_weights. Returns
     (step() -> (sequences, metrics, seconds per part), gppo.Run, free bytes)."""
     import gppo
     import rollout
@@ -236,7 +236,7 @@ def gppo_step_setup(dry: bool, device, config):
         t2 = sync(device)
         metrics = gppo.train_mini_batch(run, seqs)
         t3 = sync(device)
-        gppo.sync_engine(policy, engine_model)
+        trainer.copy_weights(policy, engine_model)
         times = dict(generate_s=t1 - t0, old_logprobs_s=t2 - t1, train_s=t3 - t2, sync_s=sync(device) - t3)
         return seqs, metrics, times
     return step, run, free
@@ -244,11 +244,13 @@ def gppo_step_setup(dry: bool, device, config):
 
 def load_path(dry: bool, device, config, directory: str, fraction: float = 0.3) -> dict:
     """gppo.py's start on this device, from a bf16 checkpoint on disk: the policy read into fp32 FSDP2 shards
-    (sft.load_sharded), the engine's bf16 copy (from_pretrained), then the KV pool from the memory left
-    (rollout.kv_cache_bytes after emptying the allocator's cache); measured, and planned by parts/memory_plan.py."""
+    (trainer.load_sharded, as gppo.py), the engine's bf16 copy (from_pretrained), then the KV pool from the memory
+    left (rollout.kv_cache_bytes after emptying the allocator's cache); measured, and planned by parts/memory_plan.py."""
+    import functools
+
     import rollout
-    import sft
-    from model import from_pretrained, save_pretrained
+    from model import from_pretrained, hf_name, on_meta, save_pretrained
+    from parts import hf_checkpoint, trainer
     from parts.memory_plan import load_phases, peak_phase
     save_pretrained(random_qwen3(config, torch.bfloat16, device), directory)
     cuda = device.type == "cuda"
@@ -256,7 +258,9 @@ def load_path(dry: bool, device, config, directory: str, fraction: float = 0.3) 
     base = torch.cuda.memory_allocated(device) if cuda else 0
     if cuda:
         torch.cuda.reset_peak_memory_stats(device)
-    policy = sft.load_sharded(directory, device)
+    policy = on_meta(directory, torch.float32)
+    weights = functools.partial(hf_checkpoint.read_weights, directory, policy, hf_name)
+    policy = trainer.load_sharded(policy, weights, device)
     engine_model = from_pretrained(directory, dtype=torch.bfloat16, device=device)
     loaded = sum(p.numel() * p.element_size() for m in (policy, engine_model) for p in m.parameters())
     peak = torch.cuda.max_memory_allocated(device) - base if cuda else None
@@ -275,12 +279,13 @@ def logprob_gap(run, config, bf16_logits: bool) -> dict:
     bf16 compute): with fp32 logits (the code) or, for comparison, the LM head's bf16 output cast after (before)."""
     import gppo
     import rollout
+    from parts import trainer
     from rollout import SamplingParams
     saved = rollout.logits_fp32, gppo.logits_fp32
     if bf16_logits:
         rollout.logits_fp32 = gppo.logits_fp32 = lambda hidden, weight: (hidden @ weight.T).float()
     try:
-        gppo.sync_engine(run.policy, run.engine_model)
+        trainer.copy_weights(run.policy, run.engine_model)
         gen = torch.Generator().manual_seed(5)
         prompts = [torch.randint(0, config.vocab_size, (run.cfg.max_prompt_len // 2,), generator=gen).tolist()
                    for _ in range(4)]

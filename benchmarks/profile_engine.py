@@ -41,6 +41,7 @@ import torch.nn.functional as F  # noqa: E402
 import data  # noqa: E402
 import gppo  # noqa: E402
 import model as model_py  # noqa: E402
+from model import from_pretrained  # noqa: E402
 from parts.cli import parse_config  # noqa: E402
 import rollout  # noqa: E402
 from parts.trainer import run_entry_point  # noqa: E402
@@ -62,20 +63,20 @@ class ProfileConfig:
     def __post_init__(self):
         for name in ("prompts", "max_tokens", "threads", "repeat"):
             if getattr(self, name) < 1:
-                raise SystemExit(f"error: --{name}={getattr(self, name)}: must be >= 1")
+                raise ValueError(f"--{name}={getattr(self, name)}: must be >= 1")
         if self.samples < 2:
-            raise SystemExit(f"error: --samples={self.samples}: must be >= 2 (gppo.py's group_size)")
+            raise ValueError(f"--samples={self.samples}: must be >= 2 (gppo.py's group_size)")
         if not os.path.isfile(os.path.join(self.model, "config.json")):
-            raise SystemExit(f"error: --model={self.model!r} has no config.json (give a Hugging Face checkpoint "
-                             "directory, e.g. sft.py's out_dir/hf)")
+            raise ValueError(f"--model={self.model!r} has no config.json (give a Hugging Face "
+                             "checkpoint directory, e.g. sft.py's out_dir/hf)")
 
 
 def main(c: ProfileConfig):
     torch.set_num_threads(c.threads)
     rl = gppo.GPPOConfig(math_data=c.math_data, group_size=c.samples, max_response_len=c.max_tokens)
     tokenizer = data.load_tokenizer(c.model)
-    tasks = gppo.load_tasks(rl, tokenizer)
-    model = model_py.from_pretrained(c.model, dtype=torch.float32, device=torch.device("cpu")).eval()
+    tasks = data.rl_prompts(rl, tokenizer)[0]
+    model = from_pretrained(c.model, dtype=torch.float32, device=torch.device("cpu")).eval()
     engine = rollout.LLMEngine(model, max_num_seqs=c.prompts * c.samples,
                                max_model_len=rl.max_prompt_len + c.max_tokens, cpu_kernel=None if c.cpu_kernel else False)
     stop = tuple(data.stop_token_ids(tokenizer))
@@ -87,7 +88,7 @@ def main(c: ProfileConfig):
 
     def batch(k):   # gppo.py's k-th rollout batch: its prompts and per-prompt seeds
         first = k * c.prompts
-        chosen = gppo.prompts_at(tasks, first, c.prompts, rl.seed)
+        chosen = data.stream(tasks, first, c.prompts, rl.seed)
         return [t["prompt_ids"] for t in chosen], gppo.sampling_params(rl, range(first, first + c.prompts), stop)
 
     times = {"engine": [], "transformers": []}

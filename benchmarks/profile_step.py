@@ -65,7 +65,7 @@ def main(cfg: ProfileConfig):
              (gppo, "rl_loss_from_hidden", "  loss forward"),
              (torch.Tensor, "backward", "  backward"),
              (torch.optim.AdamW, "step", "  AdamW step"),
-             (gppo, "sync_engine", "sync")]
+             (gppo, "copy_weights", "sync")]
     for owner, attr, name in parts:
         setattr(owner, attr, timed(totals, name, getattr(owner, attr)))
     rank, world, device = trainer.init_distributed(gcfg.device, gcfg.dist_timeout_minutes)

@@ -179,16 +179,18 @@ class AblateConfig:
         counts = min(self.seeds, self.sft_seeds, self.parallel, self.ckpt_every) < 1 or self.eval_every < 0
         if bad or split or counts or any(self.prompts_per_step % u for u in (*UPDATES, self.beta1_updates,
                                                                              self.off_updates)):
-            raise SystemExit(f"error: AblateConfig: arms must be a subset of {list(ARMS)} (unknown: {sorted(bad)}); "
+            raise ValueError(f"AblateConfig: arms must be a subset of {list(ARMS)} "
+                             f"(unknown: {sorted(bad)}); "
                              "seeds, sft_seeds, parallel, ckpt_every >= 1, eval_every >= 0; (code_)prompts_per_step "
                              "multiples of mini_batch_prompts; prompts_per_step a multiple of every sweep point "
                              f"{UPDATES}, of beta1_updates and of off_updates")
         if self.metric not in ("on_policy", "held_out") or (self.metric == "held_out" and not self.eval_every):
-            raise SystemExit(f"error: AblateConfig: metric={self.metric!r} must be on_policy or held_out (held_out "
-                             "needs eval_every > 0)")
+            raise ValueError(f"AblateConfig: metric={self.metric!r} must be on_policy or held_out "
+                             "(held_out needs eval_every > 0)")
         if self.pilot_steps <= self.warmup_steps:
-            raise SystemExit(f"error: AblateConfig: pilot_steps={self.pilot_steps} must exceed warmup_steps="
-                             f"{self.warmup_steps} (the pilot reads the clipped fraction after the warmup)")
+            raise ValueError(f"AblateConfig: pilot_steps={self.pilot_steps} must exceed "
+                             f"warmup_steps={self.warmup_steps} (the pilot reads the clipped fraction "
+                             "after the warmup)")
 
 
 # ---- metrics -> tables (pure functions; tests/test_ablate.py)

@@ -60,7 +60,7 @@ class MechanismConfig:
     def __post_init__(self):
         u = [int(x) for x in self.updates.split(",")]
         if min(u) < 1 or any(self.batch_prompts % x for x in u) or not 0 < self.correct < self.tokens:
-            raise SystemExit(f"error: MechanismConfig: every updates value must divide batch_prompts "
+            raise ValueError(f"MechanismConfig: every updates value must divide batch_prompts "
                              f"({self.batch_prompts}) and be >= 1, got {self.updates}; 0 < correct < tokens")
 
 
@@ -89,7 +89,7 @@ def exact_metrics(W, world) -> tuple:
 
 
 def group_advantages(rewards):
-    """(S, P, G) rewards -> GRPO advantages per group (unbiased std, as gppo.group_advantages)."""
+    """(S, P, G) rewards -> GRPO advantages per group (unbiased std, as gppo_loss's)."""
     return (rewards - rewards.mean(-1, keepdim=True)) / (rewards.std(-1, keepdim=True) + 1e-6)
 
 

@@ -92,7 +92,7 @@ class RehearsalConfig:
     def __post_init__(self):
         unknown = [s for s in self.stages.split(",") if s not in STAGES]
         if unknown:
-            raise SystemExit(f"error: --stages: unknown stage(s) {unknown}; known: {','.join(STAGES)}")
+            raise ValueError(f"--stages: unknown stage(s) {unknown}; known: {','.join(STAGES)}")
         self.tokenizer = self.tokenizer or os.environ.get("QWEN3_TOKENIZER_DIR", "")
 
 
@@ -169,7 +169,8 @@ def write_data(cfg: RehearsalConfig) -> dict:
 # ----------------------------------------------------------------------------- the stages (each in its own process)
 
 def stage_checkpoint(cfg, paths):
-    from model import Qwen3, from_pretrained, save_pretrained
+    from model import Qwen3
+    from model import from_pretrained, save_pretrained
     c, ckpt = qwen3_0_6b(), os.path.join(cfg.out_dir, "base")
     with torch.device("meta"):
         model = Qwen3(c).to(torch.bfloat16)
@@ -214,11 +215,12 @@ def stage_gppo(cfg, paths):
     import reward
     out = os.path.join(cfg.out_dir, "gppo")
     syncs = []
-    sync = gppo.sync_engine
+    sync = gppo.copy_weights
 
     def checked_sync(policy, engine_model):
-        """gppo.sync_engine, then a check that the engine's weights now equal the policy's (torch.equal: no
-        temporaries beyond a bool mask, so the check adds little to the measured peak)."""
+        """gppo.py's copy_weights (step 7), then a check that the engine's weights now equal the
+        policy's (torch.equal: no temporaries beyond a bool mask, so the check adds little to the
+        measured peak)."""
         sync(policy, engine_model)
         with torch.no_grad():
             syncs.append(all(torch.equal(q, (p.full_tensor() if hasattr(p, "full_tensor") else p).to(q.dtype))
@@ -230,7 +232,7 @@ def stage_gppo(cfg, paths):
         tie = (sum(token_ids) % 1000) / 1000                      # in [0, 1): differs between samples
         return r + 0.01 * tie, r == 1.0 or tie >= 0.5
 
-    gppo.sync_engine = checked_sync
+    gppo.copy_weights = checked_sync
     max_prompt = 256
     gppo.main(parse_config(gppo.GPPOConfig, [
         f"--init_from={os.path.join(cfg.out_dir, 'sft', 'hf')}", f"--math_data={paths['math']}", f"--out_dir={out}",

@@ -23,17 +23,19 @@ def parse_config(config, argv=None, usage: str = ""):
     key "" is the dataclass used when the first argument is no command (`python tool.py --steps=5` beside
     `python tool.py stats FILE`). A value is converted to its field's type; a bool takes true/false/1/0, and
     a bare `--flag` means true. A dataclass with a class variable `positional = "name"` takes one bare argument as
-    that field (`stats FILE`). Unknown keys, bad values, stray words and a SystemExit(message) from the dataclass's
-    own checks raise CommandLineError (exit status 2) after printing its one line; -h / --help prints a usage line
-    (`usage` replaces the one of a run without a command word), the dataclass's
-    docstring if it has one, and every option with its default and the comment beside it; exit status 0.
+    that field (`stats FILE`).
+    Unknown keys, bad values, stray words and a ValueError(message) from the dataclass's own checks
+    (its __post_init__) raise CommandLineError (exit status 2) after printing one line,
+    "error: message". -h / --help prints a usage line (`usage` replaces the one of a run without a
+    command word), the dataclass's docstring if it has one, and every option with its default and
+    the comment beside it; exit status 0.
     Returns the config (its __post_init__ checks combinations); with commands, its class says which one ran."""
     argv = sys.argv[1:] if argv is None else list(argv)
     script = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0].endswith(".py") else "SCRIPT"
     commands = config if isinstance(config, dict) else {"": config}
     command = argv[0] if argv and argv[0] in commands else ""
     argv = argv[1:] if command else argv
-    if command not in commands:                  # a script whose every run names a command (data.py)
+    if command not in commands:                  # no default command: every run names one
         if argv[:1] in (["-h"], ["--help"]):
             _print_help(script, commands, None, usage)
         raise CommandLineError(f"error: python {script} needs a command first: {' | '.join(commands)} "
@@ -60,10 +62,8 @@ def parse_config(config, argv=None, usage: str = ""):
         values[key] = _option_value(key, raw, _field_type(types[key]))
     try:
         return cls(**values)
-    except SystemExit as e:                      # its __post_init__ refused a combination, with a message
-        if isinstance(e.code, str):
-            raise CommandLineError(e.code) from None
-        raise
+    except ValueError as e:                      # its __post_init__ refused a value or combination
+        raise CommandLineError(f"error: {e}") from None
 
 
 class CommandLineError(SystemExit):

@@ -152,6 +152,11 @@ _MATH_WORKER_MEMORY = 4 << 30
 
 
 if __name__ == "__main__":
+    usage = ("usage: python math_checker.py GOLD ANSWER   (e.g. '\\frac12' 0.5): prints "
+             "gold_parsed equal")
+    if sys.argv[1:2] in (["-h"], ["--help"]):
+        print(usage)
+        sys.exit(0)
     if len(sys.argv) != 3:
-        sys.exit("usage: python math_checker.py GOLD ANSWER   (e.g. '\\frac12' 0.5): prints gold_parsed equal")
+        sys.exit(usage)
     print(*compare(sys.argv[1], sys.argv[2]) or ("timeout",))

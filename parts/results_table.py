@@ -3,10 +3,18 @@ problems, k, Avg@k, pass@j, mean reward, format failures, mean length, truncatio
 
     print(compare_files("out/eval/sft/results.json,out/eval/rl/results.json", "SFT,GPPO"))
     python results_table.py A/results.json,B/results.json [LABEL_A,LABEL_B]
-Standard library only.
+A file that is not a readable results.json raises TableError, one line naming it. Standard library
+only.
 """
 import json
 import sys
+
+USAGE = "usage: python results_table.py A/results.json,B/results.json [LABEL_A,LABEL_B]"
+
+
+class TableError(ValueError):
+    """A results file that cannot be read as eval.py's results.json, or labels that do not match
+    the files."""
 
 
 def format_table(results_list: list, labels: list | None = None) -> str:
@@ -38,19 +46,26 @@ def compare_files(paths: str, labels: str = "") -> str:
     files = [p.strip() for p in paths.split(",") if p.strip()]
     names = [x.strip() for x in labels.split(",")] if labels else None
     if names is not None and len(names) != len(files):
-        raise SystemExit(f"error: --labels has {len(names)} names for {len(files)} --compare files")
+        raise TableError(f"{len(names)} labels for {len(files)} files: give one label per file")
     results = []
     for path in files:
         try:
             results.append(json.load(open(path)))
         except (OSError, json.JSONDecodeError) as e:
-            raise SystemExit(f"error: --compare: cannot read {path}: {e}") from None
+            raise TableError(f"cannot read {path}: {e}") from None
         if not isinstance(results[-1], dict) or "benchmarks" not in results[-1]:
-            raise SystemExit(f"error: --compare: {path} is not a results.json written by eval.py (no 'benchmarks')")
+            raise TableError(f"{path} is not a results.json written by eval.py (no 'benchmarks')")
     return format_table(results, names)
 
 
 if __name__ == "__main__":
-    if len(sys.argv) not in (2, 3) or sys.argv[1] in ("-h", "--help"):
-        raise SystemExit("usage: python results_table.py A/results.json,B/results.json [LABEL_A,LABEL_B]")
-    print(compare_files(sys.argv[1], sys.argv[2] if len(sys.argv) == 3 else ""))
+    if sys.argv[1:2] in (["-h"], ["--help"]):
+        print(USAGE)
+        sys.exit(0)
+    if len(sys.argv) not in (2, 3):
+        sys.exit(USAGE)
+    try:
+        print(compare_files(sys.argv[1], sys.argv[2] if len(sys.argv) == 3 else ""))
+    except TableError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)

@@ -46,6 +46,7 @@ class SandboxConfig:
     output_mb: float = 8.0       # cap on stdout + stderr bytes read from one test
     workers: int = 0             # tests of one program run at once; 0 -> cores
     cores: int = 0               # tests of this whole process run at once, on as many cores; 0 -> usable CPUs
+    #                              shared among this machine's ranks of a job ($LOCAL_WORLD_SIZE)
     namespaces: str = "auto"     # "auto": use them when unshare works; "on": required; "off": never
     cgroup: str = "auto"         # "auto": cgroups (v2 or v1) per test where we may make them; "off"; or a v2 directory
     uid: int = 65534             # as root: the uid a candidate has inside its user namespace (65534 = nobody)
@@ -361,7 +362,8 @@ _NO_NESTED_USER_NAMESPACES = 'echo 0 > /proc/sys/user/max_user_namespaces && exe
 
 
 def _cores(cfg: SandboxConfig) -> int:
-    return cfg.cores or len(os.sched_getaffinity(0))
+    local_processes = int(os.environ.get("LOCAL_WORLD_SIZE", 1))   # torchrun's ranks here
+    return cfg.cores or max(1, len(os.sched_getaffinity(0)) // local_processes)
 
 
 def _limits(cfg: SandboxConfig, per_test_pids: bool, memory_cgroup: bool) -> dict:

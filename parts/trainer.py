@@ -6,10 +6,12 @@
     ckpt = Checkpointer(root); ckpt.resume(model, opt)   # sharded DCP: the newest complete checkpoint
     ckpt.save(model, opt, state)                      # in the background, committed atomically when whole
     run_entry_point(main, cfg)                        # bad input: one line from rank 0, exit status 2
-Also: threads per rank, InputError and agree_on_inputs (every rank stops together on bad input), loading the full
-weights from rank 0 into the shards (no rank holds a full fp32 copy), the metrics file (strict JSON), the graceful
-stop on SIGTERM and Ctrl-C with a checkpoint, the full state dict gathered on rank 0 for an export and its atomic
-publication (out_dir/hf, a link to exports/step-N). torch only.
+Also: threads per rank, InputError and agree_on_inputs (every rank stops together on bad input),
+TrainingStopped (a NaN: one line, the step a rerun resumes from), loading the full weights from
+rank 0 into the shards (no rank holds a full fp32 copy) and copying them into a plain model in
+place, work spread evenly over the ranks (balance_ranks, lockstep), the metrics file (strict JSON),
+the graceful stop on SIGTERM and Ctrl-C with a checkpoint, the full state dict gathered on rank 0
+for an export and its atomic publication (out_dir/hf, a link to exports/step-N). torch only.
 """
 import dataclasses
 import datetime
@@ -38,7 +40,7 @@ def run_entry_point(main, cfg, **kwargs):
     status = 0
     try:
         main(cfg, **kwargs)
-    except InputError as e:   # every rank raised it (agree_on_inputs): rank 0 says it once, then all leave together
+    except (InputError, TrainingStopped) as e:   # every rank raised it: rank 0 says it, all leave
         print0(f"error: {e}", file=sys.stderr)
         status = 2
         if dist.is_initialized() and dist.get_world_size() > 1:
@@ -46,7 +48,7 @@ def run_entry_point(main, cfg, **kwargs):
     except KeyboardInterrupt as e:   # a training loop's Checkpointer says which step a rerun resumes from
         print0(f"interrupted (Ctrl-C){': ' + str(e) if str(e) else ''}", file=sys.stderr)
         status = 130
-    except SystemExit as e:   # a check that failed with a message (e.g. an impossible batch size), or a stop
+    except SystemExit as e:   # a deliberate exit that has said why (a graceful stop: 128 + signal)
         if isinstance(e.code, str):
             print0(e.code, file=sys.stderr)
         status = e.code if isinstance(e.code, int) else 2
@@ -120,16 +122,10 @@ class InputError(Exception):
     """Bad input from the user (an option, a data file, a checkpoint): shown as one line, exit status 2."""
 
 
-FILE_ERRORS = (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError)
-
-
-def read_input(option: str, load, *args, errors: tuple = FILE_ERRORS, **kwargs):
-    """load(*args, **kwargs), with an exception of the declared input `errors` turned into one InputError naming the
-    option. Anything else is a bug and keeps its traceback."""
-    try:
-        return load(*args, **kwargs)
-    except errors as e:
-        raise InputError(f"{option}: {e}") from None
+class TrainingStopped(Exception):
+    """A run that cannot go on, though its input was good: a loss or gradient norm that is NaN or
+    infinite. Every rank raises it at the same step, before the update; shown as one line that the
+    Checkpointer completes with the step a rerun resumes from, exit status 2."""
 
 
 def agree_on_inputs(load):
@@ -167,6 +163,61 @@ def global_max(x, device) -> float:
     t = torch.tensor([x], dtype=torch.float64, device=device)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return t.item()
+
+
+# ----------------------------------------------------------------------------- work over the ranks
+
+def balance_ranks(batches: list, size, rank: int, world: int) -> list:
+    """Per batch (this rank's list of items), move items between ranks so that each rank holds
+    about the mean total size(item): every rank waits for the busiest in each collective. Only the
+    sizes travel to plan (balance_plan); then only the items that move, which join their new rank's
+    list by source rank and index (so items that were together stay together). Collective."""
+    if world == 1:
+        return batches
+    sizes = [None] * world
+    dist.all_gather_object(sizes, [[size(item) for item in items] for items in batches])
+    plans = [balance_plan([sizes[r][b] for r in range(world)]) for b in range(len(batches))]
+    outgoing = [(b, rank, i, item) for b, items in enumerate(batches)
+                for i, item in enumerate(items) if plans[b][rank][i] != rank]
+    moved = [None] * world
+    dist.all_gather_object(moved, outgoing)
+    balanced = [[item for i, item in enumerate(items) if plans[b][rank][i] == rank]
+                for b, items in enumerate(batches)]
+    arrivals = sorted((move for moves in moved for move in moves), key=lambda move: move[:3])
+    for b, source, i, item in arrivals:
+        if plans[b][source][i] == rank:
+            balanced[b].append(item)
+    return balanced
+
+
+def balance_plan(sizes: list) -> list:
+    """sizes[r]: the sizes of rank r's items -> dest[r][i], the rank that takes each. Each rank
+    keeps its own, in order, while they fit under the mean load; the rest go largest first to the
+    least loaded rank (its own on a tie). No rank ends above the mean by more than the largest
+    item."""
+    world = len(sizes)
+    target = sum(map(sum, sizes)) / world
+    dest = [[r] * len(items) for r, items in enumerate(sizes)]
+    load = [0] * world
+    spill = []
+    for r, items in enumerate(sizes):
+        for i, n in enumerate(items):
+            if load[r] + n <= target:
+                load[r] += n
+            else:
+                spill.append((-n, r, i))
+    for neg_n, r, i in sorted(spill):
+        to = min(range(world), key=lambda q: (load[q], q != r, q))
+        dest[r][i] = to
+        load[to] -= neg_n
+    return dest
+
+
+def lockstep(rows: list, device) -> list:
+    """This rank's rows, then None as many times as the busiest rank has more: FSDP's forward and
+    backward are collectives, so every rank runs the same number of passes (a rank with fewer runs
+    dummy ones). Collective."""
+    return rows + [None] * (int(global_max(len(rows), device)) - len(rows))
 
 
 # ----------------------------------------------------------------------------- FSDP2
@@ -209,11 +260,38 @@ def fill_from_rank0(model, read_weights, device: torch.device):
     return model
 
 
+def load_sharded(model, read_weights, device: torch.device, param_dtype: torch.dtype | None = None):
+    """A model built on the meta device (fp32), FSDP2-sharded (shard_model) and filled with a checkpoint's weights,
+    no rank holding a full fp32 copy: read_weights(dtype, device) returns the full state dict, called by rank 0 with
+    no arguments (host memory, as stored; fill_from_rank0). One rank left unsharded reads straight into fp32 on the
+    device, one tensor at a time."""
+    model = shard_model(model, device, param_dtype)
+    if is_sharded(model):
+        return fill_from_rank0(model, read_weights, device)
+    model.load_state_dict(read_weights(torch.float32, device), strict=False, assign=True)
+    model.tie_weights()   # assign=True replaced a tied Parameter object; tie again
+    return model
+
+
 def full_state_dict(model) -> dict | None:
     """The whole model's parameters on rank 0's CPU (None on the other ranks), gathered shard by shard."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
     sd = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
     return sd if dist.get_rank() == 0 else None
+
+
+@torch.no_grad()
+def copy_weights(model, into):
+    """Copy a (possibly FSDP2-sharded) model's weights into `into`, a plain model of the same
+    architecture, in place, one full parameter at a time (all ranks gather): whoever holds `into`'s
+    tensors (an inference engine) sees the new weights. A parameter of `into` emptied to free its
+    memory gets its storage back first."""
+    for (name, p), (name2, q) in zip(model.named_parameters(), into.named_parameters()):
+        assert name == name2, (name, name2)
+        full = p.full_tensor() if hasattr(p, "full_tensor") else p
+        if q.numel() != full.numel():
+            q.data = q.data.new_empty(full.shape)
+        q.copy_(full)
 
 
 def on_for_device(what: str, setting: str, device: torch.device) -> bool:
@@ -457,11 +535,11 @@ class Checkpointer:
         return self
 
     def __exit__(self, kind, error, traceback_):
-        """A stop with a message (a non-finite loss), Ctrl-C, or an error on this rank: this rank's write in flight
-        is waited for (not a collective: the other ranks may be elsewhere), then which step a rerun resumes from is
-        added to what is said. SIGTERM's stop and a failed write have said it already."""
-        if error is not None and not isinstance(error, InputError) and \
-                not (isinstance(error, SystemExit) and not isinstance(error.code, str)):
+        """A TrainingStopped (a non-finite loss), Ctrl-C, or an error on this rank: this rank's
+        write in flight is waited for (not a collective: the other ranks may be elsewhere), then
+        which step a rerun resumes from is added to what is said. SIGTERM's stop (a SystemExit) and
+        a failed write have said it already."""
+        if error is not None and not isinstance(error, (InputError, SystemExit)):
             failure = None
             try:
                 failure = self._wait_here()
@@ -470,8 +548,8 @@ class Checkpointer:
             where = self.kept() + (f" ({failure})" if failure else "")
             if self.writer is not None:
                 self.writer.shutdown(wait=False)
-            if isinstance(error, SystemExit):
-                raise SystemExit(f"{error.code}; {where}") from None
+            if isinstance(error, TrainingStopped):
+                raise TrainingStopped(f"{error}; {where}") from None
             if isinstance(error, KeyboardInterrupt):
                 raise KeyboardInterrupt(where) from None
             error.add_note(where)
@@ -646,6 +724,40 @@ def checkpoint_state(model, optimizer):
     from torch.distributed.checkpoint.state_dict import get_state_dict
     model_sd, optim_sd = get_state_dict(model, optimizer)
     return {"model": model_sd, "optim": optim_sd}
+
+
+def export_hf(model, export, step: int):
+    """Gather the full weights on rank 0 and write them as out_dir/exports/step-N (export.write(model, directory,
+    weights): a Hugging Face directory), written beside the previous export and then swapped in (publish_export): a
+    kill or a full disk midway leaves out_dir/hf the previous one, whole. export: anything with out_dir, keep and
+    write. Collective; a failed write is one line (InputError) on every rank. A step already exported (a finished
+    run run again, or redone after a resume) is left as it is."""
+    final = os.path.join(export.out_dir, "exports", f"step-{step}")
+    if os.path.isdir(final):   # weights equal to these: a resume is exact
+        print0(f"{final}: the export of step {step} is there already")
+        if dist.get_rank() == 0:
+            publish_export(export.out_dir, step, export.keep)   # hf linked, if a kill came before
+        dist.barrier()
+        return
+    weights = full_state_dict(model)
+
+    def write():   # rank 0 writes; every rank stops with its error
+        if weights is None:
+            return
+        tmp = final + ".tmp"
+        try:
+            if os.path.exists(tmp):
+                shutil.rmtree(tmp)
+            export.write(model, tmp, weights)
+            publish_export(export.out_dir, step, export.keep)
+        except OSError as e:
+            hf = os.path.join(export.out_dir, "hf")
+            kept = "there is no export before it"
+            if os.path.exists(hf):
+                kept = f"{hf} is still the one before it, whole ({os.path.realpath(hf)})"
+            raise InputError(f"{e.filename or tmp}: cannot write the export of step {step}: "
+                             f"{e.strerror or e}{free_space(export.out_dir)}; {kept}") from None
+    agree_on_inputs(write)
 
 
 def publish_export(out_dir: str, step: int, keep: int):

@@ -57,7 +57,8 @@ def tiny_checkpoint(tmp_path_factory, toy_files):
     import shutil
 
     import data
-    from model import Qwen3, Qwen3Config, save_pretrained
+    from model import Qwen3, Qwen3Config
+    from model import save_pretrained
     path = str(tmp_path_factory.mktemp("tiny"))
     for name in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copy(os.path.join(toy_files["sums"], "tokenizer", name), path)

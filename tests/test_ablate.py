@@ -139,7 +139,7 @@ def test_the_pilot_picks_the_off_policy_lr_from_clip_fractions_only(tmp_path):
     assert off["gppo-b0.25-off-s1"]["beta1"] == "0.25" and off["cispo-off-s0"]["loss_mode"] == "cispo"
     pilot_metrics(str(tmp_path / "none" / "abl"), {1e-4: 0.001, 2e-4: 0.002, 4e-4: 0.004})
     assert ablate.off_policy_lr(cfg(tmp_path / "none", pilot_lrs="1e-4,2e-4,4e-4"))[0] == 4e-4   # none: the largest
-    with pytest.raises(SystemExit, match="pilot_steps=10 must exceed warmup_steps=10"):
+    with pytest.raises(ValueError, match="pilot_steps=10 must exceed warmup_steps=10"):
         ablate.AblateConfig(pilot_steps=10)
 
 
@@ -170,7 +170,7 @@ def test_sweep_plan_sets_updates_per_batch_rule_and_beta1(tmp_path):
     # the higher-lr point of the sweep: its own lr, the last sweep point's updates
     assert ablate.rl_options("cispo-u16-lr0.0002", ablate.AblateConfig()) == [
         "--loss_mode=cispo", "--mini_batch_prompts=1", "--lr=0.0002"]
-    with pytest.raises(SystemExit, match="multiple of every sweep point"):
+    with pytest.raises(ValueError, match="multiple of every sweep point"):
         ablate.AblateConfig(prompts_per_step=24, mini_batch_prompts=4)
 
 

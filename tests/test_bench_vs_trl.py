@@ -21,10 +21,11 @@ def test_longtail_stream_has_the_long_prompts_where_asked(tmp_path, toy_files):
     prompts = bench_vs_trl.prompt_stream(str(model), options, 3 * 32)
     long = [len(p["answer"]) >= 12 for p in prompts]            # two 12-digit operands: a 12- or 13-digit sum
     assert long == [j % 32 < 3 for j in range(3 * 32)]
-    # the same stream as gppo.py's own: its tasks, permuted by prompts_at
+    # the same stream as gppo.py's own: its tasks, permuted by data.stream
     gcfg = parse_config(gppo.GPPOConfig, [f"--init_from={model}", *options])
-    tasks = gppo.load_tasks(gcfg, data.load_tokenizer(str(model)))
-    assert [p["prompt_ids"] for p in prompts] == [t["prompt_ids"] for t in gppo.prompts_at(tasks, 0, 96, gcfg.seed)]
+    tasks = data.rl_prompts(gcfg, data.load_tokenizer(str(model)))[0]
+    stream = data.stream(tasks, 0, 96, gcfg.seed)
+    assert [p["prompt_ids"] for p in prompts] == [t["prompt_ids"] for t in stream]
     assert "What is" in prompts[0]["text"] and prompts[0]["text"].count("<|im_start|>") == 2   # the chat template
 
 

@@ -18,7 +18,8 @@ sys.path.insert(0, ROOT)
 import gppo  # noqa: E402
 import sft  # noqa: E402
 from parts import trainer  # noqa: E402
-from model import Qwen3, Qwen3Config, from_pretrained, save_pretrained  # noqa: E402
+from model import Qwen3, Qwen3Config  # noqa: E402
+from model import from_pretrained, save_pretrained  # noqa: E402
 from rollout import LLMEngine, SamplingParams, kv_block_bytes, kv_cache_blocks  # noqa: E402
 
 U_BF16 = 2.0 ** -8   # unit roundoff of bf16 (8 significant bits, round to nearest even)
@@ -165,7 +166,7 @@ def test_engine_bf16_copy_loads_samples_and_syncs(tmp_path):
     with torch.no_grad():                                   # a training step moves the fp32 policy ...
         for p in policy.parameters():
             p.add_(torch.randn(p.shape, generator=step) * 0.05)
-    gppo.sync_engine(policy, engine_model)                  # ... and the bf16 engine copy follows, in place
+    trainer.copy_weights(policy, engine_model)              # ... the bf16 engine copy follows, in place
     for (name, p), (_, q) in zip(policy.named_parameters(), engine_model.named_parameters()):
         assert q.dtype == torch.bfloat16 and torch.equal(q, p.detach().to(torch.bfloat16)), name
     check_greedy_and_logprobs()                              # the next generate() samples from the new weights

@@ -314,7 +314,8 @@ def test_an_export_stops_at_im_end_in_transformers(tmp_path, monkeypatch, toy_fi
     <|im_end|> first stops after it (an export without it, as before, generated max_new_tokens copies of it)."""
     pytest.importorskip("transformers", reason="transformers is not installed (it is not a project dependency)")
     from transformers import AutoModelForCausalLM
-    import sft
+    from model import hf_name
+    from parts import hf_checkpoint
     trainer.init_distributed("cpu")
     shutil.copytree(os.path.join(toy_files["sums"], "tokenizer"), tmp_path / "tokenizer")
     tokenizer = data.load_tokenizer(str(tmp_path / "tokenizer"))
@@ -332,9 +333,9 @@ def test_an_export_stops_at_im_end_in_transformers(tmp_path, monkeypatch, toy_fi
         model.norm.weight[0] = 1.0
         model.lm_head.weight.zero_()
         model.lm_head.weight[im_end, 0] = 10.0
-    export = sft.Export(str(tmp_path / "run"), str(tmp_path / "tokenizer"), torch.float32,
-                        sft.generation_config(tokenizer), keep=1)
-    sft.export_hf(model, export, step=1)
+    export = hf_checkpoint.Export(str(tmp_path / "run"), str(tmp_path / "tokenizer"), torch.float32,
+                                  hf_checkpoint.generation_config(data.stop_token_ids(tokenizer)), hf_name, keep=1)
+    trainer.export_hf(model, export, step=1)
     monkeypatch.setenv("USE_HUB_KERNELS", "0")   # transformers 5 would fetch kernels from the Hub
     hf = AutoModelForCausalLM.from_pretrained(str(tmp_path / "run" / "hf"))
     prompt = torch.tensor([data.encode_prompt(tokenizer, "What is 2 + 3?")])
@@ -347,16 +348,18 @@ def test_an_export_that_fails_leaves_the_previous_one(tmp_path, monkeypatch):
     the directory and the cause; hf still links to step 1's export, which loads."""
     import safetensors.torch
     from safetensors import SafetensorError
-    import sft
+    from model import hf_name
+    from parts import hf_checkpoint
     trainer.init_distributed("cpu")
-    export = sft.Export(str(tmp_path), None, torch.float32, {"eos_token_id": [1, 2]}, keep=2)
-    sft.export_hf(tiny_model(seed=1), export, step=1)
+    export = hf_checkpoint.Export(str(tmp_path), None, torch.float32, {"eos_token_id": [1, 2]}, hf_name,
+                                  keep=2)
+    trainer.export_hf(tiny_model(seed=1), export, step=1)
 
     def full(*args, **kwargs):
         raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
     monkeypatch.setattr(safetensors.torch, "save_file", full)
     with pytest.raises(trainer.InputError) as stop:
-        sft.export_hf(tiny_model(seed=2), export, step=2)
+        trainer.export_hf(tiny_model(seed=2), export, step=2)
     message = str(stop.value)
     assert message.startswith(f"{tmp_path}/exports/step-2.tmp: cannot write the export of step 2") and \
         "No space left on device" in message and f"{tmp_path}/hf is still the one before it" in message, message

@@ -131,6 +131,38 @@ def one_error_line(proc) -> str:
     return errors[0]
 
 
+def test_a_config_check_is_one_line():
+    """A config's own check, its __post_init__ raising ValueError (any entry point's config does so), is one line
+    and exit status 2: in-process from parse_config, and from the shell (gppo.py's loss settings, checked by
+    gppo_loss.LossConfig)."""
+    from dataclasses import dataclass
+
+    @dataclass
+    class StepsConfig:
+        steps: int = 1   # how many
+
+        def __post_init__(self):
+            if self.steps < 1:
+                raise ValueError("StepsConfig: steps must be >= 1")
+
+    with pytest.raises(SystemExit, match="^error: StepsConfig: steps must be >= 1$") as stop:
+        parse_config(StepsConfig, ["--steps=0"])
+    assert stop.value.code == 2
+    line = one_error_line(run("gppo.py", "--eps_low=2"))
+    assert "eps_low" in line and "1−eps_low" in line, line
+
+
+def test_a_checkpoint_that_is_not_qwen3_is_one_line(tmp_path):
+    """A --init_from whose config.json is another architecture (model.CheckpointError, turned into an InputError by
+    data.read): one line naming the option and the file, exit status 2, before any data is built."""
+    (tmp_path / "llama").mkdir()
+    (tmp_path / "llama" / "config.json").write_text('{"model_type": "llama", "architectures": ["LlamaForCausalLM"]}')
+    proc = run("sft.py", f"--init_from={tmp_path}/llama", f"--out_dir={tmp_path}/out")
+    line = one_error_line(proc)
+    assert line.startswith(f"error: --init_from={tmp_path}/llama: {tmp_path}/llama/config.json: model_type='llama'")
+    assert "data: " not in proc.stdout, proc.stdout[-2000:]
+
+
 @pytest.fixture(scope="module")
 def bad_files(tmp_path_factory):
     d = tmp_path_factory.mktemp("bad")
@@ -255,26 +287,27 @@ def test_eval_labels_and_scoring_progress(capsys):
 
 
 def test_only_declared_input_errors_become_one_line(tmp_path):
-    """sft.read (trainer.read_input with the project's errors): the declared input errors (data.DataError, a path that is not there, model.CheckpointError)
-    become one InputError naming the option; any other exception is a bug and keeps its type and traceback."""
+    """data.read, what every entry point reads its inputs with: the declared input errors (data.DataError, a path that
+    is not there, model.CheckpointError) become one InputError naming the option; any other exception is a bug and
+    keeps its type and traceback."""
     from model import from_pretrained
 
     def bad_rows():
         raise data.DataError("x.jsonl:3: field 'answer' is missing")
 
     with pytest.raises(trainer.InputError, match="^--math_data: x.jsonl:3: field 'answer'"):
-        sft.read("--math_data", bad_rows)
+        data.read("--math_data", bad_rows)
     with pytest.raises(trainer.InputError, match="^--tokenizer=T: no tokenizer at .*no_such_dir"):
-        sft.read("--tokenizer=T", data.load_tokenizer, str(tmp_path / "no_such_dir"))
+        data.read("--tokenizer=T", data.load_tokenizer, str(tmp_path / "no_such_dir"))
     (tmp_path / "config.json").write_text('{"model_type": "llama", "architectures": ["LlamaForCausalLM"]}')
     with pytest.raises(trainer.InputError, match=r"^--init_from=D: .*config.json: model_type='llama'.*Qwen3 \(dense\) only"):
-        sft.read("--init_from=D", from_pretrained, str(tmp_path))
+        data.read("--init_from=D", from_pretrained, str(tmp_path))
 
     def buggy_loader():
         return {}["a key the code forgot"]          # a KeyError no input check raised: a bug
 
     with pytest.raises(KeyError) as bug:
-        sft.read("--data", buggy_loader)
+        data.read("--data", buggy_loader)
     assert "buggy_loader" in [entry.name for entry in bug.traceback]
 
 

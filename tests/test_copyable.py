@@ -1,7 +1,8 @@
 """Copyable for real: each part (parts/*.py) is copied ALONE into an empty folder and, in a fresh interpreter that
 sees only the installed dependencies, imports, answers its command line where it has one, and does one small real
-thing; each story file at the top is copied with the project files it imports (and theirs) and answers --help (or
-imports, where it has no command line). A part that imports another project file fails here."""
+thing, and answers --help with exit status 0; each story file at the top is copied with the project files it imports
+(and theirs) and answers --help (or imports, where it has no command line). A part that imports another project file
+fails here."""
 import ast
 import os
 import re
@@ -35,6 +36,11 @@ CHECKS = {
     "norm_kernels": ("import torch, norm_kernels\nx = torch.tensor([[3.0, 4.0]])\n"
                      "print(norm_kernels.rms_norm(x, torch.ones(2), 0.0).tolist())",
                      "[[0.8485281"),   # (3, 4) / sqrt(12.5)
+    "hf_checkpoint": ("import types, torch, hf_checkpoint as h\nm = torch.nn.Linear(2, 3, bias=False)\n"
+                      "m.config = types.SimpleNamespace(tie_word_embeddings=False, to_hf_dict=dict)\n"
+                      "h.save_pretrained(m, 'ck', str)\nw = h.read_weights('ck', m, str, torch.bfloat16)\n"
+                      "print(h.stored_dtype('ck', m, str), w['weight'].dtype, torch.equal(w['weight'], "
+                      "m.weight.detach().bfloat16()))", "torch.float32 torch.bfloat16 True"),
     "math_checker": ("import math_checker\nprint(math_checker.compare('\\\\frac12', '0.5'))", "(True, True)"),
     "results_table": ("import results_table\nb = dict(problems=2, k=4, avg_at_k=0.5, pass_at_k={'1': 0.5, '4': 1.0}, "
                       "mean_reward=0.5, format_failure_rate=0.0, mean_length=9.0, truncated_rate=0.0)\n"
@@ -103,6 +109,18 @@ def test_a_part_runs_alone(part, tmp_path):
         assert errors and max(errors) <= 64 * 5 * 2**-24, proc.stdout
     else:
         assert expected in proc.stdout, proc.stdout + proc.stderr[-2000:]
+
+
+@pytest.mark.parametrize("part", PARTS)
+def test_a_part_answers_help_alone(part, tmp_path):
+    """`python PART.py --help` in a folder holding only that part: exit status 0 (a part without a command line
+    does nothing; one with its own self-check runs it); a part whose command line takes arguments prints its usage."""
+    shutil.copy(os.path.join(ROOT, "parts", f"{part}.py"), tmp_path)
+    proc = subprocess.run([sys.executable, f"{part}.py", "--help"], cwd=tmp_path, env=fresh_env(),
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    if part in ("math_checker", "results_table"):   # python math_checker.py GOLD ANSWER, results_table.py FILES
+        assert proc.stdout.startswith("usage: python"), proc.stdout
 
 
 @pytest.mark.parametrize("story", STORIES)

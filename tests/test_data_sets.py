@@ -2,7 +2,7 @@
 schema source, listed in data.py's docstring): what comes out of the loaders (the rendered SFT text, the ground
 truth, the number of tests; a correct program scores 1.0 in reward.py's sandbox, a wrong one less), the same
 records from JSON lines, JSON arrays and parquet, rows that cannot be graded refused or skipped and counted, assert
-programs turned into data-compared tests, and one line for bad input from `data.py stats`."""
+programs turned into data-compared tests, and one line for bad input from tools/data_stats.py."""
 import ast
 import json
 import os
@@ -434,7 +434,7 @@ def test_eval_reads_the_authors_benchmark_files_in_any_format(tmp_path):
     assert benchmarks[1]["problems"][0]["answer"] == "50"
 
 
-# ----------------------------------------------------------------------------- data.py stats
+# ----------------------------------------------------------------------------- tools/data_stats.py
 
 def test_stats_reads_every_format_and_gives_one_line_for_bad_input(tmp_path, capsys):
     parquet = write_twins(tmp_path, "numinamath_15.jsonl")["parquet"]

@@ -23,6 +23,7 @@ sys.path.insert(0, os.path.join(ROOT, "tests"))
 
 import distill  # noqa: E402
 from parts import chat_client  # noqa: E402
+from parts.trainer import InputError  # noqa: E402
 from chat_server import ChatServer, expected_turn, qwen3_content  # noqa: E402
 
 FAST = dict(retry_backoff_s=0.01, progress_s=0, served_model="teacher", concurrency=4, max_tokens=64)
@@ -211,7 +212,7 @@ def test_the_api_key_is_sent_and_never_printed_or_written(tmp_path, server, caps
     distill.main(cfg)
     assert all(ok for *_, ok in srv.requests)
     monkeypatch.setenv("DISTILL_TEST_KEY", "wrong-key")
-    with pytest.raises(SystemExit, match="401") as refused:
+    with pytest.raises(InputError, match="401") as refused:
         distill.main(distill.DistillConfig(**{**cfg.__dict__, "out_dir": str(tmp_path / "out2")}))
     printed = capsys.readouterr()
     written = b"".join(open(os.path.join(d, f), "rb").read() for d, _, files in os.walk(tmp_path) for f in files)
@@ -296,7 +297,11 @@ def test_eval_against_the_server_equals_the_same_responses_scored_offline(tmp_pa
     samples = [json.loads(line) for line in open(out / "samples.jsonl")]
     # offline: the same responses scored again by eval.py's own functions
     problems = {p["id"]: p for p in ev.load_benchmarks(ev.EvalConfig(math_data=str(tmp_path / "bench.jsonl")))[0]["problems"]}
-    offline = [dict(s, **ev.score("math", problems[s["problem_id"]], s["response"], "bench")) for s in samples]
+    cfg = ev.EvalConfig()
+    score = ev.reward.scorer(cfg)
+    verdicts = [score(dict(problems[s["problem_id"]], kind="math"), s["response"])
+                for s in samples]
+    offline = [dict(s, **verdict._asdict()) for s, verdict in zip(samples, verdicts)]
     bench = results["benchmarks"]["bench"]
     assert ev.summarize(offline, [1, 2, 4]) == {k: bench[k] for k in ev.summarize(offline, [1, 2, 4])}
     # and by hand: sample j of problem i is right unless its seed is divisible by 3

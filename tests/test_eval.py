@@ -84,11 +84,11 @@ def test_default_pass_ks_and_bad_values():
     assert ev.pass_ks(ev.EvalConfig(k=8)) == [1, 4, 8]
     assert ev.pass_ks(ev.EvalConfig(k=64)) == [1, 4, 16, 64]
     assert ev.pass_ks(ev.EvalConfig(k=3)) == [1, 3]
-    with pytest.raises(SystemExit, match="1..k=4"):
+    with pytest.raises(ValueError, match="1..k=4"):
         ev.EvalConfig(k=4, pass_k="1,8")
-    with pytest.raises(SystemExit, match="integers"):
+    with pytest.raises(ValueError, match="integers"):
         ev.EvalConfig(pass_k="1,four")
-    with pytest.raises(SystemExit, match="YYYY-MM-DD"):
+    with pytest.raises(ValueError, match="YYYY-MM-DD"):
         ev.EvalConfig(date_from="Aug 2024")
 
 
@@ -210,16 +210,24 @@ def test_cli_exits_nonzero_on_bad_input(tiny_checkpoint, tmp_path):
 def test_only_a_bad_reference_becomes_an_input_error(monkeypatch):
     """Malformed tests or an unparseable gold answer are the data's fault: an InputError naming benchmark and problem.
     Any other error while scoring is a bug and reaches the caller as it was raised."""
+    from concurrent.futures import ThreadPoolExecutor
+    cfg = ev.EvalConfig()
+
+    def score(kind, problem, text):   # as eval.py scores: reward.scorer's score in a thread, then its verdict
+        with ThreadPoolExecutor(1) as pool:
+            job = pool.submit(ev.reward.scorer(cfg), dict(problem, kind=kind), text)
+            return ev.verdict(job, "bench")
+
     problem = dict(id="p1", tests=[{"input": "1"}])   # no output: reward.validate_tests refuses it
     with pytest.raises(InputError, match=r"bench: problem p1: tests\[0\]\['output'\]"):
-        ev.score("code", problem, "<think>\n</think>\n\n```python\nprint(1)\n```", "bench")
+        score("code", problem, "<think>\n</think>\n\n```python\nprint(1)\n```")
 
     def buggy_judge(*args, **kwargs):
         raise ValueError("a bug while scoring")
 
     monkeypatch.setattr(ev.reward, "judge", buggy_judge)
     with pytest.raises(ValueError, match="a bug while scoring") as e:
-        ev.score("math", dict(id="p2", answer="1"), "x", "bench")
+        score("math", dict(id="p2", answer="1"), "x")
     assert type(e.value) is ValueError
 
 
@@ -346,7 +354,7 @@ def test_compare_table(one_process_run, tmp_path, capsys):
     assert rows["toy_math", "Avg@k %"] == ["0.00", "62.50"]
     assert rows["toy_math", "pass@4 %"] == ["-", "90.00"] and rows["toy_math", "pass@3 %"] == ["0.00", "-"]
     assert rows["toy_code", "problems"] == ["3", "-"] and rows["toy_code", "Avg@k %"] == ["0.00", "-"]
-    with pytest.raises(SystemExit, match="2 names for 1"):
+    with pytest.raises(InputError, match="2 labels for 1 files"):
         ev.main(ev.EvalConfig(compare=f"{tmp_path}/b.json", labels="SFT,GPPO"))
-    with pytest.raises(SystemExit, match="cannot read"):
+    with pytest.raises(InputError, match="cannot read"):
         ev.main(ev.EvalConfig(compare=f"{tmp_path}/missing.json"))

@@ -17,6 +17,9 @@ sys.path.insert(0, ROOT)
 
 import data  # noqa: E402
 import gppo  # noqa: E402
+import gppo_loss  # noqa: E402
+import reward  # noqa: E402
+from parts import trainer  # noqa: E402
 from tools import filter_code  # noqa: E402
 from parts.cli import parse_config  # noqa: E402
 from model import from_pretrained  # noqa: E402
@@ -229,7 +232,7 @@ def test_no_sft_checkpoint_says_what_to_do(tmp_path):
 
 
 def test_group_advantages_by_hand():
-    adv, keep = gppo.group_advantages([[1, 0, 0, 1], [1, 1, 1, 1], [0, 0, 0, 0], [0.25, 0.5, 0.5, 1.0]])
+    adv, keep = gppo_loss.group_advantages([[1, 0, 0, 1], [1, 1, 1, 1], [0, 0, 0, 0], [0.25, 0.5, 0.5, 1.0]])
     s = (4 / 3 * 0.25) ** 0.5   # unbiased std of [1, 0, 0, 1]
     torch.testing.assert_close(adv[0], torch.tensor([0.5, -0.5, -0.5, 0.5]) / (s + 1e-6))
     assert keep.tolist() == [True, False, False, True]
@@ -243,12 +246,12 @@ def seq(ids, prompt_len, old, advantage, correct=False, group=0):
 def test_packing_and_logit_positions():
     seqs = [seq([1, 2, 3, 4, 5], 3, [0.1, 0.2], 1.0, group=0), seq([6, 7, 8], 1, [0.3, 0.4], -1.0, True, group=1),
             seq([9] * 7, 2, [0.0] * 5, 0.5, group=2)]
-    rows = gppo.pack_micro_batches(seqs, row_tokens=8)
+    rows = data.pack_in_order(seqs, row_tokens=8)
     assert [len(r) for r in rows] == [2, 1]
     t = gppo.row_tensors(rows[0], torch.device("cpu"))
     assert t["position_ids"].tolist() == [[0, 1, 2, 3, 4, 0, 1, 2]]
     assert t["document_ids"].tolist() == [[0, 0, 0, 0, 0, 1, 1, 1]]
-    assert t["where"].tolist() == [2, 3, 5, 6] and t["targets"].tolist() == [4, 5, 7, 8]
+    assert t["logit_positions"].tolist() == [2, 3, 5, 6] and t["targets"].tolist() == [4, 5, 7, 8]
     assert t["adv"].tolist() == [1.0, 1.0, -1.0, -1.0] and t["sft"].tolist() == [0, 0, 1, 1] and t["num_tokens"] == 4
     assert t["old"].tolist() == pytest.approx([0.1, 0.2, 0.3, 0.4])
 
@@ -257,14 +260,14 @@ def test_shared_prompt_packing_by_hand():
     """Two responses of group 7 share its prompt [1, 2, 3] in the row; group 8's sequence starts a new prompt."""
     seqs = [seq([1, 2, 3, 4, 5], 3, [0.1, 0.2], 1.0, group=7), seq([1, 2, 3, 6], 3, [0.3], -1.0, True, group=7),
             seq([9, 8, 7], 2, [0.5], 0.5, group=8)]
-    assert [len(r) for r in gppo.pack_micro_batches(seqs, row_tokens=9, share_prompts=True)] == [3]   # 5 + 1 + 3
-    assert [len(r) for r in gppo.pack_micro_batches(seqs, row_tokens=9)] == [2, 1]                   # 5 + 4, 3
+    assert [len(r) for r in data.pack_in_order(seqs, row_tokens=9, share_prompts=True)] == [3]   # 5 + 1 + 3
+    assert [len(r) for r in data.pack_in_order(seqs, row_tokens=9)] == [2, 1]                   # 5 + 4, 3
     t = gppo.row_tensors(seqs, torch.device("cpu"), share_prompts=True)
     assert t["input_ids"].tolist() == [[1, 2, 3, 4, 5, 6, 9, 8, 7]]
     assert t["position_ids"].tolist() == [[0, 1, 2, 3, 4, 3, 0, 1, 2]]
     assert t["document_ids"].tolist() == [[0, 0, 0, 1, 1, 2, 3, 3, 4]] and t["prefix_docs"] == [[-1, 0, 0, -1, 3]]
     # response tokens 4, 5 | 6 | 7: predicted by the prompt's last state (2), then by 4 (3); by 2; by 8 (7)
-    assert t["where"].tolist() == [2, 3, 2, 7] and t["targets"].tolist() == [4, 5, 6, 7]
+    assert t["logit_positions"].tolist() == [2, 3, 2, 7] and t["targets"].tolist() == [4, 5, 6, 7]
     assert t["adv"].tolist() == [1.0, 1.0, -1.0, 0.5]
     dummy = gppo.row_tensors(None, torch.device("cpu"))   # what a rank without rows runs to keep FSDP in lockstep
     assert dummy["num_tokens"] == 0 and dummy["input_ids"].shape == (1, 2)
@@ -282,7 +285,7 @@ def test_shared_prompts_give_the_logprobs_of_separate_sequences():
     seqs = [seq(prompt + torch.randint(128, (n,), generator=gen).tolist(), 5, [0.0] * n, 1.0) for n in (3, 8, 1, 5)]
     out = {}
     for share in (False, True):
-        out[share] = torch.tensor([lp for row in gppo.pack_micro_batches(seqs, 64, share)
+        out[share] = torch.tensor([lp for row in data.pack_in_order(seqs, 64, share)
                                    for lp in gppo.row_logprobs(model, gppo.row_tensors(row, torch.device("cpu"), share),
                                                                1.0)], dtype=torch.float64)
     assert len(out[True]) == 17
@@ -295,7 +298,7 @@ def test_shared_prompts_give_the_logprobs_of_separate_sequences():
 def toy_prompt_ids(first, count, seed=1234):
     """The ids of stream positions first..first+count-1, as gppo.main orders the RL prompts of SMALL's file."""
     tasks = data.load_math_jsonl(SMALL[0].split("=", 1)[1])
-    return [t["id"] for t in gppo.prompts_at(tasks, first, count, seed)]
+    return [t["id"] for t in data.stream(tasks, first, count, seed)]
 
 
 def odd(task_id):   # tests/driver.py's `half` task: these prompts have a learning signal, the others are dropped
@@ -333,14 +336,14 @@ def test_mini_batches_are_full_and_in_stream_order():
 
 def test_balance_plan_by_hand_and_its_bound():
     # 110 tokens, mean 55: rank 0 keeps 50 (30 and 20 would pass the mean), rank 1 keeps its 10 and takes both
-    assert gppo.balance_plan([[50, 30, 20], [10]]) == [[0, 1, 1], [1]]
-    assert gppo.balance_plan([[5, 5], [5, 5]]) == [[0, 0], [1, 1]]          # balanced already: nothing moves
-    assert gppo.balance_plan([[], [7, 7, 7, 7]]) == [[], [1, 1, 0, 0]]        # a rank with no groups gets half
+    assert trainer.balance_plan([[50, 30, 20], [10]]) == [[0, 1, 1], [1]]
+    assert trainer.balance_plan([[5, 5], [5, 5]]) == [[0, 0], [1, 1]]          # balanced already: nothing moves
+    assert trainer.balance_plan([[], [7, 7, 7, 7]]) == [[], [1, 1, 0, 0]]        # a rank with no groups gets half
     rng = np.random.default_rng(0)
     for _ in range(300):
         world = int(rng.integers(2, 6))
         lengths = [rng.integers(1, 400, size=int(rng.integers(0, 7))).tolist() for _ in range(world)]
-        dest = gppo.balance_plan(lengths)
+        dest = trainer.balance_plan(lengths)
         load = [0] * world
         for r, ls in enumerate(lengths):
             for i, n in enumerate(ls):
@@ -357,7 +360,7 @@ def _balance_worker(rank, store_path, results):
         seq = lambda n, tag: gppo.TrainSeq([tag] * n, 1, tag, 0.0, False, [0.0] * (n - 1), [0.0] * (n - 1))  # noqa
         mine = [[seq(50, 0), seq(30, 1), seq(20, 2)], [seq(8, 3)]] if rank == 0 else [[seq(10, 4)], [seq(8, 5)]]
         results[rank] = [[(s.group, len(s.ids), len(s.old_logprobs)) for s in seqs]
-                         for seqs in gppo.balance_ranks(mine, rank, 2)]
+                         for seqs in trainer.balance_ranks(mine, lambda s: len(s.ids), rank, 2)]
     finally:
         dist.destroy_process_group()
 
@@ -430,10 +433,16 @@ def test_filter_code_command_copies_the_kept_rows(tmp_path):
     assert "'dropped_few_tests': 1" in proc.stdout and "'dropped_references_fail': 1" in proc.stdout
 
 
+def score(task, text, cfg):
+    """(reward, fully correct) as gppo.py scores a response: reward.scorer on --reward_scale and --code_reward."""
+    verdict = reward.scorer(cfg, cfg.reward_scale, cfg.code_reward)(task, text)
+    return verdict.reward, verdict.correct
+
+
 def test_any_listed_answer_is_right():
     task = dict(kind="math", answer="2", answers=["2", "-2"])
-    assert gppo.score(task, "<think>x</think> \\boxed{-2}", gppo.GPPOConfig()) == (1.0, True)
-    assert gppo.score(task, "<think>x</think> \\boxed{3}", gppo.GPPOConfig()) == (0.0, False)
+    assert score(task, "<think>x</think> \\boxed{-2}", gppo.GPPOConfig()) == (1.0, True)
+    assert score(task, "<think>x</think> \\boxed{3}", gppo.GPPOConfig()) == (0.0, False)
 
 
 @pytest.mark.parametrize("scale,text,expected", [
@@ -445,46 +454,50 @@ def test_any_listed_answer_is_right():
     ("authors", "x \\boxed{4}", (-0.5, False)),             # both missing: </think> is checked first
 ])
 def test_reward_scales_math(scale, text, expected):
-    assert gppo.score(dict(kind="math", answer="4"), text, gppo.GPPOConfig(reward_scale=scale)) == expected
+    assert score(dict(kind="math", answer="4"), text, gppo.GPPOConfig(reward_scale=scale)) == expected
 
 
 def test_reward_scales_code():
     task = dict(kind="code", tests=DOUBLE + [{"input": "4\n", "output": "9\n"}])    # the last test fails
     code = "<think>x</think>\n```python\nprint(2 * int(input()))\n```"
-    assert gppo.score(task, code, gppo.GPPOConfig()) == (0.75, False)
-    assert gppo.score(task, code, gppo.GPPOConfig(reward_scale="authors")) == (0.5, False)             # 2 * 0.75 - 1
-    assert gppo.score(task, code, gppo.GPPOConfig(reward_scale="authors", code_reward="binary")) == (-1.0, False)
-    assert gppo.score(task, "<think>x</think> no code", gppo.GPPOConfig(reward_scale="authors")) == (-1.0, False)
-    assert gppo.score(dict(task, tests=DOUBLE), code, gppo.GPPOConfig(code_reward="binary")) == (1.0, True)
+    assert score(task, code, gppo.GPPOConfig()) == (0.75, False)
+    assert score(task, code, gppo.GPPOConfig(reward_scale="authors")) == (0.5, False)             # 2 * 0.75 - 1
+    assert score(task, code, gppo.GPPOConfig(reward_scale="authors", code_reward="binary")) == (-1.0, False)
+    assert score(task, "<think>x</think> no code", gppo.GPPOConfig(reward_scale="authors")) == (-1.0, False)
+    assert score(dict(task, tests=DOUBLE), code, gppo.GPPOConfig(code_reward="binary")) == (1.0, True)
 
 
 def test_the_rl_loop_drops_code_prompts_with_fewer_than_min_tests(tmp_path, capsys, toy_files):
-    """gppo.load_tasks passes --min_tests to the loader: rows of 3 and 15 tests are dropped at 16 (the paper's
+    """data.rl_prompts (gppo.py's) passes --min_tests to the loader: rows of 3 and 15 tests are dropped at 16 (the paper's
     threshold, the default) and the count is printed; --min_tests=3 keeps them."""
     rows = [dict(id=f"p{k}", prompt="Echo.", tests=[{"input": f"{i}\n", "output": f"{i}\n"} for i in range(k)])
             for k in (3, 16, 15, 20)]
     path = tmp_path / "code.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     tok = data.load_tokenizer(os.path.join(toy_files["sums"], "tokenizer"))
-    tasks = gppo.load_tasks(gppo.GPPOConfig(code_data=str(path)), tok)
+    tasks = data.rl_prompts(gppo.GPPOConfig(code_data=str(path)), tok)[0]
     assert [t["id"] for t in tasks] == ["p16", "p20"] and all(t["kind"] == "code" for t in tasks)
     assert "'dropped_few_tests': 2" in capsys.readouterr().out
-    assert len(gppo.load_tasks(gppo.GPPOConfig(code_data=str(path), min_tests=3), tok)) == 4
+    assert len(data.rl_prompts(gppo.GPPOConfig(code_data=str(path), min_tests=3), tok)[0]) == 4
 
 
 def test_held_out_greedy_avg_at_k_and_pass_at_k_by_hand(toy_files):
-    """evaluate(): one greedy and eval_k sampled responses per held-out problem, each sampled set seeded by the
-    problem's index; three Countdown problems whose responses are right 1/4, 0/4 and 4/4 times (greedy right only
-    on the first): greedy 1/3, Avg@4 (1/4 + 0 + 1) / 3, pass@4 2/3."""
+    """evaluate(): eval.py's evaluation on the engine, one greedy and eval_k sampled responses per held-out problem,
+    each problem seeded as eval.py seeds it (by --eval_seed, the set's name and the problem's index); three Countdown
+    problems whose responses are right 1/4, 0/4 and 4/4 times (greedy right only on the first): greedy 1/3, Avg@4
+    (1/4 + 0 + 1) / 3, pass@4 2/3."""
     if not dist.is_initialized():
         dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     from types import SimpleNamespace
+    import eval as ev
     from tools.toy_tasks import countdown
     tok = data.load_tokenizer(os.path.join(toy_files["countdown"], "tokenizer"))
     held_out = data.load_math_jsonl(os.path.join(toy_files["countdown"], "test", "countdown_3.jsonl"))[:3]
     problems = [dict(p, prompt_ids=[i]) for i, p in enumerate(held_out)]
+    cfg = gppo.GPPOConfig(eval_k=4, eval_seed=5)
     for p in problems:
         assert len(p["numbers"]) == 3 and p["kind"] == "countdown"
+    index = {tuple(p["prompt_ids"]): i for i, p in enumerate(problems)}
     right = lambda p: "<think>\nx\n</think>\n\n\\boxed{" + countdown.solutions(p["numbers"], p["target"])[0] + "}"  # noqa
     wrong = "<think>\nx\n</think>\n\n\\boxed{1+1}"
     sampled_right = {0: 1, 1: 0, 2: 4}
@@ -495,14 +508,14 @@ def test_held_out_greedy_avg_at_k_and_pass_at_k_by_hand(toy_files):
             calls.append([(p.temperature, p.n, p.seed) for p in params])
             out = []
             for ids, p in zip(prompts, params):
-                prob = problems[ids[0]]
-                texts = [right(prob) if ids[0] == 0 else wrong] if p.temperature == 0 else \
-                    [right(prob) if j < sampled_right[ids[0]] else wrong for j in range(p.n)]
+                i = index[tuple(ids)]
+                texts = [right(problems[i]) if i == 0 else wrong] if p.temperature == 0 else \
+                    [right(problems[i]) if j < sampled_right[i] else wrong for j in range(p.n)]
                 out.append([Sample(tok.encode(t).ids, [0.0], "stop") for t in texts])
             return out
 
-    cfg = gppo.GPPOConfig(eval_k=4, eval_seed=5)
     run = SimpleNamespace(cfg=cfg, rank=0, world=1, tokenizer=tok, engine=Engine(), device=torch.device("cpu"))
     got = gppo.evaluate(run, problems, step=0)
     assert got == pytest.approx(dict(eval_accuracy=1 / 3, eval_avg_k=(0.25 + 0 + 1) / 3, eval_pass_k=2 / 3))
-    assert calls == [[(0.0, 1, None)] * 3 + [(1.0, 4, 5 * 1_000_003 + i) for i in range(3)]]
+    seeds = [ev.problem_seed(5, "held_out", i) for i in range(3)]
+    assert calls == [[(0.0, 1, seed) for seed in seeds], [(1.0, 4, seed) for seed in seeds]]

@@ -194,7 +194,7 @@ def test_sft_step_trains():
 
 
 def test_gppo_step_trains_and_syncs_the_engine():
-    """One GPPO step: the engine's KV pool takes the configured share of the free memory; after sync_engine the
+    """One GPPO step: the engine's KV pool takes the configured share of the free memory; after copy_weights the
     engine's bf16 weights are exactly the policy's, rounded to bf16; the loss is finite."""
     workloads.process_group(DRY)
     step, run, free = workloads.gppo_step_setup(DRY, DEVICE, workloads.model_config(DRY))
@@ -221,7 +221,7 @@ def test_sft_step_peak_memory_within_the_budget_on_paper():
 
 @needs_cuda
 def test_gppo_step_peak_memory_within_the_budget_on_paper():
-    import gppo
+    import data
     from parts.memory_plan import gppo_phases, peak_phase
     workloads.process_group(DRY)
     config = workloads.model_config(DRY)
@@ -229,7 +229,7 @@ def test_gppo_step_peak_memory_within_the_budget_on_paper():
     step()
     result = {}
     peak, _ = workloads.step_peak_and_time(lambda: result.update(out=step()), DEVICE)
-    rows = gppo.pack_micro_batches(result["out"][0], run.cfg.train_row_tokens)
+    rows = data.pack_in_order(result["out"][0], run.cfg.train_row_tokens)
     longest = max(sum(len(s.ids) for s in r) for r in rows)
     _, budget, _ = peak_phase(gppo_phases(config, world=1, row_tokens=longest, kv_bytes=run.engine.cache.nbytes,
                                           gpu=True, loss_chunk=2048))

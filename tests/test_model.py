@@ -16,7 +16,8 @@ import torch.nn.functional as F
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-from model import CheckpointError, Qwen3, Qwen3Config, from_pretrained, hf_name, save_pretrained
+from model import CheckpointError, Qwen3, Qwen3Config, hf_name
+from model import from_pretrained, save_pretrained
 
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")
 NAMES = ["qwen3-tiny-gqa", "qwen3-tiny-tied", "qwen3-tiny-yarn"]
@@ -171,7 +172,8 @@ def test_loaded_weights_own_exactly_their_bytes(tmp_path, dtype):
 MEASURE_LOAD = r"""
 import json, sys, torch
 sys.path.insert(0, sys.argv[1])
-from model import Qwen3, Qwen3Config, from_pretrained
+from model import Qwen3, Qwen3Config
+from model import from_pretrained
 
 def kib(field):
     with open("/proc/self/status") as fh:

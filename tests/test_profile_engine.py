@@ -11,12 +11,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [ROOT, os.path.join(ROOT, "benchmarks")]
 
 import model as model_py  # noqa: E402
+from model import from_pretrained  # noqa: E402
 import profile_engine  # noqa: E402
 import rollout  # noqa: E402
 
 
 def test_split_counts_every_matmul_and_restores_what_it_patched(tiny_checkpoint):
-    model = model_py.from_pretrained(tiny_checkpoint, dtype=torch.float32, device=torch.device("cpu"))
+    model = from_pretrained(tiny_checkpoint, dtype=torch.float32, device=torch.device("cpu"))
     cfg = model.config
     engine = rollout.LLMEngine(model, max_num_seqs=8, max_model_len=64)
     originals = (torch.nn.Linear.forward, rollout.PagedKVCache.attend, model_py.RMSNorm.forward, model_py.apply_rope,

@@ -1010,7 +1010,19 @@ def test_cli_option_errors_are_one_line():
                             ("--cgroup=/nonexistent-cgroup", "cannot hold one cgroup per test")]:
         proc = subprocess.run([sys.executable, os.path.join(REPO, "reward.py"), option], capture_output=True, text=True,
                               timeout=60)
-        assert proc.returncode != 0 and message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+        assert proc.returncode == 2 and message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_a_bad_input_line_is_one_line_naming_it(tmp_path):
+    """--input with a line that is not a scoring row: one line on stderr naming file:line and the missing field,
+    exit status 2 (as every entry point says bad input), after the good lines before it were scored."""
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text('{"response": "</think> \\\\boxed{2}", "answer": "2"}\n{"response": "x"}\n')
+    proc = subprocess.run([sys.executable, os.path.join(REPO, "reward.py"), f"--input={rows}"], capture_output=True,
+                          text=True, timeout=120)
+    errors = [line for line in proc.stderr.splitlines() if "error" in line]
+    assert proc.returncode == 2 and errors == [f"error: reward.py: {rows}:2: KeyError: 'answer'"], proc.stderr
+    assert json.loads(proc.stdout.splitlines()[0])["line"] == 1, proc.stdout
 
 
 def test_interpreter_the_sandbox_user_cannot_run_is_refused():

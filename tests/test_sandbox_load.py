@@ -1,7 +1,7 @@
 """The code sandbox under real load (parts/sandbox.py through reward.py), as an RL run and an attacker use it.
 
-1. Honest CPU-bound candidates keep their reward when the RL loop scores many at once: gppo.score at GPPOConfig's
-   defaults on gppo's reward_workers threads, 8 responses x 2 tests of ~1 s of CPU each (on 2 cores that is
+1. Honest CPU-bound candidates keep their reward when the RL loop scores many at once: reward.scorer
+   at GPPOConfig's defaults on gppo's reward_workers threads, 8 responses x 2 tests of ~1 s of CPU each (on 2 cores that is
    16 s of work where 6 s is each test's limit: tests must take turns and be timed in CPU time, not wall time).
 2. A candidate whose processes each start a session of their own (setsid: one CPU share each under autogroup)
    must not starve an honest candidate scored beside it.
@@ -49,12 +49,15 @@ def namespaced():
 
 
 def score_all(responses: list[str], tasks: list[dict], look_after=None) -> list:
-    """Score responses as the RL loop does: gppo.score at GPPOConfig's defaults on reward_workers threads.
+    """Score responses as the RL loop does: reward.scorer at GPPOConfig's defaults on reward_workers
+    threads.
     look_after(i) runs in the scoring thread right after response i got its reward; its value comes back too."""
     cfg = gppo.GPPOConfig()
+    score = reward.scorer(cfg)
 
     def one(i):
-        result = gppo.score(dict(tasks[i], kind="code"), respond(responses[i]), cfg)
+        verdict = score(dict(tasks[i], kind="code"), respond(responses[i]))
+        result = (verdict.reward, verdict.correct)
         return result, look_after(i) if look_after else None
     with ThreadPoolExecutor(cfg.reward_workers) as pool:
         return list(pool.map(one, range(len(responses))))

@@ -16,7 +16,8 @@ import data  # noqa: E402
 from parts.cli import parse_config  # noqa: E402
 import sft  # noqa: E402
 from parts import trainer  # noqa: E402
-from model import Qwen3, Qwen3Config, from_pretrained  # noqa: E402
+from model import Qwen3, Qwen3Config, from_pretrained, hf_name  # noqa: E402
+from parts.hf_checkpoint import EXPORT_DTYPES, Export  # noqa: E402
 
 TINY = ["--row_tokens=512", "--rows_per_step=4",
         "--n_layer=1", "--hidden=32", "--n_head=2", "--n_kv_head=1", "--head_dim=16", "--intermediate=64",
@@ -42,8 +43,8 @@ def run_sft(out_dir, *extra, nproc=1):
 
 
 def export(model, out_dir, dtype=torch.float32):
-    """sft.export_hf of step 1 into out_dir (out_dir/hf links to it), without a tokenizer."""
-    sft.export_hf(model, sft.Export(str(out_dir), None, dtype, {"eos_token_id": [1, 2]}), step=1)
+    """trainer.export_hf of step 1 into out_dir (out_dir/hf links to it), without a tokenizer."""
+    trainer.export_hf(model, Export(str(out_dir), None, dtype, {"eos_token_id": [1, 2]}, hf_name), step=1)
 
 
 def hf_weights(out_dir):
@@ -159,15 +160,16 @@ SHARDED_LOAD = r"""
 import os, sys
 import torch
 sys.path.insert(0, os.environ["ROOT"])
-import sft
-from model import from_pretrained
-from parts import trainer
+from model import from_pretrained, hf_name, on_meta
+from parts import hf_checkpoint, trainer
 rank, world, device = trainer.init_distributed("cpu")
-reads, read_weights = [], sft.read_weights
-sft.read_weights = lambda path, model, dtype=None, device=None: reads.append(dtype) or read_weights(path, model, dtype)
 for path, param_dtype in [(p, d) for p in sys.argv[1:] for d in (None, torch.bfloat16)]:
-    reads.clear()
-    sharded = sft.load_sharded(path, device, param_dtype)
+    reads = []
+    model = on_meta(path, torch.float32)   # as sft.py and gppo.py load --init_from
+    def read_weights(dtype=None, device=None):
+        reads.append(dtype)
+        return hf_checkpoint.read_weights(path, model, hf_name, dtype, device)
+    sharded = trainer.load_sharded(model, read_weights, device, param_dtype)
     assert reads == ([None] if rank == 0 else []), reads   # rank 0 alone reads, in the stored dtype
     reference = from_pretrained(path, dtype=torch.float32)
     params = dict(sharded.named_parameters())
@@ -184,7 +186,7 @@ os._exit(0)
 
 
 def test_sharded_load_equals_a_full_load(tmp_path):
-    """sft.load_sharded (what sft.py and gppo.py load checkpoints with) gives every rank the fp32 shard of what
+    """trainer.load_sharded with hf_checkpoint.read_weights (what sft.py and gppo.py load checkpoints with) gives every rank the fp32 shard of what
     from_pretrained reads, for a checkpoint stored in fp32 and one in bf16 (the base models' dtype), with and without
     FSDP's bf16 compute cast, on 2 ranks; tied embeddings stay tied. No rank builds the full fp32 model."""
     from model import save_pretrained
@@ -208,7 +210,8 @@ def test_export_keeps_the_dtype_the_run_started_from(tmp_path):
     save_pretrained(model.to(torch.bfloat16), str(tmp_path / "base"))
     stored = check_checkpoint(str(tmp_path / "base"))
     assert stored == torch.bfloat16 and check_checkpoint(str(save_dir(tmp_path / "fp32", tiny_model()))) == torch.float32
-    assert (sft.EXPORT_DTYPES["auto"] or stored) == torch.bfloat16 and sft.EXPORT_DTYPES["float32"] == torch.float32
+    dtypes = EXPORT_DTYPES
+    assert (dtypes["auto"] or stored) == torch.bfloat16 and dtypes["float32"] == torch.float32
     master = tiny_model(seed=6)
     trainer.init_distributed("cpu")
     export(master, tmp_path, dtype=torch.bfloat16)

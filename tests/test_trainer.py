@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 SCRIPT = r"""
@@ -106,3 +108,31 @@ def test_background_checkpoint_holds_the_state_of_save_and_replaces_the_last_onc
     resumed = run_ranks(script, "resume", tmp_path)
     assert resumed["step"] in (2, 3) and resumed["same"], resumed   # step 3 if its write had finished
     assert resumed["dirs"] == [f"step-{resumed['step'] + 1}"], resumed
+
+
+def test_a_training_stop_is_one_line_that_says_where_a_rerun_resumes(tmp_path, capsys):
+    """A loss that is NaN (TrainingStopped: every rank raises it before the update) inside the training loop's
+    Checkpointer: one line on stderr, completed with the step the same command resumes from, exit status 2, no
+    traceback; without a checkpoint, and with a complete one of step 3."""
+    sys.path.insert(0, ROOT)
+    import torch
+    from parts import trainer
+    stop_line = "loss=nan grad_norm=nan: stopping without updating (try a lower --lr)"
+
+    def main(root, save):
+        trainer.init_distributed("cpu")
+        model = torch.nn.Linear(2, 2)
+        optimizer = torch.optim.AdamW(model.parameters())
+        with trainer.Checkpointer(root, background=False) as ckpt:
+            if save:
+                ckpt.save(model, optimizer, {"step": 3})
+            raise trainer.TrainingStopped(stop_line)
+
+    for save, where in [(False, "no checkpoint is complete yet: the same command starts from step 0"),
+                        (True, f"the newest complete checkpoint is of step 3 ({tmp_path}/with/step-3): the same "
+                               "command resumes from it")]:
+        root = str(tmp_path / ("with" if save else "without"))
+        with pytest.raises(SystemExit) as stop:
+            trainer.run_entry_point(main, root, save=save)
+        assert stop.value.code == 2
+        assert capsys.readouterr().err.splitlines() == [f"error: {stop_line}; {where}"]

@@ -49,11 +49,11 @@ def test_the_share_of_the_coefficients_on_clipped_tokens_by_hand(mode, beta1, f)
 def test_step_record_has_the_shares_the_grad_clip_rate_and_the_largest_norm():
     if not dist.is_initialized():
         dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    updates = [dict(loss=0.1, grad_norm=0.5, entropy=1.0, clipped_entropy=0.02, clip_frac_high=0.01, clip_frac_low=0.03,
-                    dual_clip_frac=0.0, ratio_mean=1.0, approx_kl=1e-3, coef_abs=2.0, coef_abs_clipped_low=0.5,
+    updates = [dict(loss=0.1, grad_norm=0.5, entropy=1.0, entropy_clipped=0.02, clip_frac_high=0.01,
+                    clip_frac_low=0.03, dual_clip_frac=0.0, ratio_mean=1.0, approx_kl=1e-3, coef_abs=2.0, coef_abs_clipped_low=0.5,
                     coef_abs_clipped_high=0.1),
-               dict(loss=0.1, grad_norm=1.5, entropy=1.0, clipped_entropy=0.0, clip_frac_high=0.0, clip_frac_low=0.0,
-                    dual_clip_frac=0.0, ratio_mean=1.0, approx_kl=1e-3, coef_abs=0.0, coef_abs_clipped_low=0.0,
+               dict(loss=0.1, grad_norm=1.5, entropy=1.0, entropy_clipped=0.0, clip_frac_high=0.0,
+                    clip_frac_low=0.0, dual_clip_frac=0.0, ratio_mean=1.0, approx_kl=1e-3, coef_abs=0.0, coef_abs_clipped_low=0.0,
                     coef_abs_clipped_high=0.0)]   # an update with no gradient on any token: share 0, not a NaN
     sample = SimpleNamespace(token_ids=[1, 2, 3], finish_reason="stop")
     group = SimpleNamespace(samples=[sample, sample], rewards=[1.0, 0.0], correct=[True, False])

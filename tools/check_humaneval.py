@@ -35,7 +35,7 @@ class Config:
 
     def __post_init__(self):
         if not self.data:
-            raise SystemExit("error: --data=PATH is required (see the docstring for where to get it)")
+            raise ValueError("--data=PATH is required (see the docstring for where to get it)")
 
 
 def load_problems(path: str) -> list[dict]:

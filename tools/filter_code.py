@@ -16,7 +16,7 @@ import data  # noqa: E402
 import reward  # noqa: E402
 from parts.cli import parse_config  # noqa: E402
 from parts.trainer import InputError, print0, run_entry_point  # noqa: E402
-from sft import read  # noqa: E402
+from data import read  # noqa: E402
 
 
 @dataclass
