@@ -562,7 +562,8 @@ def main(cfg: DistillConfig) -> dict:
         print_report(report)
         print(f"wrote {report['sft_rows']} SFT rows to {report['sft_file']} and {cfg.out_dir}/report.json "
               f"(sampling {sample_s:.1f}s, verification {verify_s:.1f}s, {time.monotonic() - t0:.1f}s in all)")
-        _check_complete(cfg, written, sampling)
+        if not _check_complete(cfg, written, sampling):
+            raise SystemExit(1)   # prompts still miss samples: a script knows to run the command again
         return report
     finally:
         for journal in journals:
@@ -614,9 +615,9 @@ def sample_missing(cfg: DistillConfig, prompts: list, samples: Journal) -> dict:
         _bad_input(str(e))
 
 
-def _check_complete(cfg: DistillConfig, written: dict, sampling: dict) -> None:
-    """Prompts that could not be verified stop the run (exit 2) unless skip_bad_rows; prompts still missing samples
-    exit 1, so a script knows to run the same command again."""
+def _check_complete(cfg: DistillConfig, written: dict, sampling: dict) -> bool:
+    """Prompts that could not be verified stop the run (an InputError, exit 2) unless skip_bad_rows; prompts still
+    missing samples are said, and False returned (main exits 1, so a script knows to run the command again)."""
     if written["verification_errors"] and not cfg.skip_bad_rows:
         _bad_input(f"{len(written['verification_errors'])} prompt(s) could not be verified, e.g. "
                    f"{written['verification_errors'][0]}; fix the data, or --skip_bad_rows=true leaves them out "
@@ -624,7 +625,8 @@ def _check_complete(cfg: DistillConfig, written: dict, sampling: dict) -> None:
     if written["incomplete_prompts"]:
         print(f"distill.py: {written['incomplete_prompts']} prompt(s) still miss samples ({sampling.get('failed', 0)} "
               "failed in this run, see above); run the same command again to ask for them", flush=True)
-        raise SystemExit(1)
+        return False
+    return True
 
 
 def sample_totals(prompts: list, samples: Journal) -> dict:

@@ -152,6 +152,27 @@ def test_a_config_check_is_one_line():
     assert "eps_low" in line and "1−eps_low" in line, line
 
 
+def test_only_an_entry_point_exits():
+    """One way to fail: code below an entry point raises (InputError for bad input, ValueError from a config's
+    check, anything else a bug with its traceback); only the entry point itself, its main() or its
+    `if __name__ == "__main__":` block, raises SystemExit or calls sys.exit. Checked in every story file."""
+    import ast
+    exits = []
+    for story in sorted(f for f in os.listdir(ROOT) if f.endswith(".py")):
+        tree = ast.parse(open(os.path.join(ROOT, story)).read())
+        allowed = set()   # the nodes of main() and of the __main__ block
+        for node in tree.body:
+            if (isinstance(node, ast.FunctionDef) and node.name == "main") or \
+                    (isinstance(node, ast.If) and "__main__" in ast.unparse(node.test)):
+                allowed |= {id(n) for n in ast.walk(node)}
+        for node in ast.walk(tree):
+            raised = isinstance(node, ast.Raise) and node.exc is not None and "SystemExit" in ast.unparse(node.exc)
+            called = isinstance(node, ast.Call) and ast.unparse(node.func) == "sys.exit"
+            if (raised or called) and id(node) not in allowed:
+                exits.append(f"{story}:{node.lineno}")
+    assert exits == [], exits
+
+
 def test_a_checkpoint_that_is_not_qwen3_is_one_line(tmp_path):
     """A --init_from whose config.json is another architecture (model.CheckpointError, turned into an InputError by
     data.read): one line naming the option and the file, exit status 2, before any data is built."""
