@@ -18,10 +18,8 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from parts import formats
-from parts.formats import (DataError, Records, UngradableRow, copy_rows, guess_kind, hub_hint,  # noqa: F401 (API)
-                           read_rows)
-
-INPUT_ERRORS = formats.INPUT_ERRORS   # what reading a user's files raises for bad input
+from parts.formats import (INPUT_ERRORS, DataError, Records, UngradableRow,  # noqa: F401 (API)
+                           copy_rows, guess_kind, hub_hint, read_rows)
 
 
 def read(option: str, load, *args, **kwargs):
@@ -287,12 +285,12 @@ def in_date_window(problems: list, path: str, date_from: str, date_to: str) -> l
 
 
 def rl_prompts(cfg, tok: Tokenizer) -> tuple:
-    """gppo.py's prompts, encoded (left-truncated to --max_prompt_len). The RL prompts of --math_data
-    and --code_data, or the toy's, as dicts {id, kind: math|countdown|code, prompt,
+    """gppo.py's prompts. The RL prompts of --math_data and --code_data, or the toy's, encoded
+    (left-truncated to --max_prompt_len), as dicts {id, kind: math|countdown|code, prompt,
     answer|numbers+target|tests, prompt_ids}; code prompts below --min_pass_rate (a stronger
     model's, --pass_rate_field) dropped: the paper's filter. The held-out problems evaluated every
-    --eval_every steps: --eval_data, else the toy's held-out set when the RL prompts are the toy's,
-    else none (a toy's accuracy would measure nothing of a math or code model).
+    --eval_every steps, as read (eval.py encodes them): --eval_data, else the toy's held-out set when
+    the RL prompts are the toy's, else none (a toy's accuracy would say nothing of a real model).
     Returns (RL prompts, held-out problems, the lines that say what was read)."""
     tasks = []
     report = []
@@ -316,11 +314,10 @@ def rl_prompts(cfg, tok: Tokenizer) -> tuple:
         raise input_error("no RL prompts: give --math_data / --code_data, or --toy=countdown|sums")
     tasks, encoded = encode_prompts(tok, tasks, cfg.max_prompt_len, overlong="truncate")
     report.append(f"prompts: {encoded}")
-    held_out = []
+    held_out = []   # as read: eval.py encodes what it evaluates
     if eval_data:
-        problems = [{"kind": "math", **p} for p in read("--eval_data", load_math_jsonl, eval_data)]
-        problems = problems[:cfg.eval_problems]
-        held_out = encode_prompts(tok, problems, cfg.max_prompt_len, "truncate")[0]
+        held_out = [{"kind": "math", **p} for p in read("--eval_data", load_math_jsonl, eval_data)]
+        held_out = held_out[:cfg.eval_problems]
     elif cfg.eval_every:
         report.append("held-out evaluation: off (--math_data/--code_data without --eval_data); "
                       "give --eval_data=FILE to evaluate every --eval_every steps, "

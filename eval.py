@@ -279,7 +279,7 @@ def score_benchmarks(benchmarks: list, cfg, sample, results: dict, rank: int = 0
             jobs = []
 
             def emit(record, problem):
-                task = dict(problem, kind=kind)
+                task = {"kind": kind, **problem}   # a row's own kind (countdown) first
                 jobs.append((record, pool.submit(score, task, record["response"])))
             extra = sample(bench, emit)
             generate_s = time.perf_counter() - t0

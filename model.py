@@ -404,7 +404,7 @@ def from_pretrained(path: str, dtype: torch.dtype | None = None, device=None) ->
 def check_checkpoint(path: str) -> torch.dtype:
     """The dtype a Qwen3 directory stores its weights in, once config.json and every tensor's name, shape and bytes
     are checked (headers only); CheckpointError or FileNotFoundError naming the file otherwise."""
-    return hf_checkpoint.stored_dtype(path, on_meta(path), hf_name)
+    return hf_checkpoint.checked_dtype(path, on_meta(path), hf_name)
 
 
 def save_pretrained(model: Qwen3, path: str, **options) -> None:

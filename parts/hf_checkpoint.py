@@ -1,13 +1,15 @@
-"""Hugging Face checkpoint directories in and out: config.json plus safetensors files (one, or shards with an index),
-read one tensor at a time straight into a model built on the meta device (never memory-mapped, never allocated
-twice: an 8B model loads where its weights fit), and written back, sharded above 5 GiB, as exports are.
-The model is any torch module whose parameter names map to the file's by a function (to_hf) and whose .config has
-tie_word_embeddings and to_hf_dict(); this file imports torch and safetensors only.
-    model = load(model_on_meta, path, to_hf, dtype=torch.bfloat16, device="cuda")   # cast one tensor at a time
-    save_pretrained(model, path, to_hf)                    # config.json + model.safetensors (+ index)
-    export.write(model, directory, weights)                # a run's export: its dtype, tokenizer files, stop ids
-A directory that is not a loadable checkpoint raises CheckpointError (or FileNotFoundError) naming the file.
-    python hf_checkpoint.py CHECKPOINT_DIR   # the tensors of a checkpoint: names, dtypes, shapes (headers only)
+"""Hugging Face checkpoint directories in and out: config.json and safetensors files (one, or shards
+with an index), read one tensor at a time straight into a model built on the meta device (never
+memory-mapped, never allocated twice: an 8B model loads where its weights fit), and written back,
+sharded above 5 GiB. The model is any torch module whose parameter names map to the file's by a
+function (to_hf) and whose .config has tie_word_embeddings and to_hf_dict(); this file imports
+torch and safetensors only.
+    load(model_on_meta, path, to_hf, dtype=torch.bfloat16, device="cuda")   # one tensor at a time
+    save_pretrained(model, path, to_hf)         # config.json + model.safetensors (+ index)
+    export.write(model, directory, weights)     # a run's export: its dtype, tokenizer, stop ids
+A directory that is not a loadable checkpoint raises CheckpointError (or FileNotFoundError) naming
+the file.
+    python hf_checkpoint.py CHECKPOINT_DIR      # its tensors: names, dtypes, shapes (headers only)
 """
 import json
 import math
@@ -21,24 +23,28 @@ from safetensors import SafetensorError
 
 
 class CheckpointError(ValueError):
-    """A directory that is not a loadable checkpoint (config, safetensors, names, shapes); names the file."""
+    """A directory that is not a loadable checkpoint (config, safetensors, names, shapes); names the
+    file."""
 
 
 # ----------------------------------------------------------------------------- reading
 
 def load(model, path: str, to_hf, dtype: torch.dtype | None = None, device=None):
-    """Fill `model`, built on the meta device from path's config.json, with the checkpoint's tensors; dtype None
-    keeps the stored dtype, device None means CPU. The process holds one copy of the weights as loaded plus one
-    tensor as stored; no file is memory-mapped (a mapping would keep the file's pages resident while it lives)."""
-    model.load_state_dict(read_weights(path, model, to_hf, dtype, device), strict=False, assign=True)
+    """Fill `model`, built on the meta device from path's config.json, with the checkpoint's
+    tensors; dtype None keeps the stored dtype, device None means CPU. The process holds one copy of
+    the weights as loaded plus one tensor as stored; no file is memory-mapped (a mapping would keep
+    the file's pages resident while it lives)."""
+    weights = read_weights(path, model, to_hf, dtype, device)
+    model.load_state_dict(weights, strict=False, assign=True)
     if model.config.tie_word_embeddings:
         model.tie_weights()   # assign=True replaced the tied Parameter object; tie again
     return model
 
 
 def read_weights(path: str, model, to_hf, dtype: torch.dtype | None = None, device=None) -> dict:
-    """{our parameter name: tensor} of a checkpoint, checked against `model`'s names and shapes (a meta model will
-    do), each read into fresh memory and converted to dtype (None: as stored) and device (None: CPU) in turn."""
+    """{our parameter name: tensor} of a checkpoint, checked against `model`'s names and shapes (a
+    meta model will do), each read into fresh memory and converted to dtype (None: as stored) and
+    device (None: CPU) in turn."""
     device = torch.device(device if device is not None else "cpu")
     loaded = {}
     for file, name, stored_dtype, shape, offset, nbytes in weight_entries(path, model, to_hf):
@@ -49,16 +55,17 @@ def read_weights(path: str, model, to_hf, dtype: torch.dtype | None = None, devi
     return loaded
 
 
-def stored_dtype(path: str, model, to_hf) -> torch.dtype:
-    """Raise CheckpointError / FileNotFoundError, naming the file, unless `path` holds `model`'s every tensor with
-    its name and shape in files of the right sizes; reads headers only. Returns the weights' dtype as stored (the
-    most common one, should a file mix them)."""
+def checked_dtype(path: str, model, to_hf) -> torch.dtype:
+    """Raise CheckpointError / FileNotFoundError, naming the file, unless `path` holds `model`'s
+    every tensor with its name and shape in files of the right sizes; reads headers only. Returns
+    the weights' dtype as stored (the most common one, should a file mix them)."""
     dtypes = [entry[2] for entry in weight_entries(path, model, to_hf)]
     return max(set(dtypes), key=dtypes.count)
 
 
 def weight_entries(path: str, model, to_hf) -> list:
-    """[(file, our name, stored dtype, shape, offset, nbytes)] of a checkpoint's tensors, checked against `model`."""
+    """[(file, our name, stored dtype, shape, offset, nbytes)] of a checkpoint's tensors, checked
+    against `model`."""
     expected = {to_hf(name): p for name, p in model.named_parameters()}   # tied weights appear once
     ours = {to_hf(name): name for name, _ in model.named_parameters()}
     entries = []
@@ -98,24 +105,27 @@ def checkpoint_files(path: str) -> list[str]:
     single = os.path.join(path, "model.safetensors")
     if os.path.exists(single):
         return [single]
-    raise FileNotFoundError(f"{path}: neither model.safetensors nor model.safetensors.index.json found")
+    raise FileNotFoundError(f"{path}: neither model.safetensors nor model.safetensors.index.json "
+                            "found")
 
 
 # safetensors layout: 8 bytes (little-endian header length n), n bytes of JSON header
-# {name: {"dtype": "BF16", "shape": [...], "data_offsets": [begin, end]}, "__metadata__": {...}}, then the data;
-# offsets count from the end of the header.
-SAFETENSORS_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
-                      "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8,
-                      "U8": torch.uint8, "BOOL": torch.bool}
+# {name: {"dtype": "BF16", "shape": [...], "data_offsets": [begin, end]}, "__metadata__": {...}},
+# then the data; offsets count from the end of the header.
+SAFETENSORS_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16,
+                      "BF16": torch.bfloat16, "I64": torch.int64, "I32": torch.int32,
+                      "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8, "BOOL": torch.bool}
 
 
 def read_safetensors_header(file: str) -> dict:
-    """{name: (dtype, shape, absolute byte offset, byte length)} of one .safetensors file, validated."""
+    """{name: (dtype, shape, absolute byte offset, byte length)} of one .safetensors file,
+    validated."""
     size = os.path.getsize(file)
     with open(file, "rb") as fh:
         n = int.from_bytes(fh.read(8), "little")
         if not 0 < n <= size - 8:
-            raise CheckpointError(f"{file}: not a safetensors file (header length {n}, file size {size})")
+            raise CheckpointError(f"{file}: not a safetensors file (header length {n}, "
+                                  f"file size {size})")
         try:
             header = json.loads(fh.read(n))
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
@@ -129,35 +139,40 @@ def read_safetensors_header(file: str) -> dict:
             shape = info["shape"]
             begin, end = info["data_offsets"]
         except (KeyError, TypeError, ValueError):
-            raise CheckpointError(f"{file}: tensor {name!r}: header entry {info} is not a supported safetensors "
-                                  f"entry (dtypes {sorted(SAFETENSORS_DTYPES)})") from None
+            raise CheckpointError(f"{file}: tensor {name!r}: header entry {info} is not a supported "
+                                  f"safetensors entry (dtypes {sorted(SAFETENSORS_DTYPES)})") from None
         nbytes = math.prod(shape) * dtype.itemsize
         if end - begin != nbytes or begin < 0 or 8 + n + end > size:
-            raise CheckpointError(f"{file}: tensor {name!r}: data_offsets {[begin, end]} do not hold {nbytes} "
-                                  f"bytes of a {shape} {info['dtype']} tensor inside the file ({size} bytes)")
+            raise CheckpointError(f"{file}: tensor {name!r}: data_offsets {[begin, end]} do not hold "
+                                  f"{nbytes} bytes of a {shape} {info['dtype']} tensor inside the file "
+                                  f"({size} bytes)")
         entries[name] = (dtype, tuple(shape), 8 + n + begin, nbytes)
     return entries
 
 
 def read_tensor(fh, dtype: torch.dtype, shape: tuple, offset: int, nbytes: int) -> torch.Tensor:
-    """One tensor read from an open file into fresh memory (never memory-mapped, so nothing of the file
-    stays resident after the caller drops the tensor)."""
+    """One tensor read from an open file into fresh memory (never memory-mapped, so nothing of the
+    file stays resident after the caller drops the tensor)."""
     buf = bytearray(nbytes)
     fh.seek(offset)
     if fh.readinto(buf) != nbytes:
-        raise CheckpointError(f"{fh.name}: file ends inside a tensor (offset {offset}, {nbytes} bytes)")
-    return torch.frombuffer(buf, dtype=dtype).view(shape) if nbytes else torch.empty(shape, dtype=dtype)
+        raise CheckpointError(f"{fh.name}: file ends inside a tensor (offset {offset}, "
+                              f"{nbytes} bytes)")
+    if not nbytes:
+        return torch.empty(shape, dtype=dtype)
+    return torch.frombuffer(buf, dtype=dtype).view(shape)
 
 
 # ----------------------------------------------------------------------------- writing
 
-def save_pretrained(model, path: str, to_hf, state_dict: dict | None = None, max_shard_bytes: int = 5 * 2**30,
-                    generation_config: dict | None = None) -> None:
-    """Write config.json + safetensors (sharded with an index above max_shard_bytes), in the tensors' dtype.
-    state_dict: our parameter names -> full tensors, when the model is sharded (FSDP) and rank 0 gathered a full copy;
-    else the model's own parameters. Tensors on a GPU reach the host one shard at a time. generation_config: written
-    as generation_config.json, which transformers, vLLM and SGLang read for the ids to stop at (eos_token_id, a list
-    allowed) and the sampling defaults; config.json's eos_token_id is then its first stop id."""
+def save_pretrained(model, path: str, to_hf, state_dict: dict | None = None,
+                    max_shard_bytes: int = 5 * 2**30, generation_config: dict | None = None) -> None:
+    """Write config.json + safetensors (sharded with an index above max_shard_bytes), in the
+    tensors' dtype. state_dict: our parameter names -> full tensors, when the model is sharded
+    (FSDP) and rank 0 gathered a full copy; else the model's own parameters. Tensors on a GPU reach
+    the host one shard at a time. generation_config: written as generation_config.json, which
+    transformers, vLLM and SGLang read for the ids to stop at (eos_token_id, a list allowed) and the
+    sampling defaults; config.json's eos_token_id is then its first stop id."""
     from safetensors.torch import save_file
 
     cfg = model.config
@@ -168,8 +183,9 @@ def save_pretrained(model, path: str, to_hf, state_dict: dict | None = None, max
         if cfg.tie_word_embeddings and name == "lm_head.weight":
             continue
         if hasattr(tensor, "full_tensor"):   # an FSDP2 shard
-            raise TypeError(f"save_pretrained: {name} is a sharded DTensor; pass state_dict= a full state dict "
-                            "(get_model_state_dict with StateDictOptions(full_state_dict=True, cpu_offload=True))")
+            raise TypeError(f"save_pretrained: {name} is a sharded DTensor; pass state_dict= a full "
+                            "state dict (get_model_state_dict with StateDictOptions("
+                            "full_state_dict=True, cpu_offload=True))")
         tensors[to_hf(name)] = tensor.detach()
     os.makedirs(path, exist_ok=True)
     hf_cfg = cfg.to_hf_dict()
@@ -187,8 +203,8 @@ def save_pretrained(model, path: str, to_hf, state_dict: dict | None = None, max
         if shards[-1] and sum(nbytes[k] for k in shards[-1]) + nbytes[key] > max_shard_bytes:
             shards.append([])
         shards[-1].append(key)
-    for stale in os.listdir(path):   # an older save with another shard count must not leave files behind
-        if stale.startswith("model") and (stale.endswith(".safetensors") or stale.endswith(".index.json")):
+    for stale in os.listdir(path):   # an older save with another shard count leaves no file
+        if stale.startswith("model") and stale.endswith((".safetensors", ".index.json")):
             os.remove(os.path.join(path, stale))
     names = ["model.safetensors"]
     if len(shards) > 1:
@@ -199,28 +215,30 @@ def save_pretrained(model, path: str, to_hf, state_dict: dict | None = None, max
     if len(shards) > 1:
         weight_map = {k: fname for fname, keys in zip(names, shards) for k in keys}
         with open(os.path.join(path, "model.safetensors.index.json"), "w") as fh:
-            json.dump({"metadata": {"total_size": sum(nbytes.values())}, "weight_map": weight_map}, fh, indent=2)
+            index = {"metadata": {"total_size": sum(nbytes.values())}, "weight_map": weight_map}
+            json.dump(index, fh, indent=2)
 
 
-# --export_dtype: auto (None) exports in the dtype the run started from: a Qwen3 base model's bf16, not the fp32 master
-# weights (16 GB instead of 33 for 8B); float32 for a model trained from scratch.
+# --export_dtype: auto (None) exports in the dtype the run started from: a Qwen3 base model's bf16,
+# not the fp32 master weights (16 GB instead of 33 for 8B); float32 for a model trained from scratch.
 EXPORT_DTYPES = {"auto": None, "bfloat16": torch.bfloat16, "float32": torch.float32}
 
 
 @dataclass
 class Export:
-    """How a run writes its Hugging Face exports (built once at start): out_dir/exports/step-N, and out_dir/hf a link
-    to the newest (the trainer publishes them)."""
+    """How a run writes its Hugging Face exports (built once at start): out_dir/exports/step-N, and
+    out_dir/hf a link to the newest (the trainer publishes them)."""
     out_dir: str
     tokenizer_dir: str | None      # its tokenizer.json and tokenizer_config.json are copied in
     dtype: torch.dtype
-    generation_config: dict        # generation_config.json: the stop ids, sampling defaults (generation_config())
+    generation_config: dict        # generation_config.json (generation_config())
     to_hf: object                  # our parameter name -> the file's (model.hf_name)
     keep: int = 3                  # step exports kept, the newest; 0 = all
 
     def write(self, model, directory: str, weights: dict):
-        """The full weights (our names) as a Hugging Face directory: in self.dtype, with the tokenizer's files. A
-        failed write (a full disk: safetensors says it in its own exception) is an OSError."""
+        """The full weights (our names) as a Hugging Face directory: in self.dtype, with the
+        tokenizer's files. A failed write (a full disk: safetensors says it in its own exception) is
+        an OSError."""
         weights = {name: tensor.to(self.dtype) for name, tensor in weights.items()}
         try:
             save_pretrained(model, directory, self.to_hf, state_dict=weights,
@@ -236,9 +254,10 @@ SAMPLING_DEFAULTS = ("do_sample", "temperature", "top_p", "top_k", "min_p", "rep
 
 
 def generation_config(stop_ids: list, init_from: str = "") -> dict:
-    """generation_config.json of the exports: stop at the ids a chat turn ends with (stop_ids: <|im_end|>, then
-    <|endoftext|>, the padding id), which transformers, vLLM and SGLang read (without it they generate past
-    <|im_end|>); the sampling defaults (temperature, top-p, ...) of init_from's generation_config.json, if any."""
+    """generation_config.json of the exports: stop at the ids a chat turn ends with (stop_ids:
+    <|im_end|>, then <|endoftext|>, the padding id), which transformers, vLLM and SGLang read
+    (without it they generate past <|im_end|>); the sampling defaults (temperature, top-p, ...) of
+    init_from's generation_config.json, if any."""
     config = dict(eos_token_id=stop_ids, pad_token_id=stop_ids[-1])
     path = os.path.join(init_from, "generation_config.json") if init_from else ""
     if path and os.path.isfile(path):
@@ -253,12 +272,13 @@ def generation_config(stop_ids: list, init_from: str = "") -> dict:
 
 if __name__ == "__main__":   # one positional argument
     if len(sys.argv) != 2 or sys.argv[1].startswith("-"):
-        print("usage: python hf_checkpoint.py CHECKPOINT_DIR   (its tensors: name, dtype, shape; headers only)")
+        print("usage: python hf_checkpoint.py CHECKPOINT_DIR   (its tensors: name, dtype, shape)")
         sys.exit(0 if sys.argv[1:] in (["--help"], ["-h"]) else 2)
     try:
         for file in checkpoint_files(sys.argv[1]):
             for name, (dtype, shape, _, _) in sorted(read_safetensors_header(file).items()):
-                print(f"{os.path.basename(file)}  {name}  {str(dtype).removeprefix('torch.')}  {list(shape)}")
+                dtype_name = str(dtype).removeprefix("torch.")
+                print(f"{os.path.basename(file)}  {name}  {dtype_name}  {list(shape)}")
     except (CheckpointError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)

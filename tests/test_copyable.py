@@ -39,7 +39,7 @@ CHECKS = {
     "hf_checkpoint": ("import types, torch, hf_checkpoint as h\nm = torch.nn.Linear(2, 3, bias=False)\n"
                       "m.config = types.SimpleNamespace(tie_word_embeddings=False, to_hf_dict=dict)\n"
                       "h.save_pretrained(m, 'ck', str)\nw = h.read_weights('ck', m, str, torch.bfloat16)\n"
-                      "print(h.stored_dtype('ck', m, str), w['weight'].dtype, torch.equal(w['weight'], "
+                      "print(h.checked_dtype('ck', m, str), w['weight'].dtype, torch.equal(w['weight'], "
                       "m.weight.detach().bfloat16()))", "torch.float32 torch.bfloat16 True"),
     "math_checker": ("import math_checker\nprint(math_checker.compare('\\\\frac12', '0.5'))", "(True, True)"),
     "results_table": ("import results_table\nb = dict(problems=2, k=4, avg_at_k=0.5, pass_at_k={'1': 0.5, '4': 1.0}, "

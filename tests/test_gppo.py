@@ -467,17 +467,17 @@ def test_reward_scales_code():
     assert score(dict(task, tests=DOUBLE), code, gppo.GPPOConfig(code_reward="binary")) == (1.0, True)
 
 
-def test_the_rl_loop_drops_code_prompts_with_fewer_than_min_tests(tmp_path, capsys, toy_files):
-    """data.rl_prompts (gppo.py's) passes --min_tests to the loader: rows of 3 and 15 tests are dropped at 16 (the paper's
-    threshold, the default) and the count is printed; --min_tests=3 keeps them."""
+def test_the_rl_loop_drops_code_prompts_with_fewer_than_min_tests(tmp_path, toy_files):
+    """data.rl_prompts (gppo.py's) passes --min_tests to the loader: rows of 3 and 15 tests are dropped at 16 (the
+    paper's threshold, the default) and the count is reported (gppo.py prints it); --min_tests=3 keeps them."""
     rows = [dict(id=f"p{k}", prompt="Echo.", tests=[{"input": f"{i}\n", "output": f"{i}\n"} for i in range(k)])
             for k in (3, 16, 15, 20)]
     path = tmp_path / "code.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     tok = data.load_tokenizer(os.path.join(toy_files["sums"], "tokenizer"))
-    tasks = data.rl_prompts(gppo.GPPOConfig(code_data=str(path)), tok)[0]
+    tasks, _, report = data.rl_prompts(gppo.GPPOConfig(code_data=str(path)), tok)
     assert [t["id"] for t in tasks] == ["p16", "p20"] and all(t["kind"] == "code" for t in tasks)
-    assert "'dropped_few_tests': 2" in capsys.readouterr().out
+    assert "'dropped_few_tests': 2" in report[0], report
     assert len(data.rl_prompts(gppo.GPPOConfig(code_data=str(path), min_tests=3), tok)[0]) == 4
 
 
@@ -493,8 +493,8 @@ def test_held_out_greedy_avg_at_k_and_pass_at_k_by_hand(toy_files):
     from tools.toy_tasks import countdown
     tok = data.load_tokenizer(os.path.join(toy_files["countdown"], "tokenizer"))
     held_out = data.load_math_jsonl(os.path.join(toy_files["countdown"], "test", "countdown_3.jsonl"))[:3]
-    problems = [dict(p, prompt_ids=[i]) for i, p in enumerate(held_out)]
     cfg = gppo.GPPOConfig(eval_k=4, eval_seed=5)
+    problems = data.encode_prompts(tok, held_out, cfg.max_prompt_len)[0]   # as eval.py encodes them
     for p in problems:
         assert len(p["numbers"]) == 3 and p["kind"] == "countdown"
     index = {tuple(p["prompt_ids"]): i for i, p in enumerate(problems)}
@@ -515,7 +515,7 @@ def test_held_out_greedy_avg_at_k_and_pass_at_k_by_hand(toy_files):
             return out
 
     run = SimpleNamespace(cfg=cfg, rank=0, world=1, tokenizer=tok, engine=Engine(), device=torch.device("cpu"))
-    got = gppo.evaluate(run, problems, step=0)
+    got = gppo.evaluate(run, held_out, step=0)
     assert got == pytest.approx(dict(eval_accuracy=1 / 3, eval_avg_k=(0.25 + 0 + 1) / 3, eval_pass_k=2 / 3))
     seeds = [ev.problem_seed(5, "held_out", i) for i in range(3)]
     assert calls == [[(0.0, 1, seed) for seed in seeds], [(1.0, 4, seed) for seed in seeds]]
