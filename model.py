@@ -1,4 +1,4 @@
-"""Qwen3, written by hand in plain PyTorch. For each of L layers, x (B, T, D):
+"""Qwen3, written by hand in plain PyTorch, with Hugging Face checkpoint I/O. For each of L layers, x (B, T, D):
     h = x + o_proj( Attention( rope(q_norm(q_proj(rms(x)))), rope(k_norm(k_proj(rms(x)))), v_proj(rms(x)) ) )
     x = h + down_proj( silu(gate_proj(rms(h))) * up_proj(rms(h)) )                 then logits = lm_head(rms(x))
 Qwen3 rather than Llama: a per-head RMSNorm on q and k before RoPE; head_dim its own field; no biases; RMSNorm in fp32;
@@ -11,8 +11,7 @@ Three seams for the rest of the project:
     if it has a `fused` attribute (parts/norm_kernels.py), the norms and RoPE run as its kernels (same roundings);
   - return_hidden=True: the final normed hidden states, so a loss applies the LM head itself, in chunks.
 Checkpoints are Hugging Face directories; from_pretrained builds the model on the meta device and reads one tensor
-at a time into its final dtype and device (parts/hf_checkpoint.py: an 8B model is never allocated twice, nor kept
-memory-mapped). Parameter names are Hugging Face's without the leading `model.` (hf_name).
+at a time into its final dtype and device (an 8B model is never allocated twice, nor kept memory-mapped).
     python model.py CHECKPOINT_DIR        # load one and print a summary
 """
 import json
@@ -26,7 +25,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
-from parts import hf_checkpoint
+from parts import hf_checkpoint   # Hugging Face directories, one tensor at a time
 from parts.hf_checkpoint import CheckpointError
 
 

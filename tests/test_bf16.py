@@ -284,10 +284,11 @@ def test_engine_and_trainer_logprobs_of_a_bf16_model_agree():
     prompt = [5, 9, 2, 33, 7]
     out = engine.generate([prompt], SamplingParams(temperature=1.0, max_tokens=20, seed=0))[0][0]
     ids = prompt + list(out.token_ids)
-    t = dict(input_ids=torch.tensor([ids]), position_ids=torch.arange(len(ids))[None],
-             document_ids=torch.zeros(1, len(ids), dtype=torch.long), prefix_docs=None,
-             where=torch.arange(len(prompt) - 1, len(ids) - 1), targets=torch.tensor(out.token_ids))
-    trainer_logp = torch.tensor(gppo.row_logprobs(model, t, temperature=1.0))
+    tensors = dict(input_ids=torch.tensor([ids]), position_ids=torch.arange(len(ids))[None],
+                   document_ids=torch.zeros(1, len(ids), dtype=torch.long), prefix_docs=None,
+                   logit_positions=torch.arange(len(prompt) - 1, len(ids) - 1),
+                   targets=torch.tensor(out.token_ids))
+    trainer_logp = torch.tensor(gppo.row_logprobs(model, tensors, temperature=1.0))
     tol = logit_error_bound(model, ids, roundings_per_layer=3, final_roundings=0)   # attention only (see above)
     gap = (trainer_logp - torch.tensor(out.logprobs)).abs().max()
     assert gap <= 2 * tol, (float(gap), tol)
