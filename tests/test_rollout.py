@@ -229,6 +229,54 @@ def test_same_seed_same_samples_whatever_the_batch(model):
     assert_no_leaks(crowded)
 
 
+@torch.no_grad()
+def reference_sample(model, prompt, params, sample_index):
+    """Sample j of a request written out without the engine: a full forward over all tokens at every step (no KV
+    cache), the top-k/top-p filter as a loop over ranks, a float64 softmax over the kept tokens and the inverse CDF
+    as one float64 cumsum in token-id order, at the uniforms of sample j's own stream (rollout.py's contract:
+    torch.Generator seeded with sample_seed(seed, j), float64 uniforms drawn 64 at a time, one per token)."""
+    generator = torch.Generator().manual_seed(rollout.sample_seed(params.seed, sample_index))
+    uniforms = []
+    ids = list(prompt)
+    for _ in range(params.max_tokens):
+        if not uniforms:
+            uniforms = torch.rand(64, generator=generator, dtype=torch.float64).tolist()[::-1]
+        u = uniforms.pop()
+        row = model(torch.tensor([ids]))[0, -1].double() / params.temperature          # (V,)
+        order = row.argsort(descending=True).tolist()
+        kept = order[:params.top_k] if params.top_k else order
+        probs = torch.softmax(row[kept], 0).tolist()
+        mass = 0.0
+        nucleus = []
+        for token, p in zip(kept, probs):
+            if mass >= params.top_p and params.top_p < 1:
+                break
+            nucleus.append(token)
+            mass += p
+        nucleus.sort()                                                                   # token-id order
+        cdf = torch.softmax(row[nucleus], 0).cumsum(0)
+        token = nucleus[int(torch.searchsorted(cdf, u * cdf[-1:], right=True))]
+        ids.append(token)
+        if token in params.stop_token_ids:
+            break
+    return ids[len(prompt):]
+
+
+@pytest.mark.parametrize("temperature,top_k,top_p", [(1.0, 0, 1.0), (0.8, 6, 0.9)])
+def test_seeded_samples_equal_a_no_cache_sampler(model, cpu_kernel, temperature, top_k, top_p):
+    """The tokens of seeded samples are pinned: each sample's are those of reference_sample, whatever the decode
+    path, with preemptions (a pool of 2 full-length sequences) and samples stopping at different steps."""
+    prompts = prompts_of([4, 19, 9], seed=12)
+    params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, max_tokens=14, n=3, seed=7,
+                            stop_token_ids=[5, 50])
+    engine = LLMEngine(model, max_num_seqs=9, max_model_len=40, num_blocks=20, block_size=4, cpu_kernel=cpu_kernel)
+    out = engine.generate(prompts, params)
+    assert engine.stats.preemptions > 0
+    for prompt, samples in zip(prompts, out):
+        assert [s.token_ids for s in samples] == [reference_sample(model, prompt, params, j) for j in range(3)]
+    assert_no_leaks(engine)
+
+
 @pytest.mark.parametrize("V", [1, 7, 64, 65, 300])
 def test_inverse_cdf_equals_a_float64_search_and_never_picks_a_zero(V):
     """The two-level search vs one float64 cumsum; rows with zero-probability tokens (as top-k/top-p leave
