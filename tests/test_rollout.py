@@ -110,7 +110,7 @@ def test_greedy_equals_no_cache_reference_mixed_lengths(model, cpu_kernel):
         # greedy logprob: the unscaled log_softmax at the argmax
         assert samples[0].logprobs == pytest.approx(teacher_forced_logprobs(model, prompt, ref, 1.0), abs=1e-4)
     assert engine.stats.prefill_tokens == sum(map(len, prompts)) and engine.stats.preemptions == 0
-    assert engine.cache.cpu_kernel == cpu_kernel
+    assert isinstance(engine.decode, rollout.CpuKernelDecode) == cpu_kernel
     assert_no_leaks(engine)
 
 
@@ -126,7 +126,7 @@ def test_greedy_under_preemption(model, cpu_kernel):
     for prompt, samples in zip(prompts, out):
         ref = reference_greedy(model, prompt, min(25, max_model_len - len(prompt)))
         assert [s.token_ids for s in samples] == [ref, ref]
-    assert engine.cache.cpu_kernel == cpu_kernel
+    assert isinstance(engine.decode, rollout.CpuKernelDecode) == cpu_kernel
     assert_no_leaks(engine)
 
 
@@ -138,13 +138,14 @@ def test_recomputed_sequence_longer_than_the_token_budget_does_not_wait_for_the_
     engine = LLMEngine(model, max_num_seqs=6, max_model_len=40, num_blocks=14, block_size=4,
                        max_num_batched_tokens=8, cpu_kernel=False)
     admissions = []   # (its tokens, sequences then running) of each recomputation longer than the budget
-    admit = engine._admit
+    admit = engine.scheduler.admit
 
-    def recording_admit(waiting, running):
-        groups = admit(waiting, running)
-        admissions.extend((len(g[0]), len(running)) for g in groups if g[0].preempted and len(g[0]) > 8)
+    def recording_admit():
+        running = len(engine.scheduler.running)
+        groups = admit()
+        admissions.extend((len(g[0]), running) for g in groups if g[0].preempted and len(g[0]) > 8)
         return groups
-    monkeypatch.setattr(engine, "_admit", recording_admit)
+    monkeypatch.setattr(engine.scheduler, "admit", recording_admit)
     out = engine.generate(prompts, [SamplingParams(temperature=0, max_tokens=k) for k in (30, 12, 33, 9, 35, 20)])
     assert admissions, "the workload must preempt sequences longer than the budget"
     assert any(running > 0 for _, running in admissions), admissions
@@ -186,7 +187,7 @@ def test_n_samples_share_the_prompt(model, cpu_kernel):
     for prompt, samples in zip(prompts, out):
         for s in samples:
             assert s.logprobs == pytest.approx(teacher_forced_logprobs(model, prompt, s.token_ids, 1.0), abs=1e-4)
-    assert engine.cache.cpu_kernel == cpu_kernel
+    assert isinstance(engine.decode, rollout.CpuKernelDecode) == cpu_kernel
     assert_no_leaks(engine)
 
 
@@ -204,7 +205,7 @@ def test_groups_that_shrink_unevenly_stay_exact(model, cpu_kernel):
     for prompt, samples in zip(prompts, out):
         for s in samples:
             assert s.logprobs == pytest.approx(teacher_forced_logprobs(model, prompt, s.token_ids, 1.0), abs=1e-4)
-    assert engine.cache.cpu_kernel == cpu_kernel
+    assert isinstance(engine.decode, rollout.CpuKernelDecode) == cpu_kernel
     assert_no_leaks(engine)
 
 
@@ -567,7 +568,7 @@ def test_cpu_kernel_fallback_and_errors(model, monkeypatch, capsys, tmp_path):
     prompts = prompts_of([5, 18], seed=11)
     params = SamplingParams(temperature=0, max_tokens=6)
     with_kernel = LLMEngine(model, max_num_seqs=4, max_model_len=32)
-    assert with_kernel.cache.cpu_kernel
+    assert isinstance(with_kernel.decode, rollout.CpuKernelDecode)
     expected = with_kernel.generate(prompts, params)
     pool, q = torch.zeros(1, 2, 4, 16), torch.zeros(1, 2, 16)   # a kernel copied elsewhere checks what it is given
     one = torch.tensor([1], dtype=torch.int32)
@@ -589,7 +590,7 @@ def test_cpu_kernel_fallback_and_errors(model, monkeypatch, capsys, tmp_path):
     monkeypatch.setattr(decode_kernels, "_cpu_kernel_notice_shown", False)
     engine = LLMEngine(model, max_num_seqs=4, max_model_len=32)
     err = capsys.readouterr().err
-    assert not engine.cache.cpu_kernel and err.count("\n") == 1 and "no-such-c++ is not on PATH" in err, err
+    assert isinstance(engine.decode, rollout.CascadeDecode) and err.count("\n") == 1 and "no-such-c++ is not on PATH" in err, err
     out = engine.generate(prompts, params)
     assert [[s.token_ids for s in g] for g in out] == [[s.token_ids for s in g] for g in expected]
     LLMEngine(model, max_num_seqs=4, max_model_len=32)
@@ -692,19 +693,19 @@ def test_device_block_tables_follow_the_sequences_tables(model, monkeypatch):
     running sequence's row must hold exactly its block table. A pool of 10 blocks forces preemptions; n=3 samples
     share their prompt's blocks (copy-on-write)."""
     engine = LLMEngine(model, max_num_seqs=6, max_model_len=32, num_blocks=10, block_size=4, use_triton=True)
-    checked, original = [], engine._decode_on_device
+    checked, original = [], engine.decode.hidden
 
     def checking(running, slots):
         rows = torch.tensor([seq.row for seq in running])
         width = max(len(seq.block_table) for seq in running)
-        tables = engine.tables.gather(rows, width)
+        tables = engine.decode.tables.gather(rows, width)
         for seq, row in zip(running, tables.tolist()):
             assert row[:len(seq.block_table)] == seq.block_table
         assert len({seq.row for seq in running}) == len(running) >= 1      # a row per running sequence
         checked.append(len(running))
         return original(running, slots)
 
-    monkeypatch.setattr(engine, "_decode_on_device", checking)
+    monkeypatch.setattr(engine.decode, "hidden", checking)
     prompts = prompts_of([6, 9, 3], seed=4)
     out = engine.generate(prompts, SamplingParams(temperature=1.0, max_tokens=14, n=3, seed=5))
     assert engine.stats.preemptions > 0 and len(checked) > 10
@@ -724,11 +725,11 @@ def test_cuda_graph_decode_equals_the_plain_decode(model, monkeypatch):
               SamplingParams(temperature=0.8, max_tokens=7, n=2, seed=4)]
     plain = LLMEngine(model, max_num_seqs=8, max_model_len=48, use_triton=True, cuda_graphs=False)
     graphed = LLMEngine(model, max_num_seqs=8, max_model_len=48, use_triton=True, cuda_graphs=True)
-    assert plain.graphs is None and graphed.graphs is not None and not graphed.graphs.capture
-    batches, run = [], graphed.graphs.run
-    monkeypatch.setattr(graphed.graphs, "run", lambda n, **kw: batches.append(n) or run(n, **kw))
+    assert plain.decode.graphs is None and graphed.decode.graphs is not None and not graphed.decode.graphs.capture
+    batches, run = [], graphed.decode.graphs.run
+    monkeypatch.setattr(graphed.decode.graphs, "run", lambda n, **kw: batches.append(n) or run(n, **kw))
     expected, got = plain.generate(prompts, params), graphed.generate(prompts, params)
-    assert {n for n in batches} - set(graphed.graphs.buckets)                 # some steps were padded
+    assert {n for n in batches} - set(graphed.decode.graphs.buckets)                 # some steps were padded
     for a, b in zip(expected, got):
         for x, y in zip(a, b):
             assert x.token_ids == y.token_ids and x.finish_reason == y.finish_reason
@@ -746,21 +747,21 @@ def test_cuda_graphs_are_kept_while_the_pool_and_weights_stay(model):
     engine = LLMEngine(model, max_num_seqs=8, max_model_len=48, use_triton=True, cuda_graphs=True)
     params = SamplingParams(temperature=0.0, max_tokens=4)
     engine.generate([[1, 2, 3]], params)
-    engine.graphs.graphs[8] = "captured"                          # what a CUDA capture would have left
+    engine.decode.graphs.graphs[8] = "captured"                          # what a CUDA capture would have left
     with torch.no_grad():
         for p in model.parameters():
             p.mul_(1.0)                                           # in place: the same storage
     engine.generate([[1, 2, 3]], params)
-    assert engine.graphs.graphs == {8: "captured"}
+    assert engine.decode.graphs.graphs == {8: "captured"}
     for p in model.parameters():
         p.data = p.data.clone()                                   # freed and refilled: new storage
     engine.generate([[1, 2, 3]], params)
-    assert engine.graphs.graphs == {}
-    engine.graphs.graphs[8] = "captured"
-    graphs = engine.graphs
+    assert engine.decode.graphs.graphs == {}
+    engine.decode.graphs.graphs[8] = "captured"
+    graphs = engine.decode.graphs
     engine.cache.release()
     engine.generate([[1, 2, 3]], params)
-    assert engine.graphs is not graphs and engine.graphs.graphs == {}
+    assert engine.decode.graphs is not graphs and engine.decode.graphs.graphs == {}
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -775,7 +776,7 @@ def test_fused_norm_kernels_leave_the_engines_tokens_unchanged(model, dtype):
               SamplingParams(temperature=0.0, max_tokens=10)]
     calls = []
     fused = LLMEngine(m, max_num_seqs=8, max_model_len=48, use_triton=True, fused_norms=True)
-    assert fused.cache.fused is norm_kernels
+    assert fused.cache.kernels is norm_kernels
     original = norm_kernels.norm_rope
     try:
         norm_kernels.norm_rope = lambda *a: calls.append(1) or original(*a)
@@ -790,4 +791,4 @@ def test_fused_norm_kernels_leave_the_engines_tokens_unchanged(model, dtype):
         assert max(abs(p - q) for p, q in zip(a[0].logprobs, b[0].logprobs)) <= tolerance
     if dtype == torch.float32:
         assert got[0][0].token_ids == reference_greedy(m, prompts[0], 10)
-    assert LLMEngine(m, max_num_seqs=8, max_model_len=48).cache.fused is None   # a CPU engine: eager by default
+    assert LLMEngine(m, max_num_seqs=8, max_model_len=48).cache.kernels is None   # a CPU engine: eager by default
