@@ -24,10 +24,11 @@ import torch.nn.functional as F
 
 from model import logits_fp32
 from parts import norm_kernels
-from parts.cuda_graphs import BucketedGraphs, buckets_for
+from parts.cuda_graphs import DeviceDecode, buckets_for
 from parts.decode_kernels import (CPU_KERNEL_HEAD_DIMS, cascade_batch, cascade_decode, cascade_workspace_size,
                                   load_cpu_kernel, paged_decode_cpu, paged_decode_triton, triton)
-from parts.scheduler import BlockManager, DeviceBlockTables, Scheduler
+from parts.sampling import sample
+from parts.scheduler import BlockManager, Scheduler, Sequence
 
 
 # ----------------------------------------------------------------------------- config
@@ -127,7 +128,7 @@ class LLMEngine:
         self.kv_cache_memory = kv_cache_memory
         blocks_per_seq = -(-self.max_model_len // block_size)
         self.decode = choose_decode(model, use_triton, cpu_kernel, cuda_graphs, max_num_seqs, blocks_per_seq)
-        self.norm_kernels = choose_norm_kernels(model, isinstance(self.decode, TritonDecode), fused_norms)
+        self.norm_kernels = choose_norm_kernels(model, isinstance(self.decode, DeviceDecode), fused_norms)
         # a pool sized from the memory free is allocated by the first generate(): what the caller allocates before it
         # (say, an optimizer's states read on resume) is then not counted in it
         from_free = callable(kv_cache_memory) or (kv_cache_memory is None and self.device.type == "cuda")
@@ -198,7 +199,7 @@ class LLMEngine:
                 self.blocks.release(seq)
         assert self.blocks.num_free == self.blocks.num_blocks, "rollout.py: KV blocks leaked"
         self.stats.peak_blocks_used = self.blocks.peak_used
-        return [[seq.result() for seq in g] for g in groups]
+        return [[result(seq) for seq in g] for g in groups]
 
     def _prefill(self, groups: list) -> None:
         """Compute each group's prompt once (its samples share its blocks) and sample each sample's first token."""
@@ -253,7 +254,7 @@ class LLMEngine:
                 self.scheduler.finish(seq)               # its blocks free at once, for the waiting requests
                 self.decode.retire(seq)
                 if self.on_finish is not None:
-                    self.on_finish(*seq.index, seq.result())
+                    self.on_finish(*seq.index, result(seq))
 
 def make_groups(prompt_token_ids, params, max_model_len: int, vocab_size: int, max_num_seqs: int) -> list:
     """Validate the requests and make, per prompt, its group of n sequences (they will share the prompt)."""
@@ -280,6 +281,10 @@ def make_groups(prompt_token_ids, params, max_model_len: int, vocab_size: int, m
         max_len = min(len(prompt) + p.max_tokens, max_model_len)
         groups.append([Sequence(prompt, p, max_len, sample_seed(seed, j), (i, j)) for j in range(p.n)])
     return groups
+
+
+def result(seq: Sequence) -> Sample:
+    return Sample(seq.token_ids[seq.prompt_len:], seq.logprobs, seq.finish_reason)
 
 
 def sample_seed(request_seed: int, sample_index: int) -> int:
@@ -345,44 +350,10 @@ def kv_cache_blocks(cfg, dtype: torch.dtype, memory_bytes: int, block_size: int,
     return min(int(memory_bytes) // kv_block_bytes(cfg, dtype, block_size), max_num_seqs * -(-max_model_len // block_size))
 
 
-# ----------------------------------------------------------------------------- 2. a sequence (its blocks: parts/scheduler.py)
-
-class Sequence:
-    """One sample being generated: prompt + output tokens, its block table and its random stream."""
-
-    def __init__(self, prompt: list, params: SamplingParams, max_len: int, seed: int, index: tuple = (0, 0)):
-        self.index = index                     # (prompt, sample) in the request
-        self.token_ids = list(prompt)          # prompt + generated so far
-        self.prompt_len = len(prompt)
-        self.params = params
-        self.max_len = max_len                 # stop with "length" at this many tokens
-        self.generator = torch.Generator().manual_seed(seed)   # CPU: the stream does not depend on the device
-        self.uniforms: list[float] = []        # the next uniforms of its stream, last = next; drawn 64 at a time
-        self.logprobs: list[float] = []
-        self.block_table: list[int] = []       # block ids holding the KV of token_ids[:-1] (+ the last after a step)
-        self.prefix_id = -1                    # samples with the same prefix_id share block_table[:prefix_blocks]:
-        self.prefix_blocks = 0                 # the full blocks of the prompt prefilled for them (never written again)
-        self.finish_reason: str | None = None
-        self.preempted = False                 # its next prefill is a recomputation
-        self.row = -1                          # its row of DeviceBlockTables while it runs (Triton decode)
-
-    def __len__(self):
-        return len(self.token_ids)
-
-    def result(self) -> "Sample":
-        return Sample(self.token_ids[self.prompt_len:], self.logprobs, self.finish_reason)
-
-    def next_uniform(self) -> float:
-        """The next uniform of its stream (one per sampled token), drawn 64 at a time: one generator call per 64."""
-        if not self.uniforms:
-            self.uniforms = torch.rand(64, generator=self.generator, dtype=torch.float64).tolist()[::-1]
-        return self.uniforms.pop()
-
-
 # ----------------------------------------------------------------------------- 3. attention on pages
 
 def choose_decode(model, use_triton, cpu_kernel, cuda_graphs, max_num_seqs: int, blocks_per_seq: int):
-    """The decode backend, chosen once: use_triton (None = on CUDA, if triton is installed): TritonDecode, with
+    """The decode backend, chosen once: use_triton (None = on CUDA, if triton is installed): DeviceDecode, with
     cuda_graphs (None = on CUDA; True on a CPU runs the same padded static-buffer step without capturing, what tests
     compare with the plain step); else on CPU CpuKernelDecode if cpu_kernel allows (None = if the model is fp32 with
     a supported head_dim and the kernel builds, else with a one-line notice; False = never, True = required), else
@@ -398,7 +369,7 @@ def choose_decode(model, use_triton, cpu_kernel, cuda_graphs, max_num_seqs: int,
     _require(not (graphs and not use_triton), "LLMEngine(cuda_graphs=True): graphs replay the Triton decode step; "
              "pass use_triton=True (on a CPU: with TRITON_INTERPRET=1)")
     if use_triton:
-        return TritonDecode(model, max_num_seqs, blocks_per_seq, graphs)
+        return DeviceDecode(model, paged_decode_triton, max_num_seqs, blocks_per_seq, graphs)
     if device.type == "cpu" and cpu_kernel is not False:
         fits = param.dtype == torch.float32 and model.config.head_dim in CPU_KERNEL_HEAD_DIMS
         _require(fits or not cpu_kernel, f"LLMEngine(cpu_kernel=True): the CPU kernel takes fp32 and head_dim in "
@@ -436,6 +407,7 @@ class PagedKVCache:
     def __init__(self, cfg, num_blocks: int, block_size: int, *, dtype, device, kernels=None, allocate: bool = True):
         # head-major: gathering blocks of one head yields (Hkv, B, L, hd), ready for a batched matmul, no transpose
         self.shape = (cfg.num_hidden_layers, cfg.num_key_value_heads, num_blocks, block_size, cfg.head_dim)
+        self.block_size = block_size
         self.dtype = dtype
         self.device = device
         self.kernels = kernels
@@ -541,7 +513,7 @@ class CascadeDecode(DecodeBackend):
 
     def hidden(self, running: list, slots: list):
         self.slots = torch.tensor(slots, device=self.cache.device)
-        self.batch = cascade_batch(running, self.cache.shape[3], self.cache.device, self.batch)
+        self.batch = cascade_batch(running, self.cache.block_size, self.cache.device, self.batch)
         return run_model(self.model, self.cache, self, *last_tokens(running, self.cache.device))
 
     def attend(self, cache, layer_idx, q, k, v):
@@ -570,87 +542,6 @@ class CpuKernelDecode(DecodeBackend):
                                 self.context_lens, k, v)
 
 
-class TritonDecode(DecodeBackend):
-    """paged_decode_triton (on CUDA; on a CPU under TRITON_INTERPRET=1): K/V read in place. The block tables live
-    on the device (DeviceBlockTables, a row per running sequence), the step's integers go in one copy, and with
-    graphs the step replays a CUDA graph per batch bucket (parts/cuda_graphs.py: a batch is padded to a bucket, its
-    pad rows writing a scratch block: one more block in the pool)."""
-    name = "Triton"
-    extra_blocks = 1
-
-    def __init__(self, model, max_num_seqs: int, blocks_per_seq: int, graphs: bool):
-        super().__init__(model)
-        self.max_num_seqs = max_num_seqs
-        self.blocks_per_seq = blocks_per_seq
-        self.use_graphs = graphs
-        self.graphs = None
-
-    def new_pool(self, cache, num_blocks: int) -> None:
-        """Tables and graphs for this pool (block num_blocks is the scratch one). A graph replays the addresses it
-        was captured on: a new pool gets new graphs, and the weights' storage is checked at every start() (the graphs
-        are kept across calls while both stay: no re-capture per call)."""
-        self.cache = cache
-        self.tables = DeviceBlockTables(self.max_num_seqs, self.blocks_per_seq, num_blocks, cache.device)
-        self.graphs = self._graphs(num_blocks) if self.use_graphs else None
-        self.graphed_weights = weight_addresses(self.model)
-
-    def start(self) -> None:
-        if self.graphs is not None and self.graphed_weights != weight_addresses(self.model):
-            self.graphs.clear()         # captured on weights that were freed and re-allocated since (gppo.py's
-            self.graphed_weights = weight_addresses(self.model)   # --free_engine); in-place updates keep them valid
-        self.tables.reset()
-
-    def admit(self, seq) -> None:
-        self.tables.admit(seq)
-
-    def changed(self, seq) -> None:
-        self.tables.update(seq, len(seq.block_table) - 1)   # a new last block, or its private copy
-
-    def retire(self, seq) -> None:
-        self.tables.free(seq)
-
-    def hidden(self, running: list, slots: list):
-        """The step's integers in one host-to-device copy, the block tables gathered on the device, the model run
-        directly or replayed from a CUDA graph (whose tables are full width: static shapes)."""
-        integers = [[seq.token_ids[-1] for seq in running], [len(seq) - 1 for seq in running], slots,
-                    [len(seq) for seq in running], [seq.row for seq in running]]
-        ids, positions, slots, lengths, rows = torch.tensor(integers, device=self.cache.device)   # (5, B)
-        if self.graphs is not None:
-            return self.graphs.run(len(running), input_ids=ids, positions=positions, slots=slots,
-                                   block_tables=self.tables.gather(rows), context_lens=lengths.int())
-        width = max(len(seq.block_table) for seq in running)
-        return self.step(ids, positions, slots, self.tables.gather(rows, width), lengths.int())
-
-    def step(self, input_ids, positions, slots, block_tables, context_lens):
-        """(B,) tokens at (B,) positions, K/V written to (B,) slots -> final hidden states (B, D); graph-capturable:
-        tensors in, tensors out, no host synchronisation."""
-        self.slots = slots
-        self.block_tables = block_tables
-        self.context_lens = context_lens
-        return run_model(self.model, self.cache, self, input_ids, positions)
-
-    def attend(self, cache, layer_idx, q, k, v):
-        cache.write(layer_idx, self.slots, k, v)
-        return paged_decode_triton(q, cache.k_pool[layer_idx], cache.v_pool[layer_idx], self.block_tables,
-                                   self.context_lens)
-
-    def _graphs(self, scratch: int) -> BucketedGraphs:
-        def full(value, *shape, dtype=torch.long):
-            return torch.full(shape, value, dtype=dtype, device=self.cache.device)
-
-        rows = self.max_num_seqs
-        buffers = dict(input_ids=full(0, rows), positions=full(0, rows), slots=full(0, rows),
-                       block_tables=full(scratch, rows, self.blocks_per_seq, dtype=torch.int32),
-                       context_lens=full(1, rows, dtype=torch.int32))
-        # a padded row: token 0 at position 0, its K/V written into the scratch block and read back from it alone
-        pads = dict(input_ids=0, positions=0, slots=scratch * self.cache.shape[3], block_tables=scratch,
-                    context_lens=1)
-        return BucketedGraphs(self.step, buffers, pads, capture=self.cache.device.type == "cuda")
-
-
-def weight_addresses(model) -> tuple:
-    return tuple(t.data_ptr() for t in (*model.parameters(), *model.buffers()))
-
 def paged_decode_reference(q, k_pool, v_pool, block_tables, context_lens):
     """One query per sequence against its pages in plain PyTorch, the oracle of the faster paths: gather each
     sequence's blocks into a padded copy, then masked SDPA. q (B, Hq, hd); k_pool/v_pool (Hkv, num_blocks, bs, hd);
@@ -665,55 +556,3 @@ def paged_decode_reference(q, k_pool, v_pool, block_tables, context_lens):
     # GQA: the Hq/Hkv query heads of one KV head attend as that head's Hq/Hkv queries (heads h -> h // group)
     out = F.scaled_dot_product_attention(q.view(B, Hkv, Hq // Hkv, hd), k, v, attn_mask=visible[:, None, None, :])
     return out.reshape(B, Hq, hd)
-
-
-# ----------------------------------------------------------------------------- 4. sampling
-
-def sample(logits, params: list, uniforms: list):
-    """logits (B, V) fp32 -> tokens (B,), logprobs (B,): row i drawn from softmax(keep_top_k_top_p(logits_i / T_i))
-    by inverse CDF at uniforms[i] (from row i's own stream, so a row's draw depends only on its seed)."""
-    (B, V), dev = logits.shape, logits.device
-    greedy = [p.temperature == 0 for p in params]
-    temperature = [1.0 if g else p.temperature for g, p in zip(greedy, params)]
-    top_k = [V if g or p.top_k == 0 else min(p.top_k, V) for g, p in zip(greedy, params)]
-    top_p = [1.0 if g else p.top_p for g, p in zip(greedy, params)]
-    if any(t != 1.0 for t in temperature):
-        logits = logits / torch.tensor(temperature, device=dev)[:, None]
-    if min(top_k) < V or min(top_p) < 1:
-        logits = keep_top_k_top_p(logits, torch.tensor(top_k, device=dev), torch.tensor(top_p, device=dev))
-    logprobs = torch.log_softmax(logits, dim=-1)                                 # (B, V)
-    tokens = inverse_cdf(logprobs.exp(), torch.tensor(uniforms, dtype=logprobs.dtype, device=dev))
-    if any(greedy):
-        tokens = torch.where(torch.tensor(greedy, device=dev), logits.argmax(dim=-1), tokens)
-    return tokens, logprobs.gather(1, tokens[:, None])[:, 0]
-
-
-def keep_top_k_top_p(logits, top_k, top_p):
-    """logits (B, V); top_k (B,) in 1..V; top_p (B,) in (0, 1] -> logits with the dropped tokens at -inf.
-    Top-k first, then the nucleus of what is left: a token is kept iff the mass ranked above it is < top_p."""
-    sorted_logits, order = logits.sort(dim=-1, descending=True)
-    ranks = torch.arange(logits.shape[-1], device=logits.device)
-    sorted_logits = sorted_logits.masked_fill(ranks >= top_k[:, None], float("-inf"))
-    probs = sorted_logits.softmax(dim=-1)
-    mass_above = probs.cumsum(dim=-1) - probs
-    sorted_logits = sorted_logits.masked_fill((mass_above >= top_p[:, None]) & (top_p[:, None] < 1), float("-inf"))
-    return torch.full_like(logits, float("-inf")).scatter(-1, order, sorted_logits)
-
-
-def inverse_cdf(probs, u, chunk: int = 64):
-    """probs (B, V) >= 0, not all 0 per row; u (B,) in [0, 1] -> (B,) the token where the running mass first exceeds
-    u * total, never a zero-probability one (even when u * total rounds up to the total). Two levels (the chunk of
-    `chunk` tokens, then the token in it), so the sequential cumsums cover V/chunk + chunk entries per row, not V."""
-    B, V = probs.shape
-    chunks = F.pad(probs, (0, -V % chunk)).view(B, -1, chunk)                        # (B, V/chunk, chunk)
-
-    def search(cdf, target):   # first index with cdf > target, target kept below the last (positive) entry
-        target = torch.minimum(target, cdf[:, -1:].nextafter(torch.zeros_like(cdf[:, -1:])))
-        return torch.searchsorted(cdf, target.clamp(min=0), right=True)            # (B, 1)
-
-    chunk_cdf = chunks.sum(-1).cumsum(-1)                                           # (B, V/chunk)
-    target = u[:, None] * chunk_cdf[:, -1:]
-    c = search(chunk_cdf, target)
-    inner_cdf = chunks.gather(1, c[:, :, None].expand(-1, -1, chunk))[:, 0].cumsum(-1)   # (B, chunk)
-    mass_before = chunk_cdf.gather(1, c) - inner_cdf[:, -1:]
-    return (c * chunk + search(inner_cdf, target - mass_before))[:, 0]

@@ -7,11 +7,10 @@ the n samples of a prompt share its blocks (prefilled once), and a shared last b
 Each step is a prefill (Scheduler.admit: waiting groups while sequences, tokens and blocks allow) or a decode
 (Scheduler.decode_slots: one more slot for every running sequence; out of blocks, the youngest is preempted: its
 blocks freed, it waits at the head of the queue and is later recomputed from its prompt and its tokens so far).
-DeviceBlockTables mirrors the running sequences' tables on a device, changed only where an entry changes.
 
-A sequence here is any object with token_ids (a list), block_table (a list, filled here), finish_reason (None
-while it runs), preempted (bool), and prefix_id, prefix_blocks, row (set here). No tensors but the device tables;
-torch only (rollout.py's engine is the caller):
+A Sequence is one sample being generated (the scheduler reads its token_ids, block_table, finish_reason and
+preempted, and sets its blocks and prefix); it draws its sampling uniforms from its own seeded stream. torch only
+(rollout.py's engine is the caller):
     scheduler = Scheduler(BlockManager(num_blocks=64, block_size=16), max_num_seqs=8, max_num_batched_tokens=512)
     scheduler.start(groups)                     # groups: lists of sequences, a prompt's samples each
     while scheduler.busy:
@@ -24,6 +23,36 @@ from collections import deque
 from dataclasses import dataclass
 
 import torch
+
+
+class Sequence:
+    """One sample being generated: prompt + output tokens, its block table and its random stream (params: its
+    sampling settings, read by the caller)."""
+
+    def __init__(self, prompt: list, params, max_len: int, seed: int, index: tuple = (0, 0)):
+        self.index = index                     # (prompt, sample) in the request
+        self.token_ids = list(prompt)          # prompt + generated so far
+        self.prompt_len = len(prompt)
+        self.params = params
+        self.max_len = max_len                 # stop with "length" at this many tokens
+        self.generator = torch.Generator().manual_seed(seed)   # CPU: the stream does not depend on the device
+        self.uniforms: list[float] = []        # the next uniforms of its stream, last = next; drawn 64 at a time
+        self.logprobs: list[float] = []
+        self.block_table: list[int] = []       # block ids holding the KV of token_ids[:-1] (+ the last after a step)
+        self.prefix_id = -1                    # samples with the same prefix_id share block_table[:prefix_blocks]:
+        self.prefix_blocks = 0                 # the full blocks of the prompt prefilled for them (never written again)
+        self.finish_reason: str | None = None
+        self.preempted = False                 # its next prefill is a recomputation
+        self.row = -1                          # its row of a device block table while it runs (cuda_graphs.py)
+
+    def __len__(self):
+        return len(self.token_ids)
+
+    def next_uniform(self) -> float:
+        """The next uniform of its stream (one per sampled token), drawn 64 at a time: one generator call per 64."""
+        if not self.uniforms:
+            self.uniforms = torch.rand(64, generator=self.generator, dtype=torch.float64).tolist()[::-1]
+        return self.uniforms.pop()
 
 
 class BlockManager:
@@ -187,40 +216,3 @@ class Scheduler:
     def drop_finished(self) -> None:
         self.running = [seq for seq in self.running if seq.finish_reason is None]
 
-
-class DeviceBlockTables:
-    """The running sequences' block tables as one (max_num_seqs, blocks_per_seq) int32 tensor on the engine's
-    device, a row per sequence, changed only where an entry changes (a sequence's blocks when it is admitted, a new or
-    copied last block), in one copy per step: not rebuilt from Python lists each step. Unused entries hold the
-    scratch block (a valid id; the context length masks it)."""
-
-    def __init__(self, rows: int, width: int, scratch: int, device):
-        self.table = torch.full((rows, width), scratch, dtype=torch.int32, device=device)
-        self.reset()
-
-    def reset(self) -> None:
-        self.free_rows = list(range(len(self.table)))[::-1]
-        self.pending = {}   # (row, column) -> block, written at the next gather
-
-    def admit(self, seq) -> None:
-        seq.row = self.free_rows.pop()
-        for column in range(len(seq.block_table)):
-            self.update(seq, column)
-
-    def update(self, seq, column: int) -> None:
-        self.pending[seq.row, column] = seq.block_table[column]   # a row freed and reused: the last write wins
-
-    def free(self, seq) -> None:
-        if seq.row >= 0:
-            self.free_rows.append(seq.row)
-            seq.row = -1
-
-    def gather(self, rows: torch.Tensor, width: int | None = None) -> torch.Tensor:
-        """The tables of these rows (B,), their first `width` columns (None: all) -> (B, width) int32."""
-        if self.pending:
-            positions = list(self.pending)
-            rows_cols_blocks = [[r for r, _ in positions], [c for _, c in positions], list(self.pending.values())]
-            index = torch.tensor(rows_cols_blocks, device=self.table.device)
-            self.table[index[0], index[1]] = index[2].int()
-            self.pending = {}
-        return (self.table if width is None else self.table[:, :width]).index_select(0, rows)

@@ -40,6 +40,12 @@ CHECKS = {
                       "mean_reward=0.5, format_failure_rate=0.0, mean_length=9.0, truncated_rate=0.0)\n"
                       "t = results_table.format_table([{'model_label': 'm', 'benchmarks': {'b': b}}])\n"
                       "print([line.split()[-1] for line in t.splitlines() if 'pass@4' in line])", "['100.00']"),
+    # greedy: the argmax, logprob log_softmax([0, 1, 2])[2] = 2 - log(1 + e + e^2); top-k 1: the top token, logprob 0
+    "sampling": ("import torch, sampling\nfrom types import SimpleNamespace as P\n"
+                 "logits = torch.tensor([[0.0, 1.0, 2.0], [5.0, 0.0, 0.0]])\n"
+                 "greedy, top1 = P(temperature=0, top_k=0, top_p=1.0), P(temperature=1.0, top_k=1, top_p=1.0)\n"
+                 "t, lp = sampling.sample(logits, [greedy, top1], [0.5, 0.9])\n"
+                 "print(t.tolist(), [round(x, 4) for x in lp.tolist()])", "[2, 0] [-0.4076, 0.0]"),
     # a pool of 4 blocks of 2 tokens: a prompt of 3 tokens with 2 samples takes 2 blocks, shared; the next group
     # waits (no block left for its first decode); a decode step copies the shared last block for the first sample
     "scheduler": ("import scheduler as s\nclass Seq:\n    def __init__(self, n):\n        self.token_ids = [0] * n\n"
