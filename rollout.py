@@ -1,20 +1,24 @@
-"""A paged-KV-cache generation engine for RL rollouts and evaluation (in the spirit of nano-vllm), in four ideas:
-  1. continuous batching: each step is a prefill (waiting prompts, all their tokens at once) or a decode (one token for
-     every running sequence), flattened into one row; out of blocks, the youngest sequence is preempted, recomputed later
-     (the scheduler and the blocks' bookkeeping: parts/scheduler.py);
-  2. a paged KV cache: token t of a sequence lives in slot table[t // block_size] * block_size + t % block_size of its
-     layer's pool; the n samples of a prompt share its blocks, and a shared block is copied on its first write;
-  3. attention on pages: causal inside each new sequence, then one query per sequence against its blocks, by the
-     decode backend chosen once at start (paged_decode_reference: the formula; parts/decode_kernels.py: Triton on
-     CUDA, a C++ kernel or PyTorch ops on CPU); on CUDA a decode step replays a CUDA graph (parts/cuda_graphs.py);
-  4. sampling, each sample from its own seeded stream; the logprobs are those of the distribution sampled from:
-         p = softmax(keep_top_k_top_p(logits / T)),   logprob = log p[token]
-The engine holds the trainer's model itself and no KV cache between generate() calls, so after an in-place weight
-update the next call sees the new weights. docs/engine.md: the design, and what vLLM does that this does not.
+"""A paged-KV-cache generation engine for RL rollouts and evaluation (after nano-vllm), four ideas:
+  1. continuous batching: each step is a prefill (waiting prompts, all their tokens at once) or a
+     decode (one token for every running sequence), flattened into one row; out of blocks, the
+     youngest sequence is preempted and later recomputed (the bookkeeping: parts/scheduler.py);
+  2. a paged KV cache: token t of a sequence lives in slot
+         block_table[t // block_size] * block_size + t % block_size
+     of its layer's pool; the n samples of a prompt share its blocks (a shared one copied on write);
+  3. attention on pages: causal inside each new sequence, then one query per sequence against its
+     blocks, by the decode backend chosen once at start (paged_decode_reference: the formula;
+     parts/decode_kernels.py: a C++ kernel or PyTorch ops on CPU, Triton on CUDA, where a decode
+     step replays a CUDA graph: parts/cuda_graphs.py);
+  4. sampling (parts/sampling.py), each sample from its own seeded stream, with the logprobs of the
+     distribution sampled from:   p = softmax(keep_top_k_top_p(logits / T)),  logprob = log p[token]
+The engine holds the trainer's model itself and no KV cache between generate() calls, so after an
+in-place weight update the next call sees the new weights. docs/engine.md: the design, and what
+vLLM does that this does not.
     engine = LLMEngine(model, max_num_seqs=256, max_model_len=4096)
-    out = engine.generate([[1, 2, 3]], SamplingParams(temperature=1.0, max_tokens=64, n=8, seed=0))  # out[0][7]
+    out = engine.generate([[1, 2, 3]], SamplingParams(temperature=1.0, max_tokens=64, n=8, seed=0))
     python eval.py --model=CKPT_DIR --prompt="What is 17 * 23?" --k=2      # on a checkpoint
 """
+import itertools
 import math
 import time
 from dataclasses import dataclass
@@ -24,9 +28,11 @@ import torch.nn.functional as F
 
 from model import logits_fp32
 from parts import norm_kernels
-from parts.cuda_graphs import DeviceDecode, buckets_for
-from parts.decode_kernels import (CPU_KERNEL_HEAD_DIMS, cascade_batch, cascade_decode, cascade_workspace_size,
-                                  load_cpu_kernel, paged_decode_cpu, paged_decode_triton, triton)
+from parts.cuda_graphs import DeviceDecode
+from parts.decode_kernels import (CPU_KERNEL_HEAD_DIMS, cascade_batch, cascade_decode,
+                                  cascade_workspace_size, load_cpu_kernel, paged_decode_cpu,
+                                  paged_decode_triton, triton)
+from parts.memory_plan import rollout_margin
 from parts.sampling import sample
 from parts.scheduler import BlockManager, Scheduler, Sequence
 
@@ -89,93 +95,81 @@ class EngineStats:
     prefill_steps: int = 0
 
 
-
 # ----------------------------------------------------------------------------- 1. the engine: continuous batching
 
 class LLMEngine:
-    """Holds the model (shared with the trainer, not copied; generation runs on its device), the KV pool, the
+    """The model (the trainer's, not a copy; generation runs on its device), the KV pool, the
     scheduler (parts/scheduler.py) and the decode backend, chosen once here (choose_decode).
-    max_num_seqs: sequences decoded together; max_model_len: prompt + output tokens of one sequence (default: the
-    model's max_position_embeddings); num_blocks: pool size, or None to derive it from kv_cache_memory: bytes, or a
-    function returning them, asked whenever the pool is allocated (at start, and at every generate() after a
-    release()); None = on CUDA the memory then free less rollout_margin() (sampling, CUDA graphs, a prefill's
-    activations), on CPU 512 MiB or one max_model_len sequence if that is larger; capped at what max_num_seqs
-    full-length sequences need. admit_watermark: the share of the pool a group must leave free to join running
-    sequences (Scheduler.admit). use_triton, cpu_kernel, cuda_graphs: the decode backend (choose_decode);
-    fused_norms: the norms as Triton kernels (choose_norm_kernels); None = the device's default."""
+    max_num_seqs: sequences decoded together; max_model_len: prompt + output tokens of a sequence
+    (None: the model's max_position_embeddings); num_blocks: the pool's size, or None to derive it
+    from kv_cache_memory: bytes, or a function returning them, asked whenever the pool is allocated
+    (at start, and at the first generate() after a release()); None = on CUDA the memory then free
+    less rollout_margin() (a prefill's activations, sampling, CUDA graphs), on CPU 512 MiB or one
+    max_model_len sequence if that is more; capped at max_num_seqs full-length sequences.
+    admit_watermark: the share of the pool a group must leave free to join running sequences.
+    use_triton, cpu_kernel, cuda_graphs, fused_norms: see choose_decode (None: the device's)."""
 
     def __init__(self, model, *, max_num_seqs: int = 256, max_model_len: int | None = None,
-                 num_blocks: int | None = None, block_size: int = 16, max_num_batched_tokens: int = 16384,
-                 kv_cache_memory=None, admit_watermark: float = 0.2, use_triton: bool | None = None,
-                 cpu_kernel: bool | None = None, cuda_graphs: bool | None = None, fused_norms: bool | None = None):
-        cfg = model.config
+                 num_blocks: int | None = None, block_size: int = 16,
+                 max_num_batched_tokens: int = 16384, kv_cache_memory=None,
+                 admit_watermark: float = 0.2, use_triton: bool | None = None,
+                 cpu_kernel: bool | None = None, cuda_graphs: bool | None = None,
+                 fused_norms: bool | None = None):
         param = next(model.parameters())
         self.model = model
         self.device = param.device
         self.dtype = param.dtype
-        self.max_model_len = cfg.max_position_embeddings if max_model_len is None else max_model_len
-        model.rotary.reserve(self.max_model_len)   # the RoPE table, so positions on a GPU need no check
-        for name, value in (("max_num_seqs", max_num_seqs), ("max_model_len", self.max_model_len),
-                            ("block_size", block_size), ("max_num_batched_tokens", max_num_batched_tokens)):
-            _require(_is_int(value) and value >= 1, f"LLMEngine({name}={value!r}): must be a positive int")
+        if max_model_len is None:
+            max_model_len = model.config.max_position_embeddings
+        self.max_model_len = max_model_len
+        for name, value in (("max_num_seqs", max_num_seqs), ("max_model_len", max_model_len),
+                            ("block_size", block_size),
+                            ("max_num_batched_tokens", max_num_batched_tokens)):
+            _require(_is_int(value) and value >= 1,
+                     f"LLMEngine({name}={value!r}): must be a positive int")
         _require(isinstance(admit_watermark, (int, float)) and 0 <= admit_watermark < 1,
-                 f"LLMEngine(admit_watermark={admit_watermark!r}): must be a fraction of the pool in [0, 1)")
+                 f"LLMEngine(admit_watermark={admit_watermark!r}): must be a fraction of the pool "
+                 "in [0, 1)")
+        model.rotary.reserve(max_model_len)   # the RoPE table: positions on a GPU need no check
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
         self.block_size = block_size
         self.admit_watermark = admit_watermark
         self.num_blocks = num_blocks                   # the pool's size, or how to find it
         self.kv_cache_memory = kv_cache_memory
-        blocks_per_seq = -(-self.max_model_len // block_size)
-        self.decode = choose_decode(model, use_triton, cpu_kernel, cuda_graphs, max_num_seqs, blocks_per_seq)
-        self.norm_kernels = choose_norm_kernels(model, isinstance(self.decode, DeviceDecode), fused_norms)
-        # a pool sized from the memory free is allocated by the first generate(): what the caller allocates before it
-        # (say, an optimizer's states read on resume) is then not counted in it
-        from_free = callable(kv_cache_memory) or (kv_cache_memory is None and self.device.type == "cuda")
-        self._make_pool(self.pool_blocks(), allocate=num_blocks is not None or not from_free)
+        blocks_per_seq = -(-max_model_len // block_size)
+        self.decode = choose_decode(model, use_triton, cpu_kernel, cuda_graphs, max_num_seqs,
+                                    blocks_per_seq)
+        device_decode = isinstance(self.decode, DeviceDecode)
+        self.norm_kernels = choose_norm_kernels(model, device_decode, fused_norms)
+        # a pool sized from the memory free is allocated by the first generate(): what the caller
+        # allocates before it (say, an optimizer's states read on resume) is then not counted in it
+        cuda = self.device.type == "cuda"
+        from_free = callable(kv_cache_memory) or (kv_cache_memory is None and cuda)
+        self._make_pool(pool_blocks(self), allocate=num_blocks is not None or not from_free)
         self.stats = EngineStats()
 
-    def pool_blocks(self) -> int:
-        """The pool's size in blocks now: num_blocks, or what kv_cache_memory holds (see the class docstring)."""
-        cfg = self.model.config
-        blocks_per_seq = -(-self.max_model_len // self.block_size)
-        block_bytes = kv_block_bytes(cfg, self.dtype, self.block_size)
-        num_blocks = self.num_blocks
-        memory = self.kv_cache_memory
-        if num_blocks is None:
-            if callable(memory):
-                memory = memory()
-            elif memory is None and self.device.type == "cuda":
-                memory = free_memory(self.device) - rollout_margin(cfg, self.dtype, self.max_num_seqs,
-                                                                   self.max_model_len, self.max_num_batched_tokens)
-            elif memory is None:
-                memory = max(512 * 2**20, blocks_per_seq * block_bytes)   # ~1 GB for Qwen3-0.6B's 4K tokens, fp32
-            num_blocks = kv_cache_blocks(cfg, self.dtype, memory, self.block_size, self.max_num_seqs,
-                                         self.max_model_len)
-        _require(num_blocks >= blocks_per_seq, f"LLMEngine: a pool of {num_blocks} blocks x {self.block_size} tokens "
-                 f"cannot hold one sequence of max_model_len={self.max_model_len} tokens ({blocks_per_seq} blocks, "
-                 f"{block_bytes} bytes each); raise num_blocks / kv_cache_memory or lower max_model_len")
-        return num_blocks
-
     def _make_pool(self, num_blocks: int, allocate: bool = True) -> None:
-        """The pool of num_blocks blocks (its tensors now, or left to generate()) and what is sized by it: the
-        scheduler's block manager and the decode backend's state (with Triton: one more block, a scratch one)."""
-        self.blocks = BlockManager(num_blocks, self.block_size)
-        watermark = int(self.admit_watermark * num_blocks)   # blocks a group leaves free for running sequences
-        self.scheduler = Scheduler(self.blocks, self.max_num_seqs, self.max_num_batched_tokens, watermark)
-        self.cache = PagedKVCache(self.model.config, num_blocks + self.decode.extra_blocks, self.block_size,
-                                  dtype=self.dtype, device=self.device, kernels=self.norm_kernels, allocate=allocate)
+        """A pool of num_blocks blocks (tensors now, or by generate()), its scheduler, decoder."""
+        self.cache = PagedKVCache(self.model.config, num_blocks + self.decode.extra_blocks,
+                                  self.block_size, dtype=self.dtype, device=self.device,
+                                  kernels=self.norm_kernels, allocate=allocate)
         self.decode.new_pool(self.cache, num_blocks)
+        self.blocks = BlockManager(num_blocks, self.block_size)
+        watermark = int(self.admit_watermark * num_blocks)   # blocks left free for running seqs
+        # the scheduler keeps the decode backend's own copy of the block tables, if it has one
+        self.scheduler = Scheduler(self.blocks, self.max_num_seqs, self.max_num_batched_tokens,
+                                   watermark, mirror=self.decode.tables)
 
     @torch.inference_mode()
-    def generate(self, prompt_token_ids: list, params, progress: bool = False, on_finish=None) -> list:
-        """prompt_token_ids: list of prompts (lists of ints); params: one SamplingParams or one per prompt.
-        Returns result[prompt][sample] = Sample(token_ids, logprobs, finish_reason). on_finish(prompt, sample, Sample),
-        if given, is called as soon as a sample is finished (e.g. to score it while the others are still decoding)."""
-        groups = make_groups(prompt_token_ids, params, self.max_model_len, self.model.config.vocab_size,
-                             self.max_num_seqs)
-        if self.cache.k_pool is None:   # after a release(): sized again, from the memory free now (a trainer's is back)
-            self._make_pool(self.pool_blocks())
+    def generate(self, prompt_token_ids: list, params, progress: bool = False,
+                 on_finish=None) -> list:
+        """prompt_token_ids: a list of prompts (lists of ints); params: a SamplingParams, or one per
+        prompt. Returns result[prompt][sample] = Sample(token_ids, logprobs, finish_reason).
+        on_finish(prompt, sample, Sample), if given, is called as soon as a sample is finished."""
+        groups = make_groups(prompt_token_ids, params, self)
+        if self.cache.k_pool is None:   # after a release(): sized again, from the memory free now
+            self._make_pool(pool_blocks(self))
         self.decode.start()
         self.scheduler.start(groups)
         self.on_finish = on_finish
@@ -202,43 +196,35 @@ class LLMEngine:
         return [[result(seq) for seq in g] for g in groups]
 
     def _prefill(self, groups: list) -> None:
-        """Compute each group's prompt once (its samples share its blocks) and sample each sample's first token."""
-        ids = []
-        slots = []
-        cu_seqlens = [0]
-        for group in groups:
-            lead = group[0]
-            for seq in group:
-                self.decode.admit(seq)
-            ids += lead.token_ids
-            slots += [self.blocks.slot(lead, t) for t in range(len(lead))]
-            cu_seqlens.append(len(ids))
+        """Each group's prompt computed once (its samples share its blocks); each sample's first
+        token sampled."""
+        leads = [group[0] for group in groups]
+        ids = [token for lead in leads for token in lead.token_ids]                    # (N,)
+        positions = [t for lead in leads for t in range(len(lead))]
+        slots = [self.blocks.slot(lead, t) for lead in leads for t in range(len(lead))]
+        ends = list(itertools.accumulate(len(lead) for lead in leads))               # (G,)
+        for lead in leads:
             if lead.preempted:
                 self.stats.recompute_tokens += len(lead)
             else:
                 self.stats.prefill_tokens += len(lead)
-        positions = [t for start, end in zip(cu_seqlens, cu_seqlens[1:]) for t in range(end - start)]
-        step = Prefill(torch.tensor(slots, device=self.device), cu_seqlens)
+        step = Prefill(torch.tensor(slots, device=self.device), [0] + ends)
         hidden = run_model(self.model, self.cache, step, torch.tensor(ids, device=self.device),
-                           torch.tensor(positions, device=self.device))                          # (N, D)
-        logits = logits_fp32(hidden[[end - 1 for end in cu_seqlens[1:]]], self.model.lm_head.weight)   # (G, V)
+                           torch.tensor(positions, device=self.device))                  # (N, D)
+        logits = logits_fp32(hidden[[end - 1 for end in ends]], self.model.lm_head.weight)  # (G, V)
         seqs = [seq for group in groups for seq in group]
         self._append_tokens(seqs, logits[[g for g, group in enumerate(groups) for _ in group]])
         self.stats.prefill_steps += 1
 
     def _decode(self) -> None:
-        """One token for every running sequence (the scheduler preempts the youngest when blocks run out)."""
+        """One token for every running sequence (the scheduler preempts the youngest if need be)."""
         plan = self.scheduler.decode_slots()
-        for seq in plan.preempted:
-            self.decode.retire(seq)
-        self.stats.preemptions += len(plan.preempted)
+        self.stats.preemptions += plan.preemptions
         running = self.scheduler.running
         if not running:
             return
         self.cache.copy_blocks(plan.copies)   # before the forward writes into the copies
-        for seq in plan.changed:
-            self.decode.changed(seq)
-        hidden = self.decode.hidden(running, plan.slots)                                        # (B, D)
+        hidden = self.decode.hidden(running, plan.slots)                                 # (B, D)
         self.stats.decode_tokens += len(running)
         self._append_tokens(running, logits_fp32(hidden, self.model.lm_head.weight))
 
@@ -251,35 +237,41 @@ class LLMEngine:
             stop = token in seq.params.stop_token_ids
             seq.finish_reason = "stop" if stop else "length" if len(seq) >= seq.max_len else None
             if seq.finish_reason:
-                self.scheduler.finish(seq)               # its blocks free at once, for the waiting requests
-                self.decode.retire(seq)
+                self.scheduler.finish(seq)   # its blocks free at once, for the waiting requests
                 if self.on_finish is not None:
                     self.on_finish(*seq.index, result(seq))
 
-def make_groups(prompt_token_ids, params, max_model_len: int, vocab_size: int, max_num_seqs: int) -> list:
-    """Validate the requests and make, per prompt, its group of n sequences (they will share the prompt)."""
-    _require(isinstance(prompt_token_ids, (list, tuple)),
-             "generate(prompt_token_ids=...): expected a list of prompts, each a list of token ids")
+
+def make_groups(prompt_token_ids, params, engine) -> list:
+    """Validate the requests and make, per prompt, its group of n sequences (sharing the prompt)."""
+    max_model_len = engine.max_model_len
+    vocab_size = engine.model.config.vocab_size
+    _require(isinstance(prompt_token_ids, (list, tuple)), "generate(prompt_token_ids=...): "
+             "expected a list of prompts, each a list of token ids")
     params = [params] * len(prompt_token_ids) if isinstance(params, SamplingParams) else params
     _require(len(params) == len(prompt_token_ids), f"generate: {len(params)} SamplingParams for "
              f"{len(prompt_token_ids)} prompts; pass one SamplingParams, or one per prompt")
     groups = []
     for i, (prompt, p) in enumerate(zip(prompt_token_ids, params)):
         where = f"generate: prompt_token_ids[{i}]"
-        _require(isinstance(p, SamplingParams), f"generate: params[{i}] is {type(p).__name__}, expected SamplingParams")
+        _require(isinstance(p, SamplingParams),
+                 f"generate: params[{i}] is {type(p).__name__}, expected SamplingParams")
         prompt = prompt.tolist() if isinstance(prompt, torch.Tensor) else prompt
         _require(not isinstance(prompt, (str, bytes)) and all(_is_int(t) for t in prompt),
                  f"{where}: expected a list of int token ids (tokenize text first)")
         _require(len(prompt) > 0, f"{where} is empty: a prompt needs at least one token")
-        _require(len(prompt) < max_model_len, f"{where} has {len(prompt)} tokens; max_model_len={max_model_len} "
-                 "leaves no room for a response (truncate the prompt or raise max_model_len)")
+        _require(len(prompt) < max_model_len, f"{where} has {len(prompt)} tokens; max_model_len="
+                 f"{max_model_len} leaves no room for a response (truncate the prompt or raise "
+                 "max_model_len)")
         bad = [t for t in prompt if not 0 <= t < vocab_size]
-        _require(not bad, f"{where}: token ids {bad[:3]} outside the model's vocabulary [0, {vocab_size})")
-        _require(p.n <= max_num_seqs, f"generate: params[{i}].n={p.n} > max_num_seqs={max_num_seqs}; "
-                 "the samples of a prompt are decoded together")
+        _require(not bad, f"{where}: token ids {bad[:3]} outside the model's vocabulary "
+                 f"[0, {vocab_size})")
+        _require(p.n <= engine.max_num_seqs, f"generate: params[{i}].n={p.n} > max_num_seqs="
+                 f"{engine.max_num_seqs}; the samples of a prompt are decoded together")
         seed = int(torch.randint(2**62, ())) if p.seed is None else p.seed
         max_len = min(len(prompt) + p.max_tokens, max_model_len)
-        groups.append([Sequence(prompt, p, max_len, sample_seed(seed, j), (i, j)) for j in range(p.n)])
+        groups.append([Sequence(prompt, p, max_len, sample_seed(seed, j), (i, j))
+                       for j in range(p.n)])
     return groups
 
 
@@ -291,17 +283,44 @@ def sample_seed(request_seed: int, sample_index: int) -> int:
     """Sample j's seed: a function of the request's seed and j alone (not of the batch, the rank or preemption)."""
     return (request_seed * 1_000_003 + sample_index) % 2**63
 
-def print_progress(engine, all_seqs, elapsed):
+def print_progress(engine, all_seqs: list, elapsed: float) -> None:
     done = sum(seq.finish_reason is not None for seq in all_seqs)
     generated = sum(len(seq) - seq.prompt_len for seq in all_seqs)
     left = sum(seq.max_len - len(seq) for seq in all_seqs if seq.finish_reason is None)
     rate = generated / max(elapsed, 1e-9)
-    blocks = engine.blocks
+    used = engine.blocks.num_blocks - engine.blocks.num_free
     waiting = sum(len(g) for g in engine.scheduler.waiting)
-    print(f"rollout: {done}/{len(all_seqs)} samples done | {generated} tokens, {rate:.0f} tok/s | running "
-          f"{len(engine.scheduler.running)}, waiting {waiting} | KV blocks {blocks.num_blocks - blocks.num_free}/"
-          f"{blocks.num_blocks} | preemptions {engine.stats.preemptions} | ETA <= {left / max(rate, 1e-9):.0f}s",
-          flush=True)
+    print(f"rollout: {done}/{len(all_seqs)} samples done | {generated} tokens, {rate:.0f} tok/s | "
+          f"running {len(engine.scheduler.running)}, waiting {waiting} | KV blocks {used}/"
+          f"{engine.blocks.num_blocks} | preemptions {engine.stats.preemptions} | "
+          f"ETA <= {left / max(rate, 1e-9):.0f}s", flush=True)
+
+
+def pool_blocks(engine) -> int:
+    """The engine's pool size in blocks now: num_blocks, or what kv_cache_memory holds (bytes, a
+    function returning them, or None: on CUDA the memory free less rollout_margin, on CPU 512 MiB or
+    one max_model_len sequence if that is more), capped at max_num_seqs full-length sequences."""
+    cfg = engine.model.config
+    block_bytes = kv_block_bytes(cfg, engine.dtype, engine.block_size)
+    blocks_per_seq = -(-engine.max_model_len // engine.block_size)
+    num_blocks = engine.num_blocks
+    if num_blocks is None:
+        memory = engine.kv_cache_memory
+        memory = memory() if callable(memory) else memory
+        if memory is None and engine.device.type == "cuda":
+            margin = rollout_margin(cfg, engine.dtype.itemsize, engine.max_num_seqs,
+                                    engine.max_model_len, engine.max_num_batched_tokens)
+            memory = free_memory(engine.device) - margin
+        elif memory is None:   # ~1 GB for Qwen3-0.6B's 4K tokens, fp32
+            memory = max(512 * 2**20, blocks_per_seq * block_bytes)
+        num_blocks = kv_cache_blocks(cfg, engine.dtype, memory, engine.block_size,
+                                     engine.max_num_seqs, engine.max_model_len)
+    _require(num_blocks >= blocks_per_seq,
+             f"LLMEngine: a pool of {num_blocks} blocks x {engine.block_size} tokens cannot hold "
+             f"one sequence of max_model_len={engine.max_model_len} tokens "
+             f"({blocks_per_seq} blocks, {block_bytes} bytes each); "
+             "raise num_blocks / kv_cache_memory or lower max_model_len")
+    return num_blocks
 
 
 def free_memory(device) -> int:
@@ -319,26 +338,6 @@ def kv_cache_bytes(fraction: float, device, free: int | None = None) -> int | No
     return int(fraction * (free if free is not None else free_memory(device)))
 
 
-def rollout_margin(cfg, dtype: torch.dtype, max_num_seqs: int, max_model_len: int, max_num_batched_tokens: int) -> int:
-    """Bytes a generate() allocates besides the weights and the KV pool, left free when the pool takes the rest:
-      - a prefill's activations: inference keeps no earlier layer, so one layer's, of the longest prefill step
-        (max(max_num_batched_tokens, max_model_len) tokens: a recomputed sequence runs alone), per token the
-        residual, its norm, q/k/v, attention's and o_proj's outputs, the MLP's gate, up and their product;
-      - sampling: sample() on (max_num_seqs, V) fp32 logits keeps up to a dozen such tensors (the logits, their
-        sort and its int64 order, softmax, cumsum, masks, log-softmax, its exp, inverse_cdf's padded copy);
-      - CUDA graphs: their shared pool holds a decode step of max_num_seqs rows (twice, for the pool's
-        fragmentation) and each bucket's output, its rows x D;
-      - 512 MiB for cuBLAS and Triton workspaces and the caching allocator's rounding.
-    Qwen3-8B, bf16, 256 sequences of 36,864 tokens: 4.4 + 1.9 + 0.1 + 0.5 = 6.9 GB."""
-    D, I = cfg.hidden_size, cfg.intermediate_size
-    q, kv = cfg.num_attention_heads * cfg.head_dim, cfg.num_key_value_heads * cfg.head_dim
-    per_token = (4 * D + 3 * I + q + 2 * kv) * dtype.itemsize
-    prefill = max(max_num_batched_tokens, max_model_len) * per_token
-    sampling = 12 * max_num_seqs * cfg.vocab_size * 4
-    graphs = 2 * max_num_seqs * per_token + sum(buckets_for(max_num_seqs)) * D * dtype.itemsize
-    return prefill + sampling + graphs + 512 * 2**20
-
-
 def kv_block_bytes(cfg, dtype: torch.dtype, block_size: int) -> int:
     """Bytes of one KV block: K and V of block_size tokens in every layer, 2 x L x block_size x Hkv x hd x itemsize."""
     return 2 * cfg.num_hidden_layers * block_size * cfg.num_key_value_heads * cfg.head_dim * dtype.itemsize
@@ -352,66 +351,75 @@ def kv_cache_blocks(cfg, dtype: torch.dtype, memory_bytes: int, block_size: int,
 
 # ----------------------------------------------------------------------------- 3. attention on pages
 
-def choose_decode(model, use_triton, cpu_kernel, cuda_graphs, max_num_seqs: int, blocks_per_seq: int):
-    """The decode backend, chosen once: use_triton (None = on CUDA, if triton is installed): DeviceDecode, with
-    cuda_graphs (None = on CUDA; True on a CPU runs the same padded static-buffer step without capturing, what tests
-    compare with the plain step); else on CPU CpuKernelDecode if cpu_kernel allows (None = if the model is fp32 with
-    a supported head_dim and the kernel builds, else with a one-line notice; False = never, True = required), else
-    CascadeDecode."""
+def choose_decode(model, use_triton, cpu_kernel, cuda_graphs, max_num_seqs: int,
+                  blocks_per_seq: int):
+    """The decode backend, chosen once. use_triton (None: on CUDA, if triton is installed):
+    DeviceDecode, with cuda_graphs (None: on CUDA; True on a CPU runs the same padded buffers
+    without capture, what tests compare with the plain step). Else on CPU CpuKernelDecode if
+    cpu_kernel allows (None: if the model is fp32 with a supported head_dim and the kernel builds,
+    else with a one-line notice; False: never; True: required), else CascadeDecode."""
     param = next(model.parameters())
     device = param.device
     if use_triton is None:
         use_triton = device.type == "cuda" and triton is not None
-    _require(not (use_triton and triton is None), "LLMEngine(use_triton=True): triton is not installed")
+    _require(not (use_triton and triton is None),
+             "LLMEngine(use_triton=True): triton is not installed")
     _require(not (cpu_kernel and (device.type != "cpu" or use_triton)),
              "LLMEngine(cpu_kernel=True): the C++ kernel is for CPU engines without use_triton")
     graphs = device.type == "cuda" and bool(use_triton) if cuda_graphs is None else cuda_graphs
-    _require(not (graphs and not use_triton), "LLMEngine(cuda_graphs=True): graphs replay the Triton decode step; "
-             "pass use_triton=True (on a CPU: with TRITON_INTERPRET=1)")
+    _require(not (graphs and not use_triton), "LLMEngine(cuda_graphs=True): graphs replay the "
+             "Triton decode step; pass use_triton=True (on a CPU: with TRITON_INTERPRET=1)")
     if use_triton:
         return DeviceDecode(model, paged_decode_triton, max_num_seqs, blocks_per_seq, graphs)
     if device.type == "cpu" and cpu_kernel is not False:
-        fits = param.dtype == torch.float32 and model.config.head_dim in CPU_KERNEL_HEAD_DIMS
-        _require(fits or not cpu_kernel, f"LLMEngine(cpu_kernel=True): the CPU kernel takes fp32 and head_dim in "
-                 f"{CPU_KERNEL_HEAD_DIMS}, not {param.dtype} and {model.config.head_dim}")
+        head_dim = model.config.head_dim
+        fits = param.dtype == torch.float32 and head_dim in CPU_KERNEL_HEAD_DIMS
+        _require(fits or not cpu_kernel, f"LLMEngine(cpu_kernel=True): the CPU kernel takes fp32 "
+                 f"and head_dim in {CPU_KERNEL_HEAD_DIMS}, not {param.dtype} and {head_dim}")
         if fits and load_cpu_kernel(required=bool(cpu_kernel)) is not None:
             return CpuKernelDecode(model)
     return CascadeDecode(model)
 
 
-def choose_norm_kernels(model, triton_decode: bool, fused_norms):
-    """parts/norm_kernels.py if the model's RMSNorms, and its q/k norms with RoPE, run as its Triton kernels (the
-    same roundings; fused_norms None = with the Triton decode on CUDA, True = required), else None (eager)."""
+def choose_norm_kernels(model, device_decode: bool, fused_norms):
+    """parts/norm_kernels.py if the model's RMSNorms, and its q/k norms with RoPE, run as its
+    Triton kernels (the same roundings; fused_norms None: with DeviceDecode on CUDA; True:
+    required), else None (eager)."""
     param = next(model.parameters())
     kernels_take = triton is not None and param.dtype in (torch.float32, torch.bfloat16)
-    fused = param.device.type == "cuda" and triton_decode and kernels_take if fused_norms is None else fused_norms
-    _require(not fused or kernels_take,
-             f"LLMEngine(fused_norms=True) needs triton and a bf16 or fp32 model, not {param.dtype}")
+    fused = param.device.type == "cuda" and device_decode and kernels_take
+    fused = fused if fused_norms is None else fused_norms
+    _require(not fused or kernels_take, "LLMEngine(fused_norms=True) needs triton and a bf16 or "
+             f"fp32 model, not {param.dtype}")
     return norm_kernels if fused else None
 
 
 def run_model(model, cache, step, input_ids, positions):
-    """One flattened row of tokens (N,) at positions (N,) -> the final hidden states (N, D); each attention layer
-    calls cache.attend(), which hands its q, k, v to step.attend() (a Prefill, or the decode backend)."""
+    """One flattened row of tokens (N,) at positions (N,) -> the final hidden states (N, D); each
+    attention layer calls cache.attend(), which hands q, k, v to step.attend() (a Prefill, or the
+    decode backend)."""
     cache.step = step
     try:
-        return model(input_ids[None], position_ids=positions[None], kv_cache=cache, return_hidden=True)[0]
+        return model(input_ids[None], position_ids=positions[None], kv_cache=cache,
+                     return_hidden=True)[0]
     finally:
         cache.step = None
 
 
 class PagedKVCache:
-    """The block pools of every layer (cfg: the model's config); model.py calls attend() in every attention layer.
-    kernels: parts/norm_kernels if the model's norms and RoPE run as its kernels (model.py asks once a forward)."""
+    """The block pools of every layer (cfg: the model's config); model.py calls attend() in every
+    attention layer. kernels: parts/norm_kernels if the model's norms and RoPE run as its kernels
+    (model.py reads it once a forward), else None."""
 
-    def __init__(self, cfg, num_blocks: int, block_size: int, *, dtype, device, kernels=None, allocate: bool = True):
+    def __init__(self, cfg, num_blocks: int, block_size: int, *, dtype, device, kernels=None,
+                 allocate: bool = True):
         # head-major: gathering blocks of one head yields (Hkv, B, L, hd), ready for a batched matmul, no transpose
         self.shape = (cfg.num_hidden_layers, cfg.num_key_value_heads, num_blocks, block_size, cfg.head_dim)
         self.block_size = block_size
         self.dtype = dtype
         self.device = device
         self.kernels = kernels
-        self.step = None   # what the tokens of the forward now running are: a Prefill or the decode backend
+        self.step = None   # what the running forward's tokens are: a Prefill or the decode backend
         self.k_pool = self.v_pool = self.workspace = None
         if allocate:
             self.allocate()
@@ -438,43 +446,43 @@ class PagedKVCache:
             self.k_pool[:, :, dst] = self.k_pool[:, :, src]
             self.v_pool[:, :, dst] = self.v_pool[:, :, src]
 
-
-    def write(self, layer_idx: int, slots, k, v) -> None:   # k/v (N, Hkv, hd) into their slots (N,) of the pool
+    def write(self, layer_idx: int, slots, k, v) -> None:   # k/v (N, Hkv, hd) into slots (N,)
         k_pool = self.k_pool[layer_idx]                     # (Hkv, num_blocks, bs, hd)
         v_pool = self.v_pool[layer_idx]
         Hkv, _, _, hd = k_pool.shape
         k_pool.view(Hkv, -1, hd).index_copy_(1, slots, k.transpose(0, 1).to(k_pool.dtype))
         v_pool.view(Hkv, -1, hd).index_copy_(1, slots, v.transpose(0, 1).to(v_pool.dtype))
 
-    def attend(self, layer_idx, q, k, v):   # q (1, N, Hq, hd), k/v (1, N, Hkv, hd) -> (1, N, Hq, hd)
+    def attend(self, layer_idx, q, k, v):   # q (1, N, Hq, hd), k/v (1, N, Hkv, hd) -> like q
         return self.step.attend(self, layer_idx, q[0], k[0], v[0]).unsqueeze(0)
 
 
 @dataclass
 class Prefill:
-    """A prefill step: the new sequences' tokens flattened into one row; no cached prefix, so causal attention
-    inside each sequence."""
+    """A prefill step: the new sequences' tokens flattened into one row; no cached prefix, so
+    causal attention inside each sequence."""
     slots: torch.Tensor    # (N,) pool slot of each token's K/V
     cu_seqlens: list       # sequence i is tokens cu_seqlens[i]:cu_seqlens[i+1]
 
-    def attend(self, cache, layer_idx, q, k, v):   # q (N, Hq, hd), k/v (N, Hkv, hd) -> (N, Hq, hd)
+    def attend(self, cache, layer_idx, q, k, v):   # q (N, Hq, hd), k/v (N, Hkv, hd) -> like q
         cache.write(layer_idx, self.slots, k, v)
+        gqa = q.shape[1] != k.shape[1]
         outs = []
         for s, e in zip(self.cu_seqlens[:-1], self.cu_seqlens[1:]):
-            qi, ki, vi = (t[s:e].transpose(0, 1).unsqueeze(0) for t in (q, k, v))   # (1, H, Ti, hd)
-            y = F.scaled_dot_product_attention(qi, ki, vi, is_causal=True, enable_gqa=q.shape[1] != k.shape[1])
+            qi, ki, vi = (t[s:e].transpose(0, 1).unsqueeze(0) for t in (q, k, v))   # (1, H, T, hd)
+            y = F.scaled_dot_product_attention(qi, ki, vi, is_causal=True, enable_gqa=gqa)
             outs.append(y[0].transpose(0, 1))
         return torch.cat(outs)
 
 
 class DecodeBackend:
-    """A decode step's attention on the pages, one of three chosen once at start (choose_decode); the engine calls
-    it, the cache hands it each layer's q, k, v. new_pool(cache, num_blocks) and start() (at each generate) reset
-    what it keeps; admit/changed/retire(seq): a sequence starts running, has a new last block, stops running;
-    hidden(running, slots) runs the model for one step -> (B, D); attend(cache, layer_idx, q, k, v) -> (B, Hq, hd).
-    This base keeps nothing per sequence."""
-    name = ""
+    """A decode step's attention on the pages, one of three chosen once at start (choose_decode):
+    the engine calls hidden(running, slots) -> (B, D), which runs the model for one step, and
+    each attention layer comes back to attend(cache, layer_idx, q, k, v) -> (B, Hq, hd).
+    new_pool(cache, num_blocks) and start() (each generate) reset what it keeps; tables: its own
+    copy of the block tables, kept by the scheduler (DeviceDecode's), or None."""
     extra_blocks = 0       # blocks it needs in the pool besides the sequences' (a scratch block)
+    tables = None
 
     def __init__(self, model):
         self.model = model
@@ -486,15 +494,6 @@ class DecodeBackend:
     def start(self) -> None:
         pass
 
-    def admit(self, seq) -> None:
-        pass
-
-    def changed(self, seq) -> None:
-        pass
-
-    def retire(self, seq) -> None:
-        pass
-
 
 def last_tokens(running: list, device) -> tuple:
     """A decode step's input: each sequence's last token (B,) and its position (B,)."""
@@ -504,17 +503,18 @@ def last_tokens(running: list, device) -> tuple:
 
 
 class CascadeDecode(DecodeBackend):
-    """On CPU in PyTorch ops: shared-prefix ("cascade") attention, which reads a prompt's keys once for all its
-    samples (parts/decode_kernels.py); the fallback where the C++ kernel does not build."""
+    """On CPU in PyTorch ops: shared-prefix ("cascade") attention, which reads a prompt's keys
+    once for all its samples (parts/decode_kernels.py); where the C++ kernel does not build."""
     name = "PyTorch cascade"
 
     def start(self) -> None:
-        self.batch = None   # the last step's CascadeBatch: reused while the block tables stay the same
+        self.batch = None   # the last step's CascadeBatch: reused while the tables stay the same
 
     def hidden(self, running: list, slots: list):
-        self.slots = torch.tensor(slots, device=self.cache.device)
-        self.batch = cascade_batch(running, self.cache.block_size, self.cache.device, self.batch)
-        return run_model(self.model, self.cache, self, *last_tokens(running, self.cache.device))
+        device = self.cache.device
+        self.slots = torch.tensor(slots, device=device)
+        self.batch = cascade_batch(running, self.cache.block_size, device, self.batch)
+        return run_model(self.model, self.cache, self, *last_tokens(running, device))
 
     def attend(self, cache, layer_idx, q, k, v):
         cache.write(layer_idx, self.slots, k, v)
@@ -526,20 +526,22 @@ class CascadeDecode(DecodeBackend):
 
 
 class CpuKernelDecode(DecodeBackend):
-    """On CPU in the fused C++ kernel (paged_decode_cpu): it writes the step's new K/V at each sequence's last
-    position itself (no slots) and reads K/V in place."""
+    """On CPU in the fused C++ kernel (paged_decode_cpu): it writes the step's new K/V at each
+    sequence's last position itself (no slots) and reads K/V in place."""
     name = "C++ kernel"
 
     def hidden(self, running: list, slots: list):
         width = max(len(seq.block_table) for seq in running)
         tables = [seq.block_table + [0] * (width - len(seq.block_table)) for seq in running]
-        self.block_tables = torch.tensor(tables, dtype=torch.int32)                     # (B, width)
-        self.context_lens = torch.tensor([len(seq) for seq in running], dtype=torch.int32)
+        self.block_tables = torch.tensor(tables, dtype=torch.int32)                  # (B, width)
+        lengths = [len(seq) for seq in running]
+        self.context_lens = torch.tensor(lengths, dtype=torch.int32)                 # (B,)
         return run_model(self.model, self.cache, self, *last_tokens(running, self.cache.device))
 
     def attend(self, cache, layer_idx, q, k, v):
-        return paged_decode_cpu(q, cache.k_pool[layer_idx], cache.v_pool[layer_idx], self.block_tables,
-                                self.context_lens, k, v)
+        k_pool = cache.k_pool[layer_idx]
+        v_pool = cache.v_pool[layer_idx]
+        return paged_decode_cpu(q, k_pool, v_pool, self.block_tables, self.context_lens, k, v)
 
 
 def paged_decode_reference(q, k_pool, v_pool, block_tables, context_lens):

@@ -113,7 +113,10 @@ class DeviceBlockTables:
     def update(self, seq, column: int) -> None:
         self.pending[seq.row, column] = seq.block_table[column]   # a row freed and reused: the last write wins
 
-    def free(self, seq) -> None:
+    def changed(self, seq) -> None:   # a new last block, or its private copy
+        self.update(seq, len(seq.block_table) - 1)
+
+    def retire(self, seq) -> None:
         if seq.row >= 0:
             self.free_rows.append(seq.row)
             seq.row = -1
@@ -160,15 +163,6 @@ class DeviceDecode:
             self.graphs.clear()         # captured on weights that were freed and re-allocated since (a trainer that
             self.graphed_weights = self._weight_addresses()   # frees the engine's copy); in-place updates keep them
         self.tables.reset()
-
-    def admit(self, seq) -> None:
-        self.tables.admit(seq)
-
-    def changed(self, seq) -> None:
-        self.tables.update(seq, len(seq.block_table) - 1)   # a new last block, or its private copy
-
-    def retire(self, seq) -> None:
-        self.tables.free(seq)
 
     def hidden(self, running: list, slots: list):
         """The step's integers in one host-to-device copy, the block tables gathered on the device, the model run

@@ -117,20 +117,23 @@ class BlockManager:
 @dataclass
 class DecodePlan:
     """What a decode step needs from the bookkeeping (the running sequences are Scheduler.running, oldest first)."""
-    slots: list        # the slot of each running sequence's last token, where its K/V goes
-    copies: list       # (src, dst) blocks to copy before the step writes (copy-on-write)
-    changed: list      # sequences whose last block is new or a new private copy
-    preempted: list    # sequences preempted by this step (their blocks freed; waiting again)
+    slots: list            # the slot of each running sequence's last token, where its K/V goes
+    copies: list           # (src, dst) blocks to copy before the step writes (copy-on-write)
+    preemptions: int = 0   # sequences preempted by this step (their blocks freed; waiting again)
 
 
 class Scheduler:
     """First come, first served, a prompt's samples together. max_num_seqs: sequences decoded together;
     max_num_batched_tokens: the tokens a prefill step adds to its first group; watermark: the blocks a group must
     leave free to join running sequences (else the youngest is preempted again within a few steps and recomputed
-    again: a pool too small for the batch thrashes)."""
+    again: a pool too small for the batch thrashes). mirror: None, or an object that keeps its own copy of the
+    running sequences' block tables (rollout.py's decode backend; on CUDA a device tensor): told when a sequence
+    starts running (admit), when its last block is new or a private copy (changed), and when it stops (retire)."""
 
-    def __init__(self, blocks: BlockManager, max_num_seqs: int, max_num_batched_tokens: int, watermark: int = 0):
+    def __init__(self, blocks: BlockManager, max_num_seqs: int, max_num_batched_tokens: int, watermark: int = 0,
+                 mirror=None):
         self.blocks = blocks
+        self.mirror = mirror
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
         self.watermark = watermark
@@ -171,6 +174,9 @@ class Scheduler:
         for group in admitted:
             self._give_blocks(group)
             self.running += group
+            if self.mirror is not None:
+                for seq in group:
+                    self.mirror.admit(seq)
         return admitted
 
     def _give_blocks(self, group: list) -> None:
@@ -187,7 +193,7 @@ class Scheduler:
     def decode_slots(self) -> DecodePlan:
         """One more token's slot for every running sequence, oldest first; when a block is needed and none is free,
         preempt the youngest (if it is the sequence itself, the loop ends; else that sequence tries again)."""
-        plan = DecodePlan([], [], [], [])
+        plan = DecodePlan([], [])
         i = 0
         while i < len(self.running):
             seq = self.running[i]
@@ -195,23 +201,25 @@ class Scheduler:
             appended = self.blocks.append(seq)
             if appended is None:
                 victim = self.running.pop()
-                self.blocks.release(victim)
+                self.finish(victim)
                 victim.preempted = True
                 self.waiting.appendleft([victim])   # recomputed first when blocks free up
-                plan.preempted.append(victim)
+                plan.preemptions += 1
                 continue
             slot, copy = appended
             plan.slots.append(slot)
             if copy:
                 plan.copies.append(copy)
-            if copy or len(seq.block_table) != blocks_before:
-                plan.changed.append(seq)
+            if (copy or len(seq.block_table) != blocks_before) and self.mirror is not None:
+                self.mirror.changed(seq)
             i += 1
         return plan
 
     def finish(self, seq) -> None:
-        """A finished sequence gives its blocks back at once, for the waiting ones."""
+        """A finished (or preempted) sequence gives its blocks back at once, for the waiting ones."""
         self.blocks.release(seq)
+        if self.mirror is not None:
+            self.mirror.retire(seq)
 
     def drop_finished(self) -> None:
         self.running = [seq for seq in self.running if seq.finish_reason is None]

@@ -354,27 +354,29 @@ def test_pool_is_sized_again_at_each_generate_from_what_is_free(model):
 
 def test_cuda_pool_is_the_free_memory_less_the_rollout_margin(model, monkeypatch):
     """On CUDA with no size given, the pool is what free_memory() reports when it is allocated less rollout_margin:
-    a prefill's activations, sample()'s (B, V) fp32 temporaries, the CUDA graphs, 512 MiB of workspaces. The plan on
-    paper (parts/memory_plan.py, which imports nothing) must count the same bytes; for Qwen3-8B they are ~6.9 GB."""
+    a prefill's activations, sample()'s (B, V) fp32 temporaries, the CUDA graphs, 512 MiB of workspaces (one
+    formula, parts/memory_plan.py's, for the engine and the plan on paper); for Qwen3-8B ~6.9 GB, by hand here with
+    the buckets parts/cuda_graphs.py captures."""
     from types import SimpleNamespace
     from parts import memory_plan
+    from parts.cuda_graphs import buckets_for
     qwen3_8b = SimpleNamespace(**memory_plan.QWEN3["8B"])
-    margin = rollout.rollout_margin(qwen3_8b, torch.bfloat16, 256, 36864, 16384)
-    assert margin == memory_plan.rollout_margin(qwen3_8b, 2, 256, 36864, 16384)
+    margin = rollout.rollout_margin(qwen3_8b, 2, 256, 36864, 16384)            # bf16: 2 bytes a value
     per_token = (4 * 4096 + 3 * 12288 + 32 * 128 + 2 * 8 * 128) * 2            # one layer's prefill activations
-    assert margin > 36864 * per_token + 12 * 256 * 151936 * 4 + 2**29           # the longest prefill goes alone
+    graphs = 2 * 256 * per_token + sum(buckets_for(256)) * 4096 * 2
+    assert margin == 36864 * per_token + 12 * 256 * 151936 * 4 + graphs + 2**29   # the longest prefill goes alone
     assert 6.8e9 < margin < 7.0e9
     fake_cuda = SimpleNamespace(model=model, device=torch.device("cuda"), dtype=torch.float32, block_size=4,
                                 max_model_len=64, max_num_seqs=8, max_num_batched_tokens=32, num_blocks=None,
                                 kv_cache_memory=None)
     block_bytes = rollout.kv_block_bytes(model.config, torch.float32, 4)
-    margin = rollout.rollout_margin(model.config, torch.float32, 8, 64, 32)
+    margin = rollout.rollout_margin(model.config, 4, 8, 64, 32)               # fp32: 4 bytes a value
     free = margin + 100 * block_bytes + 7
     monkeypatch.setattr(rollout, "free_memory", lambda device: free)
-    assert LLMEngine.pool_blocks(fake_cuda) == 100
+    assert rollout.pool_blocks(fake_cuda) == 100
     free = margin + 5 * block_bytes   # less than one sequence of 64 tokens (16 blocks): a clear error
     with pytest.raises(ValueError, match="cannot hold one sequence"):
-        LLMEngine.pool_blocks(fake_cuda)
+        rollout.pool_blocks(fake_cuda)
 
 
 def test_weight_update_is_seen_by_the_next_generate(model):
