@@ -8,7 +8,7 @@ Three seams for the rest of the project:
     (one causal SDPA call each, no (T, T) mask); prefix_docs lets a document continue another (an RL group's prompt
     packed once, each response attending to it, then to itself);
   - an external KV cache: kv_cache= any object with attend(layer_idx, q, k, v) -> out (rollout.py's paged engine);
-    if its `kernels` attribute is set (parts/norm_kernels.py), the norms and RoPE run as those (same roundings);
+    if its `kernels` is set (parts/norm_kernels.py), norms and RoPE run as those (same roundings);
   - return_hidden=True: the final normed hidden states, so a loss applies the LM head itself, in chunks.
 Checkpoints are Hugging Face directories; from_pretrained builds the model on the meta device and reads one tensor
 at a time into its final dtype and device (an 8B model is never allocated twice, nor kept memory-mapped).
@@ -128,7 +128,7 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x, kernels=None):
-        if kernels is not None:   # the engine's kernels (parts/norm_kernels.py): this formula, these roundings
+        if kernels is not None:   # the engine's: this formula, these roundings
             return kernels.rms_norm(x, self.weight, self.eps)
         if x.dtype == torch.float32 == self.weight.dtype:   # the same formula as one fused op (faster decode)
             return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
@@ -255,7 +255,7 @@ class Attention(nn.Module):
         q = self.q_proj(x).view(B, T, self.n_heads, self.head_dim)
         k = self.k_proj(x).view(B, T, self.n_kv_heads, self.head_dim)
         v = self.v_proj(x).view(B, T, self.n_kv_heads, self.head_dim)
-        if kernels is not None:   # the engine on a GPU: each norm and its rotation in one kernel, the same roundings
+        if kernels is not None:   # the engine on a GPU: a norm and its RoPE as one kernel
             q = kernels.norm_rope(q, self.q_norm.weight, self.q_norm.eps, cos, sin)
             k = kernels.norm_rope(k, self.k_norm.weight, self.k_norm.eps, cos, sin)
         else:
@@ -365,7 +365,7 @@ class Qwen3(nn.Module):
         docs = documents(document_ids, prefix_docs) if document_ids is not None else None
         cos, sin = self.rotary(position_ids)
         x = self.embed_tokens(input_ids)                                    # (B, T, D)
-        kernels = getattr(kv_cache, "kernels", None)   # the engine's norm kernels, told once per forward
+        kernels = getattr(kv_cache, "kernels", None)   # the engine's norm kernels, or None
         for layer in self.layers:
             if self.activation_checkpointing and self.training and torch.is_grad_enabled():
                 x = checkpoint(layer, x, cos, sin, docs, kv_cache, use_reentrant=False)

@@ -176,7 +176,7 @@ def split_timers():
 def split(parts, total: float) -> list:
     """(part, seconds) rows; the model's rest and the engine's own work are what the wrappers do not cover."""
     leaves = ["matmuls", "attention", "norms", "rotary"]
-    forward = parts["forward"] + parts["lm_head"]   # run_model, then the LM head on the rows sampled from
+    forward = parts["forward"] + parts["lm_head"]   # run_model, then the LM head on sampled rows
     rest_of_model = forward - sum(parts[p] for p in leaves)
     engine = total - forward - parts["sampling"]
     return [(p, parts[p]) for p in leaves] + [("rest of model", rest_of_model), ("sampling", parts["sampling"]),

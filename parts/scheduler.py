@@ -1,22 +1,26 @@
-"""Continuous batching's bookkeeping for a paged KV cache: which sequences run, which wait, which blocks each owns.
+"""Continuous batching's bookkeeping for a paged KV cache: which sequences run, which wait, and
+which blocks each one owns.
 
-A pool of num_blocks blocks of block_size tokens; a sequence owns a block table (a list of block ids), and its
-token t lives in slot  block_table[t // block_size] * block_size + t % block_size.  Blocks are reference-counted:
-the n samples of a prompt share its blocks (prefilled once), and a shared last block is copied on its first write.
+A pool of num_blocks blocks of block_size tokens; a sequence owns a block table (a list of block
+ids), and its token t lives in slot
+    block_table[t // block_size] * block_size + t % block_size
+Blocks are reference-counted: the n samples of a prompt share its blocks (prefilled once), and a
+shared last block is copied on its first write.
 
-Each step is a prefill (Scheduler.admit: waiting groups while sequences, tokens and blocks allow) or a decode
-(Scheduler.decode_slots: one more slot for every running sequence; out of blocks, the youngest is preempted: its
-blocks freed, it waits at the head of the queue and is later recomputed from its prompt and its tokens so far).
+Each step is a prefill (Scheduler.admit: waiting groups, while sequences, tokens and blocks allow)
+or a decode (Scheduler.decode_slots: one more slot for every running sequence; out of blocks, the
+youngest is preempted: its blocks freed, it waits at the head of the queue, and is recomputed from
+its prompt and its tokens so far when it comes back).
 
-A Sequence is one sample being generated (the scheduler reads its token_ids, block_table, finish_reason and
-preempted, and sets its blocks and prefix); it draws its sampling uniforms from its own seeded stream. torch only
-(rollout.py's engine is the caller):
-    scheduler = Scheduler(BlockManager(num_blocks=64, block_size=16), max_num_seqs=8, max_num_batched_tokens=512)
-    scheduler.start(groups)                     # groups: lists of sequences, a prompt's samples each
+A Sequence is one sample being generated; it draws its sampling uniforms from its own seeded
+stream. torch only (for that stream); rollout.py's engine is the caller:
+    scheduler = Scheduler(BlockManager(num_blocks=64, block_size=16), max_num_seqs=8,
+                          max_num_batched_tokens=512)
+    scheduler.start(groups)                 # groups: lists of Sequences, a prompt's samples each
     while scheduler.busy:
-        admitted = scheduler.admit()            # a prefill step for these groups, or (empty) a decode step:
-        plan = scheduler.decode_slots() if not admitted else None
-        ...                                     # run the model, append tokens, finish(seq) the finished ones
+        admitted = scheduler.admit()        # a prefill of these groups, or (if empty) a decode:
+        plan = None if admitted else scheduler.decode_slots()
+        ...                                 # run the model, append tokens, finish(seq) if done
         scheduler.drop_finished()
 """
 from collections import deque
@@ -26,8 +30,8 @@ import torch
 
 
 class Sequence:
-    """One sample being generated: prompt + output tokens, its block table and its random stream (params: its
-    sampling settings, read by the caller)."""
+    """One sample being generated: prompt + output tokens, its block table and its random stream
+    (params: its sampling settings, which the caller reads)."""
 
     def __init__(self, prompt: list, params, max_len: int, seed: int, index: tuple = (0, 0)):
         self.index = index                     # (prompt, sample) in the request
@@ -35,28 +39,35 @@ class Sequence:
         self.prompt_len = len(prompt)
         self.params = params
         self.max_len = max_len                 # stop with "length" at this many tokens
-        self.generator = torch.Generator().manual_seed(seed)   # CPU: the stream does not depend on the device
-        self.uniforms: list[float] = []        # the next uniforms of its stream, last = next; drawn 64 at a time
+        # CPU: the stream does not depend on the device
+        self.generator = torch.Generator().manual_seed(seed)
+        self.uniforms: list[float] = []        # the next uniforms of its stream, last = next
         self.logprobs: list[float] = []
-        self.block_table: list[int] = []       # block ids holding the KV of token_ids[:-1] (+ the last after a step)
-        self.prefix_id = -1                    # samples with the same prefix_id share block_table[:prefix_blocks]:
-        self.prefix_blocks = 0                 # the full blocks of the prompt prefilled for them (never written again)
+        # block ids holding the KV of token_ids[:-1] (+ the last one's, after a step)
+        self.block_table: list[int] = []
+        # samples with the same prefix_id share block_table[:prefix_blocks]: the full blocks of
+        # the prompt prefilled for them (never written again)
+        self.prefix_id = -1
+        self.prefix_blocks = 0
         self.finish_reason: str | None = None
         self.preempted = False                 # its next prefill is a recomputation
-        self.row = -1                          # its row of a device block table while it runs (cuda_graphs.py)
+        self.row = -1                          # its row of a device block table while it runs
 
     def __len__(self):
         return len(self.token_ids)
 
     def next_uniform(self) -> float:
-        """The next uniform of its stream (one per sampled token), drawn 64 at a time: one generator call per 64."""
+        """The next uniform of its stream (one per sampled token), drawn 64 at a time: one
+        generator call per 64 tokens."""
         if not self.uniforms:
-            self.uniforms = torch.rand(64, generator=self.generator, dtype=torch.float64).tolist()[::-1]
+            drawn = torch.rand(64, generator=self.generator, dtype=torch.float64)
+            self.uniforms = drawn.tolist()[::-1]
         return self.uniforms.pop()
 
 
 class BlockManager:
-    """Free list and reference counts of the pool's blocks. Pure bookkeeping: the tensors live with the caller."""
+    """Free list and reference counts of the pool's blocks. Pure bookkeeping: the tensors live
+    with the caller."""
 
     def __init__(self, num_blocks: int, block_size: int):
         self.num_blocks = num_blocks
@@ -94,9 +105,10 @@ class BlockManager:
         return seq.block_table[pos // self.block_size] * self.block_size + pos % self.block_size
 
     def append(self, seq) -> tuple[int, tuple | None] | None:
-        """Make the last token's slot writable: a new block if the token starts one, a private copy if its block is
-        shared. Returns (slot, (src, dst) block copy or None), or None if that needs a block and none is free.
-        (Called for every sequence at every step: the common case, neither, costs a few list lookups.)"""
+        """Make the last token's slot writable: a new block if the token starts one, a private
+        copy if its block is shared. Returns (slot, (src, dst) block copy or None), or None if that
+        needs a block and none is free. (Called for every sequence at every step: the common
+        case, neither, costs a few list lookups.)"""
         index, offset = divmod(len(seq.token_ids) - 1, self.block_size)
         copy = None
         if index == len(seq.block_table):
@@ -116,28 +128,29 @@ class BlockManager:
 
 @dataclass
 class DecodePlan:
-    """What a decode step needs from the bookkeeping (the running sequences are Scheduler.running, oldest first)."""
+    """What a decode step needs from the bookkeeping (its sequences: Scheduler.running)."""
     slots: list            # the slot of each running sequence's last token, where its K/V goes
     copies: list           # (src, dst) blocks to copy before the step writes (copy-on-write)
     preemptions: int = 0   # sequences preempted by this step (their blocks freed; waiting again)
 
 
 class Scheduler:
-    """First come, first served, a prompt's samples together. max_num_seqs: sequences decoded together;
-    max_num_batched_tokens: the tokens a prefill step adds to its first group; watermark: the blocks a group must
-    leave free to join running sequences (else the youngest is preempted again within a few steps and recomputed
-    again: a pool too small for the batch thrashes). mirror: None, or an object that keeps its own copy of the
-    running sequences' block tables (rollout.py's decode backend; on CUDA a device tensor): told when a sequence
-    starts running (admit), when its last block is new or a private copy (changed), and when it stops (retire)."""
+    """First come, first served, a prompt's samples together. max_num_seqs: sequences decoded
+    together; max_num_batched_tokens: the tokens a prefill step adds to its first group;
+    watermark: the blocks a group must leave free to join running sequences (else the youngest is
+    preempted again within a few steps and recomputed again: a pool too small for the batch
+    thrashes). mirror: None, or a copy of the running sequences' block tables kept elsewhere (on
+    CUDA, a device tensor: cuda_graphs.DeviceBlockTables), told when a sequence starts running
+    (admit), when its last block is new or a private copy (changed), and when it stops (retire)."""
 
-    def __init__(self, blocks: BlockManager, max_num_seqs: int, max_num_batched_tokens: int, watermark: int = 0,
-                 mirror=None):
+    def __init__(self, blocks: BlockManager, max_num_seqs: int, max_num_batched_tokens: int,
+                 watermark: int = 0, mirror=None):
         self.blocks = blocks
         self.mirror = mirror
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
         self.watermark = watermark
-        self.waiting = deque()     # groups of sequences, a preempted one alone, first in line at the left
+        self.waiting = deque()     # groups of sequences (a preempted one alone), next on the left
         self.running = []          # oldest first: the last one is preempted first
         self.num_prefixes = 0      # prefix ids handed out (a group's samples share one)
 
@@ -151,10 +164,11 @@ class Scheduler:
         return bool(self.waiting or self.running)
 
     def admit(self) -> list:
-        """Take waiting groups while sequences, tokens and blocks allow, give each its blocks (the samples of a
-        group share their prompt's) and start running them; returns them (empty: this step decodes). An idle engine
-        always takes the head group (it fits: the pool holds one full-length sequence). A group longer than the
-        token budget (a preempted sequence recomputed) is a step's only group, admitted once its blocks are free."""
+        """Take waiting groups while sequences, tokens and blocks allow, give each its blocks (a
+        group's samples share their prompt's) and start running them; returns them (empty: this
+        step decodes). An idle engine always takes the head group (it fits: the pool holds one
+        full-length sequence). A group longer than the token budget (a preempted sequence
+        recomputed) is a step's only group, admitted as soon as its blocks are free."""
         admitted = []
         num_seqs = len(self.running)
         num_tokens = 0
@@ -164,7 +178,8 @@ class Scheduler:
             need = self.blocks.blocks_for(len(group[0].token_ids))
             over_budget = num_tokens + len(group[0].token_ids) > self.max_num_batched_tokens
             too_many = num_seqs + len(group) > self.max_num_seqs
-            too_big = need + len(group) + self.watermark > free   # + one block per sample for its first decode
+            # + one block per sample for its first decode step
+            too_big = need + len(group) + self.watermark > free
             if (admitted and over_budget) or (admitted or self.running) and (too_many or too_big):
                 break
             admitted.append(self.waiting.popleft())
@@ -182,7 +197,8 @@ class Scheduler:
     def _give_blocks(self, group: list) -> None:
         lead = group[0]
         num_tokens = len(lead.token_ids)
-        lead.block_table = [self.blocks.allocate() for _ in range(self.blocks.blocks_for(num_tokens))]
+        num_blocks = self.blocks.blocks_for(num_tokens)
+        lead.block_table = [self.blocks.allocate() for _ in range(num_blocks)]
         for seq in group[1:]:
             seq.block_table = self.blocks.share(lead.block_table)
         self.num_prefixes += 1
@@ -191,8 +207,9 @@ class Scheduler:
             seq.prefix_blocks = num_tokens // self.blocks.block_size
 
     def decode_slots(self) -> DecodePlan:
-        """One more token's slot for every running sequence, oldest first; when a block is needed and none is free,
-        preempt the youngest (if it is the sequence itself, the loop ends; else that sequence tries again)."""
+        """One more token's slot for every running sequence, oldest first; when a block is needed
+        and none is free, preempt the youngest (if it is the sequence itself, the loop ends; else
+        that sequence tries again)."""
         plan = DecodePlan([], [])
         i = 0
         while i < len(self.running):
@@ -216,11 +233,10 @@ class Scheduler:
         return plan
 
     def finish(self, seq) -> None:
-        """A finished (or preempted) sequence gives its blocks back at once, for the waiting ones."""
+        """A finished (or preempted) sequence gives its blocks back at once, for the waiting."""
         self.blocks.release(seq)
         if self.mirror is not None:
             self.mirror.retire(seq)
 
     def drop_finished(self) -> None:
         self.running = [seq for seq in self.running if seq.finish_reason is None]
-

@@ -233,10 +233,11 @@ def test_same_seed_same_samples_whatever_the_batch(model):
 
 @torch.no_grad()
 def reference_sample(model, prompt, params, sample_index):
-    """Sample j of a request written out without the engine: a full forward over all tokens at every step (no KV
-    cache), the top-k/top-p filter as a loop over ranks, a float64 softmax over the kept tokens and the inverse CDF
-    as one float64 cumsum in token-id order, at the uniforms of sample j's own stream (rollout.py's contract:
-    torch.Generator seeded with sample_seed(seed, j), float64 uniforms drawn 64 at a time, one per token)."""
+    """Sample j of a request written out without the engine: a full forward over all tokens at
+    every step (no KV cache), the top-k/top-p filter as a loop over ranks, a float64 softmax over
+    the kept tokens and the inverse CDF as one float64 cumsum in token-id order, at the uniforms
+    of sample j's own stream (rollout.py's contract: torch.Generator seeded with
+    sample_seed(seed, j), float64 uniforms drawn 64 at a time, one per token)."""
     generator = torch.Generator().manual_seed(rollout.sample_seed(params.seed, sample_index))
     uniforms = []
     ids = list(prompt)
@@ -244,7 +245,7 @@ def reference_sample(model, prompt, params, sample_index):
         if not uniforms:
             uniforms = torch.rand(64, generator=generator, dtype=torch.float64).tolist()[::-1]
         u = uniforms.pop()
-        row = model(torch.tensor([ids]))[0, -1].double() / params.temperature          # (V,)
+        row = model(torch.tensor([ids]))[0, -1].double() / params.temperature      # (V,)
         order = row.argsort(descending=True).tolist()
         kept = order[:params.top_k] if params.top_k else order
         probs = torch.softmax(row[kept], 0).tolist()
@@ -255,7 +256,7 @@ def reference_sample(model, prompt, params, sample_index):
                 break
             nucleus.append(token)
             mass += p
-        nucleus.sort()                                                                   # token-id order
+        nucleus.sort()                                                           # token-id order
         cdf = torch.softmax(row[nucleus], 0).cumsum(0)
         token = nucleus[int(torch.searchsorted(cdf, u * cdf[-1:], right=True))]
         ids.append(token)
@@ -266,16 +267,19 @@ def reference_sample(model, prompt, params, sample_index):
 
 @pytest.mark.parametrize("temperature,top_k,top_p", [(1.0, 0, 1.0), (0.8, 6, 0.9)])
 def test_seeded_samples_equal_a_no_cache_sampler(model, cpu_kernel, temperature, top_k, top_p):
-    """The tokens of seeded samples are pinned: each sample's are those of reference_sample, whatever the decode
-    path, with preemptions (a pool of 2 full-length sequences) and samples stopping at different steps."""
+    """The tokens of seeded samples are pinned: each sample's are those of reference_sample,
+    whatever the decode path, with preemptions (a pool of 2 full-length sequences) and samples
+    stopping at different steps."""
     prompts = prompts_of([4, 19, 9], seed=12)
-    params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, max_tokens=14, n=3, seed=7,
-                            stop_token_ids=[5, 50])
-    engine = LLMEngine(model, max_num_seqs=9, max_model_len=40, num_blocks=20, block_size=4, cpu_kernel=cpu_kernel)
+    params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, max_tokens=14,
+                            n=3, seed=7, stop_token_ids=[5, 50])
+    engine = LLMEngine(model, max_num_seqs=9, max_model_len=40, num_blocks=20, block_size=4,
+                       cpu_kernel=cpu_kernel)
     out = engine.generate(prompts, params)
     assert engine.stats.preemptions > 0
     for prompt, samples in zip(prompts, out):
-        assert [s.token_ids for s in samples] == [reference_sample(model, prompt, params, j) for j in range(3)]
+        expected = [reference_sample(model, prompt, params, j) for j in range(3)]
+        assert [s.token_ids for s in samples] == expected
     assert_no_leaks(engine)
 
 
@@ -354,23 +358,24 @@ def test_pool_is_sized_again_at_each_generate_from_what_is_free(model):
 
 def test_cuda_pool_is_the_free_memory_less_the_rollout_margin(model, monkeypatch):
     """On CUDA with no size given, the pool is what free_memory() reports when it is allocated less rollout_margin:
-    a prefill's activations, sample()'s (B, V) fp32 temporaries, the CUDA graphs, 512 MiB of workspaces (one
-    formula, parts/memory_plan.py's, for the engine and the plan on paper); for Qwen3-8B ~6.9 GB, by hand here with
-    the buckets parts/cuda_graphs.py captures."""
+    a prefill's activations, sample()'s (B, V) fp32 temporaries, the CUDA graphs, 512 MiB of
+    workspaces (one formula, parts/memory_plan.py's, for the engine and the plan on paper); for
+    Qwen3-8B ~6.9 GB, by hand here with the buckets parts/cuda_graphs.py captures."""
     from types import SimpleNamespace
     from parts import memory_plan
     from parts.cuda_graphs import buckets_for
     qwen3_8b = SimpleNamespace(**memory_plan.QWEN3["8B"])
-    margin = rollout.rollout_margin(qwen3_8b, 2, 256, 36864, 16384)            # bf16: 2 bytes a value
+    margin = rollout.rollout_margin(qwen3_8b, 2, 256, 36864, 16384)          # bf16: 2 bytes a value
     per_token = (4 * 4096 + 3 * 12288 + 32 * 128 + 2 * 8 * 128) * 2            # one layer's prefill activations
     graphs = 2 * 256 * per_token + sum(buckets_for(256)) * 4096 * 2
-    assert margin == 36864 * per_token + 12 * 256 * 151936 * 4 + graphs + 2**29   # the longest prefill goes alone
+    # the longest prefill goes alone
+    assert margin == 36864 * per_token + 12 * 256 * 151936 * 4 + graphs + 2**29
     assert 6.8e9 < margin < 7.0e9
     fake_cuda = SimpleNamespace(model=model, device=torch.device("cuda"), dtype=torch.float32, block_size=4,
                                 max_model_len=64, max_num_seqs=8, max_num_batched_tokens=32, num_blocks=None,
                                 kv_cache_memory=None)
     block_bytes = rollout.kv_block_bytes(model.config, torch.float32, 4)
-    margin = rollout.rollout_margin(model.config, 4, 8, 64, 32)               # fp32: 4 bytes a value
+    margin = rollout.rollout_margin(model.config, 4, 8, 64, 32)              # fp32: 4 bytes a value
     free = margin + 100 * block_bytes + 7
     monkeypatch.setattr(rollout, "free_memory", lambda device: free)
     assert rollout.pool_blocks(fake_cuda) == 100
@@ -593,7 +598,8 @@ def test_cpu_kernel_fallback_and_errors(model, monkeypatch, capsys, tmp_path):
     monkeypatch.setattr(decode_kernels, "_cpu_kernel_notice_shown", False)
     engine = LLMEngine(model, max_num_seqs=4, max_model_len=32)
     err = capsys.readouterr().err
-    assert isinstance(engine.decode, rollout.CascadeDecode) and err.count("\n") == 1 and "no-such-c++ is not on PATH" in err, err
+    assert isinstance(engine.decode, rollout.CascadeDecode)
+    assert err.count("\n") == 1 and "no-such-c++ is not on PATH" in err, err
     out = engine.generate(prompts, params)
     assert [[s.token_ids for s in g] for g in out] == [[s.token_ids for s in g] for g in expected]
     LLMEngine(model, max_num_seqs=4, max_model_len=32)
@@ -728,11 +734,12 @@ def test_cuda_graph_decode_equals_the_plain_decode(model, monkeypatch):
               SamplingParams(temperature=0.8, max_tokens=7, n=2, seed=4)]
     plain = LLMEngine(model, max_num_seqs=8, max_model_len=48, use_triton=True, cuda_graphs=False)
     graphed = LLMEngine(model, max_num_seqs=8, max_model_len=48, use_triton=True, cuda_graphs=True)
-    assert plain.decode.graphs is None and graphed.decode.graphs is not None and not graphed.decode.graphs.capture
-    batches, run = [], graphed.decode.graphs.run
-    monkeypatch.setattr(graphed.decode.graphs, "run", lambda n, **kw: batches.append(n) or run(n, **kw))
+    graphs = graphed.decode.graphs
+    assert plain.decode.graphs is None and graphs is not None and not graphs.capture
+    batches, run = [], graphs.run
+    monkeypatch.setattr(graphs, "run", lambda n, **kw: batches.append(n) or run(n, **kw))
     expected, got = plain.generate(prompts, params), graphed.generate(prompts, params)
-    assert {n for n in batches} - set(graphed.decode.graphs.buckets)                 # some steps were padded
+    assert {n for n in batches} - set(graphs.buckets)                       # some steps were padded
     for a, b in zip(expected, got):
         for x, y in zip(a, b):
             assert x.token_ids == y.token_ids and x.finish_reason == y.finish_reason
@@ -750,7 +757,7 @@ def test_cuda_graphs_are_kept_while_the_pool_and_weights_stay(model):
     engine = LLMEngine(model, max_num_seqs=8, max_model_len=48, use_triton=True, cuda_graphs=True)
     params = SamplingParams(temperature=0.0, max_tokens=4)
     engine.generate([[1, 2, 3]], params)
-    engine.decode.graphs.graphs[8] = "captured"                          # what a CUDA capture would have left
+    engine.decode.graphs.graphs[8] = "captured"                # what a CUDA capture would have left
     with torch.no_grad():
         for p in model.parameters():
             p.mul_(1.0)                                           # in place: the same storage
@@ -794,4 +801,5 @@ def test_fused_norm_kernels_leave_the_engines_tokens_unchanged(model, dtype):
         assert max(abs(p - q) for p, q in zip(a[0].logprobs, b[0].logprobs)) <= tolerance
     if dtype == torch.float32:
         assert got[0][0].token_ids == reference_greedy(m, prompts[0], 10)
-    assert LLMEngine(m, max_num_seqs=8, max_model_len=48).cache.kernels is None   # a CPU engine: eager by default
+    cpu_engine = LLMEngine(m, max_num_seqs=8, max_model_len=48)
+    assert cpu_engine.cache.kernels is None                    # a CPU engine: eager by default
