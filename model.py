@@ -8,7 +8,7 @@ Three seams for the rest of the project:
     (one causal SDPA call each, no (T, T) mask); prefix_docs lets a document continue another (an RL group's prompt
     packed once, each response attending to it, then to itself);
   - an external KV cache: kv_cache= any object with attend(layer_idx, q, k, v) -> out (rollout.py's paged engine);
-    if it has a `fused` attribute (parts/norm_kernels.py), the norms and RoPE run as its kernels (same roundings);
+    if its `kernels` is set (parts/norm_kernels.py), norms and RoPE run as those (same roundings);
   - return_hidden=True: the final normed hidden states, so a loss applies the LM head itself, in chunks.
 Checkpoints are Hugging Face directories; from_pretrained builds the model on the meta device and reads one tensor
 at a time into its final dtype and device (an 8B model is never allocated twice, nor kept memory-mapped).
@@ -125,9 +125,9 @@ class RMSNorm(nn.Module):
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(dim))
 
-    def forward(self, x, fused=None):
-        if fused is not None:   # the engine's kernels (parts/norm_kernels.py): this formula, these roundings
-            return fused.rms_norm(x, self.weight, self.eps)
+    def forward(self, x, kernels=None):
+        if kernels is not None:   # the engine's: this formula, these roundings
+            return kernels.rms_norm(x, self.weight, self.eps)
         if x.dtype == torch.float32 == self.weight.dtype:   # the same formula as one fused op (faster decode)
             return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
         dtype = x.dtype
@@ -248,17 +248,17 @@ class Attention(nn.Module):
         self.q_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
         self.k_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
 
-    def forward(self, x, cos, sin, docs, kv_cache):
+    def forward(self, x, cos, sin, docs, kv_cache, kernels=None):
         B, T, _ = x.shape
         q = self.q_proj(x).view(B, T, self.n_heads, self.head_dim)
         k = self.k_proj(x).view(B, T, self.n_kv_heads, self.head_dim)
         v = self.v_proj(x).view(B, T, self.n_kv_heads, self.head_dim)
-        fused = getattr(kv_cache, "fused", None)
-        if fused is not None:   # the engine on a GPU: each norm and its rotation in one kernel, the same roundings
-            q = fused.norm_rope(q, self.q_norm.weight, self.q_norm.eps, cos, sin)
-            k = fused.norm_rope(k, self.k_norm.weight, self.k_norm.eps, cos, sin)
+        if kernels is not None:   # the engine on a GPU: a norm and its RoPE as one kernel
+            q = kernels.norm_rope(q, self.q_norm.weight, self.q_norm.eps, cos, sin)
+            k = kernels.norm_rope(k, self.k_norm.weight, self.k_norm.eps, cos, sin)
         else:
-            q, k = apply_rope(self.q_norm(q), cos, sin), apply_rope(self.k_norm(k), cos, sin)
+            q = apply_rope(self.q_norm(q), cos, sin)
+            k = apply_rope(self.k_norm(k), cos, sin)
         if kv_cache is not None:
             y = kv_cache.attend(self.layer_idx, q, k, v)                     # (B, T, Hq, hd)
         else:
@@ -286,10 +286,9 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.mlp = MLP(cfg)
 
-    def forward(self, x, cos, sin, docs=None, kv_cache=None):
-        fused = getattr(kv_cache, "fused", None)
-        x = x + self.self_attn(self.input_layernorm(x, fused), cos, sin, docs, kv_cache)
-        return x + self.mlp(self.post_attention_layernorm(x, fused))
+    def forward(self, x, cos, sin, docs=None, kv_cache=None, kernels=None):
+        x = x + self.self_attn(self.input_layernorm(x, kernels), cos, sin, docs, kv_cache, kernels)
+        return x + self.mlp(self.post_attention_layernorm(x, kernels))
 
 
 def documents(document_ids: torch.Tensor, prefix_docs=None) -> list[tuple[list, list]]:
@@ -364,12 +363,13 @@ class Qwen3(nn.Module):
         docs = documents(document_ids, prefix_docs) if document_ids is not None else None
         cos, sin = self.rotary(position_ids)
         x = self.embed_tokens(input_ids)                                    # (B, T, D)
+        kernels = getattr(kv_cache, "kernels", None)   # the engine's norm kernels, or None
         for layer in self.layers:
             if self.activation_checkpointing and self.training and torch.is_grad_enabled():
                 x = checkpoint(layer, x, cos, sin, docs, kv_cache, use_reentrant=False)
             else:
-                x = layer(x, cos, sin, docs, kv_cache)
-        x = self.norm(x, getattr(kv_cache, "fused", None))
+                x = layer(x, cos, sin, docs, kv_cache, kernels)
+        x = self.norm(x, kernels)
         return x if return_hidden else self.lm_head(x)
 
 

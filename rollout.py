@@ -1,22 +1,26 @@
-"""A paged-KV-cache generation engine for RL rollouts and evaluation (in the spirit of nano-vllm), in four ideas:
-  1. continuous batching: each step is a prefill (waiting prompts, all their tokens at once) or a decode (one token for
-     every running sequence), flattened into one row; out of blocks, the youngest sequence is preempted, recomputed later;
-  2. a paged KV cache: token t of a sequence lives in slot table[t // block_size] * block_size + t % block_size of its
-     layer's pool; the n samples of a prompt share its blocks, and a shared block is copied on its first write;
-  3. attention on pages: causal inside each new sequence, then one query per sequence against its blocks
-     (paged_decode_reference: the formula; parts/decode_kernels.py: Triton on CUDA, a C++ kernel on CPU); on CUDA
-     the block tables live on the device, and a decode step replays a CUDA graph (parts/cuda_graphs.py);
-  4. sampling, each sample from its own seeded stream; the logprobs are those of the distribution sampled from:
-         p = softmax(keep_top_k_top_p(logits / T)),   logprob = log p[token]
-The engine holds the trainer's model itself and no KV cache between generate() calls, so after an in-place weight
-update the next call sees the new weights. docs/engine.md: the design, and what vLLM does that this does not.
+"""A paged-KV-cache generation engine for RL rollouts and evaluation (after nano-vllm), four ideas:
+  1. continuous batching: each step is a prefill (waiting prompts, all their tokens at once) or a
+     decode (one token for every running sequence), flattened into one row; out of blocks, the
+     youngest sequence is preempted and later recomputed (the bookkeeping: parts/scheduler.py);
+  2. a paged KV cache: token t of a sequence lives in slot
+         block_table[t // block_size] * block_size + t % block_size
+     of its layer's pool; the n samples of a prompt share its blocks (a shared one copied on write);
+  3. attention on pages: causal inside each new sequence, then one query per sequence against its
+     blocks, by the decode backend chosen once at start (paged_decode_reference: the formula;
+     parts/decode_kernels.py: a C++ kernel or PyTorch ops on CPU, Triton on CUDA, where a decode
+     step replays a CUDA graph: parts/cuda_graphs.py);
+  4. sampling (parts/sampling.py), each sample from its own seeded stream, with the logprobs of the
+     distribution sampled from:   p = softmax(keep_top_k_top_p(logits / T)),  logprob = log p[token]
+The engine holds the trainer's model itself and no KV cache between generate() calls, so after an
+in-place weight update the next call sees the new weights. docs/engine.md: the design, and what
+vLLM does that this does not.
     engine = LLMEngine(model, max_num_seqs=256, max_model_len=4096)
-    out = engine.generate([[1, 2, 3]], SamplingParams(temperature=1.0, max_tokens=64, n=8, seed=0))  # out[0][7]
+    out = engine.generate([[1, 2, 3]], SamplingParams(temperature=1.0, max_tokens=64, n=8, seed=0))
     python eval.py --model=CKPT_DIR --prompt="What is 17 * 23?" --k=2      # on a checkpoint
 """
+import itertools
 import math
 import time
-from collections import deque
 from dataclasses import dataclass
 
 import torch
@@ -24,9 +28,13 @@ import torch.nn.functional as F
 
 from model import logits_fp32
 from parts import norm_kernels
-from parts.cuda_graphs import BucketedGraphs, buckets_for
-from parts.decode_kernels import (CPU_KERNEL_HEAD_DIMS, CascadeBatch, cascade_batch, cascade_decode,  # noqa: F401
-                                  cascade_workspace_size, load_cpu_kernel, paged_decode_cpu, paged_decode_triton, triton)
+from parts.cuda_graphs import DeviceDecode
+from parts.decode_kernels import (CPU_KERNEL_HEAD_DIMS, cascade_batch, cascade_decode,
+                                  cascade_workspace_size, load_cpu_kernel, paged_decode_cpu,
+                                  paged_decode_triton, triton)
+from parts.memory_plan import rollout_margin
+from parts.sampling import sample
+from parts.scheduler import BlockManager, Scheduler, Sequence
 
 
 # ----------------------------------------------------------------------------- config
@@ -55,7 +63,8 @@ class SamplingParams:
         def check(name, ok, why):
             _require(ok, f"SamplingParams.{name}={getattr(self, name)!r}: {why}")
 
-        t, p = self.temperature, self.top_p
+        t = self.temperature
+        p = self.top_p
         check("temperature", isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t) and t >= 0,
               "must be a finite number >= 0 (0 means greedy)")
         check("top_p", isinstance(p, (int, float)) and not isinstance(p, bool) and 0 < p <= 1, "must be in (0, 1]")
@@ -89,279 +98,135 @@ class EngineStats:
 # ----------------------------------------------------------------------------- 1. the engine: continuous batching
 
 class LLMEngine:
-    """Holds the model (shared with the trainer, not copied; generation runs on its device), the block pool and the
-    scheduler. max_num_seqs: sequences decoded together; max_model_len: prompt + output tokens of one sequence
-    (default: the model's max_position_embeddings); num_blocks: pool size, or None to derive it from kv_cache_memory:
-    bytes, or a function returning them, asked whenever the pool is allocated (at start, and at every generate()
-    after a release()); None = on CUDA the memory then free less rollout_margin() (sampling, CUDA graphs, a prefill's
-    activations), on CPU 512 MiB or one max_model_len sequence if that is larger; capped at what max_num_seqs
-    full-length sequences need. admit_watermark: the share of the pool a group must leave free to join running
-    sequences (see _admit). use_triton: None = on CUDA. cpu_kernel: decode attention on CPU
-    with the fused C++ kernel (paged_decode_cpu); None = if the model is fp32 with a supported head_dim and the
-    kernel builds (else the PyTorch cascade path, with a one-line notice), False = never, True = required.
-    cuda_graphs (Triton decode only): decode steps replayed from CUDA graphs per batch bucket; None = on CUDA; True on
-    a CPU runs the same padded static-buffer step without capturing (what tests compare with the plain step).
-    fused_norms: the model's RMSNorms, and its q/k norms with RoPE, as one Triton kernel each (parts/norm_kernels.py,
-    the same roundings); None = with the Triton decode on CUDA, True = required."""
+    """The model (the trainer's, not a copy; generation runs on its device), the KV pool, the
+    scheduler (parts/scheduler.py) and the decode backend, chosen once here (choose_decode).
+    max_num_seqs: sequences decoded together; max_model_len: prompt + output tokens of a sequence
+    (None: the model's max_position_embeddings); num_blocks: the pool's size, or None to derive it
+    from kv_cache_memory: bytes, or a function returning them, asked whenever the pool is allocated
+    (at start, and at the first generate() after a release()); None = on CUDA the memory then free
+    less rollout_margin() (a prefill's activations, sampling, CUDA graphs), on CPU 512 MiB or one
+    max_model_len sequence if that is more; capped at max_num_seqs full-length sequences.
+    admit_watermark: the share of the pool a group must leave free to join running sequences.
+    use_triton, cpu_kernel, cuda_graphs, fused_norms: see choose_decode (None: the device's)."""
 
     def __init__(self, model, *, max_num_seqs: int = 256, max_model_len: int | None = None,
-                 num_blocks: int | None = None, block_size: int = 16, max_num_batched_tokens: int = 16384,
-                 kv_cache_memory=None, admit_watermark: float = 0.2, use_triton: bool | None = None,
-                 cpu_kernel: bool | None = None, cuda_graphs: bool | None = None, fused_norms: bool | None = None):
-        cfg, param = model.config, next(model.parameters())
-        self.model, self.device, self.dtype, self.vocab_size = model, param.device, param.dtype, cfg.vocab_size
-        self.max_model_len = cfg.max_position_embeddings if max_model_len is None else max_model_len
-        model.rotary.reserve(self.max_model_len)   # the RoPE table, so positions on a GPU need no check
-        for name, value in (("max_num_seqs", max_num_seqs), ("max_model_len", self.max_model_len),
-                            ("block_size", block_size), ("max_num_batched_tokens", max_num_batched_tokens)):
-            _require(_is_int(value) and value >= 1, f"LLMEngine({name}={value!r}): must be a positive int")
-        self.max_num_seqs, self.max_num_batched_tokens = max_num_seqs, max_num_batched_tokens
-        self.block_size = block_size
+                 num_blocks: int | None = None, block_size: int = 16,
+                 max_num_batched_tokens: int = 16384, kv_cache_memory=None,
+                 admit_watermark: float = 0.2, use_triton: bool | None = None,
+                 cpu_kernel: bool | None = None, cuda_graphs: bool | None = None,
+                 fused_norms: bool | None = None):
+        param = next(model.parameters())
+        self.model = model
+        self.device = param.device
+        self.dtype = param.dtype
+        if max_model_len is None:
+            max_model_len = model.config.max_position_embeddings
+        self.max_model_len = max_model_len
+        for name, value in (("max_num_seqs", max_num_seqs), ("max_model_len", max_model_len),
+                            ("block_size", block_size),
+                            ("max_num_batched_tokens", max_num_batched_tokens)):
+            _require(_is_int(value) and value >= 1,
+                     f"LLMEngine({name}={value!r}): must be a positive int")
         _require(isinstance(admit_watermark, (int, float)) and 0 <= admit_watermark < 1,
-                 f"LLMEngine(admit_watermark={admit_watermark!r}): must be a fraction of the pool in [0, 1)")
+                 f"LLMEngine(admit_watermark={admit_watermark!r}): must be a fraction of the pool "
+                 "in [0, 1)")
+        model.rotary.reserve(max_model_len)   # the RoPE table: positions on a GPU need no check
+        self.max_num_seqs = max_num_seqs
+        self.max_num_batched_tokens = max_num_batched_tokens
+        self.block_size = block_size
         self.admit_watermark = admit_watermark
-        self.num_blocks, self.kv_cache_memory = num_blocks, kv_cache_memory   # the pool's size, or how to find it
-        use_triton = self.device.type == "cuda" and triton is not None if use_triton is None else use_triton
-        _require(not (use_triton and triton is None), "LLMEngine(use_triton=True): triton is not installed")
-        _require(not (cpu_kernel and (self.device.type != "cpu" or use_triton)),
-                 "LLMEngine(cpu_kernel=True): the C++ kernel is for CPU engines without use_triton")
-        on_cpu_kernel = self.device.type == "cpu" and not use_triton and cpu_kernel is not False
-        if on_cpu_kernel:
-            fits = self.dtype == torch.float32 and cfg.head_dim in CPU_KERNEL_HEAD_DIMS
-            _require(fits or not cpu_kernel, f"LLMEngine(cpu_kernel=True): the CPU kernel takes fp32 and head_dim in "
-                     f"{CPU_KERNEL_HEAD_DIMS}, not {self.dtype} and {cfg.head_dim}")
-            on_cpu_kernel = fits and load_cpu_kernel(required=bool(cpu_kernel)) is not None
-        kernels_take = triton is not None and self.dtype in (torch.float32, torch.bfloat16)
-        fused = self.device.type == "cuda" and bool(use_triton) and kernels_take if fused_norms is None else fused_norms
-        _require(not fused or kernels_take,
-                 f"LLMEngine(fused_norms=True) needs triton and a bf16 or fp32 model, not {self.dtype}")
-        graphs = self.device.type == "cuda" and bool(use_triton) if cuda_graphs is None else cuda_graphs
-        _require(not (graphs and not use_triton), "LLMEngine(cuda_graphs=True): graphs replay the Triton decode step; "
-                 "pass use_triton=True (on a CPU: with TRITON_INTERPRET=1)")
-        self.paths = dict(use_triton=use_triton, cpu_kernel=on_cpu_kernel, fused=norm_kernels if fused else None)
-        self.use_graphs = graphs
-        # a pool sized from the memory free is allocated by the first generate(): what the caller allocates before it
-        # (say, an optimizer's states read on resume) is then not counted in it
-        from_free = callable(kv_cache_memory) or (kv_cache_memory is None and self.device.type == "cuda")
-        self._make_pool(self.pool_blocks(), allocate=num_blocks is not None or not from_free)
+        self.num_blocks = num_blocks                   # the pool's size, or how to find it
+        self.kv_cache_memory = kv_cache_memory
+        blocks_per_seq = -(-max_model_len // block_size)
+        self.decode = choose_decode(model, use_triton, cpu_kernel, cuda_graphs, max_num_seqs,
+                                    blocks_per_seq)
+        device_decode = isinstance(self.decode, DeviceDecode)
+        self.norm_kernels = choose_norm_kernels(model, device_decode, fused_norms)
+        # a pool sized from the memory free is allocated by the first generate(): what the caller
+        # allocates before it (say, an optimizer's states read on resume) is then not counted in it
+        cuda = self.device.type == "cuda"
+        from_free = callable(kv_cache_memory) or (kv_cache_memory is None and cuda)
+        self._make_pool(pool_blocks(self), allocate=num_blocks is not None or not from_free)
         self.stats = EngineStats()
-        self.num_prefixes = 0          # prefix ids handed out (a group's samples share one)
-
-    def pool_blocks(self) -> int:
-        """The pool's size in blocks now: num_blocks, or what kv_cache_memory holds (see the class docstring)."""
-        cfg, blocks_per_seq = self.model.config, -(-self.max_model_len // self.block_size)
-        block_bytes = kv_block_bytes(cfg, self.dtype, self.block_size)
-        num_blocks, memory = self.num_blocks, self.kv_cache_memory
-        if num_blocks is None:
-            if callable(memory):
-                memory = memory()
-            elif memory is None and self.device.type == "cuda":
-                memory = free_memory(self.device) - rollout_margin(cfg, self.dtype, self.max_num_seqs,
-                                                                   self.max_model_len, self.max_num_batched_tokens)
-            elif memory is None:
-                memory = max(512 * 2**20, blocks_per_seq * block_bytes)   # ~1 GB for Qwen3-0.6B's 4K tokens, fp32
-            num_blocks = kv_cache_blocks(cfg, self.dtype, memory, self.block_size, self.max_num_seqs,
-                                         self.max_model_len)
-        _require(num_blocks >= blocks_per_seq, f"LLMEngine: a pool of {num_blocks} blocks x {self.block_size} tokens "
-                 f"cannot hold one sequence of max_model_len={self.max_model_len} tokens ({blocks_per_seq} blocks, "
-                 f"{block_bytes} bytes each); raise num_blocks / kv_cache_memory or lower max_model_len")
-        return num_blocks
 
     def _make_pool(self, num_blocks: int, allocate: bool = True) -> None:
-        """The pool of num_blocks blocks (its tensors now, or left to generate()) and what is sized by it: the block
-        manager, and with the Triton decode the device block tables and the decode graphs' buffers (one more block,
-        a scratch one that padded rows use)."""
-        blocks_per_seq, use_triton = -(-self.max_model_len // self.block_size), self.paths["use_triton"]
+        """A pool of num_blocks blocks (tensors now, or by generate()), its scheduler, decoder."""
+        self.cache = PagedKVCache(self.model.config, num_blocks + self.decode.extra_blocks,
+                                  self.block_size, dtype=self.dtype, device=self.device,
+                                  kernels=self.norm_kernels, allocate=allocate)
+        self.decode.new_pool(self.cache, num_blocks)
         self.blocks = BlockManager(num_blocks, self.block_size)
-        self.watermark = int(self.admit_watermark * num_blocks)   # blocks _admit leaves free for running sequences
-        self.cache = PagedKVCache(self.model.config, num_blocks + bool(use_triton), self.block_size, dtype=self.dtype,
-                                  device=self.device, allocate=allocate, **self.paths)
-        self.tables = DeviceBlockTables(self.max_num_seqs, blocks_per_seq, num_blocks, self.device) \
-            if use_triton else None
-        # a graph replays the addresses it was captured on: a new pool gets new graphs, and the weights' storage is
-        # checked at every generate() (the graphs are kept across calls while both stay: no re-capture per call)
-        self.graphs = self._decode_graphs(self.max_num_seqs, blocks_per_seq, num_blocks) if self.use_graphs else None
-        self.graphed_weights = self._weight_addresses()
+        watermark = int(self.admit_watermark * num_blocks)   # blocks left free for running seqs
+        # the scheduler keeps the decode backend's own copy of the block tables, if it has one
+        self.scheduler = Scheduler(self.blocks, self.max_num_seqs, self.max_num_batched_tokens,
+                                   watermark, mirror=self.decode.tables)
 
     @torch.inference_mode()
-    def generate(self, prompt_token_ids: list, params, progress: bool = False, on_finish=None) -> list:
-        """prompt_token_ids: list of prompts (lists of ints); params: one SamplingParams or one per prompt.
-        Returns result[prompt][sample] = Sample(token_ids, logprobs, finish_reason). on_finish(prompt, sample, Sample),
-        if given, is called as soon as a sample is finished (e.g. to score it while the others are still decoding)."""
-        groups = make_groups(prompt_token_ids, params, self.max_model_len, self.vocab_size, self.max_num_seqs)
-        if self.cache.k_pool is None:   # after a release(): sized again, from the memory free now (a trainer's is back)
-            self._make_pool(self.pool_blocks())
-        if self.graphs is not None and self.graphed_weights != self._weight_addresses():
-            self.graphs.clear()         # captured on weights that were freed and re-allocated since (gppo.py's
-            self.graphed_weights = self._weight_addresses()   # --free_engine); in-place updates keep them valid
-        if self.tables is not None:
-            self.tables.reset()
-        self.on_finish, self._cascade = on_finish, None   # _cascade: the last decode step's CascadeBatch
+    def generate(self, prompt_token_ids: list, params, progress: bool = False,
+                 on_finish=None) -> list:
+        """prompt_token_ids: a list of prompts (lists of ints); params: a SamplingParams, or one per
+        prompt. Returns result[prompt][sample] = Sample(token_ids, logprobs, finish_reason).
+        on_finish(prompt, sample, Sample), if given, is called as soon as a sample is finished."""
+        groups = make_groups(prompt_token_ids, params, self)
+        if self.cache.k_pool is None:   # after a release(): sized again, from the memory free now
+            self._make_pool(pool_blocks(self))
+        self.decode.start()
+        self.scheduler.start(groups)
+        self.on_finish = on_finish
         self.stats = EngineStats()
-        self.blocks.peak_used = 0
-        waiting, running = deque(list(g) for g in groups), []
         all_seqs = [seq for g in groups for seq in g]
         t0 = last_print = time.perf_counter()
         try:
-            while waiting or running:
-                admitted = self._admit(waiting, running)
+            while self.scheduler.busy:
+                admitted = self.scheduler.admit()
                 if admitted:
-                    running += self._prefill(admitted)
-                    self.stats.prefill_steps += 1
+                    self._prefill(admitted)
                 else:
-                    self._decode(running, waiting)
-                running[:] = [seq for seq in running if seq.finish_reason is None]
+                    self._decode()
+                self.scheduler.drop_finished()
                 self.stats.steps += 1
-                if progress and (time.perf_counter() - last_print > 2 or not (waiting or running)):
+                if progress and (time.perf_counter() - last_print > 2 or not self.scheduler.busy):
                     last_print = time.perf_counter()
-                    print_progress(self, all_seqs, running, waiting, last_print - t0)
+                    print_progress(self, all_seqs, last_print - t0)
         finally:   # also on an exception: no block may stay allocated
             for seq in all_seqs:
                 self.blocks.release(seq)
         assert self.blocks.num_free == self.blocks.num_blocks, "rollout.py: KV blocks leaked"
         self.stats.peak_blocks_used = self.blocks.peak_used
-        return [[seq.result() for seq in g] for g in groups]
+        return [[result(seq) for seq in g] for g in groups]
 
-    def _admit(self, waiting: deque, running: list) -> list:
-        """First come, first served: take waiting groups while sequences, tokens and blocks allow. A group joins
-        running sequences only if it leaves admit_watermark of the pool free for them to grow: else the youngest is
-        preempted again within a few steps and recomputed again (a pool too small for the batch thrashes). An idle
-        engine always takes the head group (it fits: num_blocks >= one max_model_len sequence). The token budget
-        bounds what a step adds to its first group: a group longer than the budget (a preempted sequence recomputed,
-        up to max_model_len tokens) is a step's only group, admitted as soon as its blocks are free."""
-        admitted, num_seqs, num_tokens, free = [], len(running), 0, self.blocks.num_free
-        while waiting:
-            group = waiting[0]
-            need = self.blocks.blocks_for(len(group[0]))
-            over_budget = num_tokens + len(group[0]) > self.max_num_batched_tokens
-            if (admitted and over_budget) or (admitted or running) and (
-                    num_seqs + len(group) > self.max_num_seqs or need + len(group) + self.watermark > free):
-                break   # (need + len(group): one more block per sample for its first decode step)
-            admitted.append(waiting.popleft())
-            num_seqs, num_tokens, free = num_seqs + len(group), num_tokens + len(group[0]), free - need
-        return admitted
-
-    def _forward(self, input_ids: list, positions: list, step: "StepBatch", rows: list | None = None):
-        """Run the model on one flattened row of tokens; return the logits (len(rows), V) fp32 at `rows` (None: all)."""
-        self.cache.step = step
-        try:
-            hidden = self.model(torch.tensor([input_ids], device=self.device),
-                                position_ids=torch.tensor([positions], device=self.device),
-                                kv_cache=self.cache, return_hidden=True)[0]               # (N, D)
-        finally:
-            self.cache.step = None
-        return logits_fp32(hidden if rows is None else hidden[rows], self.model.lm_head.weight)   # rows sampled from
-
-    def _prefill(self, groups: list) -> list:
-        """Compute each group's prompt once, share its blocks with the group's other samples, sample each one."""
-        ids, positions, slots, cu_seqlens = [], [], [], [0]
-        for group in groups:
-            lead = group[0]
-            lead.block_table = [self.blocks.allocate() for _ in range(self.blocks.blocks_for(len(lead)))]
-            for seq in group[1:]:
-                seq.block_table = self.blocks.share(lead.block_table)
-            self.num_prefixes += 1
-            for seq in group:
-                seq.prefix_id, seq.prefix_blocks = self.num_prefixes, len(lead) // self.blocks.block_size
-                if self.tables is not None:
-                    self.tables.admit(seq)
-            ids += lead.token_ids
-            positions += range(len(lead))
-            slots += [self.blocks.slot(lead, t) for t in range(len(lead))]
-            cu_seqlens.append(len(ids))
+    def _prefill(self, groups: list) -> None:
+        """Each group's prompt computed once (its samples share its blocks); each sample's first
+        token sampled."""
+        leads = [group[0] for group in groups]
+        ids = [token for lead in leads for token in lead.token_ids]                    # (N,)
+        positions = [t for lead in leads for t in range(len(lead))]
+        slots = [self.blocks.slot(lead, t) for lead in leads for t in range(len(lead))]
+        ends = list(itertools.accumulate(len(lead) for lead in leads))               # (G,)
+        for lead in leads:
             if lead.preempted:
                 self.stats.recompute_tokens += len(lead)
             else:
                 self.stats.prefill_tokens += len(lead)
-        step = StepBatch(True, torch.tensor(slots, device=self.device), cu_seqlens)
-        logits = self._forward(ids, positions, step, [end - 1 for end in cu_seqlens[1:]])   # (G, V)
+        step = Prefill(torch.tensor(slots, device=self.device), [0] + ends)
+        hidden = run_model(self.model, self.cache, step, torch.tensor(ids, device=self.device),
+                           torch.tensor(positions, device=self.device))                  # (N, D)
+        logits = logits_fp32(hidden[[end - 1 for end in ends]], self.model.lm_head.weight)  # (G, V)
         seqs = [seq for group in groups for seq in group]
         self._append_tokens(seqs, logits[[g for g, group in enumerate(groups) for _ in group]])
-        return [seq for seq in seqs if seq.finish_reason is None]
+        self.stats.prefill_steps += 1
 
-    def _decode(self, running: list, waiting: deque) -> None:
-        """One token for every running sequence, oldest first; preempt the youngest when blocks run out."""
-        slots, copies, i = [], [], 0
-        while i < len(running):
-            seq, blocks_before = running[i], len(running[i].block_table)
-            appended = self.blocks.append(seq)
-            if appended is None:                         # it needs a block and none is free
-                victim = running.pop()                   # the youngest (if it is seq, the loop ends; else seq retries)
-                self._retire(victim)
-                victim.preempted = True
-                waiting.appendleft([victim])             # recomputed first when blocks free up
-                self.stats.preemptions += 1
-                continue
-            slot, copy = appended
-            slots.append(slot)
-            if copy:
-                copies.append(copy)
-            if self.tables is not None and (copy or len(seq.block_table) != blocks_before):
-                self.tables.update(seq, len(seq.block_table) - 1)   # a new last block, or its private copy
-            i += 1
+    def _decode(self) -> None:
+        """One token for every running sequence (the scheduler preempts the youngest if need be)."""
+        plan = self.scheduler.decode_slots()
+        self.stats.preemptions += plan.preemptions
+        running = self.scheduler.running
         if not running:
             return
-        self.cache.copy_blocks(copies)   # before the forward writes into the copies
-        if self.cache.use_triton:
-            logits = self._decode_on_device(running, slots)
-        else:
-            # (the CPU kernel writes the new K/V at each sequence's last position itself: no slots to hand it)
-            step = StepBatch(False, None if self.cache.cpu_kernel else torch.tensor(slots, device=self.device))
-            lengths = [len(seq.token_ids) for seq in running]
-            if self.cache.cpu_kernel:
-                max_blocks = max(len(seq.block_table) for seq in running)
-                step.block_tables = torch.tensor([seq.block_table + [0] * (max_blocks - len(seq.block_table))
-                                                  for seq in running], dtype=torch.int32)
-                step.context_lens = torch.tensor(lengths, dtype=torch.int32)
-            else:
-                step.cascade = self._cascade = cascade_batch(running, self.blocks.block_size, self.device,
-                                                             self._cascade)
-            logits = self._forward([seq.token_ids[-1] for seq in running], [n - 1 for n in lengths], step)
+        self.cache.copy_blocks(plan.copies)   # before the forward writes into the copies
+        hidden = self.decode.hidden(running, plan.slots)                                 # (B, D)
         self.stats.decode_tokens += len(running)
-        self._append_tokens(running, logits)
-
-    def _decode_on_device(self, running: list, slots: list):
-        """The Triton decode step: the step's integers in one host-to-device copy, the block tables gathered on the
-        device, the model run directly or replayed from a CUDA graph. Returns the logits (B, V) fp32."""
-        ids, positions, slots, lengths, rows = torch.tensor(
-            [[seq.token_ids[-1] for seq in running], [len(seq) - 1 for seq in running], slots,
-             [len(seq) for seq in running], [seq.row for seq in running]], device=self.device)   # (5, B)
-        if self.graphs is not None:   # the graphs' tables are full width: static shapes
-            hidden = self.graphs.run(len(running), input_ids=ids, positions=positions, slots=slots,
-                                     block_tables=self.tables.gather(rows), context_lens=lengths.int())
-        else:
-            width = max(len(seq.block_table) for seq in running)
-            hidden = self._decode_hidden(ids, positions, slots, self.tables.gather(rows, width), lengths.int())
-        return logits_fp32(hidden, self.model.lm_head.weight)
-
-    def _decode_hidden(self, input_ids, positions, slots, block_tables, context_lens):
-        """(B,) tokens at (B,) positions, K/V written to (B,) slots -> final hidden states (B, D); graph-capturable:
-        tensors in, tensors out, no host synchronisation."""
-        self.cache.step = StepBatch(False, slots, block_tables=block_tables, context_lens=context_lens)
-        try:
-            return self.model(input_ids[None], position_ids=positions[None], kv_cache=self.cache,
-                              return_hidden=True)[0]
-        finally:
-            self.cache.step = None
-
-    def _weight_addresses(self) -> tuple:
-        return tuple(t.data_ptr() for t in (*self.model.parameters(), *self.model.buffers()))
-
-    def _decode_graphs(self, max_batch: int, width: int, scratch: int) -> BucketedGraphs:
-        tensor = lambda value, *shape, dtype=torch.long: torch.full(shape, value, dtype=dtype, device=self.device)  # noqa
-        buffers = dict(input_ids=tensor(0, max_batch), positions=tensor(0, max_batch), slots=tensor(0, max_batch),
-                       block_tables=tensor(scratch, max_batch, width, dtype=torch.int32),
-                       context_lens=tensor(1, max_batch, dtype=torch.int32))
-        # a padded row: token 0 at position 0, its K/V written into the scratch block and read back from it alone
-        pads = dict(input_ids=0, positions=0, slots=scratch * self.blocks.block_size, block_tables=scratch,
-                    context_lens=1)
-        return BucketedGraphs(self._decode_hidden, buffers, pads, capture=self.device.type == "cuda")
-
-    def _retire(self, seq) -> None:
-        """A finished or preempted sequence gives back its blocks (and its row of the device block tables)."""
-        self.blocks.release(seq)
-        if self.tables is not None:
-            self.tables.free(seq)
+        self._append_tokens(running, logits_fp32(hidden, self.model.lm_head.weight))
 
     def _append_tokens(self, seqs: list, logits) -> None:
         uniforms = [0.0 if seq.params.temperature == 0 else seq.next_uniform() for seq in seqs]
@@ -372,52 +237,90 @@ class LLMEngine:
             stop = token in seq.params.stop_token_ids
             seq.finish_reason = "stop" if stop else "length" if len(seq) >= seq.max_len else None
             if seq.finish_reason:
-                self._retire(seq)                        # free at once, for the waiting requests
+                self.scheduler.finish(seq)   # its blocks free at once, for the waiting requests
                 if self.on_finish is not None:
-                    self.on_finish(*seq.index, seq.result())
+                    self.on_finish(*seq.index, result(seq))
 
 
-def make_groups(prompt_token_ids, params, max_model_len: int, vocab_size: int, max_num_seqs: int) -> list:
-    """Validate the requests and make, per prompt, its group of n sequences (they will share the prompt)."""
-    _require(isinstance(prompt_token_ids, (list, tuple)),
-             "generate(prompt_token_ids=...): expected a list of prompts, each a list of token ids")
+def make_groups(prompt_token_ids, params, engine) -> list:
+    """Validate the requests and make, per prompt, its group of n sequences (sharing the prompt)."""
+    max_model_len = engine.max_model_len
+    vocab_size = engine.model.config.vocab_size
+    _require(isinstance(prompt_token_ids, (list, tuple)), "generate(prompt_token_ids=...): "
+             "expected a list of prompts, each a list of token ids")
     params = [params] * len(prompt_token_ids) if isinstance(params, SamplingParams) else params
     _require(len(params) == len(prompt_token_ids), f"generate: {len(params)} SamplingParams for "
              f"{len(prompt_token_ids)} prompts; pass one SamplingParams, or one per prompt")
     groups = []
     for i, (prompt, p) in enumerate(zip(prompt_token_ids, params)):
         where = f"generate: prompt_token_ids[{i}]"
-        _require(isinstance(p, SamplingParams), f"generate: params[{i}] is {type(p).__name__}, expected SamplingParams")
+        _require(isinstance(p, SamplingParams),
+                 f"generate: params[{i}] is {type(p).__name__}, expected SamplingParams")
         prompt = prompt.tolist() if isinstance(prompt, torch.Tensor) else prompt
         _require(not isinstance(prompt, (str, bytes)) and all(_is_int(t) for t in prompt),
                  f"{where}: expected a list of int token ids (tokenize text first)")
         _require(len(prompt) > 0, f"{where} is empty: a prompt needs at least one token")
-        _require(len(prompt) < max_model_len, f"{where} has {len(prompt)} tokens; max_model_len={max_model_len} "
-                 "leaves no room for a response (truncate the prompt or raise max_model_len)")
+        _require(len(prompt) < max_model_len, f"{where} has {len(prompt)} tokens; max_model_len="
+                 f"{max_model_len} leaves no room for a response (truncate the prompt or raise "
+                 "max_model_len)")
         bad = [t for t in prompt if not 0 <= t < vocab_size]
-        _require(not bad, f"{where}: token ids {bad[:3]} outside the model's vocabulary [0, {vocab_size})")
-        _require(p.n <= max_num_seqs, f"generate: params[{i}].n={p.n} > max_num_seqs={max_num_seqs}; "
-                 "the samples of a prompt are decoded together")
+        _require(not bad, f"{where}: token ids {bad[:3]} outside the model's vocabulary "
+                 f"[0, {vocab_size})")
+        _require(p.n <= engine.max_num_seqs, f"generate: params[{i}].n={p.n} > max_num_seqs="
+                 f"{engine.max_num_seqs}; the samples of a prompt are decoded together")
         seed = int(torch.randint(2**62, ())) if p.seed is None else p.seed
         max_len = min(len(prompt) + p.max_tokens, max_model_len)
-        groups.append([Sequence(prompt, p, max_len, sample_seed(seed, j), (i, j)) for j in range(p.n)])
+        groups.append([Sequence(prompt, p, max_len, sample_seed(seed, j), (i, j))
+                       for j in range(p.n)])
     return groups
+
+
+def result(seq: Sequence) -> Sample:
+    return Sample(seq.token_ids[seq.prompt_len:], seq.logprobs, seq.finish_reason)
 
 
 def sample_seed(request_seed: int, sample_index: int) -> int:
     """Sample j's seed: a function of the request's seed and j alone (not of the batch, the rank or preemption)."""
     return (request_seed * 1_000_003 + sample_index) % 2**63
 
-
-def print_progress(engine, all_seqs, running, waiting, elapsed):
+def print_progress(engine, all_seqs: list, elapsed: float) -> None:
     done = sum(seq.finish_reason is not None for seq in all_seqs)
     generated = sum(len(seq) - seq.prompt_len for seq in all_seqs)
     left = sum(seq.max_len - len(seq) for seq in all_seqs if seq.finish_reason is None)
-    rate, blocks = generated / max(elapsed, 1e-9), engine.blocks
-    print(f"rollout: {done}/{len(all_seqs)} samples done | {generated} tokens, {rate:.0f} tok/s | running "
-          f"{len(running)}, waiting {sum(len(g) for g in waiting)} | KV blocks {blocks.num_blocks - blocks.num_free}/"
-          f"{blocks.num_blocks} | preemptions {engine.stats.preemptions} | ETA <= {left / max(rate, 1e-9):.0f}s",
-          flush=True)
+    rate = generated / max(elapsed, 1e-9)
+    used = engine.blocks.num_blocks - engine.blocks.num_free
+    waiting = sum(len(g) for g in engine.scheduler.waiting)
+    print(f"rollout: {done}/{len(all_seqs)} samples done | {generated} tokens, {rate:.0f} tok/s | "
+          f"running {len(engine.scheduler.running)}, waiting {waiting} | KV blocks {used}/"
+          f"{engine.blocks.num_blocks} | preemptions {engine.stats.preemptions} | "
+          f"ETA <= {left / max(rate, 1e-9):.0f}s", flush=True)
+
+
+def pool_blocks(engine) -> int:
+    """The engine's pool size in blocks now: num_blocks, or what kv_cache_memory holds (bytes, a
+    function returning them, or None: on CUDA the memory free less rollout_margin, on CPU 512 MiB or
+    one max_model_len sequence if that is more), capped at max_num_seqs full-length sequences."""
+    cfg = engine.model.config
+    block_bytes = kv_block_bytes(cfg, engine.dtype, engine.block_size)
+    blocks_per_seq = -(-engine.max_model_len // engine.block_size)
+    num_blocks = engine.num_blocks
+    if num_blocks is None:
+        memory = engine.kv_cache_memory
+        memory = memory() if callable(memory) else memory
+        if memory is None and engine.device.type == "cuda":
+            margin = rollout_margin(cfg, engine.dtype.itemsize, engine.max_num_seqs,
+                                    engine.max_model_len, engine.max_num_batched_tokens)
+            memory = free_memory(engine.device) - margin
+        elif memory is None:   # ~1 GB for Qwen3-0.6B's 4K tokens, fp32
+            memory = max(512 * 2**20, blocks_per_seq * block_bytes)
+        num_blocks = kv_cache_blocks(cfg, engine.dtype, memory, engine.block_size,
+                                     engine.max_num_seqs, engine.max_model_len)
+    _require(num_blocks >= blocks_per_seq,
+             f"LLMEngine: a pool of {num_blocks} blocks x {engine.block_size} tokens cannot hold "
+             f"one sequence of max_model_len={engine.max_model_len} tokens "
+             f"({blocks_per_seq} blocks, {block_bytes} bytes each); "
+             "raise num_blocks / kv_cache_memory or lower max_model_len")
+    return num_blocks
 
 
 def free_memory(device) -> int:
@@ -435,26 +338,6 @@ def kv_cache_bytes(fraction: float, device, free: int | None = None) -> int | No
     return int(fraction * (free if free is not None else free_memory(device)))
 
 
-def rollout_margin(cfg, dtype: torch.dtype, max_num_seqs: int, max_model_len: int, max_num_batched_tokens: int) -> int:
-    """Bytes a generate() allocates besides the weights and the KV pool, left free when the pool takes the rest:
-      - a prefill's activations: inference keeps no earlier layer, so one layer's, of the longest prefill step
-        (max(max_num_batched_tokens, max_model_len) tokens: a recomputed sequence runs alone), per token the
-        residual, its norm, q/k/v, attention's and o_proj's outputs, the MLP's gate, up and their product;
-      - sampling: sample() on (max_num_seqs, V) fp32 logits keeps up to a dozen such tensors (the logits, their
-        sort and its int64 order, softmax, cumsum, masks, log-softmax, its exp, inverse_cdf's padded copy);
-      - CUDA graphs: their shared pool holds a decode step of max_num_seqs rows (twice, for the pool's
-        fragmentation) and each bucket's output, its rows x D;
-      - 512 MiB for cuBLAS and Triton workspaces and the caching allocator's rounding.
-    Qwen3-8B, bf16, 256 sequences of 36,864 tokens: 4.4 + 1.9 + 0.1 + 0.5 = 6.9 GB."""
-    D, I = cfg.hidden_size, cfg.intermediate_size
-    q, kv = cfg.num_attention_heads * cfg.head_dim, cfg.num_key_value_heads * cfg.head_dim
-    per_token = (4 * D + 3 * I + q + 2 * kv) * dtype.itemsize
-    prefill = max(max_num_batched_tokens, max_model_len) * per_token
-    sampling = 12 * max_num_seqs * cfg.vocab_size * 4
-    graphs = 2 * max_num_seqs * per_token + sum(buckets_for(max_num_seqs)) * D * dtype.itemsize
-    return prefill + sampling + graphs + 512 * 2**20
-
-
 def kv_block_bytes(cfg, dtype: torch.dtype, block_size: int) -> int:
     """Bytes of one KV block: K and V of block_size tokens in every layer, 2 x L x block_size x Hkv x hd x itemsize."""
     return 2 * cfg.num_hidden_layers * block_size * cfg.num_key_value_heads * cfg.head_dim * dtype.itemsize
@@ -466,156 +349,77 @@ def kv_cache_blocks(cfg, dtype: torch.dtype, memory_bytes: int, block_size: int,
     return min(int(memory_bytes) // kv_block_bytes(cfg, dtype, block_size), max_num_seqs * -(-max_model_len // block_size))
 
 
-# ----------------------------------------------------------------------------- 2. the paged KV cache's bookkeeping
-
-class Sequence:
-    """One sample being generated: prompt + output tokens, its block table and its random stream."""
-
-    def __init__(self, prompt: list, params: SamplingParams, max_len: int, seed: int, index: tuple = (0, 0)):
-        self.index = index                     # (prompt, sample) in the request
-        self.token_ids = list(prompt)          # prompt + generated so far
-        self.prompt_len = len(prompt)
-        self.params = params
-        self.max_len = max_len                 # stop with "length" at this many tokens
-        self.generator = torch.Generator().manual_seed(seed)   # CPU: the stream does not depend on the device
-        self.uniforms: list[float] = []        # the next uniforms of its stream, last = next; drawn 64 at a time
-        self.logprobs: list[float] = []
-        self.block_table: list[int] = []       # block ids holding the KV of token_ids[:-1] (+ the last after a step)
-        self.prefix_id = -1                    # samples with the same prefix_id share block_table[:prefix_blocks]:
-        self.prefix_blocks = 0                 # the full blocks of the prompt prefilled for them (never written again)
-        self.finish_reason: str | None = None
-        self.preempted = False                 # its next prefill is a recomputation
-        self.row = -1                          # its row of DeviceBlockTables while it runs (Triton decode)
-
-    def __len__(self):
-        return len(self.token_ids)
-
-    def result(self) -> "Sample":
-        return Sample(self.token_ids[self.prompt_len:], self.logprobs, self.finish_reason)
-
-    def next_uniform(self) -> float:
-        """The next uniform of its stream (one per sampled token), drawn 64 at a time: one generator call per 64."""
-        if not self.uniforms:
-            self.uniforms = torch.rand(64, generator=self.generator, dtype=torch.float64).tolist()[::-1]
-        return self.uniforms.pop()
-
-
-class BlockManager:
-    """Free list and reference counts of the pool's blocks. Pure bookkeeping; the tensors live in PagedKVCache."""
-
-    def __init__(self, num_blocks: int, block_size: int):
-        self.num_blocks, self.block_size = num_blocks, block_size
-        self.ref_counts = [0] * num_blocks
-        self.free_ids = deque(range(num_blocks))
-        self.peak_used = 0
-
-    @property
-    def num_free(self) -> int:
-        return len(self.free_ids)
-
-    def blocks_for(self, num_tokens: int) -> int:
-        return -(-num_tokens // self.block_size)
-
-    def allocate(self) -> int:
-        block = self.free_ids.popleft()
-        self.ref_counts[block] = 1
-        self.peak_used = max(self.peak_used, self.num_blocks - self.num_free)
-        return block
-
-    def share(self, block_table: list) -> list:
-        for block in block_table:
-            self.ref_counts[block] += 1
-        return list(block_table)
-
-    def release(self, seq: "Sequence") -> None:
-        for block in seq.block_table:
-            self.ref_counts[block] -= 1
-            if self.ref_counts[block] == 0:
-                self.free_ids.append(block)
-        seq.block_table = []
-
-    def slot(self, seq: "Sequence", pos: int) -> int:
-        return seq.block_table[pos // self.block_size] * self.block_size + pos % self.block_size
-
-    def append(self, seq: "Sequence") -> tuple[int, tuple | None] | None:
-        """Make the last token's slot writable: a new block if the token starts one, a private copy if its block is
-        shared. Returns (slot, (src, dst) block copy or None), or None if that needs a block and none is free.
-        (Called for every sequence at every step: the common case, neither, costs a few list lookups.)"""
-        index, offset = divmod(len(seq.token_ids) - 1, self.block_size)
-        copy = None
-        if index == len(seq.block_table):
-            if not self.free_ids:
-                return None
-            seq.block_table.append(self.allocate())
-        elif self.ref_counts[seq.block_table[-1]] > 1:
-            if not self.free_ids:
-                return None
-            src, dst = seq.block_table[-1], self.allocate()
-            self.ref_counts[src] -= 1                       # the other owners keep src as it is
-            seq.block_table[-1], copy = dst, (src, dst)
-        return seq.block_table[index] * self.block_size + offset, copy
-
-
-class DeviceBlockTables:
-    """The running sequences' block tables as one (max_num_seqs, blocks_per_seq) int32 tensor on the engine's
-    device, a row per sequence, changed only where an entry changes (a sequence's blocks when it is admitted, a new or
-    copied last block), in one copy per step: not rebuilt from Python lists each step. Unused entries hold the
-    scratch block (a valid id; the context length masks it)."""
-
-    def __init__(self, rows: int, width: int, scratch: int, device):
-        self.table = torch.full((rows, width), scratch, dtype=torch.int32, device=device)
-        self.reset()
-
-    def reset(self) -> None:
-        self.free_rows, self.pending = list(range(len(self.table)))[::-1], {}   # pending: (row, column) -> block
-
-    def admit(self, seq: Sequence) -> None:
-        seq.row = self.free_rows.pop()
-        for column in range(len(seq.block_table)):
-            self.update(seq, column)
-
-    def update(self, seq: Sequence, column: int) -> None:
-        self.pending[seq.row, column] = seq.block_table[column]   # a row freed and reused: the last write wins
-
-    def free(self, seq: Sequence) -> None:
-        if seq.row >= 0:
-            self.free_rows.append(seq.row)
-            seq.row = -1
-
-    def gather(self, rows: torch.Tensor, width: int | None = None) -> torch.Tensor:
-        """The tables of these rows (B,), their first `width` columns (None: all) -> (B, width) int32."""
-        if self.pending:
-            (r, c), b = zip(*self.pending), list(self.pending.values())
-            index = torch.tensor([r, c, b], device=self.table.device)
-            self.table[index[0], index[1]] = index[2].int()
-            self.pending = {}
-        return (self.table if width is None else self.table[:, :width]).index_select(0, rows)
-
-
 # ----------------------------------------------------------------------------- 3. attention on pages
 
-@dataclass
-class StepBatch:
-    """What attend() needs to know about the tokens of one step (all flattened into one row of N tokens)."""
-    is_prefill: bool
-    slot_mapping: torch.Tensor | None            # (N,) pool slot of each token's K/V (None: CPU kernel decode)
-    cu_seqlens: list | None = None               # prefill: sequence i is tokens cu_seqlens[i]:cu_seqlens[i+1]
-    block_tables: torch.Tensor | None = None     # decode, kernels: (B, max_blocks) int32, padded with 0
-    context_lens: torch.Tensor | None = None     # decode, kernels: (B,) int32, tokens to attend to (the new one too)
-    cascade: "CascadeBatch | None" = None          # decode, CPU
+def choose_decode(model, use_triton, cpu_kernel, cuda_graphs, max_num_seqs: int,
+                  blocks_per_seq: int):
+    """The decode backend, chosen once. use_triton (None: on CUDA, if triton is installed):
+    DeviceDecode, with cuda_graphs (None: on CUDA; True on a CPU runs the same padded buffers
+    without capture, what tests compare with the plain step). Else on CPU CpuKernelDecode if
+    cpu_kernel allows (None: if the model is fp32 with a supported head_dim and the kernel builds,
+    else with a one-line notice; False: never; True: required), else CascadeDecode."""
+    param = next(model.parameters())
+    device = param.device
+    if use_triton is None:
+        use_triton = device.type == "cuda" and triton is not None
+    _require(not (use_triton and triton is None),
+             "LLMEngine(use_triton=True): triton is not installed")
+    _require(not (cpu_kernel and (device.type != "cpu" or use_triton)),
+             "LLMEngine(cpu_kernel=True): the C++ kernel is for CPU engines without use_triton")
+    graphs = device.type == "cuda" and bool(use_triton) if cuda_graphs is None else cuda_graphs
+    _require(not (graphs and not use_triton), "LLMEngine(cuda_graphs=True): graphs replay the "
+             "Triton decode step; pass use_triton=True (on a CPU: with TRITON_INTERPRET=1)")
+    if use_triton:
+        return DeviceDecode(model, paged_decode_triton, max_num_seqs, blocks_per_seq, graphs)
+    if device.type == "cpu" and cpu_kernel is not False:
+        head_dim = model.config.head_dim
+        fits = param.dtype == torch.float32 and head_dim in CPU_KERNEL_HEAD_DIMS
+        _require(fits or not cpu_kernel, f"LLMEngine(cpu_kernel=True): the CPU kernel takes fp32 "
+                 f"and head_dim in {CPU_KERNEL_HEAD_DIMS}, not {param.dtype} and {head_dim}")
+        if fits and load_cpu_kernel(required=bool(cpu_kernel)) is not None:
+            return CpuKernelDecode(model)
+    return CascadeDecode(model)
+
+
+def choose_norm_kernels(model, device_decode: bool, fused_norms):
+    """parts/norm_kernels.py if the model's RMSNorms, and its q/k norms with RoPE, run as its
+    Triton kernels (the same roundings; fused_norms None: with DeviceDecode on CUDA; True:
+    required), else None (eager)."""
+    param = next(model.parameters())
+    kernels_take = triton is not None and param.dtype in (torch.float32, torch.bfloat16)
+    fused = param.device.type == "cuda" and device_decode and kernels_take
+    fused = fused if fused_norms is None else fused_norms
+    _require(not fused or kernels_take, "LLMEngine(fused_norms=True) needs triton and a bf16 or "
+             f"fp32 model, not {param.dtype}")
+    return norm_kernels if fused else None
+
+
+def run_model(model, cache, step, input_ids, positions):
+    """One flattened row of tokens (N,) at positions (N,) -> the final hidden states (N, D); each
+    attention layer calls cache.attend(), which hands q, k, v to step.attend() (a Prefill, or the
+    decode backend)."""
+    cache.step = step
+    try:
+        return model(input_ids[None], position_ids=positions[None], kv_cache=cache,
+                     return_hidden=True)[0]
+    finally:
+        cache.step = None
 
 
 class PagedKVCache:
-    """The block pools of every layer (cfg: the model's config); model.py calls attend() in every attention layer."""
+    """The block pools of every layer (cfg: the model's config); model.py calls attend() in every
+    attention layer. kernels: parts/norm_kernels if the model's norms and RoPE run as its kernels
+    (model.py reads it once a forward), else None."""
 
-    def __init__(self, cfg, num_blocks: int, block_size: int, *, dtype, device, use_triton: bool,
-                 cpu_kernel: bool = False, fused=None, allocate: bool = True):
+    def __init__(self, cfg, num_blocks: int, block_size: int, *, dtype, device, kernels=None,
+                 allocate: bool = True):
         # head-major: gathering blocks of one head yields (Hkv, B, L, hd), ready for a batched matmul, no transpose
         self.shape = (cfg.num_hidden_layers, cfg.num_key_value_heads, num_blocks, block_size, cfg.head_dim)
-        self.dtype, self.device = dtype, device
-        self.use_triton, self.cpu_kernel = use_triton, cpu_kernel   # decode: Triton, the C++ kernel, else cascade
-        self.step: StepBatch | None = None
-        self.fused = fused   # parts/norm_kernels, if the model's norms and RoPE run as its kernels (model.py asks)
+        self.block_size = block_size
+        self.dtype = dtype
+        self.device = device
+        self.kernels = kernels
+        self.step = None   # what the running forward's tokens are: a Prefill or the decode backend
         self.k_pool = self.v_pool = self.workspace = None
         if allocate:
             self.allocate()
@@ -642,27 +446,102 @@ class PagedKVCache:
             self.k_pool[:, :, dst] = self.k_pool[:, :, src]
             self.v_pool[:, :, dst] = self.v_pool[:, :, src]
 
-    def attend(self, layer_idx, q, k, v):   # q (1, N, Hq, hd), k/v (1, N, Hkv, hd) -> (1, N, Hq, hd)
-        step = self.step
-        q, k, v = q[0], k[0], v[0]
-        k_pool, v_pool = self.k_pool[layer_idx], self.v_pool[layer_idx]       # (Hkv, num_blocks, bs, hd)
+    def write(self, layer_idx: int, slots, k, v) -> None:   # k/v (N, Hkv, hd) into slots (N,)
+        k_pool = self.k_pool[layer_idx]                     # (Hkv, num_blocks, bs, hd)
+        v_pool = self.v_pool[layer_idx]
         Hkv, _, _, hd = k_pool.shape
-        if self.cpu_kernel and not step.is_prefill:   # the kernel writes the new K/V itself (see paged_decode_cpu)
-            return paged_decode_cpu(q, k_pool, v_pool, step.block_tables, step.context_lens, k, v).unsqueeze(0)
-        k_pool.view(Hkv, -1, hd).index_copy_(1, step.slot_mapping, k.transpose(0, 1).to(k_pool.dtype))
-        v_pool.view(Hkv, -1, hd).index_copy_(1, step.slot_mapping, v.transpose(0, 1).to(v_pool.dtype))
-        if step.is_prefill:   # no cached prefix: causal attention inside each new sequence
-            outs = []
-            for s, e in zip(step.cu_seqlens[:-1], step.cu_seqlens[1:]):
-                qi, ki, vi = (t[s:e].transpose(0, 1).unsqueeze(0) for t in (q, k, v))   # (1, H, Ti, hd)
-                y = F.scaled_dot_product_attention(qi, ki, vi, is_causal=True, enable_gqa=q.shape[1] != k.shape[1])
-                outs.append(y[0].transpose(0, 1))
-            return torch.cat(outs).unsqueeze(0)
-        if self.use_triton:
-            return paged_decode_triton(q, k_pool, v_pool, step.block_tables, step.context_lens).unsqueeze(0)
-        if len(self.workspace) < cascade_workspace_size(k_pool, step.cascade):
-            self.workspace = k_pool.new_empty(cascade_workspace_size(k_pool, step.cascade) * 5 // 4)
-        return cascade_decode(q, k_pool, v_pool, step.cascade, self.workspace).unsqueeze(0)
+        k_pool.view(Hkv, -1, hd).index_copy_(1, slots, k.transpose(0, 1).to(k_pool.dtype))
+        v_pool.view(Hkv, -1, hd).index_copy_(1, slots, v.transpose(0, 1).to(v_pool.dtype))
+
+    def attend(self, layer_idx, q, k, v):   # q (1, N, Hq, hd), k/v (1, N, Hkv, hd) -> like q
+        return self.step.attend(self, layer_idx, q[0], k[0], v[0]).unsqueeze(0)
+
+
+@dataclass
+class Prefill:
+    """A prefill step: the new sequences' tokens flattened into one row; no cached prefix, so
+    causal attention inside each sequence."""
+    slots: torch.Tensor    # (N,) pool slot of each token's K/V
+    cu_seqlens: list       # sequence i is tokens cu_seqlens[i]:cu_seqlens[i+1]
+
+    def attend(self, cache, layer_idx, q, k, v):   # q (N, Hq, hd), k/v (N, Hkv, hd) -> like q
+        cache.write(layer_idx, self.slots, k, v)
+        gqa = q.shape[1] != k.shape[1]
+        outs = []
+        for s, e in zip(self.cu_seqlens[:-1], self.cu_seqlens[1:]):
+            qi, ki, vi = (t[s:e].transpose(0, 1).unsqueeze(0) for t in (q, k, v))   # (1, H, T, hd)
+            y = F.scaled_dot_product_attention(qi, ki, vi, is_causal=True, enable_gqa=gqa)
+            outs.append(y[0].transpose(0, 1))
+        return torch.cat(outs)
+
+
+class DecodeBackend:
+    """A decode step's attention on the pages, one of three chosen once at start (choose_decode):
+    the engine calls hidden(running, slots) -> (B, D), which runs the model for one step, and
+    each attention layer comes back to attend(cache, layer_idx, q, k, v) -> (B, Hq, hd).
+    new_pool(cache, num_blocks) and start() (each generate) reset what it keeps; tables: its own
+    copy of the block tables, kept by the scheduler (DeviceDecode's), or None."""
+    extra_blocks = 0       # blocks it needs in the pool besides the sequences' (a scratch block)
+    tables = None
+
+    def __init__(self, model):
+        self.model = model
+        self.cache = None
+
+    def new_pool(self, cache, num_blocks: int) -> None:
+        self.cache = cache
+
+    def start(self) -> None:
+        pass
+
+
+def last_tokens(running: list, device) -> tuple:
+    """A decode step's input: each sequence's last token (B,) and its position (B,)."""
+    ids = torch.tensor([seq.token_ids[-1] for seq in running], device=device)
+    positions = torch.tensor([len(seq) - 1 for seq in running], device=device)
+    return ids, positions
+
+
+class CascadeDecode(DecodeBackend):
+    """On CPU in PyTorch ops: shared-prefix ("cascade") attention, which reads a prompt's keys
+    once for all its samples (parts/decode_kernels.py); where the C++ kernel does not build."""
+    name = "PyTorch cascade"
+
+    def start(self) -> None:
+        self.batch = None   # the last step's CascadeBatch: reused while the tables stay the same
+
+    def hidden(self, running: list, slots: list):
+        device = self.cache.device
+        self.slots = torch.tensor(slots, device=device)
+        self.batch = cascade_batch(running, self.cache.block_size, device, self.batch)
+        return run_model(self.model, self.cache, self, *last_tokens(running, device))
+
+    def attend(self, cache, layer_idx, q, k, v):
+        cache.write(layer_idx, self.slots, k, v)
+        k_pool = cache.k_pool[layer_idx]
+        need = cascade_workspace_size(k_pool, self.batch)
+        if len(cache.workspace) < need:
+            cache.workspace = k_pool.new_empty(need * 5 // 4)
+        return cascade_decode(q, k_pool, cache.v_pool[layer_idx], self.batch, cache.workspace)
+
+
+class CpuKernelDecode(DecodeBackend):
+    """On CPU in the fused C++ kernel (paged_decode_cpu): it writes the step's new K/V at each
+    sequence's last position itself (no slots) and reads K/V in place."""
+    name = "C++ kernel"
+
+    def hidden(self, running: list, slots: list):
+        width = max(len(seq.block_table) for seq in running)
+        tables = [seq.block_table + [0] * (width - len(seq.block_table)) for seq in running]
+        self.block_tables = torch.tensor(tables, dtype=torch.int32)                  # (B, width)
+        lengths = [len(seq) for seq in running]
+        self.context_lens = torch.tensor(lengths, dtype=torch.int32)                 # (B,)
+        return run_model(self.model, self.cache, self, *last_tokens(running, self.cache.device))
+
+    def attend(self, cache, layer_idx, q, k, v):
+        k_pool = cache.k_pool[layer_idx]
+        v_pool = cache.v_pool[layer_idx]
+        return paged_decode_cpu(q, k_pool, v_pool, self.block_tables, self.context_lens, k, v)
 
 
 def paged_decode_reference(q, k_pool, v_pool, block_tables, context_lens):
@@ -679,55 +558,3 @@ def paged_decode_reference(q, k_pool, v_pool, block_tables, context_lens):
     # GQA: the Hq/Hkv query heads of one KV head attend as that head's Hq/Hkv queries (heads h -> h // group)
     out = F.scaled_dot_product_attention(q.view(B, Hkv, Hq // Hkv, hd), k, v, attn_mask=visible[:, None, None, :])
     return out.reshape(B, Hq, hd)
-
-
-# ----------------------------------------------------------------------------- 4. sampling
-
-def sample(logits, params: list, uniforms: list):
-    """logits (B, V) fp32 -> tokens (B,), logprobs (B,): row i drawn from softmax(keep_top_k_top_p(logits_i / T_i))
-    by inverse CDF at uniforms[i] (from row i's own stream, so a row's draw depends only on its seed)."""
-    (B, V), dev = logits.shape, logits.device
-    greedy = [p.temperature == 0 for p in params]
-    temperature = [1.0 if g else p.temperature for g, p in zip(greedy, params)]
-    top_k = [V if g or p.top_k == 0 else min(p.top_k, V) for g, p in zip(greedy, params)]
-    top_p = [1.0 if g else p.top_p for g, p in zip(greedy, params)]
-    if any(t != 1.0 for t in temperature):
-        logits = logits / torch.tensor(temperature, device=dev)[:, None]
-    if min(top_k) < V or min(top_p) < 1:
-        logits = keep_top_k_top_p(logits, torch.tensor(top_k, device=dev), torch.tensor(top_p, device=dev))
-    logprobs = torch.log_softmax(logits, dim=-1)                                 # (B, V)
-    tokens = inverse_cdf(logprobs.exp(), torch.tensor(uniforms, dtype=logprobs.dtype, device=dev))
-    if any(greedy):
-        tokens = torch.where(torch.tensor(greedy, device=dev), logits.argmax(dim=-1), tokens)
-    return tokens, logprobs.gather(1, tokens[:, None])[:, 0]
-
-
-def keep_top_k_top_p(logits, top_k, top_p):
-    """logits (B, V); top_k (B,) in 1..V; top_p (B,) in (0, 1] -> logits with the dropped tokens at -inf.
-    Top-k first, then the nucleus of what is left: a token is kept iff the mass ranked above it is < top_p."""
-    sorted_logits, order = logits.sort(dim=-1, descending=True)
-    ranks = torch.arange(logits.shape[-1], device=logits.device)
-    sorted_logits = sorted_logits.masked_fill(ranks >= top_k[:, None], float("-inf"))
-    probs = sorted_logits.softmax(dim=-1)
-    mass_above = probs.cumsum(dim=-1) - probs
-    sorted_logits = sorted_logits.masked_fill((mass_above >= top_p[:, None]) & (top_p[:, None] < 1), float("-inf"))
-    return torch.full_like(logits, float("-inf")).scatter(-1, order, sorted_logits)
-
-
-def inverse_cdf(probs, u, chunk: int = 64):
-    """probs (B, V) >= 0, not all 0 per row; u (B,) in [0, 1] -> (B,) the token where the running mass first exceeds
-    u * total, never a zero-probability one (even when u * total rounds up to the total). Two levels (the chunk of
-    `chunk` tokens, then the token in it), so the sequential cumsums cover V/chunk + chunk entries per row, not V."""
-    B, V = probs.shape
-    chunks = F.pad(probs, (0, -V % chunk)).view(B, -1, chunk)                        # (B, V/chunk, chunk)
-
-    def search(cdf, target):   # first index with cdf > target, target kept below the last (positive) entry
-        target = torch.minimum(target, cdf[:, -1:].nextafter(torch.zeros_like(cdf[:, -1:])))
-        return torch.searchsorted(cdf, target.clamp(min=0), right=True)            # (B, 1)
-
-    chunk_cdf = chunks.sum(-1).cumsum(-1)                                           # (B, V/chunk)
-    target = u[:, None] * chunk_cdf[:, -1:]
-    c = search(chunk_cdf, target)
-    inner_cdf = chunks.gather(1, c[:, :, None].expand(-1, -1, chunk))[:, 0].cumsum(-1)   # (B, chunk)
-    mass_before = chunk_cdf.gather(1, c) - inner_cdf[:, -1:]
-    return (c * chunk + search(inner_cdf, target - mass_before))[:, 0]

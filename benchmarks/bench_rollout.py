@@ -169,7 +169,7 @@ def main(b: BenchConfig):
             peak_kv = run()
             times[name].append((time.perf_counter() - t0, time.process_time() - c0, peak_kv))
     print(f"engine stats (last run): {engine.stats}; pool allocated {engine.cache.nbytes / 2**20:.1f} MiB; decode "
-          f"attention: {'C++ kernel' if engine.cache.cpu_kernel else 'PyTorch cascade'}")
+          f"attention: {engine.decode.name}")
 
     # CPU seconds (all threads) are less disturbed than wall seconds when others share the machine
     print(f"\nfastest of {b.repeat} interleaved runs each (all wall times in brackets)")

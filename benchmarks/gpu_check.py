@@ -236,8 +236,9 @@ def section_engine(dry: bool, emit):
                            use_triton=True if dry else None, cuda_graphs=graphs, fused_norms=fused)
         if not dry:   # the kernels compiled for the block-table widths the timed call meets, the pool allocated,
             engine.generate(prompts, SamplingParams(temperature=1.0, max_tokens=64, n=n, seed=1))
-        if engine.graphs is not None:   # and every bucket's graph captured: the timed call replays, captures none
-            engine.graphs.capture_all()
+        captured = engine.decode.graphs
+        if captured is not None:   # and every bucket's graph captured: the timed call replays only
+            captured.capture_all()
         start = sync(device)
         outs = engine.generate(prompts, SamplingParams(temperature=1.0, max_tokens=T, n=n, seed=0))   # no stop tokens
         engine_s = sync(device) - start

@@ -367,7 +367,7 @@ def pool_from_free_memory(dry: bool, device, config) -> dict:
     from rollout import LLMEngine, SamplingParams
     model = random_qwen3(config, torch.bfloat16, device)
     max_model_len = 64 if dry else 4096 + 32768
-    margin = rollout.rollout_margin(config, torch.bfloat16, 256, max_model_len, 16384)
+    margin = rollout.rollout_margin(config, 2, 256, max_model_len, 16384)   # bf16
     given = margin + 100 * rollout.kv_block_bytes(config, torch.bfloat16, 16) + 7   # CPU: 100 blocks' worth "free"
     engine = LLMEngine(model, max_num_seqs=256, max_model_len=max_model_len,
                        kv_cache_memory=None if device.type == "cuda" else (lambda: given - margin),

@@ -84,7 +84,7 @@ def main(c: ProfileConfig):
     print(f"{c.model}: {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters, fp32; {c.threads} threads; "
           f"{c.prompts} prompts x {c.samples} samples, T = 1, <= {c.max_tokens} new tokens; "
           f"transformers: {'not importable' if hf is None and not c.skip_hf else 'skipped' if hf is None else 'yes'}; "
-          f"decode attention: {'C++ kernel' if engine.cache.cpu_kernel else 'PyTorch cascade'}")
+          f"decode attention: {engine.decode.name}")
 
     def batch(k):   # gppo.py's k-th rollout batch: its prompts and per-prompt seeds
         first = k * c.prompts
@@ -166,7 +166,8 @@ def split_timers():
         timed(model_py.RMSNorm, "forward", "norms")
         timed(model_py, "apply_rope", "rotary")        # Attention.forward looks it up in model.py's namespace
         timed(rollout, "sample", "sampling")           # so does LLMEngine._append_tokens in rollout.py's
-        timed(rollout.LLMEngine, "_forward", "forward")
+        timed(rollout, "run_model", "forward")
+        timed(rollout, "logits_fp32", "lm_head")       # the rows sampled from: a forward ends there
         yield parts
     finally:
         for owner, name, original in reversed(patches):
@@ -176,8 +177,9 @@ def split_timers():
 def split(parts, total: float) -> list:
     """(part, seconds) rows; the model's rest and the engine's own work are what the wrappers do not cover."""
     leaves = ["matmuls", "attention", "norms", "rotary"]
-    rest_of_model = parts["forward"] - sum(parts[p] for p in leaves)
-    engine = total - parts["forward"] - parts["sampling"]
+    forward = parts["forward"] + parts["lm_head"]   # run_model, then the LM head on sampled rows
+    rest_of_model = forward - sum(parts[p] for p in leaves)
+    engine = total - forward - parts["sampling"]
     return [(p, parts[p]) for p in leaves] + [("rest of model", rest_of_model), ("sampling", parts["sampling"]),
                                               ("engine", engine)]
 

@@ -136,16 +136,28 @@ def load_phases(c, *, world: int, gpu: bool = True) -> dict:
 
 
 def rollout_margin(c, itemsize: int, max_num_seqs: int, max_model_len: int, batched_tokens: int) -> int:
-    """rollout.rollout_margin: what a generate() allocates besides the weights and the pool, left free when the pool
-    is sized from free memory. One layer's activations of the longest prefill (max(batched_tokens, max_model_len)
-    tokens), a dozen (max_num_seqs, V) fp32 tensors of sampling, the CUDA graphs (a decode step of max_num_seqs rows,
-    twice, and each bucket's output: 1, 2, 4, 8, 16, 32, ... rows x D) and 512 MiB of workspaces."""
-    q, kv = c.num_attention_heads * c.head_dim, c.num_key_value_heads * c.head_dim
+    """Bytes a generate() of rollout.py's engine allocates besides the weights and the KV pool,
+    left free when the pool takes the rest (itemsize: the model's bytes per value):
+      - a prefill's activations: inference keeps no earlier layer, so one layer's, of the longest
+        prefill step (max(batched_tokens, max_model_len) tokens: a recomputed sequence runs
+        alone), per token the residual, its norm, q/k/v, attention's and o_proj's outputs, the
+        MLP's gate, up and their product;
+      - sampling: sample() on (max_num_seqs, V) fp32 logits keeps up to a dozen such tensors (the
+        logits, their sort and its int64 order, softmax, cumsum, masks, log-softmax, its exp,
+        inverse_cdf's padded copy);
+      - CUDA graphs: their shared pool holds a decode step of max_num_seqs rows (twice, for the
+        pool's fragmentation) and each bucket's output, its rows x D (buckets 1, 2, 4, 8, then
+        every 16: cuda_graphs.py);
+      - 512 MiB for cuBLAS and Triton workspaces and the caching allocator's rounding.
+    Qwen3-8B, bf16, 256 sequences of 36,864 tokens: 4.4 + 1.9 + 0.1 + 0.5 = 6.9 GB."""
+    q = c.num_attention_heads * c.head_dim
+    kv = c.num_key_value_heads * c.head_dim
     per_token = (4 * c.hidden_size + 3 * c.intermediate_size + q + 2 * kv) * itemsize
+    prefill = max(batched_tokens, max_model_len) * per_token
+    sampling = 12 * max_num_seqs * c.vocab_size * 4
     buckets = {b for b in (1, 2, 4, 8) if b < max_num_seqs} | set(range(16, max_num_seqs, 16)) | {max_num_seqs}
     graphs = 2 * max_num_seqs * per_token + sum(buckets) * c.hidden_size * itemsize
-    return (max(batched_tokens, max_model_len) * per_token + 12 * max_num_seqs * c.vocab_size * 4 + graphs
-            + 512 * 2**20)
+    return prefill + sampling + graphs + 512 * 2**20
 
 
 def rollout_pool_bytes(c, *, world: int, usable: float, max_num_seqs: int, max_model_len: int,

@@ -46,6 +46,30 @@ CHECKS = {
                       "mean_reward=0.5, format_failure_rate=0.0, mean_length=9.0, truncated_rate=0.0)\n"
                       "t = results_table.format_table([{'model_label': 'm', 'benchmarks': {'b': b}}])\n"
                       "print([line.split()[-1] for line in t.splitlines() if 'pass@4' in line])", "['100.00']"),
+    # greedy: the argmax, logprob log_softmax([0, 1, 2])[2] = 2 - log(1 + e + e^2);
+    # top-k 1: the top token, logprob 0
+    "sampling": ("import torch, sampling\nfrom types import SimpleNamespace as P\n"
+                 "logits = torch.tensor([[0.0, 1.0, 2.0], [5.0, 0.0, 0.0]])\n"
+                 "greedy = P(temperature=0, top_k=0, top_p=1.0)\n"
+                 "top1 = P(temperature=1.0, top_k=1, top_p=1.0)\n"
+                 "t, lp = sampling.sample(logits, [greedy, top1], [0.5, 0.9])\n"
+                 "print(t.tolist(), [round(x, 4) for x in lp.tolist()])", "[2, 0] [-0.4076, 0.0]"),
+    # a pool of 4 blocks of 2 tokens: a prompt of 3 tokens with 2 samples takes 2 blocks, shared;
+    # the next group waits (no block left for its first decode); a decode step copies the shared
+    # last block for the first sample
+    "scheduler": ("import scheduler as s\n"
+                  "class Seq:\n"
+                  "    def __init__(self, n):\n"
+                  "        self.token_ids = [0] * n\n"
+                  "        self.block_table, self.finish_reason, self.preempted = [], None, False\n"
+                  "sch = s.Scheduler(s.BlockManager(4, 2), max_num_seqs=4,\n"
+                  "                  max_num_batched_tokens=8)\n"
+                  "sch.start([[Seq(3), Seq(3)], [Seq(4)]])\n"
+                  "admitted = sch.admit()\n"
+                  "print([q.block_table for group in admitted for q in group], len(sch.waiting))\n"
+                  "plan = sch.decode_slots()\n"
+                  "print(plan.slots, plan.copies, [seq.block_table for seq in sch.running])",
+                  "[[0, 1], [0, 1]] 1\n[4, 2] [(1, 2)] [[0, 2], [0, 1]]"),
     "sandbox": ("import sandbox\ntests = [{'input': '1 2', 'output': '3'}]\n"
                 "print([sandbox.run_tests(p, tests)[0].passed for p in ('print(sum(map(int, input().split())))',"
                 " 'print(0)')])", "[True, False]"),

@@ -21,12 +21,13 @@ def test_split_counts_every_matmul_and_restores_what_it_patched(tiny_checkpoint)
     cfg = model.config
     engine = rollout.LLMEngine(model, max_num_seqs=8, max_model_len=64)
     originals = (torch.nn.Linear.forward, rollout.PagedKVCache.attend, model_py.RMSNorm.forward, model_py.apply_rope,
-                 rollout.sample, rollout.LLMEngine._forward, rollout.logits_fp32)
+                 rollout.sample, rollout.run_model, rollout.logits_fp32)
     prompts = [[1, 2, 3, 4, 5], list(range(3, 23))]
     with profile_engine.split_timers() as parts:
         outs = engine.generate(prompts, rollout.SamplingParams(temperature=1.0, max_tokens=6, n=3, seed=0))
-    assert originals == (torch.nn.Linear.forward, rollout.PagedKVCache.attend, model_py.RMSNorm.forward,
-                         model_py.apply_rope, rollout.sample, rollout.LLMEngine._forward, rollout.logits_fp32)
+    assert originals == (torch.nn.Linear.forward, rollout.PagedKVCache.attend,
+                         model_py.RMSNorm.forward, model_py.apply_rope, rollout.sample,
+                         rollout.run_model, rollout.logits_fp32)
     # by hand: every token the layers computed meets each layer's 7 projections; lm_head meets each decoded token
     # and each prompt's last token once (its n samples draw their first token from the same logits)
     D, I, hd = cfg.hidden_size, cfg.intermediate_size, cfg.head_dim
@@ -41,22 +42,25 @@ def test_split_counts_every_matmul_and_restores_what_it_patched(tiny_checkpoint)
     # every call reached its wrapper: per engine step one forward and one sample(); per layer 7 projections, 4 norms
     # (input, q, k, post-attention), 2 apply_rope, 1 attend; lm_head and the final norm once per forward
     L, steps = cfg.num_hidden_layers, engine.stats.steps
-    assert parts["calls"] == dict(forward=steps, sampling=steps, matmuls=steps * (7 * L + 1), norms=steps * (4 * L + 1),
+    assert parts["calls"] == dict(forward=steps, lm_head=steps, sampling=steps,
+                                  matmuls=steps * (7 * L + 1), norms=steps * (4 * L + 1),
                                   rotary=steps * 2 * L, attention=steps * L)
-    assert parts["forward"] > parts["matmuls"] + parts["attention"] + parts["norms"] + parts["rotary"]
+    leaves = parts["matmuls"] + parts["attention"] + parts["norms"] + parts["rotary"]
+    assert parts["forward"] + parts["lm_head"] > leaves
     rows = dict(profile_engine.split(parts, total=1.0))
     assert list(rows) == ["matmuls", "attention", "norms", "rotary", "rest of model", "sampling", "engine"]
 
 
 def test_split_restores_the_patched_functions_after_an_error():
-    originals = (torch.nn.Linear.forward, model_py.apply_rope, rollout.sample, rollout.LLMEngine._forward)
+    originals = (torch.nn.Linear.forward, model_py.apply_rope, rollout.sample, rollout.run_model)
     try:
         with profile_engine.split_timers():
             assert torch.nn.Linear.forward is not originals[0]
             raise KeyError("inside")
     except KeyError:
         pass
-    assert (torch.nn.Linear.forward, model_py.apply_rope, rollout.sample, rollout.LLMEngine._forward) == originals
+    now = (torch.nn.Linear.forward, model_py.apply_rope, rollout.sample, rollout.run_model)
+    assert now == originals
 
 
 def test_script_runs_on_a_tiny_checkpoint(tiny_checkpoint, toy_files):

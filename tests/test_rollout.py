@@ -12,10 +12,10 @@ import torch
 
 import rollout
 from parts import decode_kernels, norm_kernels
-from model import Qwen3, Qwen3Config
-from model import save_pretrained
+from model import Qwen3, Qwen3Config, save_pretrained
+from parts.sampling import inverse_cdf
 from rollout import (LLMEngine, SamplingParams, Sequence, cascade_batch, cascade_decode, cascade_workspace_size,
-                     inverse_cdf, paged_decode_cpu, paged_decode_reference, paged_decode_triton)
+                     paged_decode_cpu, paged_decode_reference, paged_decode_triton)
 
 V = 97
 
@@ -111,7 +111,7 @@ def test_greedy_equals_no_cache_reference_mixed_lengths(model, cpu_kernel):
         # greedy logprob: the unscaled log_softmax at the argmax
         assert samples[0].logprobs == pytest.approx(teacher_forced_logprobs(model, prompt, ref, 1.0), abs=1e-4)
     assert engine.stats.prefill_tokens == sum(map(len, prompts)) and engine.stats.preemptions == 0
-    assert engine.cache.cpu_kernel == cpu_kernel
+    assert isinstance(engine.decode, rollout.CpuKernelDecode) == cpu_kernel
     assert_no_leaks(engine)
 
 
@@ -127,7 +127,7 @@ def test_greedy_under_preemption(model, cpu_kernel):
     for prompt, samples in zip(prompts, out):
         ref = reference_greedy(model, prompt, min(25, max_model_len - len(prompt)))
         assert [s.token_ids for s in samples] == [ref, ref]
-    assert engine.cache.cpu_kernel == cpu_kernel
+    assert isinstance(engine.decode, rollout.CpuKernelDecode) == cpu_kernel
     assert_no_leaks(engine)
 
 
@@ -139,13 +139,14 @@ def test_recomputed_sequence_longer_than_the_token_budget_does_not_wait_for_the_
     engine = LLMEngine(model, max_num_seqs=6, max_model_len=40, num_blocks=14, block_size=4,
                        max_num_batched_tokens=8, cpu_kernel=False)
     admissions = []   # (its tokens, sequences then running) of each recomputation longer than the budget
-    admit = engine._admit
+    admit = engine.scheduler.admit
 
-    def recording_admit(waiting, running):
-        groups = admit(waiting, running)
-        admissions.extend((len(g[0]), len(running)) for g in groups if g[0].preempted and len(g[0]) > 8)
+    def recording_admit():
+        running = len(engine.scheduler.running)
+        groups = admit()
+        admissions.extend((len(g[0]), running) for g in groups if g[0].preempted and len(g[0]) > 8)
         return groups
-    monkeypatch.setattr(engine, "_admit", recording_admit)
+    monkeypatch.setattr(engine.scheduler, "admit", recording_admit)
     out = engine.generate(prompts, [SamplingParams(temperature=0, max_tokens=k) for k in (30, 12, 33, 9, 35, 20)])
     assert admissions, "the workload must preempt sequences longer than the budget"
     assert any(running > 0 for _, running in admissions), admissions
@@ -187,7 +188,7 @@ def test_n_samples_share_the_prompt(model, cpu_kernel):
     for prompt, samples in zip(prompts, out):
         for s in samples:
             assert s.logprobs == pytest.approx(teacher_forced_logprobs(model, prompt, s.token_ids, 1.0), abs=1e-4)
-    assert engine.cache.cpu_kernel == cpu_kernel
+    assert isinstance(engine.decode, rollout.CpuKernelDecode) == cpu_kernel
     assert_no_leaks(engine)
 
 
@@ -205,7 +206,7 @@ def test_groups_that_shrink_unevenly_stay_exact(model, cpu_kernel):
     for prompt, samples in zip(prompts, out):
         for s in samples:
             assert s.logprobs == pytest.approx(teacher_forced_logprobs(model, prompt, s.token_ids, 1.0), abs=1e-4)
-    assert engine.cache.cpu_kernel == cpu_kernel
+    assert isinstance(engine.decode, rollout.CpuKernelDecode) == cpu_kernel
     assert_no_leaks(engine)
 
 
@@ -228,6 +229,58 @@ def test_same_seed_same_samples_whatever_the_batch(model):
         [prompt], SamplingParams(temperature=1.0, top_p=0.95, max_tokens=20, n=3, seed=124))[0]
     assert [s.token_ids for s in other_seed] != [s.token_ids for s in alone]
     assert_no_leaks(crowded)
+
+
+@torch.no_grad()
+def reference_sample(model, prompt, params, sample_index):
+    """Sample j of a request written out without the engine: a full forward over all tokens at
+    every step (no KV cache), the top-k/top-p filter as a loop over ranks, a float64 softmax over
+    the kept tokens and the inverse CDF as one float64 cumsum in token-id order, at the uniforms
+    of sample j's own stream (rollout.py's contract: torch.Generator seeded with
+    sample_seed(seed, j), float64 uniforms drawn 64 at a time, one per token)."""
+    generator = torch.Generator().manual_seed(rollout.sample_seed(params.seed, sample_index))
+    uniforms = []
+    ids = list(prompt)
+    for _ in range(params.max_tokens):
+        if not uniforms:
+            uniforms = torch.rand(64, generator=generator, dtype=torch.float64).tolist()[::-1]
+        u = uniforms.pop()
+        row = model(torch.tensor([ids]))[0, -1].double() / params.temperature      # (V,)
+        order = row.argsort(descending=True).tolist()
+        kept = order[:params.top_k] if params.top_k else order
+        probs = torch.softmax(row[kept], 0).tolist()
+        mass = 0.0
+        nucleus = []
+        for token, p in zip(kept, probs):
+            if mass >= params.top_p and params.top_p < 1:
+                break
+            nucleus.append(token)
+            mass += p
+        nucleus.sort()                                                           # token-id order
+        cdf = torch.softmax(row[nucleus], 0).cumsum(0)
+        token = nucleus[int(torch.searchsorted(cdf, u * cdf[-1:], right=True))]
+        ids.append(token)
+        if token in params.stop_token_ids:
+            break
+    return ids[len(prompt):]
+
+
+@pytest.mark.parametrize("temperature,top_k,top_p", [(1.0, 0, 1.0), (0.8, 6, 0.9)])
+def test_seeded_samples_equal_a_no_cache_sampler(model, cpu_kernel, temperature, top_k, top_p):
+    """The tokens of seeded samples are pinned: each sample's are those of reference_sample,
+    whatever the decode path, with preemptions (a pool of 2 full-length sequences) and samples
+    stopping at different steps."""
+    prompts = prompts_of([4, 19, 9], seed=12)
+    params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, max_tokens=14,
+                            n=3, seed=7, stop_token_ids=[5, 50])
+    engine = LLMEngine(model, max_num_seqs=9, max_model_len=40, num_blocks=20, block_size=4,
+                       cpu_kernel=cpu_kernel)
+    out = engine.generate(prompts, params)
+    assert engine.stats.preemptions > 0
+    for prompt, samples in zip(prompts, out):
+        expected = [reference_sample(model, prompt, params, j) for j in range(3)]
+        assert [s.token_ids for s in samples] == expected
+    assert_no_leaks(engine)
 
 
 @pytest.mark.parametrize("V", [1, 7, 64, 65, 300])
@@ -305,27 +358,30 @@ def test_pool_is_sized_again_at_each_generate_from_what_is_free(model):
 
 def test_cuda_pool_is_the_free_memory_less_the_rollout_margin(model, monkeypatch):
     """On CUDA with no size given, the pool is what free_memory() reports when it is allocated less rollout_margin:
-    a prefill's activations, sample()'s (B, V) fp32 temporaries, the CUDA graphs, 512 MiB of workspaces. The plan on
-    paper (parts/memory_plan.py, which imports nothing) must count the same bytes; for Qwen3-8B they are ~6.9 GB."""
+    a prefill's activations, sample()'s (B, V) fp32 temporaries, the CUDA graphs, 512 MiB of
+    workspaces (one formula, parts/memory_plan.py's, for the engine and the plan on paper); for
+    Qwen3-8B ~6.9 GB, by hand here with the buckets parts/cuda_graphs.py captures."""
     from types import SimpleNamespace
     from parts import memory_plan
+    from parts.cuda_graphs import buckets_for
     qwen3_8b = SimpleNamespace(**memory_plan.QWEN3["8B"])
-    margin = rollout.rollout_margin(qwen3_8b, torch.bfloat16, 256, 36864, 16384)
-    assert margin == memory_plan.rollout_margin(qwen3_8b, 2, 256, 36864, 16384)
+    margin = rollout.rollout_margin(qwen3_8b, 2, 256, 36864, 16384)          # bf16: 2 bytes a value
     per_token = (4 * 4096 + 3 * 12288 + 32 * 128 + 2 * 8 * 128) * 2            # one layer's prefill activations
-    assert margin > 36864 * per_token + 12 * 256 * 151936 * 4 + 2**29           # the longest prefill goes alone
+    graphs = 2 * 256 * per_token + sum(buckets_for(256)) * 4096 * 2
+    # the longest prefill goes alone
+    assert margin == 36864 * per_token + 12 * 256 * 151936 * 4 + graphs + 2**29
     assert 6.8e9 < margin < 7.0e9
     fake_cuda = SimpleNamespace(model=model, device=torch.device("cuda"), dtype=torch.float32, block_size=4,
                                 max_model_len=64, max_num_seqs=8, max_num_batched_tokens=32, num_blocks=None,
                                 kv_cache_memory=None)
     block_bytes = rollout.kv_block_bytes(model.config, torch.float32, 4)
-    margin = rollout.rollout_margin(model.config, torch.float32, 8, 64, 32)
+    margin = rollout.rollout_margin(model.config, 4, 8, 64, 32)              # fp32: 4 bytes a value
     free = margin + 100 * block_bytes + 7
     monkeypatch.setattr(rollout, "free_memory", lambda device: free)
-    assert LLMEngine.pool_blocks(fake_cuda) == 100
+    assert rollout.pool_blocks(fake_cuda) == 100
     free = margin + 5 * block_bytes   # less than one sequence of 64 tokens (16 blocks): a clear error
     with pytest.raises(ValueError, match="cannot hold one sequence"):
-        LLMEngine.pool_blocks(fake_cuda)
+        rollout.pool_blocks(fake_cuda)
 
 
 def test_weight_update_is_seen_by_the_next_generate(model):
@@ -520,7 +576,7 @@ def test_cpu_kernel_fallback_and_errors(model, monkeypatch, capsys, tmp_path):
     prompts = prompts_of([5, 18], seed=11)
     params = SamplingParams(temperature=0, max_tokens=6)
     with_kernel = LLMEngine(model, max_num_seqs=4, max_model_len=32)
-    assert with_kernel.cache.cpu_kernel
+    assert isinstance(with_kernel.decode, rollout.CpuKernelDecode)
     expected = with_kernel.generate(prompts, params)
     pool, q = torch.zeros(1, 2, 4, 16), torch.zeros(1, 2, 16)   # a kernel copied elsewhere checks what it is given
     one = torch.tensor([1], dtype=torch.int32)
@@ -542,7 +598,8 @@ def test_cpu_kernel_fallback_and_errors(model, monkeypatch, capsys, tmp_path):
     monkeypatch.setattr(decode_kernels, "_cpu_kernel_notice_shown", False)
     engine = LLMEngine(model, max_num_seqs=4, max_model_len=32)
     err = capsys.readouterr().err
-    assert not engine.cache.cpu_kernel and err.count("\n") == 1 and "no-such-c++ is not on PATH" in err, err
+    assert isinstance(engine.decode, rollout.CascadeDecode)
+    assert err.count("\n") == 1 and "no-such-c++ is not on PATH" in err, err
     out = engine.generate(prompts, params)
     assert [[s.token_ids for s in g] for g in out] == [[s.token_ids for s in g] for g in expected]
     LLMEngine(model, max_num_seqs=4, max_model_len=32)
@@ -645,19 +702,19 @@ def test_device_block_tables_follow_the_sequences_tables(model, monkeypatch):
     running sequence's row must hold exactly its block table. A pool of 10 blocks forces preemptions; n=3 samples
     share their prompt's blocks (copy-on-write)."""
     engine = LLMEngine(model, max_num_seqs=6, max_model_len=32, num_blocks=10, block_size=4, use_triton=True)
-    checked, original = [], engine._decode_on_device
+    checked, original = [], engine.decode.hidden
 
     def checking(running, slots):
         rows = torch.tensor([seq.row for seq in running])
         width = max(len(seq.block_table) for seq in running)
-        tables = engine.tables.gather(rows, width)
+        tables = engine.decode.tables.gather(rows, width)
         for seq, row in zip(running, tables.tolist()):
             assert row[:len(seq.block_table)] == seq.block_table
         assert len({seq.row for seq in running}) == len(running) >= 1      # a row per running sequence
         checked.append(len(running))
         return original(running, slots)
 
-    monkeypatch.setattr(engine, "_decode_on_device", checking)
+    monkeypatch.setattr(engine.decode, "hidden", checking)
     prompts = prompts_of([6, 9, 3], seed=4)
     out = engine.generate(prompts, SamplingParams(temperature=1.0, max_tokens=14, n=3, seed=5))
     assert engine.stats.preemptions > 0 and len(checked) > 10
@@ -677,11 +734,12 @@ def test_cuda_graph_decode_equals_the_plain_decode(model, monkeypatch):
               SamplingParams(temperature=0.8, max_tokens=7, n=2, seed=4)]
     plain = LLMEngine(model, max_num_seqs=8, max_model_len=48, use_triton=True, cuda_graphs=False)
     graphed = LLMEngine(model, max_num_seqs=8, max_model_len=48, use_triton=True, cuda_graphs=True)
-    assert plain.graphs is None and graphed.graphs is not None and not graphed.graphs.capture
-    batches, run = [], graphed.graphs.run
-    monkeypatch.setattr(graphed.graphs, "run", lambda n, **kw: batches.append(n) or run(n, **kw))
+    graphs = graphed.decode.graphs
+    assert plain.decode.graphs is None and graphs is not None and not graphs.capture
+    batches, run = [], graphs.run
+    monkeypatch.setattr(graphs, "run", lambda n, **kw: batches.append(n) or run(n, **kw))
     expected, got = plain.generate(prompts, params), graphed.generate(prompts, params)
-    assert {n for n in batches} - set(graphed.graphs.buckets)                 # some steps were padded
+    assert {n for n in batches} - set(graphs.buckets)                       # some steps were padded
     for a, b in zip(expected, got):
         for x, y in zip(a, b):
             assert x.token_ids == y.token_ids and x.finish_reason == y.finish_reason
@@ -699,21 +757,21 @@ def test_cuda_graphs_are_kept_while_the_pool_and_weights_stay(model):
     engine = LLMEngine(model, max_num_seqs=8, max_model_len=48, use_triton=True, cuda_graphs=True)
     params = SamplingParams(temperature=0.0, max_tokens=4)
     engine.generate([[1, 2, 3]], params)
-    engine.graphs.graphs[8] = "captured"                          # what a CUDA capture would have left
+    engine.decode.graphs.graphs[8] = "captured"                # what a CUDA capture would have left
     with torch.no_grad():
         for p in model.parameters():
             p.mul_(1.0)                                           # in place: the same storage
     engine.generate([[1, 2, 3]], params)
-    assert engine.graphs.graphs == {8: "captured"}
+    assert engine.decode.graphs.graphs == {8: "captured"}
     for p in model.parameters():
         p.data = p.data.clone()                                   # freed and refilled: new storage
     engine.generate([[1, 2, 3]], params)
-    assert engine.graphs.graphs == {}
-    engine.graphs.graphs[8] = "captured"
-    graphs = engine.graphs
+    assert engine.decode.graphs.graphs == {}
+    engine.decode.graphs.graphs[8] = "captured"
+    graphs = engine.decode.graphs
     engine.cache.release()
     engine.generate([[1, 2, 3]], params)
-    assert engine.graphs is not graphs and engine.graphs.graphs == {}
+    assert engine.decode.graphs is not graphs and engine.decode.graphs.graphs == {}
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -728,7 +786,7 @@ def test_fused_norm_kernels_leave_the_engines_tokens_unchanged(model, dtype):
               SamplingParams(temperature=0.0, max_tokens=10)]
     calls = []
     fused = LLMEngine(m, max_num_seqs=8, max_model_len=48, use_triton=True, fused_norms=True)
-    assert fused.cache.fused is norm_kernels
+    assert fused.cache.kernels is norm_kernels
     original = norm_kernels.norm_rope
     try:
         norm_kernels.norm_rope = lambda *a: calls.append(1) or original(*a)
@@ -743,4 +801,5 @@ def test_fused_norm_kernels_leave_the_engines_tokens_unchanged(model, dtype):
         assert max(abs(p - q) for p, q in zip(a[0].logprobs, b[0].logprobs)) <= tolerance
     if dtype == torch.float32:
         assert got[0][0].token_ids == reference_greedy(m, prompts[0], 10)
-    assert LLMEngine(m, max_num_seqs=8, max_model_len=48).cache.fused is None   # a CPU engine: eager by default
+    cpu_engine = LLMEngine(m, max_num_seqs=8, max_model_len=48)
+    assert cpu_engine.cache.kernels is None                    # a CPU engine: eager by default
