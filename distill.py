@@ -655,7 +655,7 @@ def print_report(report: dict) -> None:
             print(f"{source:24s} {difficulty:10s} {c.get('prompts', 0):8d} {c.get('responses', 0):9d} "
                   f"{c.get('correct', 0):8d} {c.get('kept', 0):7d} {c.get('kept_wrong', 0):10d}  {dropped}")
     d = report["decontamination"]
-    print(f"prompts read / duplicates / contaminated per source: "
+    print("prompts read / duplicates / contaminated per source: "
           + "; ".join(f"{s}: {c.get('read', 0)} / {c.get('duplicates', 0)} / {c.get('contaminated', 0)}"
                       for s, c in d["sources"].items())
           + f" | benchmark items matched: {d['benchmark_items_matched']}")

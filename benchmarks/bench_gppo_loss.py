@@ -130,7 +130,7 @@ def gpu_section(V):
     device = torch.device("cuda")
     big = torch.empty(2**30, dtype=torch.uint8, device=device)
     copy_bandwidth = 2 * big.numel() / cuda_time(lambda: big.clone())  # read + write bytes per second
-    del big
+    big = None   # freed (a lambda above still names it)
     print(f"GPU: {torch.cuda.get_device_name()}, copy bandwidth {copy_bandwidth / 1e12:.2f} TB/s")
     for N in (8192, 32768):
         _, _, targets, old, A, mask, sft_mask = make_batch(N, V, 8, device=device)
@@ -169,7 +169,7 @@ def gpu_section(V):
                   f"({floor * 1e3:.2f} ms)")
         if rows.get("naive") and rows.get("triton"):
             print(f"  N={N:6d} speed-up {rows['naive'][0] / rows['triton'][0]:.1f}x")
-        del logits_bf16
+        logits_bf16 = None   # freed before the next size's copy
 
 
 if __name__ == "__main__":

@@ -40,7 +40,6 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import data  # noqa: E402
 from parts.cli import parse_config  # noqa: E402
 import gppo  # noqa: E402
 import sft  # noqa: E402

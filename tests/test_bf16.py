@@ -101,7 +101,6 @@ def test_pool_is_sized_from_free_memory_after_emptying_the_cache(monkeypatch):
     """On a GPU, gppo.py sizes the pool from torch.cuda.mem_get_info, a (free, total) tuple, after the caching
     allocator has returned what it holds (a model loaded and dropped stays in its cache, unseen by mem_get_info). The
     GPU check's workload sizes its pool through the same function (it once took the tuple as a number)."""
-    import gppo
     import rollout
     calls = []
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: calls.append("empty_cache"))

@@ -86,7 +86,7 @@ def test_only_the_text_after_the_last_think_counts():
     assert check.countdown_reward(right, [12, 3, 5], 41) == 0.0                                   # no </think>
     assert check.countdown_reward(f"</think>{right}", [12, 3, 5], 41) == 1.0                      # bare close: fine
     assert check.countdown_reward(f"</think>{wrong} then {right}", [12, 3, 5], 41) == 1.0          # the last box
-    assert check.countdown_reward(f"</think>\\boxed{{12*3+5", [12, 3, 5], 41) == 0.0              # unclosed box
+    assert check.countdown_reward("</think>\\boxed{12*3+5", [12, 3, 5], 41) == 0.0              # unclosed box
 
 
 def test_the_checker_is_linear_in_the_response():

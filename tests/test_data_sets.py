@@ -416,7 +416,6 @@ def test_copy_rows_keeps_the_input_format(tmp_path):
 
 
 def test_filter_code_writes_kept_rows_in_the_input_format(tmp_path):
-    import gppo
     twins = write_twins(tmp_path, "deepcoder_preview.jsonl")
     for kind in ("line", "parquet"):
         out = str(tmp_path / f"filtered{os.path.splitext(twins[kind])[1]}")

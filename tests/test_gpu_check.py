@@ -15,7 +15,8 @@ sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 def test_dry_run_runs_every_section_and_records_its_results(tmp_path):
     out = tmp_path / "gpu_check.json"
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "gpu_check.py"), "--dry_run",
-                           f"--out={out}"], capture_output=True, text=True, timeout=600, cwd=ROOT,
+                           f"--out={out}", "--time_limit_s=1500"], capture_output=True, text=True, timeout=1800,
+                          cwd=ROOT,
                           env=dict(os.environ, OMP_NUM_THREADS="1"))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     report = json.loads(out.read_text())

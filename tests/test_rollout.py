@@ -12,7 +12,7 @@ import torch
 
 import rollout
 from parts import decode_kernels, norm_kernels
-from model import Qwen3, Qwen3Config, save_pretrained
+from model import Qwen3, Qwen3Config
 from parts.sampling import inverse_cdf
 from rollout import (LLMEngine, SamplingParams, Sequence, cascade_batch, cascade_decode, cascade_workspace_size,
                      paged_decode_cpu, paged_decode_reference, paged_decode_triton)

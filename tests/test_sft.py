@@ -12,7 +12,6 @@ import torch.distributed as dist
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-import data  # noqa: E402
 from parts.cli import parse_config  # noqa: E402
 import sft  # noqa: E402
 from parts import trainer  # noqa: E402

@@ -13,7 +13,6 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-import data  # noqa: E402
 
 SFT = ["--row_tokens=256", "--rows_per_step=2", "--n_layer=1",
        "--hidden=32", "--n_head=2", "--n_kv_head=1", "--head_dim=16", "--intermediate=64", "--epochs=100",

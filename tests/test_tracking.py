@@ -19,7 +19,6 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "experiments"))
 
 import gppo  # noqa: E402
-import plot_train  # noqa: E402
 import sft  # noqa: E402
 from parts import tracking, trainer  # noqa: E402
 from parts.cli import parse_config  # noqa: E402
