@@ -123,6 +123,8 @@ def option_help(cls) -> list:
     source = inspect.getsource(cls)
     comments = {tok.start[0]: tok.string.lstrip("#").strip() for tok in
                 tokenize.generate_tokens(io.StringIO(source).readline) if tok.type == tokenize.COMMENT}
+    # `# fmt: off` / `# fmt: on` keep a table of options aligned (ruff format): not a heading
+    comments = {n: text for n, text in comments.items() if text not in ("fmt: off", "fmt: on")}
     defaults = {f.name: f.default for f in fields(cls)}
     lines, last = [], None
     for number, line in enumerate(source.splitlines(), 1):
