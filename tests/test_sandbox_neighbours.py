@@ -22,7 +22,9 @@ import pytest
 import reward
 from parts import sandbox
 from reward import SandboxConfig, run_tests
-from test_reward import adopt_orphans, descendants, leftovers  # noqa: F401 (adopt_orphans: this module's too)
+# adopt_orphans: this module's fixture too
+from test_reward import adopt_orphans  # noqa: F401
+from test_reward import descendants, leftovers
 from test_sandbox_load import score_all
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
