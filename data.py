@@ -1,4 +1,5 @@
-"""Data for Klear-Reasoner: Qwen3's chat format, the loaders of public data sets as published, and packing.
+"""Data for Klear-Reasoner: Qwen3's chat format, the loaders of public data sets as published, and
+packing.
 1. Chat format, identical to Qwen3's chat template (tools left out); SFT trains on the final assistant turn only:
        <|im_start|>user\n{question}<|im_end|>\n<|im_start|>assistant\n<think>\n{reasoning}\n</think>\n\n{answer}<|im_end|>\n
 2. Loaders: SFT conversations, responses with verdicts, math problems, code problems with tests, from JSON lines, a
@@ -10,6 +11,7 @@ Bad input is an error naming file:row and field.
     python tools/data_stats.py FILE          # what a data file holds: records, lengths, packing (streamed)
     python tools/toy.py --task=countdown     # the toy's tokenizer and data files (the last section)
 """
+
 import bisect
 import datetime
 import os
@@ -19,6 +21,7 @@ from tokenizers import Tokenizer
 
 from parts import formats
 from parts.formats import INPUT_ERRORS, DataError, Records, hub_hint
+
 # what the tools and tests reach through data.py as well
 from parts.formats import UngradableRow, copy_rows, guess_kind, read_rows  # noqa: F401
 
@@ -28,7 +31,9 @@ def read(option: str, load, *args, **kwargs):
     data file, a missing path; a checkpoint's CheckpointError) becomes one InputError naming the
     option, which the entry point prints as one line (exit status 2). Anything else is a bug and
     keeps its traceback."""
-    from parts.hf_checkpoint import CheckpointError   # here, not at the top: reading data needs no torch
+    # here, not at the top: reading data needs no torch
+    from parts.hf_checkpoint import CheckpointError
+
     try:
         return load(*args, **kwargs)
     except (*INPUT_ERRORS, CheckpointError) as e:
@@ -38,22 +43,29 @@ def read(option: str, load, *args, **kwargs):
 def input_error(message: str) -> Exception:
     """The entry points' one exception for bad input (parts/trainer.InputError: one line, exit
     status 2)."""
-    from parts.trainer import InputError   # here, not at the top: reading data needs no torch
+    from parts.trainer import InputError  # here, not at the top: reading data needs no torch
+
     return InputError(message)
 
 
 # ----------------------------------------------------------------------------- 1. the chat format
 
+
 def load_tokenizer(path: str) -> Tokenizer:
     """A `tokenizers.Tokenizer` from a directory holding tokenizer.json, or from the file itself."""
     file = os.path.join(path, "tokenizer.json") if os.path.isdir(path) else path
     if not os.path.isfile(file):
-        raise FileNotFoundError(f"no tokenizer at {path!r}: expected a directory with tokenizer.json, or the file"
-                                + hub_hint(path, "model"))
+        raise FileNotFoundError(
+            f"no tokenizer at {path!r}: expected a directory with tokenizer.json, or the file"
+            + hub_hint(path, "model")
+        )
     try:
         tok = Tokenizer.from_file(file)
-    except Exception as e:  # noqa: BLE001 (tokenizers raises a bare Exception for a file it cannot parse)
-        raise DataError(f"{file}: not a tokenizer.json the tokenizers library reads ({e})") from None
+    # noqa: BLE001 (tokenizers raises a bare Exception for a file it cannot parse)
+    except Exception as e:
+        raise DataError(
+            f"{file}: not a tokenizer.json the tokenizers library reads ({e})"
+        ) from None
     special_token_ids(tok)  # fail now, not mid-training, if a chat token is missing
     return tok
 
@@ -65,36 +77,55 @@ def stop_token_ids(tok: Tokenizer) -> list:
 
 
 def special_token_ids(tok: Tokenizer) -> dict:
-    """Ids of the chat-control tokens: im_start, im_end, endoftext (also the pad), think, end_think."""
-    names = dict(im_start="<|im_start|>", im_end="<|im_end|>", endoftext="<|endoftext|>", think="<think>",
-                 end_think="</think>")
+    """Ids of the chat-control tokens: im_start, im_end, endoftext (also the pad), think,
+    end_think."""
+    names = dict(
+        im_start="<|im_start|>",
+        im_end="<|im_end|>",
+        endoftext="<|endoftext|>",
+        think="<think>",
+        end_think="</think>",
+    )
     ids = {k: tok.token_to_id(v) for k, v in names.items()}
     missing = [names[k] for k, v in ids.items() if v is None]
     if missing:
-        raise DataError(f"tokenizer lacks the Qwen3 chat tokens {missing}; use a Qwen3 tokenizer or the toy's "
-                        "(python tools/toy.py)")
+        raise DataError(
+            f"tokenizer lacks the Qwen3 chat tokens {missing}; use a Qwen3 tokenizer or the toy's "
+            "(python tools/toy.py)"
+        )
     return ids
 
 
 def encode_sft_dataset(tok: Tokenizer, conversations, max_len: int, overlong: str = "truncate"):
-    """Tokenize conversations for SFT. Returns (examples, report): examples are (input_ids int32, loss_mask bool)
-    numpy pairs; a conversation longer than max_len tokens is cut to its first max_len tokens ("truncate"),
-    left out ("drop"), or raises ("error"); report counts each case (print it: nothing vanishes silently)."""
+    """Tokenize conversations for SFT. Returns (examples, report): examples are (input_ids int32,
+    loss_mask bool) numpy pairs; a conversation longer than max_len tokens is cut to its first
+    max_len tokens ("truncate"), left out ("drop"), or raises ("error"); report counts each case
+    (print it: nothing vanishes silently)."""
     if overlong not in ("truncate", "drop", "error"):
         raise ValueError(f"overlong={overlong!r}: use truncate, drop or error")
     rendered = [_render(c, False, True) for c in conversations]
     encodings = tok.encode_batch([text for text, _ in rendered], add_special_tokens=False)
     examples = []
-    report = dict(conversations=len(conversations), kept=0, truncated=0, dropped=0,
-                  max_len=max_len, overlong=overlong)
+    report = dict(
+        conversations=len(conversations),
+        kept=0,
+        truncated=0,
+        dropped=0,
+        max_len=max_len,
+        overlong=overlong,
+    )
     for k, (enc, (_, span)) in enumerate(zip(encodings, rendered)):
-        offsets = np.asarray(enc.offsets, dtype=np.int64).reshape(-1, 2)  # same rule as _loss_mask, vectorised
+        # same rule as _loss_mask, vectorised
+        offsets = np.asarray(enc.offsets, dtype=np.int64).reshape(-1, 2)
         ids = np.asarray(enc.ids, dtype=np.int32)
         mask = (offsets[:, 1] > span[0]) & (offsets[:, 0] < span[1])
         if len(ids) > max_len:
             if overlong == "error":
-                raise DataError(f"conversation {k} has {len(ids)} tokens > max_len={max_len} (overlong=error)")
-            if overlong == "drop" or not mask[:max_len].any():  # nothing left to learn from: drop, counted
+                raise DataError(
+                    f"conversation {k} has {len(ids)} tokens > max_len={max_len} (overlong=error)"
+                )
+            # nothing left to learn from: drop, counted
+            if overlong == "drop" or not mask[:max_len].any():
                 report["dropped"] += 1
                 continue
             ids = ids[:max_len]
@@ -106,18 +137,22 @@ def encode_sft_dataset(tok: Tokenizer, conversations, max_len: int, overlong: st
 
 
 def encode_prompts(tok: Tokenizer, problems, max_prompt_len: int, overlong: str = "drop"):
-    """Add "prompt_ids" (with the generation prompt) to each problem. Longer prompts are left-truncated
-    ("truncate", as the paper's RL does), left out ("drop") or raise ("error"). Returns (problems, report)."""
+    """Add "prompt_ids" (with the generation prompt) to each problem. Longer prompts are
+    left-truncated ("truncate", as the paper's RL does), left out ("drop") or raise ("error").
+    Returns (problems, report)."""
     if overlong not in ("truncate", "drop", "error"):
         raise ValueError(f"overlong={overlong!r}: use truncate, drop or error")
     kept = []
-    report = dict(prompts=len(problems), kept=0, truncated=0, dropped=0,
-                  max_prompt_len=max_prompt_len)
+    report = dict(
+        prompts=len(problems), kept=0, truncated=0, dropped=0, max_prompt_len=max_prompt_len
+    )
     for p in problems:
         ids = encode_prompt(tok, p["prompt"])
         if len(ids) > max_prompt_len:
             if overlong == "error":
-                raise DataError(f"prompt {p['id']} has {len(ids)} tokens > max_prompt_len={max_prompt_len}")
+                raise DataError(
+                    f"prompt {p['id']} has {len(ids)} tokens > max_prompt_len={max_prompt_len}"
+                )
             if overlong == "drop":
                 report["dropped"] += 1
                 continue
@@ -131,16 +166,24 @@ def encode_prompts(tok: Tokenizer, problems, max_prompt_len: int, overlong: str 
 def encode_prompt(tok: Tokenizer, messages_or_text, enable_thinking: bool = True) -> list:
     """Token ids of a prompt ending in the generation prompt `<|im_start|>assistant\\n`.
     Takes a user message as a string, or a list of messages."""
-    return tok.encode(render_chat(chat_messages(messages_or_text), True, enable_thinking), add_special_tokens=False).ids
+    return tok.encode(
+        render_chat(chat_messages(messages_or_text), True, enable_thinking),
+        add_special_tokens=False,
+    ).ids
 
 
 def chat_messages(messages_or_text) -> list:
     """A prompt as chat messages: a string is one user turn; a list of messages stays as it is."""
-    return [{"role": "user", "content": messages_or_text}] if isinstance(messages_or_text, str) else messages_or_text
+    return (
+        [{"role": "user", "content": messages_or_text}]
+        if isinstance(messages_or_text, str)
+        else messages_or_text
+    )
 
 
 def encode_chat(tok: Tokenizer, messages) -> tuple:
-    """(input_ids, loss_mask) of the rendered conversation; loss_mask = 1 on the final assistant turn
+    """(input_ids, loss_mask) of the rendered conversation; loss_mask = 1 on the final assistant
+    turn
     (think block, answer, <|im_end|>). The ids are those of tokenizing render_chat(messages) whole."""
     if messages[-1].get("role") != "assistant":
         raise ValueError("encode_chat needs a conversation that ends with an assistant turn")
@@ -172,7 +215,9 @@ def _render(messages, add_generation_prompt: bool, enable_thinking: bool):
     last_query = len(messages) - 1
     for i in range(len(messages) - 1, -1, -1):
         c = messages[i]["content"]
-        if messages[i]["role"] == "user" and not (c.startswith("<tool_response>") and c.endswith("</tool_response>")):
+        if messages[i]["role"] == "user" and not (
+            c.startswith("<tool_response>") and c.endswith("</tool_response>")
+        ):
             last_query = i
             break
     for i, message in enumerate(messages):
@@ -185,7 +230,9 @@ def _render(messages, add_generation_prompt: bool, enable_thinking: bool):
             if reasoning is None:
                 reasoning = ""
                 if "</think>" in content:
-                    reasoning = content.split("</think>")[0].rstrip("\n").split("<think>")[-1].lstrip("\n")
+                    reasoning = (
+                        content.split("</think>")[0].rstrip("\n").split("<think>")[-1].lstrip("\n")
+                    )
                     content = content.split("</think>")[-1].lstrip("\n")
             if i > last_query and (i == len(messages) - 1 or reasoning):
                 body = "<think>\n" + reasoning.strip("\n") + "\n</think>\n\n" + content.lstrip("\n")
@@ -196,7 +243,9 @@ def _render(messages, add_generation_prompt: bool, enable_thinking: bool):
             parts.append(head + body + "<|im_end|>\n")
             span = (start, start + len(body) + len("<|im_end|>"))
     if add_generation_prompt:
-        parts.append("<|im_start|>assistant\n" + ("" if enable_thinking else "<think>\n\n</think>\n\n"))
+        parts.append(
+            "<|im_start|>assistant\n" + ("" if enable_thinking else "<think>\n\n</think>\n\n")
+        )
     return "".join(parts), span
 
 
@@ -207,8 +256,10 @@ def _check_messages(messages) -> None:
         roles = ("system", "user", "assistant")
         if not isinstance(message, dict) or message.get("role") not in roles:
             role = message.get("role") if isinstance(message, dict) else message
-            raise ValueError(f"messages[{i}]: role {role!r} is not supported (system, user, assistant; "
-                             "tool calls are not supported by this implementation)")
+            raise ValueError(
+                f"messages[{i}]: role {role!r} is not supported (system, user, assistant; "
+                "tool calls are not supported by this implementation)"
+            )
         if not isinstance(message.get("content"), str):
             content_type = type(message.get("content")).__name__
             raise ValueError(f"messages[{i}].content must be a string, got {content_type}")
@@ -217,45 +268,52 @@ def _check_messages(messages) -> None:
 
 
 # ----------------------------------------------------------------------------- 2. the loaders
-# Each reads JSON lines, a .json array or .parquet (they keep their `_jsonl` names); every format is in
-# docs/data_formats.md. Each returns Records: the records, and .report (read, kept, dropped and why).
+# Each reads JSON lines, a .json array or .parquet (they keep their `_jsonl` names); every format is
+# in docs/data_formats.md. Each returns Records: the records, and .report (read, kept, dropped and
+# why).
+
 
 def load_sft_jsonl(path: str, skip_bad_rows: bool = False) -> Records:
-    """Conversations (lists of {"role", "content"[, "reasoning_content"]}) from the SFT formats (docs/data_formats.md) (ShareGPT's
-    `from` may be human/user/gpt/assistant/system), each ending with the assistant turn SFT learns. OpenThoughts'
-    reasoning markers become `<think>`, and a system prompt that asks for those markers is dropped (counted)."""
+    """Conversations (lists of {"role", "content"[, "reasoning_content"]}) from the SFT formats
+    (docs/data_formats.md) (ShareGPT's `from` may be human/user/gpt/assistant/system), each ending
+    with the assistant turn SFT learns. OpenThoughts' reasoning markers become `<think>`, and a
+    system prompt that asks for those markers is dropped (counted)."""
     return formats.load("sft", path, skip_bad_rows)
 
 
 def load_responses(path: str, skip_bad_rows: bool = False) -> Records:
-    """Prompts with their teacher responses: {"id", "prompt" (a string, or a list of messages), "answer" (the math
-    answer to verify against, or None), "source" (the row's format), "responses": [{"content", "correct"}]}, plus
-    "tests" where a code row carries them. `content` is the assistant turn in Qwen3's format
-    (`<think>\\n{reasoning}\\n</think>\\n\\n{answer}`); `correct` is the source's own verdict, or None.
+    """Prompts with their teacher responses: {"id", "prompt" (a string, or a list of messages),
+    "answer" (the math answer to verify against, or None), "source" (the row's format), "responses":
+    [{"content", "correct"}]}, plus "tests" where a code row carries them. `content` is the
+    assistant turn in Qwen3's format (`<think>\\n{reasoning}\\n</think>\\n\\n{answer}`); `correct`
+    is the source's own verdict, or None.
     - OpenR1-Math-220k: every one of `generations`, correct = `correctness_math_verify`; a generation that never
       closes its reasoning (cut at the length limit) is left out and counted ("unfinished_responses").
     - every SFT row load_sft_jsonl reads: its final assistant turn, correct None.
-    A row with Countdown's {target, nums} also gives "numbers", "target" and "kind": "countdown" (the task its
-    responses are verified on).
-    A placeholder answer (`proof`, `notfound`) becomes None, counted ("answers_not_gradable")."""
+    A row with Countdown's {target, nums} also gives "numbers", "target" and "kind": "countdown"
+    (the task its responses are verified on). A placeholder answer (`proof`, `notfound`) becomes
+    None, counted ("answers_not_gradable")."""
     return formats.load("responses", path, skip_bad_rows)
 
 
 def load_math_jsonl(path: str, skip_bad_rows: bool = False) -> Records:
-    """Math problems {id, prompt, answer[, answers]} from the math formats above (`messages` + `meta.solution`: the
-    authors' AIME files; `messages` + `answer`: their HMMT file); a numeric answer becomes a string. `answers` (all
-    acceptable answers, answer = answers[0]) is there only when a row gives more than one (Skywork-OR1's lists):
-    a response is right if it matches any of them. A row whose answer cannot be graded (empty, a placeholder
-    such as NuminaMath-1.5's "proof" / "notfound", question_type "proof") is an UngradableRow. A Countdown row
-    (TinyZero's {target, nums}) is {id, prompt, numbers, target, kind: "countdown"}: reward.py grades it with
-    Countdown's checker, not math-verify."""
+    """Math problems {id, prompt, answer[, answers]} from the math formats above (`messages` +
+    `meta.solution`: the authors' AIME files; `messages` + `answer`: their HMMT file); a numeric
+    answer becomes a string. `answers` (all acceptable answers, answer = answers[0]) is there only
+    when a row gives more than one (Skywork-OR1's lists): a response is right if it matches any of
+    them. A row whose answer cannot be graded (empty, a placeholder such as NuminaMath-1.5's "proof"
+    / "notfound", question_type "proof") is an UngradableRow. A Countdown row (TinyZero's {target,
+    nums}) is {id, prompt, numbers, target, kind: "countdown"}: reward.py grades it with Countdown's
+    checker, not math-verify."""
     return formats.load("math", path, skip_bad_rows)
 
 
-def load_code_jsonl(path: str, min_tests: int = 1, pass_rate_field: str = "", skip_bad_rows: bool = False) -> Records:
-    """Code problems {id, line, prompt, tests[, solutions][, pass_rate][, contest_date]} (line: n of the row in the
-    file) from the code formats above. The prompt is the question plus its starter code in a ```python block (verl:
-    the `prompt` messages as they are).
+def load_code_jsonl(
+    path: str, min_tests: int = 1, pass_rate_field: str = "", skip_bad_rows: bool = False
+) -> Records:
+    """Code problems {id, line, prompt, tests[, solutions][, pass_rate][, contest_date]} (line: n of
+    the row in the file) from the code formats above. The prompt is the question plus its starter
+    code in a ```python block (verl: the `prompt` messages as they are).
     - Problems with fewer than `min_tests` tests are dropped and counted in the report (the paper keeps only
       those with >= 16). A row whose tests cannot be run (all its asserts unconvertible, another language than
       Python, pytest files) is an UngradableRow.
@@ -263,23 +321,32 @@ def load_code_jsonl(path: str, min_tests: int = 1, pass_rate_field: str = "", sk
     - `pass_rate`: with pass_rate_field="FIELD" (dotted path, a rate in [0, 1]) or "FIELD/N" (a count out of
       N samples), a stronger model's pass rate, e.g. "pass_rate", or Skywork-OR1's correct-of-16 counts
       "extra_info.model_difficulty.DeepSeek-R1-Distill-Qwen-32B/16". A row without that field is an error."""
-    problems = formats.load("code", path, skip_bad_rows, min_tests=min_tests, pass_rate_field=pass_rate_field)
+    problems = formats.load(
+        "code", path, skip_bad_rows, min_tests=min_tests, pass_rate_field=pass_rate_field
+    )
     if not problems:
-        raise DataError(f"{path}: no problem has at least min_tests={min_tests} tests ({problems.report})")
+        raise DataError(
+            f"{path}: no problem has at least min_tests={min_tests} tests ({problems.report})"
+        )
     return problems
 
 
 def in_date_window(problems: list, path: str, date_from: str, date_to: str) -> list:
-    """Code problems with date_from <= contest_date < date_to (YYYY-MM-DD): LiveCodeBench's versions are windows."""
+    """Code problems with date_from <= contest_date < date_to (YYYY-MM-DD): LiveCodeBench's versions
+    are windows."""
     kept = []
     for p in problems:
         if "contest_date" not in p:
-            raise DataError(f"{path}: problem {p['id']} has no contest_date, but --date_from/--date_to was given")
+            raise DataError(
+                f"{path}: problem {p['id']} has no contest_date, but --date_from/--date_to was given"
+            )
         try:
             day = datetime.date.fromisoformat(p["contest_date"][:10]).isoformat()
         except ValueError:
-            raise DataError(f"{path}: problem {p['id']}: contest_date {p['contest_date']!r} "
-                                 "does not start with YYYY-MM-DD") from None
+            raise DataError(
+                f"{path}: problem {p['id']}: contest_date {p['contest_date']!r} "
+                "does not start with YYYY-MM-DD"
+            ) from None
         if (not date_from or day >= date_from) and (not date_to or day < date_to):
             kept.append(p)
     return kept
@@ -290,23 +357,29 @@ def rl_prompts(cfg, tok: Tokenizer) -> tuple:
     (left-truncated to --max_prompt_len), as dicts {id, kind: math|countdown|code, prompt,
     answer|numbers+target|tests, prompt_ids}; code prompts below --min_pass_rate (a stronger
     model's, --pass_rate_field) dropped: the paper's filter. The held-out problems evaluated every
-    --eval_every steps, as read (eval.py encodes them): --eval_data, else the toy's held-out set when
-    the RL prompts are the toy's, else none (a toy's accuracy would say nothing of a real model).
-    Returns (RL prompts, held-out problems, the lines that say what was read)."""
+    --eval_every steps, as read (eval.py encodes them): --eval_data, else the toy's held-out set
+    when the RL prompts are the toy's, else none (a toy's accuracy would say nothing of a real
+    model). Returns (RL prompts, held-out problems, the lines that say what was read)."""
     tasks = []
     report = []
     math_data = cfg.math_data
     eval_data = cfg.eval_data
-    if not (cfg.math_data or cfg.code_data or cfg.toy == "none"):   # the toy's prompts
+    if not (cfg.math_data or cfg.code_data or cfg.toy == "none"):  # the toy's prompts
         math_data = read(f"--toy={cfg.toy}", toy_files, cfg.toy, "rl")
         eval_data = eval_data or read(f"--toy={cfg.toy}", toy_files, cfg.toy, "held_out")
     if math_data:
         problems = read("--math_data", load_math_jsonl, math_data, skip_bad_rows=cfg.skip_bad_rows)
         report.append(f"math data: {problems.report}")
-        tasks += [{"kind": "math", **p} for p in problems]   # a Countdown row is of kind countdown
+        tasks += [{"kind": "math", **p} for p in problems]  # a Countdown row is of kind countdown
     if cfg.code_data:
-        problems = read("--code_data", load_code_jsonl, cfg.code_data, min_tests=cfg.min_tests,
-                        pass_rate_field=cfg.pass_rate_field, skip_bad_rows=cfg.skip_bad_rows)
+        problems = read(
+            "--code_data",
+            load_code_jsonl,
+            cfg.code_data,
+            min_tests=cfg.min_tests,
+            pass_rate_field=cfg.pass_rate_field,
+            skip_bad_rows=cfg.skip_bad_rows,
+        )
         trusted = [p for p in problems if p.get("pass_rate", 1.0) >= cfg.min_pass_rate]
         below = len(problems) - len(trusted)
         report.append(f"code data: {problems.report}; {below} below --min_pass_rate")
@@ -315,29 +388,43 @@ def rl_prompts(cfg, tok: Tokenizer) -> tuple:
         raise input_error("no RL prompts: give --math_data / --code_data, or --toy=countdown|sums")
     tasks, encoded = encode_prompts(tok, tasks, cfg.max_prompt_len, overlong="truncate")
     report.append(f"prompts: {encoded}")
-    held_out = []   # as read: eval.py encodes what it evaluates
+    held_out = []  # as read: eval.py encodes what it evaluates
     if eval_data:
         held_out = [{"kind": "math", **p} for p in read("--eval_data", load_math_jsonl, eval_data)]
-        held_out = held_out[:cfg.eval_problems]
+        held_out = held_out[: cfg.eval_problems]
     elif cfg.eval_every:
-        report.append("held-out evaluation: off (--math_data/--code_data without --eval_data); "
-                      "give --eval_data=FILE to evaluate every --eval_every steps, "
-                      "or run eval.py on the exports")
+        report.append(
+            "held-out evaluation: off (--math_data/--code_data without --eval_data); "
+            "give --eval_data=FILE to evaluate every --eval_every steps, "
+            "or run eval.py on the exports"
+        )
     return tasks, held_out, report
 
 
 # ----------------------------------------------------------------------------- 3. packing
 
-class PackedLoader:
-    """Packed rows for SFT, the same on every rank: shuffled by (seed, epoch), each optimizer step takes
-    rows_per_step rows, rank r gets the r-th contiguous slice of them. The last step of an epoch is filled
-    with all-padding rows (no loss), so every rank runs the same number of steps. state_dict() holds the
-    epoch and step, so a restart continues with the next unseen step."""
 
-    def __init__(self, examples, row_tokens: int, rows_per_step: int, pad_id: int, *, seed: int = 0,
-                 rank: int = 0, world_size: int = 1):
+class PackedLoader:
+    """Packed rows for SFT, the same on every rank: shuffled by (seed, epoch), each optimizer step
+    takes rows_per_step rows, rank r gets the r-th contiguous slice of them. The last step of an
+    epoch is filled with all-padding rows (no loss), so every rank runs the same number of steps.
+    state_dict() holds the epoch and step, so a restart continues with the next unseen step."""
+
+    def __init__(
+        self,
+        examples,
+        row_tokens: int,
+        rows_per_step: int,
+        pad_id: int,
+        *,
+        seed: int = 0,
+        rank: int = 0,
+        world_size: int = 1,
+    ):
         if rows_per_step % world_size:
-            raise ValueError(f"rows_per_step={rows_per_step} must be a multiple of world_size={world_size}")
+            raise ValueError(
+                f"rows_per_step={rows_per_step} must be a multiple of world_size={world_size}"
+            )
         if not examples:
             raise ValueError("PackedLoader got no examples")
         self.examples = examples
@@ -351,7 +438,8 @@ class PackedLoader:
         self.num_rows = len(self.rows)
         self.steps_per_epoch = -(-self.num_rows // rows_per_step)
         self.empty_rows_per_epoch = self.steps_per_epoch * rows_per_step - self.num_rows
-        self.efficiency = sum(len(x) for x, _ in examples) / (self.num_rows * row_tokens)  # real / packed tokens
+        # real / packed tokens
+        self.efficiency = sum(len(x) for x, _ in examples) / (self.num_rows * row_tokens)
         self.epoch = 0
         self.step = 0
         self._order_epoch = None
@@ -368,10 +456,11 @@ class PackedLoader:
         return self._order
 
     def rows_for(self, epoch: int, step: int) -> list:
-        """This rank's rows of one step: a list of rows_per_step / world_size dicts of (row_tokens,) tensors."""
+        """This rank's rows of one step: a list of rows_per_step / world_size dicts of (row_tokens,)
+        tensors."""
         per_rank = self.rows_per_step // self.world_size
         start = step * self.rows_per_step + self.rank * per_rank
-        picked = self._epoch_order(epoch)[start:start + per_rank]
+        picked = self._epoch_order(epoch)[start : start + per_rank]
         rows = [None if r is None else self.rows[r] for r in picked]
         return _build_rows(self.examples, rows, self.row_tokens, self.pad_id)
 
@@ -385,34 +474,46 @@ class PackedLoader:
         return rows
 
     def state_dict(self) -> dict:
-        return dict(epoch=self.epoch, step=self.step, seed=self.seed, rows_per_step=self.rows_per_step,
-                    num_rows=self.num_rows)
+        return dict(
+            epoch=self.epoch,
+            step=self.step,
+            seed=self.seed,
+            rows_per_step=self.rows_per_step,
+            num_rows=self.num_rows,
+        )
 
     def load_state_dict(self, state: dict) -> None:
         for key in ("seed", "rows_per_step", "num_rows"):
             if state[key] != getattr(self, key):
-                raise DataError(f"cannot resume: the checkpoint's data loader had {key}={state[key]}, now "
-                                 f"{getattr(self, key)}; resume with the same data, seed and batch settings")
+                raise DataError(
+                    f"cannot resume: the checkpoint's data loader had {key}={state[key]}, now "
+                    f"{getattr(self, key)}; resume with the same data, seed and batch settings"
+                )
         self.epoch = int(state["epoch"])
         self.step = int(state["step"])
 
 
 def pack_examples(examples, row_tokens: int, pad_id: int) -> list:
-    """Pack (input_ids, loss_mask) pairs into rows: a list of dicts of (row_tokens,) tensors input_ids,
-    loss_mask (bool), position_ids (restart at 0 per document) and document_ids (0, 1, ... per row)."""
-    return _build_rows(examples, plan_packing([len(x) for x, _ in examples], row_tokens), row_tokens, pad_id)
+    """Pack (input_ids, loss_mask) pairs into rows: a list of dicts of (row_tokens,) tensors
+    input_ids, loss_mask (bool), position_ids (restart at 0 per document) and document_ids (0, 1,
+    ... per row)."""
+    return _build_rows(
+        examples, plan_packing([len(x) for x, _ in examples], row_tokens), row_tokens, pad_id
+    )
 
 
 def plan_packing(lengths, row_tokens: int) -> list:
-    """Best-fit decreasing: longest document first, into the row whose free space fits it most tightly.
-    Returns rows as lists of document indices. Deterministic (ties broken by index)."""
+    """Best-fit decreasing: longest document first, into the row whose free space fits it most
+    tightly. Returns rows as lists of document indices. Deterministic (ties broken by index)."""
     too_long = [i for i, n in enumerate(lengths) if n > row_tokens or n <= 0]
     if too_long:
         i = too_long[0]
-        raise DataError(f"{len(too_long)} documents do not fit a row (e.g. #{i}: {lengths[i]} tokens, row_tokens="
-                         f"{row_tokens}); cut or drop them first (encode_sft_dataset's max_len <= row_tokens)")
+        raise DataError(
+            f"{len(too_long)} documents do not fit a row (e.g. #{i}: {lengths[i]} tokens, row_tokens="
+            f"{row_tokens}); cut or drop them first (encode_sft_dataset's max_len <= row_tokens)"
+        )
     rows = []
-    free = []   # sorted (space left, row index)
+    free = []  # sorted (space left, row index)
     for i in sorted(range(len(lengths)), key=lambda i: (-lengths[i], i)):
         j = bisect.bisect_left(free, (lengths[i], -1))  # smallest space that still fits
         if j < len(free):
@@ -463,12 +564,18 @@ def shared_prompt_layout(row: list, share_prompts: bool = False) -> dict:
     sequence is a document [prompt; response]; with share_prompts a group's prompt goes in once, as
     its own document, and each response is a document continuing it (positions going on from the
     prompt's), so each token sees what it would see in its own sequence."""
-    layout = dict(input_ids=[], position_ids=[], document_ids=[], prefix_docs=[],
-                  logit_positions=[], targets=[])
+    layout = dict(
+        input_ids=[],
+        position_ids=[],
+        document_ids=[],
+        prefix_docs=[],
+        logit_positions=[],
+        targets=[],
+    )
     ids = layout["input_ids"]
     group = None
-    prompt_doc = -1       # the document of the group's prompt in this row
-    prompt_last = -1      # the position of its last token: it predicts each response's first token
+    prompt_doc = -1  # the document of the group's prompt in this row
+    prompt_last = -1  # the position of its last token: it predicts each response's first token
 
     def add(tokens, positions, prefix):
         layout["document_ids"].extend([len(layout["prefix_docs"])] * len(tokens))
@@ -485,7 +592,7 @@ def shared_prompt_layout(row: list, share_prompts: bool = False) -> dict:
             first = start + prompt_len - 1
             layout["logit_positions"].extend(range(first, first + response_len))
         else:
-            if s.group != group:                             # a new prompt: its own document
+            if s.group != group:  # a new prompt: its own document
                 group = s.group
                 prompt_doc = len(layout["prefix_docs"])
                 prompt_last = len(ids) + prompt_len - 1
@@ -498,15 +605,15 @@ def shared_prompt_layout(row: list, share_prompts: bool = False) -> dict:
 
 
 def _build_rows(examples, rows, row_tokens: int, pad_id: int) -> list:
-    """Materialise rows (lists of example indices, or None for an all-padding row): one dict of (row_tokens,)
-    tensors per row, views of (B, row_tokens) tensors built at once."""
+    """Materialise rows (lists of example indices, or None for an all-padding row): one dict of
+    (row_tokens,) tensors per row, views of (B, row_tokens) tensors built at once."""
     B = len(rows)
     ids = np.full((B, row_tokens), pad_id, dtype=np.int64)
     mask = np.zeros((B, row_tokens), dtype=bool)
     pos = np.zeros((B, row_tokens), dtype=np.int64)
     doc = np.zeros((B, row_tokens), dtype=np.int64)
     for b, row in enumerate(rows):
-        start = 0   # where the row's next document goes
+        start = 0  # where the row's next document goes
         for d, i in enumerate(row or []):
             input_ids, loss_mask = examples[i]
             end = start + len(input_ids)
@@ -518,31 +625,50 @@ def _build_rows(examples, rows, row_tokens: int, pad_id: int) -> list:
         pos[b, start:] = np.arange(row_tokens - start)  # padding: one more document of its own
         doc[b, start:] = len(row or [])
     import torch  # here, not at the top: reading data (tools/data_stats.py) needs no torch
-    batch = dict(input_ids=torch.from_numpy(ids), loss_mask=torch.from_numpy(mask),
-                 position_ids=torch.from_numpy(pos), document_ids=torch.from_numpy(doc))
+
+    batch = dict(
+        input_ids=torch.from_numpy(ids),
+        loss_mask=torch.from_numpy(mask),
+        position_ids=torch.from_numpy(pos),
+        document_ids=torch.from_numpy(doc),
+    )
     return [{k: v[b] for k, v in batch.items()} for b in range(B)]
 
 
 # ----------------------------------------------------------------------------- the toy's files
 
-# The toy tasks are data sets like the others: `python tools/toy.py --task=TASK` writes them into out/toy/TASK/
-# (Countdown: docs/toy_countdown.md; sums: docs/toy_sums.md). With no data option, sft.py, gppo.py and eval.py read
-# the files of the task their --toy option names: {task: {what: the files under out/toy/TASK/}}, what being the
-# tokenizer, the RL prompts (gppo.py), the held-out set of the RL runs (gppo.py) and eval.py's sets.
+# The toy tasks are data sets like the others: `python tools/toy.py --task=TASK` writes them into
+# out/toy/TASK/ (Countdown: docs/toy_countdown.md; sums: docs/toy_sums.md). With no data option,
+# sft.py, gppo.py and eval.py read the files of the task their --toy option names: {task: {what: the
+# files under out/toy/TASK/}}, what being the tokenizer, the RL prompts (gppo.py), the held-out set
+# of the RL runs (gppo.py) and eval.py's sets.
 TOY_FILES = {
-    "countdown": dict(tokenizer="tokenizer", rl="rl/countdown_3.jsonl", held_out="test/countdown_3.jsonl",
-                      eval_math="test/countdown_3.jsonl,test/countdown_4.jsonl", eval_code="test/toy_code.jsonl"),
-    "sums": dict(tokenizer="tokenizer", rl="rl/toy_math.jsonl", held_out="test/toy_math.jsonl",
-                 eval_math="test/toy_math.jsonl", eval_code="test/toy_code.jsonl")}
-TOY_TASKS = (*TOY_FILES, "none")   # none: no toy; the data options must be given
+    "countdown": dict(
+        tokenizer="tokenizer",
+        rl="rl/countdown_3.jsonl",
+        held_out="test/countdown_3.jsonl",
+        eval_math="test/countdown_3.jsonl,test/countdown_4.jsonl",
+        eval_code="test/toy_code.jsonl",
+    ),
+    "sums": dict(
+        tokenizer="tokenizer",
+        rl="rl/toy_math.jsonl",
+        held_out="test/toy_math.jsonl",
+        eval_math="test/toy_math.jsonl",
+        eval_code="test/toy_code.jsonl",
+    ),
+}
+TOY_TASKS = (*TOY_FILES, "none")  # none: no toy; the data options must be given
 
 
 def toy_files(task: str, what: str) -> str:
-    """The toy's files of one kind (comma-separated, as the data options take them), each checked: a missing one is
-    a FileNotFoundError that names the command writing them."""
+    """The toy's files of one kind (comma-separated, as the data options take them), each checked: a
+    missing one is a FileNotFoundError that names the command writing them."""
     paths = [os.path.join("out", "toy", task, name) for name in TOY_FILES[task][what].split(",")]
     for path in paths:
         if not os.path.exists(path):
-            raise FileNotFoundError(f"no {path}: the {task} toy's files are written by `python tools/toy.py "
-                                    f"--task={task}`")
+            raise FileNotFoundError(
+                f"no {path}: the {task} toy's files are written by `python tools/toy.py "
+                f"--task={task}`"
+            )
     return ",".join(paths)

@@ -1,14 +1,15 @@
-"""Distillation, the paper's SFT data recipe (arXiv 2508.07629, §2): sample a teacher k times per prompt, verify every
-response, keep responses by the prompt's difficulty, drop duplicate prompts and those overlapping the benchmarks.
-For prompt i with k responses, c_i of them verified correct:
+"""Distillation, the paper's SFT data recipe (arXiv 2508.07629, §2): sample a teacher k times per
+prompt, verify every response, keep responses by the prompt's difficulty, drop duplicate prompts and
+those overlapping the benchmarks. For prompt i with k responses, c_i of them verified correct:
     d_i = c_i / k                                   the prompt's difficulty: the teacher's pass rate on it
     kept_i = all k responses       if d_i < 1/2     hard: the wrong ones too (the paper's "mixed" data)
              the c_i correct ones  otherwise        easy: only the correct ones
-(the paper: mixed data helps on hard prompts, AIME24 47.29 vs 45.63, and hurts on easy ones, 45.00 vs 40.22;
---keep=correct and --keep=all are that ablation's arms). The teacher: a server speaking OpenAI's chat completions
-(vLLM, SGLang, an API) or a local Qwen3 checkpoint, or responses already written (OpenR1-Math-220k's; the toy
-teacher's, which `python tools/toy.py` writes); samples are journalled as they arrive, so a rerun of the same command
-asks only for what is missing. docs/distillation.md: every option, the outputs.
+(the paper: mixed data helps on hard prompts, AIME24 47.29 vs 45.63, and hurts on easy ones, 45.00
+vs 40.22; --keep=correct and --keep=all are that ablation's arms). The teacher: a server speaking
+OpenAI's chat completions (vLLM, SGLang, an API) or a local Qwen3 checkpoint, or responses already
+written (OpenR1-Math-220k's; the toy teacher's, which `python tools/toy.py` writes); samples are
+journalled as they arrive, so a rerun of the same command asks only for what is missing.
+docs/distillation.md: every option, the outputs.
   python distill.py --server=http://localhost:8000/v1 --served_model=deepseek-ai/DeepSeek-R1-0528 --k=16 \
       --math_prompts=numinamath-1.5.parquet --benchmarks=aime24.jsonl,aime25.jsonl --out_dir=out/distill
   python distill.py --responses=openr1-math-220k.parquet --out_dir=out/openr1   # responses already there: the rule
@@ -16,7 +17,8 @@ asks only for what is missing. docs/distillation.md: every option, the outputs.
       --responses=$T/teacher/countdown_3.jsonl,$T/teacher/countdown_4.jsonl,$T/teacher/toy_code.jsonl \
       --benchmarks=$T/test/countdown_3.jsonl,$T/test/countdown_4.jsonl      # the toy, as bash train.sh runs it
 """
-from __future__ import annotations   # Journal, the resumable store, is defined at the end
+
+from __future__ import annotations  # Journal, the resumable store, is defined at the end
 
 import hashlib
 import json
@@ -34,12 +36,13 @@ import data
 import reward
 from parts.chat_client import ChatRequest, ClientConfig, ServerRefused, assistant_turn, sample_chat
 
-# ============================================================================= 1. prompts: duplicates, decontamination
+# ============================================================================= 1. prompts:
+# duplicates, decontamination
 
 
 def read_benchmarks(paths: list) -> list:
-    """[(benchmark name, item id, text)] of benchmark files (math or code, guessed from the first row; any layout
-    data.py's loaders read; read whole, as eval.py reads them)."""
+    """[(benchmark name, item id, text)] of benchmark files (math or code, guessed from the first
+    row; any layout data.py's loaders read; read whole, as eval.py reads them)."""
     items = []
     for path in paths:
         if not os.path.isfile(path):
@@ -52,9 +55,10 @@ def read_benchmarks(paths: list) -> list:
 
 
 class Decontaminator:
-    """Which benchmark items a prompt overlaps: they share a run of n words (n-grams as open-r1's decontaminate.py
-    builds them, on words normalised as words() does). An item shorter than n words matches when all its words appear
-    in a row in the prompt (otherwise a short item could never match)."""
+    """Which benchmark items a prompt overlaps: they share a run of n words (n-grams as open-r1's
+    decontaminate.py builds them, on words normalised as words() does). An item shorter than n words
+    matches when all its words appear in a row in the prompt (otherwise a short item could never
+    match)."""
 
     def __init__(self, items: list, n: int = 8):
         """items: [(benchmark name, item id, text)]."""
@@ -66,27 +70,29 @@ class Decontaminator:
             if len(w) < n:
                 self.short.setdefault(len(w), {}).setdefault(tuple(w), set()).add((bench, item))
             for i in range(len(w) - n + 1):
-                self.ngrams.setdefault(" ".join(w[i:i + n]), set()).add((bench, item))
+                self.ngrams.setdefault(" ".join(w[i : i + n]), set()).add((bench, item))
 
     def matches(self, text: str, text_words: list | None = None) -> set:
-        """The (benchmark, item) pairs `text` overlaps (text_words: its words(), if already computed)."""
+        """The (benchmark, item) pairs `text` overlaps (text_words: its words(), if already
+        computed)."""
         text_words = text_words if text_words is not None else words(text)
         hits = set()
         for i in range(len(text_words) - self.n + 1):
-            found = self.ngrams.get(" ".join(text_words[i:i + self.n]))
+            found = self.ngrams.get(" ".join(text_words[i : i + self.n]))
             if found:
                 hits |= found
-        for length, table in self.short.items():   # items shorter than n words, matched whole
+        for length, table in self.short.items():  # items shorter than n words, matched whole
             for i in range(len(text_words) - length + 1) if length else ():
-                found = table.get(tuple(text_words[i:i + length]))
+                found = table.get(tuple(text_words[i : i + length]))
                 if found:
                     hits |= found
         return hits
 
 
 class PromptFilter:
-    """Keeps a prompt unless its normalised text was seen before (an exact duplicate) or it overlaps a benchmark item;
-    counts both per source and remembers which benchmark items matched which prompts."""
+    """Keeps a prompt unless its normalised text was seen before (an exact duplicate) or it overlaps
+    a benchmark item; counts both per source and remembers which benchmark items matched which
+    prompts."""
 
     def __init__(self, decontaminator: Decontaminator | None):
         self.decontaminator = decontaminator
@@ -113,14 +119,20 @@ class PromptFilter:
         return True
 
     def report(self) -> dict:
-        hits = [dict(benchmark=b, item=i, prompts=len(keys), examples=keys[:5])
-                for (b, i), keys in sorted(self.hits.items(), key=lambda kv: (kv[0][0], str(kv[0][1])))]
-        return dict(sources={s: dict(c) for s, c in self.counts.items()}, benchmark_items_matched=len(hits), hits=hits)
+        hits = [
+            dict(benchmark=b, item=i, prompts=len(keys), examples=keys[:5])
+            for (b, i), keys in sorted(self.hits.items(), key=lambda kv: (kv[0][0], str(kv[0][1])))
+        ]
+        return dict(
+            sources={s: dict(c) for s, c in self.counts.items()},
+            benchmark_items_matched=len(hits),
+            hits=hits,
+        )
 
 
 def words(text: str) -> list:
-    """The words of a text after normalisation: NFKC, lower case, runs of letters and digits (so punctuation, spacing
-    and line breaks do not matter)."""
+    """The words of a text after normalisation: NFKC, lower case, runs of letters and digits (so
+    punctuation, spacing and line breaks do not matter)."""
     return re.findall(r"\w+", unicodedata.normalize("NFKC", text).lower())
 
 
@@ -128,11 +140,14 @@ def prompt_text(prompt) -> str:
     """The text of a prompt: the string, or the contents of its messages."""
     return prompt if isinstance(prompt, str) else "\n".join(m["content"] for m in prompt)
 
-# ============================================================================= 2. the recipe's configuration
+
+# ============================================================================= 2. the recipe's
+# configuration
 
 
 @dataclass
 class DistillConfig:
+    # fmt: off
     # prompts: comma-separated files (.jsonl, .json or .parquet), in any layout data.py reads
     math_prompts: str = ""          # problem + answer (data.load_math_jsonl): responses verified by math-verify
     code_prompts: str = ""          # problems with tests (data.load_code_jsonl): responses run in reward.py's sandbox
@@ -180,26 +195,51 @@ class DistillConfig:
     code_timeout_s: float = 6.0     # wall clock per code test (LiveCodeBench's limit)
     out_dir: str = "out/distill"    # samples.jsonl, verdicts.jsonl, sft.jsonl, report.json
     progress_s: float = 10.0        # seconds between progress lines
+    # fmt: on
 
     def __post_init__(self):
         teachers = [name for name, on in (("--server", self.server), ("--model", self.model)) if on]
         prompts = self.math_prompts or self.code_prompts or self.sft_prompts
         checks = [
             (len(teachers) <= 1, f"give one teacher, not {' and '.join(teachers)}"),
-            (bool(teachers) or not prompts, "prompts to sample need a teacher: --server or --model"),
-            (bool(prompts or self.responses), "nothing to do: give --math_prompts / --code_prompts / --sft_prompts "
-             "with a teacher, or --responses (the toy's: python tools/toy.py writes them)"),
-            (bool(prompts) or not teachers, "a teacher needs prompts: --math_prompts, --code_prompts or "
-             "--sft_prompts"),
-            (not self.server or bool(self.served_model), "--server needs --served_model (the name the server serves)"),
-            (not self.model or os.path.isdir(self.model),
-             f"--model={self.model}: no such directory" + data.hub_hint(self.model, "model")),
-            (self.keep in ("difficulty", "correct", "all"), f"--keep={self.keep!r}: use difficulty, correct or all"),
+            (
+                bool(teachers) or not prompts,
+                "prompts to sample need a teacher: --server or --model",
+            ),
+            (
+                bool(prompts or self.responses),
+                "nothing to do: give --math_prompts / --code_prompts / --sft_prompts "
+                "with a teacher, or --responses (the toy's: python tools/toy.py writes them)",
+            ),
+            (
+                bool(prompts) or not teachers,
+                "a teacher needs prompts: --math_prompts, --code_prompts or --sft_prompts",
+            ),
+            (
+                not self.server or bool(self.served_model),
+                "--server needs --served_model (the name the server serves)",
+            ),
+            (
+                not self.model or os.path.isdir(self.model),
+                f"--model={self.model}: no such directory" + data.hub_hint(self.model, "model"),
+            ),
+            (
+                self.keep in ("difficulty", "correct", "all"),
+                f"--keep={self.keep!r}: use difficulty, correct or all",
+            ),
             (0 <= self.hard_below <= 1, "--hard_below must be in [0, 1]"),
-            (self.k >= 1 and self.ngram >= 1 and self.concurrency >= 1 and self.max_retries >= 0 and self.n_per_request >= 1,
-             "--k, --ngram, --concurrency, --n_per_request >= 1 and --max_retries >= 0"),
-            ("{prompt}" in self.math_template and "{prompt}" in self.code_template,
-             "--math_template and --code_template must contain {prompt}"),
+            (
+                self.k >= 1
+                and self.ngram >= 1
+                and self.concurrency >= 1
+                and self.max_retries >= 0
+                and self.n_per_request >= 1,
+                "--k, --ngram, --concurrency, --n_per_request >= 1 and --max_retries >= 0",
+            ),
+            (
+                "{prompt}" in self.math_template and "{prompt}" in self.code_template,
+                "--math_template and --code_template must contain {prompt}",
+            ),
         ]
         for ok, why in checks:
             if not ok:
@@ -211,48 +251,76 @@ class DistillConfig:
         if not isinstance(extra, dict):
             raise ValueError(f"--extra_body={self.extra_body!r} must be a JSON object")
 
-# Why hard_below = 0.5. The paper (§2) splits its SFT prompts into easy and hard by the pass rate of a model's samples
-# (it names Qwen3-8B as the judge of difficulty) and finds that keeping incorrect responses helps on the hard part and
-# hurts on the easy part; it does not publish the cut-off, and reports that most of its prompts were hard, so it kept
-# all responses. Here the judge is the teacher itself (its k samples are already there and verified), and the cut is
-# the middle: a prompt is hard when the teacher fails more often than it succeeds (d < 1/2); a tie (exactly half
-# right) is easy, so its wrong half is dropped. With k = 16 that makes 0-7 correct hard and 8-16 easy.
+
+# Why hard_below = 0.5. The paper (§2) splits its SFT prompts into easy and hard by the pass rate of
+# a model's samples (it names Qwen3-8B as the judge of difficulty) and finds that keeping incorrect
+# responses helps on the hard part and hurts on the easy part; it does not publish the cut-off, and
+# reports that most of its prompts were hard, so it kept all responses. Here the judge is the
+# teacher itself (its k samples are already there and verified), and the cut is the middle: a prompt
+# is hard when the teacher fails more often than it succeeds (d < 1/2); a tie (exactly half right)
+# is easy, so its wrong half is dropped. With k = 16 that makes 0-7 correct hard and 8-16 easy.
 HARD_BELOW = DistillConfig.hard_below
 
 
 def teacher_info(cfg: DistillConfig) -> dict:
-    """What the samples in out_dir came from: a rerun with another teacher or other sampling must use another out_dir."""
+    """What the samples in out_dir came from: a rerun with another teacher or other sampling must
+    use another out_dir."""
     if cfg.server:
         teacher = dict(kind="server", model=cfg.served_model)
     elif cfg.model:
         teacher = dict(kind="local", model=os.path.abspath(cfg.model))
     else:
         teacher = dict(kind="none (--responses only)")
-    sampling = dict(temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k, max_tokens=cfg.max_tokens,
-                    seed=cfg.seed, math_template=cfg.math_template, code_template=cfg.code_template,
-                    extra_body=json.loads(cfg.extra_body) if cfg.extra_body else {})
+    sampling = dict(
+        temperature=cfg.temperature,
+        top_p=cfg.top_p,
+        top_k=cfg.top_k,
+        max_tokens=cfg.max_tokens,
+        seed=cfg.seed,
+        math_template=cfg.math_template,
+        code_template=cfg.code_template,
+        extra_body=json.loads(cfg.extra_body) if cfg.extra_body else {},
+    )
     return dict(teacher=teacher, sampling=sampling)
 
 
 def sample_seed(seed: int, key: str, index: int) -> int:
-    """The seed of sample `index` of prompt `key`: the same in every run, whatever was sampled before."""
-    return int.from_bytes(hashlib.sha256(f"{seed}/{key}/{index}".encode()).digest()[:4], "little") & 0x7FFFFFFF
+    """The seed of sample `index` of prompt `key`: the same in every run, whatever was sampled
+    before."""
+    return (
+        int.from_bytes(hashlib.sha256(f"{seed}/{key}/{index}".encode()).digest()[:4], "little")
+        & 0x7FFFFFFF
+    )
 
-# ============================================================================= 3. reading the prompts
+
+# ============================================================================= 3. reading the
+# prompts
 
 
 def read_prompts(cfg: DistillConfig, keep) -> tuple:
-    """(prompts, loader reports). A prompt is {key, source, messages, answers (math) or None, tests (code) or None,
-    k, responses (only from --responses)}; keep(source, key, text) says whether it stays (duplicates, benchmarks)."""
+    """(prompts, loader reports). A prompt is {key, source, messages, answers (math) or None, tests
+    (code) or None, k, responses (only from --responses)}; keep(source, key, text) says whether it
+    stays (duplicates, benchmarks)."""
     prompts = []
     reports = {}
     taken = set()
 
-    def add(source, pid, prompt, messages, **given):   # given: answers, tests, task, responses
+    def add(source, pid, prompt, messages, **given):  # given: answers, tests, task, responses
         key = f"{source}/{pid}"
         if keep(source, key, prompt_text(prompt)):
-            p = dict(key=key, source=source, messages=messages, answers=None, tests=None, task=None, k=cfg.k,
-                     responses=None) | given
+            p = (
+                dict(
+                    key=key,
+                    source=source,
+                    messages=messages,
+                    answers=None,
+                    tests=None,
+                    task=None,
+                    k=cfg.k,
+                    responses=None,
+                )
+                | given
+            )
             prompts.append(dict(p, k=len(p["responses"]) if p["responses"] else p["k"]))
 
     for path in _files(cfg.math_prompts):
@@ -261,14 +329,26 @@ def read_prompts(cfg: DistillConfig, keep) -> tuple:
         reports[source] = records.report
         for p in records:
             answers = p.get("answers", [p["answer"]]) if "answer" in p else None
-            add(source, p["id"], p["prompt"], _messages(p["prompt"], cfg.math_template), answers=answers,
-                task=countdown_task(p))
+            add(
+                source,
+                p["id"],
+                p["prompt"],
+                _messages(p["prompt"], cfg.math_template),
+                answers=answers,
+                task=countdown_task(p),
+            )
     for path in _files(cfg.code_prompts):
         records = data.load_code_jsonl(path, skip_bad_rows=cfg.skip_bad_rows)
         source = _source_name(path, taken)
         reports[source] = records.report
         for p in records:
-            add(source, p["id"], p["prompt"], _messages(p["prompt"], cfg.code_template), tests=p["tests"])
+            add(
+                source,
+                p["id"],
+                p["prompt"],
+                _messages(p["prompt"], cfg.code_template),
+                tests=p["tests"],
+            )
     for option, with_responses in ((cfg.sft_prompts, False), (cfg.responses, True)):
         for path in _files(option):
             records = data.load_responses(path, skip_bad_rows=cfg.skip_bad_rows)
@@ -276,14 +356,27 @@ def read_prompts(cfg: DistillConfig, keep) -> tuple:
             reports[source] = records.report
             for p in records:
                 answers = [p["answer"]] if p["answer"] is not None else None
-                add(source, p["id"], p["prompt"], _messages(p["prompt"]), answers=answers, tests=p.get("tests"),
-                    task=countdown_task(p), responses=p["responses"] if with_responses else None)
+                add(
+                    source,
+                    p["id"],
+                    p["prompt"],
+                    _messages(p["prompt"]),
+                    answers=answers,
+                    tests=p.get("tests"),
+                    task=countdown_task(p),
+                    responses=p["responses"] if with_responses else None,
+                )
     return prompts, reports
 
 
 def countdown_task(p: dict) -> dict | None:
-    """The task of a Countdown row (its responses are verified by Countdown's checker), else None."""
-    return dict(kind="countdown", numbers=p["numbers"], target=p["target"]) if p.get("kind") == "countdown" else None
+    """The task of a Countdown row (its responses are verified by Countdown's checker), else
+    None."""
+    return (
+        dict(kind="countdown", numbers=p["numbers"], target=p["target"])
+        if p.get("kind") == "countdown"
+        else None
+    )
 
 
 def _files(option: str) -> list:
@@ -308,10 +401,19 @@ def _messages(prompt, template: str = "{prompt}") -> list:
 
 
 def sample_server(cfg: DistillConfig, todo: list, samples: Journal) -> dict:
-    """The missing samples `todo` ([(prompt, index)]) from the server, appended to `samples` as they arrive."""
-    client = ClientConfig(url=cfg.server, model=cfg.served_model, api_key_env=cfg.api_key_env,
-                          concurrency=cfg.concurrency, timeout_s=cfg.request_timeout_s, max_retries=cfg.max_retries,
-                          backoff_s=cfg.retry_backoff_s, n_per_request=cfg.n_per_request, progress_s=cfg.progress_s)
+    """The missing samples `todo` ([(prompt, index)]) from the server, appended to `samples` as they
+    arrive."""
+    client = ClientConfig(
+        url=cfg.server,
+        model=cfg.served_model,
+        api_key_env=cfg.api_key_env,
+        concurrency=cfg.concurrency,
+        timeout_s=cfg.request_timeout_s,
+        max_retries=cfg.max_retries,
+        backoff_s=cfg.retry_backoff_s,
+        n_per_request=cfg.n_per_request,
+        progress_s=cfg.progress_s,
+    )
     sampling = dict(temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens)
     if cfg.top_k:
         sampling["top_k"] = cfg.top_k
@@ -328,18 +430,23 @@ def sample_server(cfg: DistillConfig, todo: list, samples: Journal) -> dict:
 
 
 def sample_local(cfg: DistillConfig, todo: list, samples: Journal) -> dict:
-    """The missing samples from a local Qwen3 checkpoint through rollout.py's engine (torch is imported here only).
-    A prompt's k samples are generated together with seed sample_seed(seed, prompt, 0); those already written are not
-    written again, so a rerun writes the same samples."""
+    """The missing samples from a local Qwen3 checkpoint through rollout.py's engine (torch is
+    imported here only). A prompt's k samples are generated together with seed sample_seed(seed,
+    prompt, 0); those already written are not written again, so a rerun writes the same samples."""
     import torch
 
     from model import from_pretrained
     from rollout import LLMEngine, SamplingParams
+
     use_cuda = torch.cuda.is_available() if cfg.device == "auto" else cfg.device == "cuda"
     device = torch.device("cuda" if use_cuda else "cpu")
     tokenizer = data.load_tokenizer(cfg.tokenizer or cfg.model)
-    model = from_pretrained(cfg.model, dtype=torch.bfloat16 if use_cuda else torch.float32, device=device)
-    engine = LLMEngine(model, max_num_seqs=cfg.max_num_seqs, max_model_len=cfg.max_prompt_len + cfg.max_tokens)
+    model = from_pretrained(
+        cfg.model, dtype=torch.bfloat16 if use_cuda else torch.float32, device=device
+    )
+    engine = LLMEngine(
+        model, max_num_seqs=cfg.max_num_seqs, max_model_len=cfg.max_prompt_len + cfg.max_tokens
+    )
     stop_ids = tuple(data.stop_token_ids(tokenizer))
     prompts = list({p["key"]: p for p, _ in todo}.values())
     stats = Counter()
@@ -348,22 +455,42 @@ def sample_local(cfg: DistillConfig, todo: list, samples: Journal) -> dict:
     for start in range(0, len(prompts), chunk):
         batch = []
         ids = []
-        for p in prompts[start:start + chunk]:
+        for p in prompts[start : start + chunk]:
             prompt_ids = data.encode_prompt(tokenizer, p["messages"])
             if len(prompt_ids) > cfg.max_prompt_len:
                 stats["prompts_too_long"] += 1
                 continue
             batch.append(p)
             ids.append(prompt_ids)
-        params = [SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k, n=cfg.k,
-                                 max_tokens=cfg.max_tokens, stop_token_ids=stop_ids,
-                                 seed=sample_seed(cfg.seed, p["key"], 0)) for p in batch]
+        params = [
+            SamplingParams(
+                temperature=cfg.temperature,
+                top_p=cfg.top_p,
+                top_k=cfg.top_k,
+                n=cfg.k,
+                max_tokens=cfg.max_tokens,
+                stop_token_ids=stop_ids,
+                seed=sample_seed(cfg.seed, p["key"], 0),
+            )
+            for p in batch
+        ]
 
         def on_finish(i, j, s):
-            content, closed = assistant_turn({"content": tokenizer.decode(s.token_ids, skip_special_tokens=True)})
-            if samples.append(dict(id=batch[i]["key"], sample=j, content=content, closed=closed,
-                                   finish_reason=s.finish_reason, seed=params[i].seed, prompt_tokens=len(ids[i]),
-                                   completion_tokens=len(s.token_ids))):
+            content, closed = assistant_turn(
+                {"content": tokenizer.decode(s.token_ids, skip_special_tokens=True)}
+            )
+            if samples.append(
+                dict(
+                    id=batch[i]["key"],
+                    sample=j,
+                    content=content,
+                    closed=closed,
+                    finish_reason=s.finish_reason,
+                    seed=params[i].seed,
+                    prompt_tokens=len(ids[i]),
+                    completion_tokens=len(s.token_ids),
+                )
+            ):
                 stats["samples"] += 1
                 stats["prompt_tokens"] += len(ids[i])
                 stats["completion_tokens"] += len(s.token_ids)
@@ -372,27 +499,37 @@ def sample_local(cfg: DistillConfig, todo: list, samples: Journal) -> dict:
         if batch:
             engine.generate(ids, params, on_finish=on_finish)
         elapsed = time.monotonic() - t0
-        print(f"local teacher: {min(start + chunk, len(prompts))}/{len(prompts)} prompts | {stats['completion_tokens']} "
-              f"tokens, {stats['completion_tokens'] / max(elapsed, 1e-9):.0f} tok/s", flush=True)
+        print(
+            f"local teacher: {min(start + chunk, len(prompts))}/{len(prompts)} prompts | {stats['completion_tokens']} "
+            f"tokens, {stats['completion_tokens'] / max(elapsed, 1e-9):.0f} tok/s",
+            flush=True,
+        )
     return dict(stats)
 
-# ============================================================================= 5. verification and the rule
+
+# ============================================================================= 5. verification and
+# the rule
 
 
 def verify_all(cfg: DistillConfig, prompts: list, samples: Journal, verdicts: Journal) -> None:
-    """A verdict for every sample that has none yet, appended to `verdicts` (resumable like the samples). A response
-    cut at max_tokens or whose reasoning never closed is wrong without a check; a source's own verdict is taken as
-    it is; a gold answer math-verify cannot read is recorded as an error of its prompt."""
+    """A verdict for every sample that has none yet, appended to `verdicts` (resumable like the
+    samples). A response cut at max_tokens or whose reasoning never closed is wrong without a check;
+    a source's own verdict is taken as it is; a gold answer math-verify cannot read is recorded as
+    an error of its prompt."""
     from concurrent.futures import ThreadPoolExecutor
 
-    todo = [p for p in prompts if any((p["key"], j) in samples and (p["key"], j) not in verdicts for j in range(p["k"]))]
+    todo = [
+        p
+        for p in prompts
+        if any((p["key"], j) in samples and (p["key"], j) not in verdicts for j in range(p["k"]))
+    ]
     if not todo:
         return
     done = [0]
     t0 = time.monotonic()
     last = [time.monotonic()]
     lock = threading.Lock()
-    total = sum(p["k"] for p in todo)   # responses to judge
+    total = sum(p["k"] for p in todo)  # responses to judge
 
     def one_prompt(p):
         judged = {}
@@ -412,8 +549,11 @@ def verify_all(cfg: DistillConfig, prompts: list, samples: Journal, verdicts: Jo
                 if part not in judged:
                     try:
                         judged[part] = verify(p, s["content"], cfg)
-                    except reward.BadReference as e:   # the gold answer or the tests are broken: the data's fault
-                        judged[part] = dict(correct=None, reward=None, reason="cannot verify", error=str(e))
+                    # the gold answer or the tests are broken: the data's fault
+                    except reward.BadReference as e:
+                        judged[part] = dict(
+                            correct=None, reward=None, reason="cannot verify", error=str(e)
+                        )
                 v = judged[part]
             verdicts.append(dict(id=p["key"], sample=j, **v))
             with lock:
@@ -421,7 +561,10 @@ def verify_all(cfg: DistillConfig, prompts: list, samples: Journal, verdicts: Jo
                 if cfg.progress_s and time.monotonic() - last[0] >= cfg.progress_s:
                     last[0] = time.monotonic()
                     rate = done[0] / (last[0] - t0)
-                    print(f"verified {done[0]}/{total} | {rate:.1f}/s | ETA {(total - done[0]) / rate:.0f}s", flush=True)
+                    print(
+                        f"verified {done[0]}/{total} | {rate:.1f}/s | ETA {(total - done[0]) / rate:.0f}s",
+                        flush=True,
+                    )
 
     with ThreadPoolExecutor(cfg.verify_workers or os.cpu_count() or 1) as pool:
         for _ in pool.map(one_prompt, todo):
@@ -438,24 +581,35 @@ def verify(prompt: dict, content: str, cfg: DistillConfig) -> dict:
         task = dict(kind="code", tests=prompt["tests"])
     else:
         return dict(correct=None, reward=None, reason="unverified: no answer or tests")
-    v = reward.judge(task, content, sandbox=reward.SandboxConfig(timeout_s=cfg.code_timeout_s),
-                     math_timeout_s=cfg.math_timeout_s)
+    v = reward.judge(
+        task,
+        content,
+        sandbox=reward.SandboxConfig(timeout_s=cfg.code_timeout_s),
+        math_timeout_s=cfg.math_timeout_s,
+    )
     return dict(correct=v.correct, reward=v.reward, reason=v.reason)
 
 
 def _judged_part(prompt: dict, content: str):
-    """What a verdict depends on: the text after the last </think> (math), the program (code). Equal parts of one
-    prompt's responses are judged once (a real teacher rarely repeats itself; the toy teacher does)."""
-    return reward.extract_code(content) if prompt["tests"] and prompt["answers"] is None else \
-        reward.extract_answer_region(content)
+    """What a verdict depends on: the text after the last </think> (math), the program (code). Equal
+    parts of one prompt's responses are judged once (a real teacher rarely repeats itself; the toy
+    teacher does)."""
+    return (
+        reward.extract_code(content)
+        if prompt["tests"] and prompt["answers"] is None
+        else reward.extract_answer_region(content)
+    )
 
 
-def write_sft(cfg: DistillConfig, prompts: list, samples: Journal, verdicts: Journal, path: str) -> dict:
-    """Apply the rule to every prompt whose k samples all have verdicts and write the kept responses as SFT rows
-    {messages, id, source, difficulty, pass_rate, correct}, in a random order fixed by the seed (sft.py packs documents
-    of one length in file order: the k responses of a prompt side by side would fill a batch with few prompts), to a
-    temporary file, then renamed. Returns the counts per source x difficulty and the prompts left out (incomplete, or
-    whose verification failed)."""
+def write_sft(
+    cfg: DistillConfig, prompts: list, samples: Journal, verdicts: Journal, path: str
+) -> dict:
+    """Apply the rule to every prompt whose k samples all have verdicts and write the kept responses
+    as SFT rows {messages, id, source, difficulty, pass_rate, correct}, in a random order fixed by
+    the seed (sft.py packs documents of one length in file order: the k responses of a prompt side
+    by side would fill a batch with few prompts), to a temporary file, then renamed. Returns the
+    counts per source x difficulty and the prompts left out (incomplete, or whose verification
+    failed)."""
     counts = {}
     incomplete = 0
     errors = []
@@ -479,31 +633,54 @@ def write_sft(cfg: DistillConfig, prompts: list, samples: Journal, verdicts: Jou
         for key, flag, keep_it, v in zip(keys, flags, kept, judged):
             if not keep_it:
                 c["dropped_" + ("unsolved" if difficulty == "unsolved" else "wrong")] += 1
-            elif v["reason"].startswith(("truncated", "unfinished")):   # kept by the rule, never trained on
+            # kept by the rule, never trained on
+            elif v["reason"].startswith(("truncated", "unfinished")):
                 c["dropped_" + v["reason"].split()[0]] += 1
             else:
                 c["kept"] += 1
                 c["kept_wrong"] += flag is False
                 c["kept_unverified"] += flag is None
-                rows.append((p, key, difficulty, [sum(f is True for f in flags), sum(f is not None for f in flags)], flag))
+                rows.append(
+                    (
+                        p,
+                        key,
+                        difficulty,
+                        [sum(f is True for f in flags), sum(f is not None for f in flags)],
+                        flag,
+                    )
+                )
     random.Random(f"sft-order-{cfg.seed}").shuffle(rows)
     with open(path + ".tmp", "w") as out:
         for p, key, difficulty, pass_rate, flag in rows:
-            row = dict(messages=p["messages"] + [{"role": "assistant", "content": samples.read(key)["content"]}],
-                       id=f"{key[0]}/{key[1]}", source=p["source"], difficulty=difficulty, pass_rate=pass_rate,
-                       correct=flag)
+            row = dict(
+                messages=p["messages"]
+                + [{"role": "assistant", "content": samples.read(key)["content"]}],
+                id=f"{key[0]}/{key[1]}",
+                source=p["source"],
+                difficulty=difficulty,
+                pass_rate=pass_rate,
+                correct=flag,
+            )
             out.write(json.dumps(row, ensure_ascii=False) + "\n")
     os.replace(path + ".tmp", path)
-    return dict(counts={s: {d: dict(c) for d, c in by.items()} for s, by in counts.items()},
-                incomplete_prompts=incomplete, verification_errors=errors)
+    return dict(
+        counts={s: {d: dict(c) for d, c in by.items()} for s, by in counts.items()},
+        incomplete_prompts=incomplete,
+        verification_errors=errors,
+    )
 
 
-def keep_responses(verdicts: list, keep: str = "difficulty", hard_below: float = HARD_BELOW,
-                   drop_unsolved: bool = False) -> tuple:
-    """The rule for one prompt: (difficulty, kept flags) from its responses' verdicts (True correct, False wrong,
-    None no verdict). difficulty: "hard" or "easy" by the pass rate d = correct / verdicts (hard iff d < hard_below,
-    compared exactly: 1/2 < 0.5 is false), "unsolved" when drop_unsolved drops a prompt no response solved, or
-    "unverified" when no response has a verdict (every response is kept, under every rule)."""
+def keep_responses(
+    verdicts: list,
+    keep: str = "difficulty",
+    hard_below: float = HARD_BELOW,
+    drop_unsolved: bool = False,
+) -> tuple:
+    """The rule for one prompt: (difficulty, kept flags) from its responses' verdicts (True correct,
+    False wrong, None no verdict). difficulty: "hard" or "easy" by the pass rate d = correct /
+    verdicts (hard iff d < hard_below, compared exactly: 1/2 < 0.5 is false), "unsolved" when
+    drop_unsolved drops a prompt no response solved, or "unverified" when no response has a verdict
+    (every response is kept, under every rule)."""
     judged = [v for v in verdicts if v is not None]
     if not judged:
         return "unverified", [True] * len(verdicts)
@@ -515,6 +692,7 @@ def keep_responses(verdicts: list, keep: str = "difficulty", hard_below: float =
     if keep == "all" or (keep == "difficulty" and hard):
         return difficulty, [True] * len(verdicts)
     return difficulty, [v is True for v in verdicts]
+
 
 # ============================================================================= 6. main
 
@@ -530,15 +708,23 @@ def main(cfg: DistillConfig) -> dict:
             items = read_benchmarks(_files(cfg.benchmarks))
             prompt_filter = PromptFilter(Decontaminator(items, cfg.ngram) if items else None)
             prompts, loader_reports = read_prompts(cfg, prompt_filter.keep)
-            journals += [Journal(os.path.join(cfg.out_dir, name)) for name in ("samples.jsonl", "verdicts.jsonl")]
+            journals += [
+                Journal(os.path.join(cfg.out_dir, name))
+                for name in ("samples.jsonl", "verdicts.jsonl")
+            ]
         except (data.DataError, OSError, ValueError) as e:
             _bad_input(str(e))
         samples, verdicts = journals
-        print(f"prompts: {len(prompts)} kept of {sum(c['read'] for c in prompt_filter.counts.values())} read "
-              f"({len(items)} benchmark items checked, n = {cfg.ngram})", flush=True)
+        print(
+            f"prompts: {len(prompts)} kept of {sum(c['read'] for c in prompt_filter.counts.values())} read "
+            f"({len(items)} benchmark items checked, n = {cfg.ngram})",
+            flush=True,
+        )
         for journal in journals:
             if journal.torn:
-                print(f"{journal.path}: dropped a last line torn by a kill ({journal.torn} bytes); it is redone")
+                print(
+                    f"{journal.path}: dropped a last line torn by a kill ({journal.torn} bytes); it is redone"
+                )
         t_sample = time.monotonic()
         sampling = sample_missing(cfg, prompts, samples)
         sample_s = time.monotonic() - t_sample
@@ -546,24 +732,41 @@ def main(cfg: DistillConfig) -> dict:
         verify_all(cfg, prompts, samples, verdicts)
         verify_s = time.monotonic() - t_verify
         written = write_sft(cfg, prompts, samples, verdicts, os.path.join(cfg.out_dir, "sft.jsonl"))
-        report = dict(teacher_info(cfg), endpoint=cfg.server or None, k=cfg.k,
-                      rule=dict(keep=cfg.keep, hard_below=cfg.hard_below, drop_unsolved=cfg.drop_unsolved),
-                      loaders=loader_reports,
-                      decontamination=dict(ngram=cfg.ngram, benchmarks=sorted({b for b, _, _ in items}),
-                                           **prompt_filter.report()),
-                      **written, **sample_totals(prompts, samples),
-                      this_run=dict(teacher={k: v for k, v in sampling.items() if k != "failures"},
-                                    failures=sampling.get("failures", []), sample_s=round(sample_s, 1),
-                                    verify_s=round(verify_s, 1), total_s=round(time.monotonic() - t0, 1)),
-                      sft_file=os.path.join(cfg.out_dir, "sft.jsonl"),
-                      sft_rows=sum(c.get("kept", 0) for by in written["counts"].values() for c in by.values()))
+        report = dict(
+            teacher_info(cfg),
+            endpoint=cfg.server or None,
+            k=cfg.k,
+            rule=dict(keep=cfg.keep, hard_below=cfg.hard_below, drop_unsolved=cfg.drop_unsolved),
+            loaders=loader_reports,
+            decontamination=dict(
+                ngram=cfg.ngram,
+                benchmarks=sorted({b for b, _, _ in items}),
+                **prompt_filter.report(),
+            ),
+            **written,
+            **sample_totals(prompts, samples),
+            this_run=dict(
+                teacher={k: v for k, v in sampling.items() if k != "failures"},
+                failures=sampling.get("failures", []),
+                sample_s=round(sample_s, 1),
+                verify_s=round(verify_s, 1),
+                total_s=round(time.monotonic() - t0, 1),
+            ),
+            sft_file=os.path.join(cfg.out_dir, "sft.jsonl"),
+            sft_rows=sum(
+                c.get("kept", 0) for by in written["counts"].values() for c in by.values()
+            ),
+        )
         with open(os.path.join(cfg.out_dir, "report.json"), "w") as f:
             json.dump(report, f, indent=2)
         print_report(report)
-        print(f"wrote {report['sft_rows']} SFT rows to {report['sft_file']} and {cfg.out_dir}/report.json "
-              f"(sampling {sample_s:.1f}s, verification {verify_s:.1f}s, {time.monotonic() - t0:.1f}s in all)")
+        print(
+            f"wrote {report['sft_rows']} SFT rows to {report['sft_file']} and {cfg.out_dir}/report.json "
+            f"(sampling {sample_s:.1f}s, verification {verify_s:.1f}s, {time.monotonic() - t0:.1f}s in all)"
+        )
         if not _check_complete(cfg, written, sampling):
-            raise SystemExit(1)   # prompts still miss samples: a script knows to run the command again
+            # prompts still miss samples: a script knows to run the command again
+            raise SystemExit(1)
         return report
     finally:
         for journal in journals:
@@ -572,41 +775,69 @@ def main(cfg: DistillConfig) -> dict:
 
 
 def _lock(out_dir: str):
-    """Hold out_dir for this process: two runs appending to one journal would write a sample twice."""
+    """Hold out_dir for this process: two runs appending to one journal would write a sample
+    twice."""
     import fcntl
+
     handle = open(os.path.join(out_dir, ".lock"), "w")
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        _bad_input(f"another distill.py is writing to {out_dir}; wait for it or use another --out_dir")
+        _bad_input(
+            f"another distill.py is writing to {out_dir}; wait for it or use another --out_dir"
+        )
     return handle
 
 
 def _check_same_run(path: str, info: dict) -> None:
-    """Samples already in out_dir must come from the same teacher and sampling settings, or the rule would mix them."""
+    """Samples already in out_dir must come from the same teacher and sampling settings, or the rule
+    would mix them."""
     if os.path.exists(path):
         with open(path) as f:
             before = json.load(f)
         if before != info:
-            changed = [k for k in set(before["teacher"]) | set(info["teacher"])
-                       if before["teacher"].get(k) != info["teacher"].get(k)]
-            changed += [k for k in set(before["sampling"]) | set(info["sampling"])
-                        if before["sampling"].get(k) != info["sampling"].get(k)]
-            _bad_input(f"{os.path.dirname(path)} holds samples of another teacher or other sampling settings "
-                       f"({', '.join(sorted(changed))} differ); use another --out_dir")
+            changed = [
+                k
+                for k in set(before["teacher"]) | set(info["teacher"])
+                if before["teacher"].get(k) != info["teacher"].get(k)
+            ]
+            changed += [
+                k
+                for k in set(before["sampling"]) | set(info["sampling"])
+                if before["sampling"].get(k) != info["sampling"].get(k)
+            ]
+            _bad_input(
+                f"{os.path.dirname(path)} holds samples of another teacher or other sampling settings "
+                f"({', '.join(sorted(changed))} differ); use another --out_dir"
+            )
     else:
         with open(path, "w") as f:
             json.dump(info, f, indent=2)
 
 
 def sample_missing(cfg: DistillConfig, prompts: list, samples: Journal) -> dict:
-    """Copy in the responses of rows that bring their own (judged later by the same rule), then ask the teacher for
-    every sample not yet in the journal. Returns the teacher's counts of this run."""
+    """Copy in the responses of rows that bring their own (judged later by the same rule), then ask
+    the teacher for every sample not yet in the journal. Returns the teacher's counts of this
+    run."""
     for p in prompts:
         for j, r in enumerate(p["responses"] or []):
-            samples.append(dict(id=p["key"], sample=j, content=r["content"], closed=True, finish_reason=None,
-                                source_correct=r["correct"]))
-    todo = [(p, j) for p in prompts if not p["responses"] for j in range(p["k"]) if (p["key"], j) not in samples]
+            samples.append(
+                dict(
+                    id=p["key"],
+                    sample=j,
+                    content=r["content"],
+                    closed=True,
+                    finish_reason=None,
+                    source_correct=r["correct"],
+                )
+            )
+    todo = [
+        (p, j)
+        for p in prompts
+        if not p["responses"]
+        for j in range(p["k"])
+        if (p["key"], j) not in samples
+    ]
     print(f"samples: {len(samples)} in {samples.path}, {len(todo)} to sample", flush=True)
     teacher = sample_server if cfg.server else sample_local
     try:
@@ -616,21 +847,28 @@ def sample_missing(cfg: DistillConfig, prompts: list, samples: Journal) -> dict:
 
 
 def _check_complete(cfg: DistillConfig, written: dict, sampling: dict) -> bool:
-    """Prompts that could not be verified stop the run (an InputError, exit 2) unless skip_bad_rows; prompts still
-    missing samples are said, and False returned (main exits 1, so a script knows to run the command again)."""
+    """Prompts that could not be verified stop the run (an InputError, exit 2) unless skip_bad_rows;
+    prompts still missing samples are said, and False returned (main exits 1, so a script knows to
+    run the command again)."""
     if written["verification_errors"] and not cfg.skip_bad_rows:
-        _bad_input(f"{len(written['verification_errors'])} prompt(s) could not be verified, e.g. "
-                   f"{written['verification_errors'][0]}; fix the data, or --skip_bad_rows=true leaves them out "
-                   "(listed in report.json)")
+        _bad_input(
+            f"{len(written['verification_errors'])} prompt(s) could not be verified, e.g. "
+            f"{written['verification_errors'][0]}; fix the data, or --skip_bad_rows=true leaves them out "
+            "(listed in report.json)"
+        )
     if written["incomplete_prompts"]:
-        print(f"distill.py: {written['incomplete_prompts']} prompt(s) still miss samples ({sampling.get('failed', 0)} "
-              "failed in this run, see above); run the same command again to ask for them", flush=True)
+        print(
+            f"distill.py: {written['incomplete_prompts']} prompt(s) still miss samples ({sampling.get('failed', 0)} "
+            "failed in this run, see above); run the same command again to ask for them",
+            flush=True,
+        )
         return False
     return True
 
 
 def sample_totals(prompts: list, samples: Journal) -> dict:
-    """Truncated and unfinished responses and the teacher's token usage over every sample of the kept prompts."""
+    """Truncated and unfinished responses and the teacher's token usage over every sample of the
+    kept prompts."""
     usage = Counter()
     truncated = 0
     unfinished = 0
@@ -642,41 +880,60 @@ def sample_totals(prompts: list, samples: Journal) -> dict:
                 usage["completion_tokens"] += s.get("completion_tokens") or 0
                 truncated += s["finish_reason"] == "length"
                 unfinished += not s["closed"] and s["finish_reason"] != "length"
-    return dict(truncated=truncated, unfinished=unfinished,
-                teacher_usage=dict(usage) if any(usage.values()) else "not reported by this teacher")
+    return dict(
+        truncated=truncated,
+        unfinished=unfinished,
+        teacher_usage=dict(usage) if any(usage.values()) else "not reported by this teacher",
+    )
 
 
 def print_report(report: dict) -> None:
-    print(f"{'source':24s} {'difficulty':10s} {'prompts':>8s} {'responses':>9s} {'correct':>8s} {'kept':>7s} "
-          f"{'kept wrong':>10s}  dropped")
+    print(
+        f"{'source':24s} {'difficulty':10s} {'prompts':>8s} {'responses':>9s} {'correct':>8s} {'kept':>7s} "
+        f"{'kept wrong':>10s}  dropped"
+    )
     for source, by in report["counts"].items():
         for difficulty, c in sorted(by.items()):
-            dropped = ", ".join(f"{k[8:]} {v}" for k, v in sorted(c.items()) if k.startswith("dropped_")) or "-"
-            print(f"{source:24s} {difficulty:10s} {c.get('prompts', 0):8d} {c.get('responses', 0):9d} "
-                  f"{c.get('correct', 0):8d} {c.get('kept', 0):7d} {c.get('kept_wrong', 0):10d}  {dropped}")
+            dropped = (
+                ", ".join(f"{k[8:]} {v}" for k, v in sorted(c.items()) if k.startswith("dropped_"))
+                or "-"
+            )
+            print(
+                f"{source:24s} {difficulty:10s} {c.get('prompts', 0):8d} {c.get('responses', 0):9d} "
+                f"{c.get('correct', 0):8d} {c.get('kept', 0):7d} {c.get('kept_wrong', 0):10d}  {dropped}"
+            )
     d = report["decontamination"]
-    print("prompts read / duplicates / contaminated per source: "
-          + "; ".join(f"{s}: {c.get('read', 0)} / {c.get('duplicates', 0)} / {c.get('contaminated', 0)}"
-                      for s, c in d["sources"].items())
-          + f" | benchmark items matched: {d['benchmark_items_matched']}")
+    print(
+        "prompts read / duplicates / contaminated per source: "
+        + "; ".join(
+            f"{s}: {c.get('read', 0)} / {c.get('duplicates', 0)} / {c.get('contaminated', 0)}"
+            for s, c in d["sources"].items()
+        )
+        + f" | benchmark items matched: {d['benchmark_items_matched']}"
+    )
     for hit in d["hits"][:10]:
-        print(f"  {hit['benchmark']} item {hit['item']}: {hit['prompts']} prompt(s), e.g. {', '.join(hit['examples'])}")
+        print(
+            f"  {hit['benchmark']} item {hit['item']}: {hit['prompts']} prompt(s), e.g. {', '.join(hit['examples'])}"
+        )
 
 
 def _bad_input(message: str):
     """Bad input: an InputError, one line and exit status 2 at the entry point (run_entry_point)."""
-    from parts.trainer import InputError   # here, not at the top: distill.py itself needs no torch
+    from parts.trainer import InputError  # here, not at the top: distill.py itself needs no torch
+
     raise InputError(message)
 
 
-# ============================================================================= 7. the journal (samples and verdicts, appended as they arrive)
+# ============================================================================= 7. the journal
+# (samples and verdicts, appended as they arrive)
 
 
 class Journal:
-    """An append-only JSON-lines file holding one record per key (prompt id, sample index), for work that must survive
-    a kill. Each record is written whole, by one write(), as soon as it exists. Reopening the file drops a last line
-    that has no newline (a kill tore it; that sample is asked for again) and indexes the rest, so a rerun knows what is
-    done; append() refuses a key already there. Records are read back by offset: only the index stays in memory."""
+    """An append-only JSON-lines file holding one record per key (prompt id, sample index), for work
+    that must survive a kill. Each record is written whole, by one write(), as soon as it exists.
+    Reopening the file drops a last line that has no newline (a kill tore it; that sample is asked
+    for again) and indexes the rest, so a rerun knows what is done; append() refuses a key already
+    there. Records are read back by offset: only the index stays in memory."""
 
     def __init__(self, path: str):
         self.path = path
@@ -694,11 +951,15 @@ class Journal:
                         record = json.loads(line)
                         key = (record["id"], record["sample"])
                     except (ValueError, KeyError, TypeError) as e:
-                        raise ValueError(f"{path}:{n}: not a record written by distill.py ({e}); move the file "
-                                         "away or use another --out_dir") from None
+                        raise ValueError(
+                            f"{path}:{n}: not a record written by distill.py ({e}); move the file "
+                            "away or use another --out_dir"
+                        ) from None
                     if key in self.index:
-                        raise ValueError(f"{path}:{n}: record {key} is there twice; this file was not written by "
-                                         "distill.py alone")
+                        raise ValueError(
+                            f"{path}:{n}: record {key} is there twice; this file was not written by "
+                            "distill.py alone"
+                        )
                     self.index[key] = (size, len(line))
                     size += len(line)
             if self.torn:
@@ -722,7 +983,7 @@ class Journal:
                 return False
             view = memoryview(line)
             while view:
-                view = view[os.write(self.fd, view):]
+                view = view[os.write(self.fd, view) :]
             self.index[key] = (self.size, len(line))
             self.size += len(line)
         return True
@@ -737,7 +998,16 @@ class Journal:
 
 
 if __name__ == "__main__":
-    from parts.cli import parse_config             # the project's one option parser
-    from parts.trainer import run_entry_point      # bad input as one line, exit status 2 (imports torch)
-    run_entry_point(main, parse_config(DistillConfig, usage="usage: python distill.py [--key=value ...]   (examples at "
-                                                            "the top of distill.py)"))
+    from parts.cli import parse_config  # the project's one option parser
+
+    # bad input as one line, exit status 2 (imports torch)
+    from parts.trainer import run_entry_point
+
+    run_entry_point(
+        main,
+        parse_config(
+            DistillConfig,
+            usage="usage: python distill.py [--key=value ...]   (examples at "
+            "the top of distill.py)",
+        ),
+    )

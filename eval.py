@@ -1,21 +1,25 @@
 """Evaluation of a reasoning model: Avg@k and unbiased pass@k on math and code benchmarks.
 
-k responses per problem, each scored by reward.py (math: math-verify after the last </think>; code: correct = every
-test passes in the sandbox); with c_i of problem i's k samples correct, over N problems:
+k responses per problem, each scored by reward.py (math: math-verify after the last </think>; code:
+correct = every test passes in the sandbox); with c_i of problem i's k samples correct, over N
+problems:
     Avg@k  = 1/N sum_i c_i / k                                   (the unbiased estimate of pass@1)
     pass@j = 1/N sum_i [1 - C(k - c_i, j) / C(k, j)]             (Codex paper; j <= k)
-Problem i of benchmark B samples with seed sha256(seed, B, i): results do not depend on ranks or batching;
-results.json records every setting, samples.jsonl every response with its verdict. Sampling as the paper's: T 0.6,
-top-p 0.95 (the authors' script also top-k 20 and a repetition penalty of 1.05, which the engine does not have).
+Problem i of benchmark B samples with seed sha256(seed, B, i): results do not depend on ranks or
+batching; results.json records every setting, samples.jsonl every response with its verdict.
+Sampling as the paper's: T 0.6, top-p 0.95 (the authors' script also top-k 20 and a repetition
+penalty of 1.05, which the engine does not have).
 Run:  python eval.py --model=out/gppo/hf               # the toy's held-out sets (python tools/toy.py), CPU
   torchrun --nproc_per_node=8 eval.py --model=CKPT --math_data=aime24.jsonl,aime25.jsonl --k=64 --max_tokens=32768
   python eval.py --server=http://localhost:8000/v1 --served_model=NAME --math_data=aime24.jsonl   # a served model
   python eval.py --compare=out/eval/sft/results.json,out/eval/rl/results.json --labels=SFT,GPPO  # one table
   python eval.py --model=CKPT --prompt="What is 17 * 23?" --k=2                                  # print 2 samples
 """
+
 import os
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # read when torch loads OpenMP: see trainer.set_threads
+# read when torch loads OpenMP: see trainer.set_threads
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import dataclasses
 import datetime
@@ -39,13 +43,14 @@ from model import from_pretrained
 from parts import chat_client, trainer
 from parts.results_table import TableError, compare_files, format_table
 from parts.cli import parse_config
-from parts.trainer import (InputError, agree_on_inputs, init_distributed, print0, run_entry_point,
-                           set_threads)
+from parts.trainer import InputError, agree_on_inputs, init_distributed, print0, run_entry_point
+from parts.trainer import set_threads
 from rollout import LLMEngine, SamplingParams, sample_seed
 
 
 @dataclass
 class EvalConfig:
+    # fmt: off
     model: str = "out/gppo/hf"       # a Hugging Face Qwen3 directory
     tokenizer: str = ""              # a dir or tokenizer.json; empty = the model directory
     # benchmarks: comma-separated files (the formats data.py reads); none given = the toy's held-out sets (--toy)
@@ -89,6 +94,7 @@ class EvalConfig:
     # compare mode: one table of several results.json files side by side; evaluates nothing
     compare: str = ""                # results.json files, comma-separated: one table side by side
     labels: str = ""                 # column names for --compare, comma-separated
+    # fmt: on
 
     def __post_init__(self):
         if self.compare:
@@ -98,14 +104,27 @@ class EvalConfig:
                 datetime.date.fromisoformat(value) if value else None
             except ValueError:
                 raise ValueError(f"--{name}={value!r} is not a date YYYY-MM-DD") from None
-        checks = [(self.k >= 1, "k must be >= 1"),
-                  (self.toy in data.TOY_TASKS, f"toy must be one of {', '.join(data.TOY_TASKS)}"),
-                  (not self.server or bool(self.served_model), "--server needs --served_model"),
-                  (self.k <= self.max_num_seqs, "k must be <= max_num_seqs (a problem's samples decode together)"),
-                  (self.dtype in ("auto", "bfloat16", "float32"), "dtype must be auto, bfloat16 or float32"),
-                  (self.reward_workers >= 1 and self.chunk_problems >= 0, "reward_workers >= 1, chunk_problems >= 0"),
-                  (not self.sandbox_python or os.path.exists(self.sandbox_python),
-                   f"--sandbox_python={self.sandbox_python}: no such interpreter")]
+        checks = [
+            (self.k >= 1, "k must be >= 1"),
+            (self.toy in data.TOY_TASKS, f"toy must be one of {', '.join(data.TOY_TASKS)}"),
+            (not self.server or bool(self.served_model), "--server needs --served_model"),
+            (
+                self.k <= self.max_num_seqs,
+                "k must be <= max_num_seqs (a problem's samples decode together)",
+            ),
+            (
+                self.dtype in ("auto", "bfloat16", "float32"),
+                "dtype must be auto, bfloat16 or float32",
+            ),
+            (
+                self.reward_workers >= 1 and self.chunk_problems >= 0,
+                "reward_workers >= 1, chunk_problems >= 0",
+            ),
+            (
+                not self.sandbox_python or os.path.exists(self.sandbox_python),
+                f"--sandbox_python={self.sandbox_python}: no such interpreter",
+            ),
+        ]
         for ok, why in checks:
             if not ok:
                 raise ValueError(f"EvalConfig: {why}")
@@ -113,6 +132,7 @@ class EvalConfig:
 
 
 # ----------------------------------------------------------------------------- main
+
 
 def main(cfg: EvalConfig):
     if cfg.compare:
@@ -125,42 +145,84 @@ def main(cfg: EvalConfig):
     if cfg.server:
         benchmarks = read("--math_data/--code_data", load_benchmarks, cfg)
         results, samples = evaluate_served(benchmarks, cfg)
-        return write_results(cfg, dict(endpoint=cfg.server, served_model=cfg.served_model, model_label=cfg.served_model,
-                                       command=shlex.join(sys.argv), started=started, wall_s=time.perf_counter() - t0,
-                                       config=dataclasses.asdict(cfg), **results), samples)
+        return write_results(
+            cfg,
+            dict(
+                endpoint=cfg.server,
+                served_model=cfg.served_model,
+                model_label=cfg.served_model,
+                command=shlex.join(sys.argv),
+                started=started,
+                wall_s=time.perf_counter() - t0,
+                config=dataclasses.asdict(cfg),
+                **results,
+            ),
+            samples,
+        )
     rank, world, device = init_distributed(cfg.device, cfg.dist_timeout_minutes)
     set_threads(cfg.threads, device)
-    dtype = {"auto": torch.bfloat16 if device.type == "cuda" else torch.float32,
-             "bfloat16": torch.bfloat16, "float32": torch.float32}[cfg.dtype]
+    dtype = {
+        "auto": torch.bfloat16 if device.type == "cuda" else torch.float32,
+        "bfloat16": torch.bfloat16,
+        "float32": torch.float32,
+    }[cfg.dtype]
 
-    def load():   # every rank reads; all stop together on bad input
+    def load():  # every rank reads; all stop together on bad input
         if not os.path.isfile(os.path.join(cfg.model, "config.json")):
-            raise InputError(f"--model={cfg.model}: no checkpoint there (no config.json): run sft.py / gppo.py, "
-                             "or `bash train.sh`, or pass --model=DIR (a Hugging Face Qwen3 directory)"
-                             + data.hub_hint(cfg.model, "model"))
-        tokenizer = read(f"--tokenizer={cfg.tokenizer or cfg.model}", data.load_tokenizer, cfg.tokenizer or cfg.model)
+            raise InputError(
+                f"--model={cfg.model}: no checkpoint there (no config.json): run sft.py / gppo.py, "
+                "or `bash train.sh`, or pass --model=DIR (a Hugging Face Qwen3 directory)"
+                + data.hub_hint(cfg.model, "model")
+            )
+        tokenizer = read(
+            f"--tokenizer={cfg.tokenizer or cfg.model}",
+            data.load_tokenizer,
+            cfg.tokenizer or cfg.model,
+        )
         benchmarks = [] if cfg.prompt else read("--math_data/--code_data", load_benchmarks, cfg)
-        return tokenizer, benchmarks, read(f"--model={cfg.model}", from_pretrained, cfg.model, dtype=dtype,
-                                           device=device)
+        return (
+            tokenizer,
+            benchmarks,
+            read(f"--model={cfg.model}", from_pretrained, cfg.model, dtype=dtype, device=device),
+        )
+
     tokenizer, benchmarks, model = agree_on_inputs(load)
     if cfg.prompt:
         return print_samples(model, tokenizer, cfg) if rank == 0 else None
     sizes = ", ".join(f"{b['name']} ({len(b['problems'])})" for b in benchmarks)
-    print0(f"evaluating {cfg.model} on {sizes} | k={cfg.k} T={cfg.temperature} top_p={cfg.top_p} top_k={cfg.top_k} "
-           f"max_tokens={cfg.max_tokens} | {world} rank(s)")
+    print0(
+        f"evaluating {cfg.model} on {sizes} | k={cfg.k} T={cfg.temperature} top_p={cfg.top_p} top_k={cfg.top_k} "
+        f"max_tokens={cfg.max_tokens} | {world} rank(s)"
+    )
     results, samples = evaluate_model(model, tokenizer, benchmarks, cfg)
     if rank == 0:
-        write_results(cfg, dict(model=os.path.abspath(cfg.model), model_label=model_label(cfg.model),
-                                tokenizer=os.path.abspath(cfg.tokenizer or cfg.model), command=shlex.join(sys.argv),
-                                device=str(device), dtype=str(dtype).removeprefix("torch."),
-                                device_name=torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-                                started=started, wall_s=time.perf_counter() - t0, config=dataclasses.asdict(cfg),
-                                **results), samples)
+        write_results(
+            cfg,
+            dict(
+                model=os.path.abspath(cfg.model),
+                model_label=model_label(cfg.model),
+                tokenizer=os.path.abspath(cfg.tokenizer or cfg.model),
+                command=shlex.join(sys.argv),
+                device=str(device),
+                dtype=str(dtype).removeprefix("torch."),
+                device_name=torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+                started=started,
+                wall_s=time.perf_counter() - t0,
+                config=dataclasses.asdict(cfg),
+                **results,
+            ),
+            samples,
+        )
 
 
 def model_label(path: str) -> str:
-    """A model directory's name in tables: its path relative to the working directory (out/gppo/hf, not just hf)."""
-    return os.path.relpath(path) if not os.path.relpath(path).startswith("..") else os.path.normpath(path)
+    """A model directory's name in tables: its path relative to the working directory (out/gppo/hf,
+    not just hf)."""
+    return (
+        os.path.relpath(path)
+        if not os.path.relpath(path).startswith("..")
+        else os.path.normpath(path)
+    )
 
 
 def write_results(cfg, results: dict, samples: list):
@@ -170,14 +232,18 @@ def write_results(cfg, results: dict, samples: list):
     with open(os.path.join(cfg.out_dir, "samples.jsonl"), "w") as f:
         f.writelines(json.dumps(s) + "\n" for s in samples)
     print(format_table([results], [results["model_label"]]))
-    print(f"wrote {cfg.out_dir}/results.json and samples.jsonl ({len(samples)} samples) in {results['wall_s']:.1f}s")
+    print(
+        f"wrote {cfg.out_dir}/results.json and samples.jsonl ({len(samples)} samples) in {results['wall_s']:.1f}s"
+    )
 
 
 # ----------------------------------------------------------------------------- benchmarks
 
+
 def load_benchmarks(cfg) -> list:
-    """[{name, kind, source, problems}] from the data files (.jsonl, .json or .parquet; a benchmark is read whole,
-    no row skipped), or the toy's held-out sets if none (a set of Countdown rows is of kind countdown)."""
+    """[{name, kind, source, problems}] from the data files (.jsonl, .json or .parquet; a benchmark
+    is read whole, no row skipped), or the toy's held-out sets if none (a set of Countdown rows is
+    of kind countdown)."""
     benchmarks = []
     math_data = cfg.math_data
     code_data = cfg.code_data
@@ -189,10 +255,17 @@ def load_benchmarks(cfg) -> list:
             if not os.path.isfile(path):
                 raise FileNotFoundError(f"{path}: no such benchmark file (--{kind}_data)")
             problems = data.load_math_jsonl(path) if kind == "math" else data.load_code_jsonl(path)
-            graded_as = problems[0].get("kind", kind) if problems else kind   # Countdown rows: countdown
-            bench = dict(name=os.path.splitext(os.path.basename(path))[0], kind=graded_as, source=os.path.abspath(path))
+            # Countdown rows: countdown
+            graded_as = problems[0].get("kind", kind) if problems else kind
+            bench = dict(
+                name=os.path.splitext(os.path.basename(path))[0],
+                kind=graded_as,
+                source=os.path.abspath(path),
+            )
             if kind == "code" and (cfg.date_from or cfg.date_to):
-                bench.update(problems_in_file=len(problems), date_window=[cfg.date_from, cfg.date_to])
+                bench.update(
+                    problems_in_file=len(problems), date_window=[cfg.date_from, cfg.date_to]
+                )
                 problems = data.in_date_window(problems, path, cfg.date_from, cfg.date_to)
             if not problems:
                 window = " in the date window" if "date_window" in bench else ""
@@ -201,72 +274,132 @@ def load_benchmarks(cfg) -> list:
                 bench["name"] += "_"
             benchmarks.append(dict(bench, problems=problems))
     if not benchmarks:
-        raise InputError("nothing to evaluate: give --math_data / --code_data, or --toy=countdown|sums")
+        raise InputError(
+            "nothing to evaluate: give --math_data / --code_data, or --toy=countdown|sums"
+        )
     return benchmarks
 
 
-# ----------------------------------------------------------------------------- sampling, then scoring as it arrives
+# ------------------------------------------------------------- sampling, then scoring as it arrives
+
 
 def evaluate_model(model, tokenizer, benchmarks: list, cfg):
-    """In-process entry point: build an engine around `model` and evaluate (under torchrun: sharded)."""
+    """In-process entry point: build an engine around `model` and evaluate (under torchrun:
+    sharded)."""
     rank, world = (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
-    engine = LLMEngine(model, max_num_seqs=cfg.max_num_seqs, max_model_len=cfg.max_prompt_len + cfg.max_tokens)
+    engine = LLMEngine(
+        model, max_num_seqs=cfg.max_num_seqs, max_model_len=cfg.max_prompt_len + cfg.max_tokens
+    )
     return evaluate(engine, tokenizer, benchmarks, cfg, rank, world)
 
 
 def evaluate(engine, tokenizer, benchmarks: list, cfg, rank: int = 0, world: int = 1):
-    """Sample k responses per problem with `engine` (an LLMEngine, or anything with its generate()), score and
-    aggregate. Every rank gets the same (results, samples), samples sorted by benchmark, problem, sample."""
+    """Sample k responses per problem with `engine` (an LLMEngine, or anything with its generate()),
+    score and aggregate. Every rank gets the same (results, samples), samples sorted by benchmark,
+    problem, sample."""
+
     def sample(bench, emit):
-        problems, report = data.encode_prompts(tokenizer, bench["problems"], cfg.max_prompt_len, "truncate")
-        for record in sample_share(engine, tokenizer, dict(bench, problems=problems), cfg, rank, world):
+        problems, report = data.encode_prompts(
+            tokenizer, bench["problems"], cfg.max_prompt_len, "truncate"
+        )
+        for record in sample_share(
+            engine, tokenizer, dict(bench, problems=problems), cfg, rank, world
+        ):
             emit(record, problems[record["problem_index"]])
         return dict(prompts=report)
-    return score_benchmarks(benchmarks, cfg, sample, dict(sampling=sampling_settings(cfg, tokenizer)), rank, world)
+
+    return score_benchmarks(
+        benchmarks, cfg, sample, dict(sampling=sampling_settings(cfg, tokenizer)), rank, world
+    )
 
 
 def evaluate_served(benchmarks: list, cfg):
-    """--server: sample k responses per problem from a served model (parts/chat_client.py: many requests in flight,
-    retries), each sample with the seed the engine would use, then score and aggregate as evaluate() does. A sample
-    the server never answered stops the run (an estimate needs all k)."""
-    client = chat_client.ClientConfig(url=cfg.server, model=cfg.served_model, api_key_env=cfg.api_key_env,
-                                      concurrency=cfg.concurrency, timeout_s=cfg.request_timeout_s,
-                                      max_retries=cfg.max_retries)
-    request = dict(temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens,
-                   **(dict(top_k=cfg.top_k) if cfg.top_k else {}))
+    """--server: sample k responses per problem from a served model (parts/chat_client.py: many
+    requests in flight, retries), each sample with the seed the engine would use, then score and
+    aggregate as evaluate() does. A sample the server never answered stops the run (an estimate
+    needs all k)."""
+    client = chat_client.ClientConfig(
+        url=cfg.server,
+        model=cfg.served_model,
+        api_key_env=cfg.api_key_env,
+        concurrency=cfg.concurrency,
+        timeout_s=cfg.request_timeout_s,
+        max_retries=cfg.max_retries,
+    )
+    request = dict(
+        temperature=cfg.temperature,
+        top_p=cfg.top_p,
+        max_tokens=cfg.max_tokens,
+        **(dict(top_k=cfg.top_k) if cfg.top_k else {}),
+    )
 
     def sample(bench, emit):
         name = bench["name"]
         problems = bench["problems"]
         lock = threading.Lock()
-        requests = [chat_client.ChatRequest(str(i), data.chat_messages(p["prompt"]), [
-                        (j, sample_seed(problem_seed(cfg.seed, name, i), j)) for j in range(cfg.k)])
-                    for i, p in enumerate(problems)]
+        requests = [
+            chat_client.ChatRequest(
+                str(i),
+                data.chat_messages(p["prompt"]),
+                [(j, sample_seed(problem_seed(cfg.seed, name, i), j)) for j in range(cfg.k)],
+            )
+            for i, p in enumerate(problems)
+        ]
 
         def on_sample(key, j, s):
             i = int(key)
             with lock:
-                emit(dict(benchmark=name, problem_id=problems[i]["id"], problem_index=i, sample=j, seed=s["seed"],
-                          length=s["completion_tokens"] or 0, finish_reason=s["finish_reason"], response=s["content"]),
-                     problems[i])
+                emit(
+                    dict(
+                        benchmark=name,
+                        problem_id=problems[i]["id"],
+                        problem_index=i,
+                        sample=j,
+                        seed=s["seed"],
+                        length=s["completion_tokens"] or 0,
+                        finish_reason=s["finish_reason"],
+                        response=s["content"],
+                    ),
+                    problems[i],
+                )
+
         try:
-            stats = chat_client.sample_chat(requests, client, request, on_sample,
-                                            log=lambda line: print(f"{name}: {line}", flush=True))
+            stats = chat_client.sample_chat(
+                requests,
+                client,
+                request,
+                on_sample,
+                log=lambda line: print(f"{name}: {line}", flush=True),
+            )
         except chat_client.ServerRefused as e:
             raise InputError(f"--server={cfg.server}: {e}") from None
         if stats["failed"]:
-            raise InputError(f"--server={cfg.server}: {stats['failed']} samples of {name} got no answer, e.g. "
-                             f"{stats['failures'][0]}")
-        return dict(prompts=dict(prompts=len(problems)), requests=stats["requests"], retries=dict(stats["retries"]),
-                    generated_tokens=stats["completion_tokens"])
-    settings = dict(request, k=cfg.k, seed=cfg.seed, problem_seed=inspect.getsource(problem_seed),
-                    sample_seed=inspect.getsource(sample_seed), chat_template="the server's")
+            raise InputError(
+                f"--server={cfg.server}: {stats['failed']} samples of {name} got no answer, e.g. "
+                f"{stats['failures'][0]}"
+            )
+        return dict(
+            prompts=dict(prompts=len(problems)),
+            requests=stats["requests"],
+            retries=dict(stats["retries"]),
+            generated_tokens=stats["completion_tokens"],
+        )
+
+    settings = dict(
+        request,
+        k=cfg.k,
+        seed=cfg.seed,
+        problem_seed=inspect.getsource(problem_seed),
+        sample_seed=inspect.getsource(sample_seed),
+        chat_template="the server's",
+    )
     return score_benchmarks(benchmarks, cfg, sample, dict(sampling=settings))
 
 
 def score_benchmarks(benchmarks: list, cfg, sample, results: dict, rank: int = 0, world: int = 1):
-    """For each benchmark: sample(bench, emit) calls emit(record, problem) for every response it samples (this rank's
-    share), each scored in a pool of threads while sampling goes on; then gathered, aggregated, printed."""
+    """For each benchmark: sample(bench, emit) calls emit(record, problem) for every response it
+    samples (this rank's share), each scored in a pool of threads while sampling goes on; then
+    gathered, aggregated, printed."""
     ks = pass_ks(cfg)
     results = dict(results, world_size=world, benchmarks={})
     all_samples = []
@@ -279,35 +412,60 @@ def score_benchmarks(benchmarks: list, cfg, sample, results: dict, rank: int = 0
             jobs = []
 
             def emit(record, problem):
-                task = {"kind": kind, **problem}   # a row's own kind (countdown) first
+                task = {"kind": kind, **problem}  # a row's own kind (countdown) first
                 jobs.append((record, pool.submit(score, task, record["response"])))
+
             extra = sample(bench, emit)
             generate_s = time.perf_counter() - t0
             wait_for_scores([job for _, job in jobs], name, rank)
             # the record, its score, the response last
-            mine = [{**{k: v for k, v in r.items() if k != "response"}, **verdict(job, name),
-                     "response": r["response"]} for r, job in jobs]
-            shards = trainer.all_gather(dict(samples=mine, generate_s=generate_s, total_s=time.perf_counter() - t0,
-                                             tokens=sum(r["length"] for r, _ in jobs)))
-            samples = sorted((s for shard in shards for s in shard["samples"]),
-                             key=lambda s: (s["problem_index"], s["sample"]))
+            mine = [
+                {
+                    **{k: v for k, v in r.items() if k != "response"},
+                    **verdict(job, name),
+                    "response": r["response"],
+                }
+                for r, job in jobs
+            ]
+            shards = trainer.all_gather(
+                dict(
+                    samples=mine,
+                    generate_s=generate_s,
+                    total_s=time.perf_counter() - t0,
+                    tokens=sum(r["length"] for r, _ in jobs),
+                )
+            )
+            samples = sorted(
+                (s for shard in shards for s in shard["samples"]),
+                key=lambda s: (s["problem_index"], s["sample"]),
+            )
             tokens = extra.pop("generated_tokens", sum(s["tokens"] for s in shards))
             slowest = max(s["generate_s"] for s in shards)
             window = {k: bench[k] for k in ("problems_in_file", "date_window") if k in bench}
             b = results["benchmarks"][name] = dict(
-                kind=kind, source=bench.get("source", ""), **window, prompts=extra.pop("prompts"),
-                **summarize(samples, ks), generated_tokens=tokens, generate_s=slowest,
-                tokens_per_s=tokens / max(slowest, 1e-9), total_s=max(s["total_s"] for s in shards), **extra)
+                kind=kind,
+                source=bench.get("source", ""),
+                **window,
+                prompts=extra.pop("prompts"),
+                **summarize(samples, ks),
+                generated_tokens=tokens,
+                generate_s=slowest,
+                tokens_per_s=tokens / max(slowest, 1e-9),
+                total_s=max(s["total_s"] for s in shards),
+                **extra,
+            )
             all_samples += samples
-            print0(f"{name}: Avg@{cfg.k} {100 * b['avg_at_k']:.2f} | {tokens} tokens in {slowest:.1f}s "
-                   f"({b['tokens_per_s']:.0f} tok/s over {world} rank(s)) | scored by {b['total_s']:.1f}s")
+            print0(
+                f"{name}: Avg@{cfg.k} {100 * b['avg_at_k']:.2f} | {tokens} tokens in {slowest:.1f}s "
+                f"({b['tokens_per_s']:.0f} tok/s over {world} rank(s)) | scored by {b['total_s']:.1f}s"
+            )
     return results, all_samples
 
 
 def sample_share(engine, tokenizer, bench: dict, cfg, rank: int, world: int):
-    """Sample cfg.k responses for this rank's share of the benchmark's (encoded) problems, every world-th from the
-    rank-th, chunk_problems problems per generate() call, each problem with its own seed. Yields one record per
-    response as each chunk finishes, with progress on rank 0."""
+    """Sample cfg.k responses for this rank's share of the benchmark's (encoded) problems, every
+    world-th from the rank-th, chunk_problems problems per generate() call, each problem with its
+    own seed. Yields one record per response as each chunk finishes, with progress on rank 0."""
     name = bench["name"]
     problems = bench["problems"]
     stop_ids = tuple(data.stop_token_ids(tokenizer))
@@ -316,52 +474,100 @@ def sample_share(engine, tokenizer, bench: dict, cfg, rank: int, world: int):
     tokens = 0
     t0 = time.perf_counter()
     for start in range(0, len(mine), chunk):
-        indices = mine[start:start + chunk]
-        params = [SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k, n=cfg.k,
-                                 max_tokens=cfg.max_tokens, stop_token_ids=stop_ids,
-                                 seed=problem_seed(cfg.seed, name, i)) for i in indices]
+        indices = mine[start : start + chunk]
+        params = [
+            SamplingParams(
+                temperature=cfg.temperature,
+                top_p=cfg.top_p,
+                top_k=cfg.top_k,
+                n=cfg.k,
+                max_tokens=cfg.max_tokens,
+                stop_token_ids=stop_ids,
+                seed=problem_seed(cfg.seed, name, i),
+            )
+            for i in indices
+        ]
         outputs = engine.generate([problems[i]["prompt_ids"] for i in indices], params)
         for i, p, samples in zip(indices, params, outputs):
             for j, s in enumerate(samples):
                 tokens += len(s.token_ids)
-                yield dict(benchmark=name, problem_id=problems[i]["id"], problem_index=i, sample=j, seed=p.seed,
-                           length=len(s.token_ids), finish_reason=s.finish_reason,
-                           response=tokenizer.decode(s.token_ids, skip_special_tokens=False))
-        if rank == 0:   # rank 0's share stands for all: shards differ by at most one problem
+                yield dict(
+                    benchmark=name,
+                    problem_id=problems[i]["id"],
+                    problem_index=i,
+                    sample=j,
+                    seed=p.seed,
+                    length=len(s.token_ids),
+                    finish_reason=s.finish_reason,
+                    response=tokenizer.decode(s.token_ids, skip_special_tokens=False),
+                )
+        if rank == 0:  # rank 0's share stands for all: shards differ by at most one problem
             done = start + len(indices)
             elapsed = time.perf_counter() - t0
-            print(f"{name}: {done}/{len(mine)} problems (rank 0's share of {len(problems)}) | {tokens} tokens, "
-                  f"{tokens / elapsed:.0f} tok/s | ETA {elapsed / done * (len(mine) - done):.0f}s", flush=True)
+            print(
+                f"{name}: {done}/{len(mine)} problems (rank 0's share of {len(problems)}) | {tokens} tokens, "
+                f"{tokens / elapsed:.0f} tok/s | ETA {elapsed / done * (len(mine) - done):.0f}s",
+                flush=True,
+            )
 
 
 def print_samples(model, tokenizer, cfg):
-    """--prompt: cfg.k samples of one user turn from the paged-KV engine, each with its mean logprob, then the speed."""
-    engine = LLMEngine(model, max_num_seqs=cfg.max_num_seqs, max_model_len=cfg.max_prompt_len + cfg.max_tokens)
-    params = SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k, n=cfg.k, seed=cfg.seed,
-                            max_tokens=cfg.max_tokens, stop_token_ids=tuple(data.stop_token_ids(tokenizer)))
+    """--prompt: cfg.k samples of one user turn from the paged-KV engine, each with its mean
+    logprob, then the speed."""
+    engine = LLMEngine(
+        model, max_num_seqs=cfg.max_num_seqs, max_model_len=cfg.max_prompt_len + cfg.max_tokens
+    )
+    params = SamplingParams(
+        temperature=cfg.temperature,
+        top_p=cfg.top_p,
+        top_k=cfg.top_k,
+        n=cfg.k,
+        seed=cfg.seed,
+        max_tokens=cfg.max_tokens,
+        stop_token_ids=tuple(data.stop_token_ids(tokenizer)),
+    )
     t0 = time.perf_counter()
-    samples = engine.generate([data.encode_prompt(tokenizer, cfg.prompt)[-cfg.max_prompt_len:]], params, True)[0]
+    samples = engine.generate(
+        [data.encode_prompt(tokenizer, cfg.prompt)[-cfg.max_prompt_len :]], params, True
+    )[0]
     for j, s in enumerate(samples):
-        print(f"--- sample {j}: {len(s.token_ids)} tokens, finish={s.finish_reason}, mean logprob "
-              f"{sum(s.logprobs) / len(s.logprobs):.3f}\n{tokenizer.decode(s.token_ids, skip_special_tokens=False)}")
+        print(
+            f"--- sample {j}: {len(s.token_ids)} tokens, finish={s.finish_reason}, mean logprob "
+            f"{sum(s.logprobs) / len(s.logprobs):.3f}\n{tokenizer.decode(s.token_ids, skip_special_tokens=False)}"
+        )
     generated = sum(len(s.token_ids) for s in samples)
     seconds = time.perf_counter() - t0
-    print(f"--- {generated} tokens in {seconds:.1f}s ({generated / seconds:.1f} tok/s); {engine.stats}")
+    print(
+        f"--- {generated} tokens in {seconds:.1f}s ({generated / seconds:.1f} tok/s); {engine.stats}"
+    )
 
 
 def sampling_settings(cfg, tokenizer) -> dict:
-    return dict(k=cfg.k, temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k, max_tokens=cfg.max_tokens,
-                stop_token_ids=data.stop_token_ids(tokenizer), repetition_penalty="none (not supported by rollout.py)",
-                max_prompt_len=cfg.max_prompt_len, prompt_overlong="left-truncate", seed=cfg.seed,
-                problem_seed=inspect.getsource(problem_seed), sample_seed=inspect.getsource(sample_seed))
+    return dict(
+        k=cfg.k,
+        temperature=cfg.temperature,
+        top_p=cfg.top_p,
+        top_k=cfg.top_k,
+        max_tokens=cfg.max_tokens,
+        stop_token_ids=data.stop_token_ids(tokenizer),
+        repetition_penalty="none (not supported by rollout.py)",
+        max_prompt_len=cfg.max_prompt_len,
+        prompt_overlong="left-truncate",
+        seed=cfg.seed,
+        problem_seed=inspect.getsource(problem_seed),
+        sample_seed=inspect.getsource(sample_seed),
+    )
 
 
 def problem_seed(seed: int, benchmark: str, index: int) -> int:
     """The sampling seed of one problem: the same whichever rank or batch it lands in."""
-    return int.from_bytes(hashlib.sha256(f"{seed}/{benchmark}/{index}".encode()).digest()[:7], "little")
+    return int.from_bytes(
+        hashlib.sha256(f"{seed}/{benchmark}/{index}".encode()).digest()[:7], "little"
+    )
 
 
 # ----------------------------------------------------------------------------- scoring
+
 
 def verdict(job, name: str) -> dict:
     """A scoring job's verdict (reward.scorer): reward (code: fraction of tests passed), correct,
@@ -374,19 +580,23 @@ def verdict(job, name: str) -> dict:
 
 
 def wait_for_scores(jobs: list, name: str, rank: int, every_s: float = 5.0) -> None:
-    """Wait for the scoring jobs still running after generation (code tests can take minutes), with progress."""
+    """Wait for the scoring jobs still running after generation (code tests can take minutes), with
+    progress."""
     t0 = time.perf_counter()
     pending = jobs
     while pending := wait(pending, timeout=every_s)[1]:
-        print0(f"{name}: scoring, {len(jobs) - len(pending)}/{len(jobs)} responses scored (rank 0) | "
-               f"{time.perf_counter() - t0:.0f}s")
+        print0(
+            f"{name}: scoring, {len(jobs) - len(pending)}/{len(jobs)} responses scored (rank 0) | "
+            f"{time.perf_counter() - t0:.0f}s"
+        )
 
 
 # ----------------------------------------------------------------------------- the estimators
 
+
 def summarize(samples: list, ks: list) -> dict:
-    """Aggregate per-sample records {problem_index, problem_id, correct, reward, format_failure, length,
-    finish_reason} of one benchmark."""
+    """Aggregate per-sample records {problem_index, problem_id, correct, reward, format_failure,
+    length, finish_reason} of one benchmark."""
     correct = {}
     ids = {}
     for s in samples:
@@ -395,24 +605,30 @@ def summarize(samples: list, ks: list) -> dict:
     n_problems = len(correct)
     n = len(samples)
     return dict(
-        problems=n_problems, k=n // max(n_problems, 1),
+        problems=n_problems,
+        k=n // max(n_problems, 1),
         avg_at_k=sum(sum(c) / len(c) for c in correct.values()) / n_problems,
-        pass_at_k={str(j): sum(pass_at_k(len(c), sum(c), j) for c in correct.values()) / n_problems for j in ks},
+        pass_at_k={
+            str(j): sum(pass_at_k(len(c), sum(c), j) for c in correct.values()) / n_problems
+            for j in ks
+        },
         mean_reward=sum(s["reward"] for s in samples) / n,
         format_failure_rate=sum(s["format_failure"] for s in samples) / n,
         mean_length=sum(s["length"] for s in samples) / n,
         truncated_rate=sum(s["finish_reason"] == "length" for s in samples) / n,
-        correct_per_problem=[[ids[i], sum(c)] for i, c in sorted(correct.items())])
+        correct_per_problem=[[ids[i], sum(c)] for i, c in sorted(correct.items())],
+    )
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
-    """Unbiased pass@k of a problem with c correct out of n samples: 1 - C(n-c, k) / C(n, k), k <= n."""
+    """Unbiased pass@k of a problem with c correct out of n samples: 1 - C(n-c, k) / C(n, k), k <=
+    n."""
     if not 0 <= c <= n or not 1 <= k <= n:
         raise ValueError(f"pass_at_k(n={n}, c={c}, k={k}): need 0 <= c <= n and 1 <= k <= n")
-    if n - c < k:   # every k-subset holds a correct sample
+    if n - c < k:  # every k-subset holds a correct sample
         return 1.0
     prod = 1.0
-    for m in range(n - c + 1, n + 1):   # C(n-c, k) / C(n, k) = prod_m (1 - k/m)
+    for m in range(n - c + 1, n + 1):  # C(n-c, k) / C(n, k) = prod_m (1 - k/m)
         prod *= 1.0 - k / m
     return 1.0 - prod
 
@@ -421,18 +637,27 @@ def pass_ks(cfg) -> list:
     """The j of the reported pass@j, each <= k (EvalConfig calls it: a bad --pass_k is a ValueError
     at once)."""
     if not cfg.pass_k:
-        return sorted({1, cfg.k} | {4 ** i for i in range(1, 8) if 4 ** i < cfg.k})
+        return sorted({1, cfg.k} | {4**i for i in range(1, 8) if 4**i < cfg.k})
     try:
         ks = sorted({int(x) for x in cfg.pass_k.split(",")})
     except ValueError:
-        raise ValueError(f"--pass_k={cfg.pass_k!r}: expected comma-separated integers like "
-                         "1,4,8") from None
+        raise ValueError(
+            f"--pass_k={cfg.pass_k!r}: expected comma-separated integers like 1,4,8"
+        ) from None
     if ks[0] < 1 or ks[-1] > cfg.k:
-        raise ValueError(f"--pass_k={cfg.pass_k!r}: each value must be in 1..k={cfg.k} "
-                         "(pass@j needs j <= k samples)")
+        raise ValueError(
+            f"--pass_k={cfg.pass_k!r}: each value must be in 1..k={cfg.k} "
+            "(pass@j needs j <= k samples)"
+        )
     return ks
 
 
 if __name__ == "__main__":
-    run_entry_point(main, parse_config(EvalConfig, usage="usage: python eval.py [--key=value ...]   "
-                                                         "(torchrun --nproc_per_node=N eval.py ... for N processes)"))
+    run_entry_point(
+        main,
+        parse_config(
+            EvalConfig,
+            usage="usage: python eval.py [--key=value ...]   "
+            "(torchrun --nproc_per_node=N eval.py ... for N processes)",
+        ),
+    )

@@ -1,4 +1,5 @@
-"""GPPO reinforcement learning for reasoning models (Klear-Reasoner, arXiv 2508.07629): the RL loop. One step:
+"""GPPO reinforcement learning for reasoning models (Klear-Reasoner, arXiv 2508.07629): the RL loop.
+One step:
   1. prompts_per_step prompts, dealt round-robin to the ranks, group_size responses each (rollout.py; seeded by the
      prompt's position in the run's prompt stream, so any number of ranks samples the same responses);
   2. rewards (reward.py), each response scored by a thread as soon as it finishes, while the engine decodes the rest;
@@ -13,12 +14,14 @@
 Run:  python gppo.py --init_from=out/sft/hf    # the Countdown toy on CPU, after train.sh's SFT (docs/running.md)
       torchrun --nproc_per_node=8 gppo.py --init_from=out/sft/hf --math_data=math.jsonl --prompts_per_step=128 \
           --mini_batch_prompts=16 --lr=1e-6 --max_response_len=32768 --train_row_tokens=32768"""
+
 import os
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # read when torch loads OpenMP: see trainer.set_threads
-# read when torch first touches CUDA: the KV pool and the trainer's activations are freed and allocated again every
-# step, in sizes that do not repeat; growable segments keep the freed memory usable for the next sizes (no
-# fragmentation that would leave the next pool short)
+# read when torch loads OpenMP: see trainer.set_threads
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# read when torch first touches CUDA: the KV pool and the trainer's activations are freed and
+# allocated again every step, in sizes that do not repeat; growable segments keep the freed memory
+# usable for the next sizes (no fragmentation that would leave the next pool short)
 os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
 
 import dataclasses
@@ -34,7 +37,7 @@ import torch
 import torch.distributed as dist
 
 import data
-import eval as ev   # held-out evaluation is eval.py's (the name `eval` alone is Python's builtin)
+import eval as ev  # held-out evaluation is eval.py's (the name `eval` alone is Python's builtin)
 import reward
 from data import read
 from gppo_loss import METRICS, MODES, LossConfig, group_advantages, rl_loss_from_hidden, step_means
@@ -42,15 +45,16 @@ from model import check_checkpoint, from_pretrained, hf_name, logits_fp32, on_me
 from parts import hf_checkpoint, math_checker, tracking, trainer
 from parts.hf_checkpoint import EXPORT_DTYPES, Export
 from parts.cli import parse_config
-from parts.trainer import (Checkpointer, GracefulStop, InputError, MetricsLog, TrainingStopped,
-                           agree_on_inputs, balance_ranks, check_run, copy_weights, cores_per_rank,
-                           global_max, global_sums, init_distributed, lockstep, on_for_device,
-                           print0, record_run, run_entry_point, set_threads)
+from parts.trainer import Checkpointer, GracefulStop, InputError, MetricsLog, TrainingStopped
+from parts.trainer import agree_on_inputs, balance_ranks, check_run, copy_weights, cores_per_rank
+from parts.trainer import global_max, global_sums, init_distributed, lockstep, on_for_device, print0
+from parts.trainer import record_run, run_entry_point, set_threads
 from rollout import LLMEngine, SamplingParams, kv_cache_bytes
 
 
 @dataclass
 class GPPOConfig:
+    # fmt: off
     # data (the formats data.py reads: .jsonl, .json or .parquet); none given = the toy's files (--toy)
     math_data: str = ""                # math RL prompts (problem + answer; Countdown's target + nums)
     code_data: str = ""                # code RL prompts (with tests)
@@ -125,44 +129,101 @@ class GPPOConfig:
     kv_cache_fraction: float = 0.3     # GPU, engine kept (--free_engine=false): the KV pool's share of free memory
     free_engine: str = "auto"          # free the engine's weights and KV pool while training: auto (GPU) | true | false
     dist_timeout_minutes: float = 120.0  # how long a rank may wait in a collective (for the slowest rank's rollout)
+    # fmt: on
 
     def __post_init__(self):
-        checks = [(self.loss_mode in MODES, f"loss_mode must be one of {MODES}"),
-                  (self.old_logprobs in ("recompute", "engine"), "old_logprobs must be recompute or engine"),
-                  (self.code_reward in ("soft", "binary"), "code_reward must be soft or binary"),
-                  (self.reward_scale in ("default", "authors"), "reward_scale must be default or authors"),
-                  (self.prompts_per_step % self.mini_batch_prompts == 0, "prompts_per_step % mini_batch_prompts != 0"),
-                  (self.oversample >= 1 and self.max_gen_rounds >= 1, "oversample and max_gen_rounds must be >= 1"),
-                  (self.group_size >= 2, "group_size must be >= 2 (GRPO advantages compare the samples of a prompt)"),
-                  (self.math_workers >= 0, "math_workers must be >= 0 (0: the cores this rank's threads leave)"),
-                  (self.log_samples >= 0, "log_samples must be >= 0 (0: none)"),
-                  (self.toy in data.TOY_TASKS, f"toy must be one of {', '.join(data.TOY_TASKS)}"),
-                  ({self.activation_checkpointing, self.free_engine} <= {"auto", "true", "false"},
-                   "activation_checkpointing and free_engine must be auto, true or false"),
-                  (self.export_dtype in EXPORT_DTYPES, f"export_dtype must be one of {', '.join(EXPORT_DTYPES)}")]
+        checks = [
+            (self.loss_mode in MODES, f"loss_mode must be one of {MODES}"),
+            (
+                self.old_logprobs in ("recompute", "engine"),
+                "old_logprobs must be recompute or engine",
+            ),
+            (self.code_reward in ("soft", "binary"), "code_reward must be soft or binary"),
+            (
+                self.reward_scale in ("default", "authors"),
+                "reward_scale must be default or authors",
+            ),
+            (
+                self.prompts_per_step % self.mini_batch_prompts == 0,
+                "prompts_per_step % mini_batch_prompts != 0",
+            ),
+            (
+                self.oversample >= 1 and self.max_gen_rounds >= 1,
+                "oversample and max_gen_rounds must be >= 1",
+            ),
+            (
+                self.group_size >= 2,
+                "group_size must be >= 2 (GRPO advantages compare the samples of a prompt)",
+            ),
+            (
+                self.math_workers >= 0,
+                "math_workers must be >= 0 (0: the cores this rank's threads leave)",
+            ),
+            (self.log_samples >= 0, "log_samples must be >= 0 (0: none)"),
+            (self.toy in data.TOY_TASKS, f"toy must be one of {', '.join(data.TOY_TASKS)}"),
+            (
+                {self.activation_checkpointing, self.free_engine} <= {"auto", "true", "false"},
+                "activation_checkpointing and free_engine must be auto, true or false",
+            ),
+            (
+                self.export_dtype in EXPORT_DTYPES,
+                f"export_dtype must be one of {', '.join(EXPORT_DTYPES)}",
+            ),
+        ]
         for ok, why in checks:
             if not ok:
                 raise ValueError(f"GPPOConfig: {why}")
-        tracking.backends(self.report_to)   # a missing package: one line now, not after loading
-        self.loss = LossConfig(mode=self.loss_mode, eps_low=self.eps_low,   # the whole loss, once
-                               eps_high=self.eps_high, dual_clip=self.dual_clip, beta1=self.beta1,
-                               beta2=self.beta2, high_side_only=self.high_side_only,
-                               alpha=self.alpha, temperature=self.temperature)
+        tracking.backends(self.report_to)  # a missing package: one line now, not after loading
+        self.loss = LossConfig(
+            mode=self.loss_mode,
+            eps_low=self.eps_low,  # the whole loss, once
+            eps_high=self.eps_high,
+            dual_clip=self.dual_clip,
+            beta1=self.beta1,
+            beta2=self.beta2,
+            high_side_only=self.high_side_only,
+            alpha=self.alpha,
+            temperature=self.temperature,
+        )
 
 
-# What a resume may change: how far, how often to evaluate, save and export, where and how fast it runs
-# (train_row_tokens and balance_ranks change the order of float sums only). Any other option must be the run's own
-# (trainer.check_run): a changed loss, model, data or sampling setting is another run.
-RESUME_MAY_CHANGE = ("steps", "eval_every", "log_samples", "report_to", "ckpt_every", "ckpt_minutes", "ckpt_background", "export_every",
-                     "export_dtype", "keep_exports", "resume", "out_dir", "device", "threads", "dist_timeout_minutes",
-                     "kv_cache_fraction", "free_engine", "activation_checkpointing", "train_row_tokens",
-                     "balance_ranks", "reward_workers", "math_workers", "sandbox_cores")
+# What a resume may change: how far, how often to evaluate, save and export, where and how fast it
+# runs (train_row_tokens and balance_ranks change the order of float sums only). Any other option
+# must be the run's own (trainer.check_run): a changed loss, model, data or sampling setting is
+# another run.
+RESUME_MAY_CHANGE = (
+    "steps",
+    "eval_every",
+    "log_samples",
+    "report_to",
+    "ckpt_every",
+    "ckpt_minutes",
+    "ckpt_background",
+    "export_every",
+    "export_dtype",
+    "keep_exports",
+    "resume",
+    "out_dir",
+    "device",
+    "threads",
+    "dist_timeout_minutes",
+    "kv_cache_fraction",
+    "free_engine",
+    "activation_checkpointing",
+    "train_row_tokens",
+    "balance_ranks",
+    "reward_workers",
+    "math_workers",
+    "sandbox_cores",
+)
 
 
 @dataclass
 class Run:
     """The objects that live as long as this process and that every step uses, built once
     (build_run): one argument instead of a dozen for each part of the step."""
+
+    # fmt: off
     cfg: GPPOConfig
     policy: torch.nn.Module          # the trainer's: FSDP2-sharded, fp32 master weights ...
     optimizer: torch.optim.Optimizer
@@ -178,21 +239,23 @@ class Run:
     export: Export | None = None     # how the Hugging Face exports are written (--export_dtype, --keep_exports)
     free_engine: bool = False        # --free_engine, resolved (trainer.on_for_device)
     samples_log: object = None       # rank 0's MetricsLog of samples.jsonl (--log_samples), set by main
+    # fmt: on
 
 
-# ----------------------------------------------------------------------------- one RL step: the docstring's 1-7
+# ----------------------------------------------------------------- one RL step: the docstring's 1-7
+
 
 def rl_step(run: Run, step: int, prompt_cursor: int) -> tuple:
-    """One RL step, the docstring's 1-7 (more sampling rounds while allowed and too few groups survive). Returns
-    (metrics record, the stream position after the step)."""
+    """One RL step, the docstring's 1-7 (more sampling rounds while allowed and too few groups
+    survive). Returns (metrics record, the stream position after the step)."""
     cfg = run.cfg
     t0 = time.time()
-    sampled = []      # the groups of every round
-    kept = []         # ... those with a learning signal
+    sampled = []  # the groups of every round
+    kept = []  # ... those with a learning signal
     rounds = 0
     engine_s = 0.0
     per_round = math.ceil(cfg.oversample * cfg.prompts_per_step)
-    while rounds < cfg.max_gen_rounds:                # 1-3. sample, score, advantages
+    while rounds < cfg.max_gen_rounds:  # 1-3. sample, score, advantages
         new, seconds = sample_groups(run, prompt_cursor, per_round)
         engine_s += seconds
         prompt_cursor += per_round
@@ -202,43 +265,52 @@ def rl_step(run: Run, step: int, prompt_cursor: int) -> tuple:
         if global_sums(dict(kept=len(kept)), run.device)["kept"] >= cfg.prompts_per_step:
             break
     log_samples(run, step + 1, sampled)
-    if run.free_engine:   # training gets the engine's memory; step 7 gives its weights back, generate() its KV pool
+    # training gets the engine's memory; step 7 gives its weights back, generate() its KV pool
+    if run.free_engine:
         run.engine.cache.release()
         for p in run.engine_model.parameters():
             p.data = p.data.new_empty(0)
-    groups_by_batch = mini_batches_of(kept, cfg, run.world)       # 4. the survivors, re-packed
+    groups_by_batch = mini_batches_of(kept, cfg, run.world)  # 4. the survivors, re-packed
     mini_batches = [training_sequences(groups, cfg) for groups in groups_by_batch]
-    if cfg.balance_ranks:   # a rank trains what it sampled; the others would wait for the busiest
+    if cfg.balance_ranks:  # a rank trains what it sampled; the others would wait for the busiest
         mini_batches = balance_ranks(mini_batches, lambda seq: len(seq.ids), run.rank, run.world)
     t1 = time.time()
-    gap = dict(gap_sum=0.0, gap_tokens=0, gap_max=0.0)            # 5. old logprobs (or engine's)
+    gap = dict(gap_sum=0.0, gap_tokens=0, gap_max=0.0)  # 5. old logprobs (or engine's)
     if cfg.old_logprobs == "recompute":
         gap = recompute_old_logprobs(run, [seq for seqs in mini_batches for seq in seqs])
     t2 = time.time()
-    updates = [train_mini_batch(run, seqs) for seqs in mini_batches]   # 6. a step per mini-batch
+    updates = [train_mini_batch(run, seqs) for seqs in mini_batches]  # 6. a step per mini-batch
     updates = [update for update in updates if update]
     t3 = time.time()
-    if updates or run.free_engine:                                # 7. the engine's weights
+    if updates or run.free_engine:  # 7. the engine's weights
         copy_weights(run.policy, run.engine_model)
     record, totals = step_metrics(run, sampled, kept, mini_batches, gap, updates)
-    speed = dict(rollout_tok_s=totals["tokens"] / max(t1 - t0, 1e-9),
-                 train_tok_s=totals["train_tokens"] / max(t3 - t1, 1e-9),
-                 time_generate_and_reward=t1 - t0, time_engine=engine_s, time_old_logprobs=t2 - t1,
-                 time_train=t3 - t2, time_sync=time.time() - t3)
+    speed = dict(
+        rollout_tok_s=totals["tokens"] / max(t1 - t0, 1e-9),
+        train_tok_s=totals["train_tokens"] / max(t3 - t1, 1e-9),
+        time_generate_and_reward=t1 - t0,
+        time_engine=engine_s,
+        time_old_logprobs=t2 - t1,
+        time_train=t3 - t2,
+        time_sync=time.time() - t3,
+    )
     return dict(step=step + 1, gen_rounds=rounds, **record, **speed), prompt_cursor
 
 
-# ----------------------------------------------------------------------------- 1-3. sample, score, advantages
+# ------------------------------------------------------------------- 1-3. sample, score, advantages
+
 
 def sample_groups(run: Run, first: int, count: int) -> tuple:
-    """Sample and score prompts first..first+count-1 of the stream, every world-th on this rank, each seeded by its
-    stream position (so samples do not depend on the number of ranks). Returns (groups, seconds in generate)."""
+    """Sample and score prompts first..first+count-1 of the stream, every world-th on this rank,
+    each seeded by its stream position (so samples do not depend on the number of ranks). Returns
+    (groups, seconds in generate)."""
     cfg = run.cfg
     tokenizer = run.tokenizer
     positions = list(range(first + run.rank, first + count, run.world))
-    chosen = data.stream(run.tasks, first, count, cfg.seed)[run.rank::run.world]
+    chosen = data.stream(run.tasks, first, count, cfg.seed)[run.rank :: run.world]
     params = sampling_params(cfg, positions, tuple(data.stop_token_ids(tokenizer)))
-    jobs = {}   # (prompt, sample) -> its score, computed by the pool while the engine decodes the other samples
+    # (prompt, sample) -> its score, computed by the pool while the engine decodes the other samples
+    jobs = {}
 
     def score_when_done(prompt: int, sample: int, out):
         text = tokenizer.decode(out.token_ids, skip_special_tokens=False)
@@ -252,20 +324,41 @@ def sample_groups(run: Run, first: int, count: int) -> tuple:
     for p, (position, task, samples) in enumerate(zip(positions, chosen, outs)):
         scored = [jobs[p, j].result() for j in range(len(samples))]
         advantages, keep = group_advantages([[r for r, _ in scored]])
-        groups.append(Group(position, task, samples, [r for r, _ in scored], [c for _, c in scored], advantages[0],
-                            bool(keep[0]) or not cfg.filter_zero_adv))
+        groups.append(
+            Group(
+                position,
+                task,
+                samples,
+                [r for r, _ in scored],
+                [c for _, c in scored],
+                advantages[0],
+                bool(keep[0]) or not cfg.filter_zero_adv,
+            )
+        )
     return groups, engine_s
 
 
 def sampling_params(cfg, positions: list, stop_ids: tuple) -> list:
-    """SamplingParams of the prompts at these stream positions: group_size samples each, seeded by the position."""
-    return [SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_response_len,
-                           n=cfg.group_size, stop_token_ids=stop_ids, seed=cfg.seed * 1_000_003 + p) for p in positions]
+    """SamplingParams of the prompts at these stream positions: group_size samples each, seeded by
+    the position."""
+    return [
+        SamplingParams(
+            temperature=cfg.temperature,
+            top_p=cfg.top_p,
+            max_tokens=cfg.max_response_len,
+            n=cfg.group_size,
+            stop_token_ids=stop_ids,
+            seed=cfg.seed * 1_000_003 + p,
+        )
+        for p in positions
+    ]
 
 
 @dataclass
 class Group:
     """One prompt's group_size responses, scored, on the rank that sampled them."""
+
+    # fmt: off
     position: int            # the prompt's position in the run's prompt stream (orders groups across ranks)
     task: dict
     samples: list            # rollout.Sample per response
@@ -273,40 +366,58 @@ class Group:
     correct: list            # bool per response (fully correct: the SFT term's positives)
     advantages: torch.Tensor  # (group_size,)
     keep: bool               # False: all rewards equal, no signal (dropped when filter_zero_adv)
+    # fmt: on
 
 
 def log_samples(run: Run, step: int, groups: list):
-    """cfg.log_samples of the step's responses on rank 0 (all rounds), drawn at random (seeded by the step, so a
-    resumed run draws the same), to samples.jsonl: what the policy writes, with its reward and advantage."""
+    """cfg.log_samples of the step's responses on rank 0 (all rounds), drawn at random (seeded by
+    the step, so a resumed run draws the same), to samples.jsonl: what the policy writes, with its
+    reward and advantage."""
     if run.samples_log is None or run.rank != 0:
         return
     responses = [(g, j) for g in groups for j in range(len(g.samples))]
-    drawn = random.Random(run.cfg.seed * 1_000_003 + step).sample(responses, min(run.cfg.log_samples, len(responses)))
+    drawn = random.Random(run.cfg.seed * 1_000_003 + step).sample(
+        responses, min(run.cfg.log_samples, len(responses))
+    )
     for g, j in sorted(drawn, key=lambda pair: (pair[0].position, pair[1])):
         s = g.samples[j]
-        run.samples_log.write(dict(step=step, prompt_position=g.position, sample=j, reward=g.rewards[j],
-                                   advantage=float(g.advantages[j]), correct=bool(g.correct[j]),
-                                   group_kept=g.keep, finish_reason=s.finish_reason, response_tokens=len(s.token_ids),
-                                   prompt=run.tokenizer.decode(g.task["prompt_ids"], skip_special_tokens=False),
-                                   response=run.tokenizer.decode(s.token_ids, skip_special_tokens=False)))
+        run.samples_log.write(
+            dict(
+                step=step,
+                prompt_position=g.position,
+                sample=j,
+                reward=g.rewards[j],
+                advantage=float(g.advantages[j]),
+                correct=bool(g.correct[j]),
+                group_kept=g.keep,
+                finish_reason=s.finish_reason,
+                response_tokens=len(s.token_ids),
+                prompt=run.tokenizer.decode(g.task["prompt_ids"], skip_special_tokens=False),
+                response=run.tokenizer.decode(s.token_ids, skip_special_tokens=False),
+            )
+        )
 
 
-# ----------------------------------------------------------------------------- 4. the survivors, re-packed
+# ---------------------------------------------------------------------- 4. the survivors, re-packed
+
 
 def mini_batches_of(kept: list, cfg, world: int) -> list:
-    """The surviving groups of all ranks in mini-batches of mini_batch_prompts (the last may be partial), in stream
-    order, at most prompts_per_step in all: per mini-batch, this rank's groups (only positions travel)."""
+    """The surviving groups of all ranks in mini-batches of mini_batch_prompts (the last may be
+    partial), in stream order, at most prompts_per_step in all: per mini-batch, this rank's groups
+    (only positions travel)."""
     positions = [None] * world
     dist.all_gather_object(positions, [g.position for g in kept])
-    used = sorted(p for ps in positions for p in ps)[:cfg.prompts_per_step]
+    used = sorted(p for ps in positions for p in ps)[: cfg.prompts_per_step]
     mine = {g.position: g for g in kept}
     size = cfg.mini_batch_prompts
-    return [[mine[p] for p in used[i:i + size] if p in mine] for i in range(0, len(used), size)]
+    return [[mine[p] for p in used[i : i + size] if p in mine] for i in range(0, len(used), size)]
 
 
 @dataclass
 class TrainSeq:
     """One sampled response as a training sequence."""
+
+    # fmt: off
     ids: list                # prompt + response token ids
     prompt_len: int
     group: int               # its prompt's stream position: responses of one group share the prompt in a row
@@ -314,6 +425,7 @@ class TrainSeq:
     correct: bool            # fully correct: its tokens are the SFT term's
     engine_logprobs: list    # per response token, the sampler's logprob
     old_logprobs: list       # per response token, the trainer's (recomputed in step 5; the engine's until then)
+    # fmt: on
 
     @property
     def response_len(self) -> int:
@@ -321,11 +433,22 @@ class TrainSeq:
 
 
 def training_sequences(groups: list, cfg) -> list:
-    """Every kept response of these groups as a TrainSeq (empty ones, and with mask_truncated cut ones, left out)."""
-    return [TrainSeq(g.task["prompt_ids"] + s.token_ids, len(g.task["prompt_ids"]), g.position, advantage, correct,
-                     s.logprobs, s.logprobs)
-            for g in groups for s, advantage, correct in zip(g.samples, g.advantages.tolist(), g.correct)
-            if s.token_ids and not (cfg.mask_truncated and s.finish_reason == "length")]
+    """Every kept response of these groups as a TrainSeq (empty ones, and with mask_truncated cut
+    ones, left out)."""
+    return [
+        TrainSeq(
+            g.task["prompt_ids"] + s.token_ids,
+            len(g.task["prompt_ids"]),
+            g.position,
+            advantage,
+            correct,
+            s.logprobs,
+            s.logprobs,
+        )
+        for g in groups
+        for s, advantage, correct in zip(g.samples, g.advantages.tolist(), g.correct)
+        if s.token_ids and not (cfg.mask_truncated and s.finish_reason == "length")
+    ]
 
 
 def row_tensors(row, device, share_prompts: bool = False) -> dict:
@@ -336,39 +459,56 @@ def row_tensors(row, device, share_prompts: bool = False) -> dict:
     if row is None:
         zeros = torch.zeros((1, 2), dtype=torch.long, device=device)
         one = torch.zeros(1, device=device)
-        return dict(input_ids=zeros, position_ids=zeros, document_ids=zeros.cpu(), prefix_docs=None,
-                    logit_positions=one.long(), targets=one.long(), old=one, adv=one, sft=one,
-                    num_tokens=0)
+        return dict(
+            input_ids=zeros,
+            position_ids=zeros,
+            document_ids=zeros.cpu(),
+            prefix_docs=None,
+            logit_positions=one.long(),
+            targets=one.long(),
+            old=one,
+            adv=one,
+            sft=one,
+            num_tokens=0,
+        )
     layout = data.shared_prompt_layout(row, share_prompts)
 
     def tensor(values):
         return torch.tensor(values, device=device)
 
-    return dict(input_ids=tensor([layout["input_ids"]]),
-                position_ids=tensor([layout["position_ids"]]),
-                document_ids=torch.tensor([layout["document_ids"]]),
-                prefix_docs=[layout["prefix_docs"]],
-                logit_positions=tensor(layout["logit_positions"]),
-                targets=tensor(layout["targets"]),
-                old=tensor([v for s in row for v in s.old_logprobs]),
-                adv=tensor([s.advantage for s in row for _ in range(s.response_len)]),
-                sft=tensor([float(s.correct) for s in row for _ in range(s.response_len)]),
-                num_tokens=len(layout["targets"]))
+    return dict(
+        input_ids=tensor([layout["input_ids"]]),
+        position_ids=tensor([layout["position_ids"]]),
+        document_ids=torch.tensor([layout["document_ids"]]),
+        prefix_docs=[layout["prefix_docs"]],
+        logit_positions=tensor(layout["logit_positions"]),
+        targets=tensor(layout["targets"]),
+        old=tensor([v for s in row for v in s.old_logprobs]),
+        adv=tensor([s.advantage for s in row for _ in range(s.response_len)]),
+        sft=tensor([float(s.correct) for s in row for _ in range(s.response_len)]),
+        num_tokens=len(layout["targets"]),
+    )
 
 
 def hidden_at_targets(policy, tensors: dict):
     """The final hidden state before each response token of a row (row_tensors): (N, D)."""
-    hidden = policy(tensors["input_ids"], position_ids=tensors["position_ids"],
-                    document_ids=tensors["document_ids"], prefix_docs=tensors["prefix_docs"],
-                    return_hidden=True)
+    hidden = policy(
+        tensors["input_ids"],
+        position_ids=tensors["position_ids"],
+        document_ids=tensors["document_ids"],
+        prefix_docs=tensors["prefix_docs"],
+        return_hidden=True,
+    )
     return hidden[0, tensors["logit_positions"]]
 
 
-# ----------------------------------------------------------------------------- 5. old logprobs, by the trainer
+# ------------------------------------------------------------------ 5. old logprobs, by the trainer
+
 
 @torch.no_grad()
 def recompute_old_logprobs(run: Run, seqs: list) -> dict:
-    """Old logprobs from the trainer's forward, before any update of the step; returns the sum, count and max of
+    """Old logprobs from the trainer's forward, before any update of the step; returns the sum,
+    count and max of
     |trainer − engine| over the tokens, a check of the engine (it should sample exactly what the trainer scores)."""
     cfg = run.cfg
     rows = data.pack_in_order(seqs, cfg.train_row_tokens, cfg.share_prompts)
@@ -377,120 +517,163 @@ def recompute_old_logprobs(run: Run, seqs: list) -> dict:
         logprobs = row_logprobs(run.policy, tensors, cfg.temperature)
         start = 0
         for seq in row or []:
-            seq.old_logprobs = logprobs[start:start + seq.response_len]
+            seq.old_logprobs = logprobs[start : start + seq.response_len]
             start += seq.response_len
     gaps = [np.abs(np.asarray(s.old_logprobs) - np.asarray(s.engine_logprobs)) for s in seqs]
-    return dict(gap_sum=sum(float(g.sum()) for g in gaps), gap_tokens=sum(len(g) for g in gaps),
-                gap_max=max((float(g.max()) for g in gaps if len(g)), default=0.0))
+    return dict(
+        gap_sum=sum(float(g.sum()) for g in gaps),
+        gap_tokens=sum(len(g) for g in gaps),
+        gap_max=max((float(g.max()) for g in gaps if len(g)), default=0.0),
+    )
 
 
 @torch.no_grad()
 def row_logprobs(policy, tensors: dict, temperature: float) -> list:
-    """logπ of each response token of a row (row_tensors): log-softmax of fp32 logits / T, 1024 tokens at a time."""
+    """logπ of each response token of a row (row_tensors): log-softmax of fp32 logits / T, 1024
+    tokens at a time."""
     hidden = hidden_at_targets(policy, tensors)
     weight = policy.lm_head.weight
     targets = tensors["targets"]
     chunks = []
     for i in range(0, len(hidden), 1024):
-        logprobs = torch.log_softmax(logits_fp32(hidden[i:i + 1024], weight) / temperature, -1)
-        chunks.append(logprobs.gather(1, targets[i:i + 1024, None])[:, 0])
+        logprobs = torch.log_softmax(logits_fp32(hidden[i : i + 1024], weight) / temperature, -1)
+        chunks.append(logprobs.gather(1, targets[i : i + 1024, None])[:, 0])
     return torch.cat(chunks).tolist()
 
 
-# ----------------------------------------------------------------------------- 6. one optimizer step per mini-batch
+# ------------------------------------------------------------- 6. one optimizer step per mini-batch
+
 
 def train_mini_batch(run: Run, seqs: list):
-    """One optimizer step on this rank's sequences of a mini-batch, a token-mean over all ranks' tokens. Returns its
-    metrics (kept on the device until one transfer at the end), or None if no rank has a token."""
+    """One optimizer step on this rank's sequences of a mini-batch, a token-mean over all ranks'
+    tokens. Returns its metrics (kept on the device until one transfer at the end), or None if no
+    rank has a token."""
     cfg = run.cfg
     device = run.device
-    counts = global_sums(dict(tokens=sum(s.response_len for s in seqs),
-                              sft_tokens=sum(s.response_len for s in seqs if s.correct)), device)
+    counts = global_sums(
+        dict(
+            tokens=sum(s.response_len for s in seqs),
+            sft_tokens=sum(s.response_len for s in seqs if s.correct),
+        ),
+        device,
+    )
     if counts["tokens"] == 0:
         return None
     sums = dict.fromkeys(("loss", "weight") + METRICS, 0.0)
     for row in lockstep(data.pack_in_order(seqs, cfg.train_row_tokens, cfg.share_prompts), device):
         tensors = row_tensors(row, device, cfg.share_prompts)
-        mask = torch.full_like(tensors["adv"], row is not None, dtype=torch.bool)   # dummy: zero
+        mask = torch.full_like(tensors["adv"], row is not None, dtype=torch.bool)  # dummy: zero
         hidden = hidden_at_targets(run.policy, tensors)
-        loss, metrics = rl_loss_from_hidden(hidden, run.policy.lm_head.weight, tensors["targets"],
-                                            tensors["old"], tensors["adv"], mask,
-                                            sft_mask=tensors["sft"], cfg=cfg.loss,
-                                            num_tokens=counts["tokens"],
-                                            num_sft_tokens=max(counts["sft_tokens"], 1.0))
-        (loss * run.world).backward()   # FSDP averages gradients over ranks; the loss is already a global mean
+        loss, metrics = rl_loss_from_hidden(
+            hidden,
+            run.policy.lm_head.weight,
+            tensors["targets"],
+            tensors["old"],
+            tensors["adv"],
+            mask,
+            sft_mask=tensors["sft"],
+            cfg=cfg.loss,
+            num_tokens=counts["tokens"],
+            num_sft_tokens=max(counts["sft_tokens"], 1.0),
+        )
+        # FSDP averages gradients over ranks; the loss is already a global mean
+        (loss * run.world).backward()
         for key in METRICS:
             sums[key] = sums[key] + metrics[key] * tensors["num_tokens"]
         sums["loss"] = sums["loss"] + loss.detach()
         sums["weight"] = sums["weight"] + tensors["num_tokens"]
     grad_norm = torch.nn.utils.clip_grad_norm_(run.policy.parameters(), cfg.grad_clip)
     grad_norm = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm
-    sums = global_sums(dict(sums, grad_norm=grad_norm), device)   # one transfer for the metrics and the norm
-    grad_norm = sums.pop("grad_norm") / run.world                 # every rank added the same global norm
-    if not math.isfinite(grad_norm):   # the same on every rank: all stop here, none is left waiting
-        raise TrainingStopped(f"grad norm {grad_norm}: stopping before the update "
-                              "(try a lower --lr)")
+    # one transfer for the metrics and the norm
+    sums = global_sums(dict(sums, grad_norm=grad_norm), device)
+    # every rank added the same global norm
+    grad_norm = sums.pop("grad_norm") / run.world
+    if not math.isfinite(grad_norm):  # the same on every rank: all stop here, none is left waiting
+        raise TrainingStopped(
+            f"grad norm {grad_norm}: stopping before the update (try a lower --lr)"
+        )
     run.optimizer.step()
     run.optimizer.zero_grad(set_to_none=True)
     means = {key: sums[key] / max(sums["weight"], 1.0) for key in METRICS}
     return dict(loss=sums["loss"], grad_norm=grad_norm, **means)
 
 
-# ----------------------------------------------------------------------------- metrics, over all ranks
+# -------------------------------------------------------------------------- metrics, over all ranks
 
-def step_metrics(run: Run, sampled: list, kept: list, mini_batches: list, gap: dict,
-                 updates: list) -> tuple:
+
+def step_metrics(
+    run: Run, sampled: list, kept: list, mini_batches: list, gap: dict, updates: list
+) -> tuple:
     """The step's record over all ranks (every sampled response, all rounds; the groups kept; the
     engine-trainer logprob gap; the updates' means), and the summed totals."""
     cfg = run.cfg
     samples = [s for g in sampled for s in g.samples]
     lengths = [len(s.token_ids) for s in samples]
-    trained = sum(len(seq.ids) for seqs in mini_batches for seq in seqs)   # this rank's tokens
-    totals = global_sums(dict(
-        reward=sum(r for g in sampled for r in g.rewards),
-        correct=sum(c for g in sampled for c in g.correct),
-        responses=len(samples), tokens=sum(lengths),
-        truncated=sum(s.finish_reason == "length" for s in samples),
-        kept=len(kept), sampled=len(sampled), gap_sum=gap["gap_sum"], gap_tokens=gap["gap_tokens"],
-        train_tokens=trained), run.device)
+    trained = sum(len(seq.ids) for seqs in mini_batches for seq in seqs)  # this rank's tokens
+    totals = global_sums(
+        dict(
+            reward=sum(r for g in sampled for r in g.rewards),
+            correct=sum(c for g in sampled for c in g.correct),
+            responses=len(samples),
+            tokens=sum(lengths),
+            truncated=sum(s.finish_reason == "length" for s in samples),
+            kept=len(kept),
+            sampled=len(sampled),
+            gap_sum=gap["gap_sum"],
+            gap_tokens=gap["gap_tokens"],
+            train_tokens=trained,
+        ),
+        run.device,
+    )
     busiest = global_max(trained, run.device)
     responses = max(totals["responses"], 1)
     groups = int(totals["sampled"])
     survived = int(totals["kept"])
-    record = dict(reward=totals["reward"] / responses, accuracy=totals["correct"] / responses,
-                  prompts_sampled=groups, groups_kept=survived / max(groups, 1),
-                  groups_dropped=groups - survived,
-                  groups_trained=min(survived, cfg.prompts_per_step),
-                  response_len_mean=totals["tokens"] / responses,
-                  response_len_max=int(global_max(max(lengths, default=0), run.device)),
-                  truncated=int(totals["truncated"]),
-                  rank_load_max=busiest * run.world / max(totals["train_tokens"], 1),
-                  logprob_diff_mean=totals["gap_sum"] / max(totals["gap_tokens"], 1),
-                  logprob_diff_max=global_max(gap["gap_max"], run.device), updates=len(updates),
-                  lr=run.optimizer.param_groups[0]["lr"])
-    if updates:   # the loss's metrics (gppo_loss.step_means); how often the grad-norm clip acted
+    record = dict(
+        reward=totals["reward"] / responses,
+        accuracy=totals["correct"] / responses,
+        prompts_sampled=groups,
+        groups_kept=survived / max(groups, 1),
+        groups_dropped=groups - survived,
+        groups_trained=min(survived, cfg.prompts_per_step),
+        response_len_mean=totals["tokens"] / responses,
+        response_len_max=int(global_max(max(lengths, default=0), run.device)),
+        truncated=int(totals["truncated"]),
+        rank_load_max=busiest * run.world / max(totals["train_tokens"], 1),
+        logprob_diff_mean=totals["gap_sum"] / max(totals["gap_tokens"], 1),
+        logprob_diff_max=global_max(gap["gap_max"], run.device),
+        updates=len(updates),
+        lr=run.optimizer.param_groups[0]["lr"],
+    )
+    if updates:  # the loss's metrics (gppo_loss.step_means); how often the grad-norm clip acted
         norms = [update["grad_norm"] for update in updates]
-        record.update(step_means(updates),
-                      grad_clipped_frac=sum(n > cfg.grad_clip for n in norms) / len(norms),
-                      grad_norm_max=max(norms))
+        record.update(
+            step_means(updates),
+            grad_clipped_frac=sum(n > cfg.grad_clip for n in norms) / len(norms),
+            grad_norm_max=max(norms),
+        )
     return record, totals
 
 
 def print_step(record: dict, cfg, eta_s: float):
     if record["updates"]:
-        trained = ("loss {loss:.4f} ent {entropy:.3f} (clipped {entropy_clipped:.3f}) "
-                   "clip_hi {clip_frac_high:.3f} clip_lo {clip_frac_low:.3f} kl {approx_kl:.2e} "
-                   "gnorm {grad_norm:.2f} ").format(**record)
+        trained = (
+            "loss {loss:.4f} ent {entropy:.3f} (clipped {entropy_clipped:.3f}) "
+            "clip_hi {clip_frac_high:.3f} clip_lo {clip_frac_low:.3f} kl {approx_kl:.2e} "
+            "gnorm {grad_norm:.2f} "
+        ).format(**record)
     else:
         trained = "no update this step (every group's rewards are equal) "
     train_s = record["time_old_logprobs"] + record["time_train"]
-    print0(f"step {record['step']}/{cfg.steps} reward {record['reward']:.3f} "
-           f"acc {record['accuracy']:.3f} "
-           f"kept {record['groups_trained']}/{record['prompts_sampled']} "
-           f"({record['gen_rounds']} round(s)) len {record['response_len_mean']:.0f} {trained}"
-           f"| gen+rew {record['time_generate_and_reward']:.1f}s train {train_s:.1f}s "
-           f"sync {record['time_sync']:.1f}s ({record['rollout_tok_s']:.0f} tok/s) "
-           f"eta {eta_s / 60:.1f}min")
+    print0(
+        f"step {record['step']}/{cfg.steps} reward {record['reward']:.3f} "
+        f"acc {record['accuracy']:.3f} "
+        f"kept {record['groups_trained']}/{record['prompts_sampled']} "
+        f"({record['gen_rounds']} round(s)) len {record['response_len_mean']:.0f} {trained}"
+        f"| gen+rew {record['time_generate_and_reward']:.1f}s train {train_s:.1f}s "
+        f"sync {record['time_sync']:.1f}s ({record['rollout_tok_s']:.0f} tok/s) "
+        f"eta {eta_s / 60:.1f}min"
+    )
 
 
 def evaluate(run: Run, problems: list, step: int) -> dict:
@@ -499,9 +682,14 @@ def evaluate(run: Run, problems: list, step: int) -> dict:
     Avg@k (their mean accuracy, pass@1) and pass@k (any right); printed."""
     cfg = run.cfg
     held_out = [dict(name="held_out", kind=problems[0]["kind"], problems=problems)]
-    settings = dict(max_tokens=cfg.max_response_len, max_prompt_len=cfg.max_prompt_len,
-                    seed=cfg.eval_seed, reward_workers=cfg.reward_workers,
-                    sandbox_cores=cfg.sandbox_cores, sandbox_python=cfg.sandbox_python)
+    settings = dict(
+        max_tokens=cfg.max_response_len,
+        max_prompt_len=cfg.max_prompt_len,
+        seed=cfg.eval_seed,
+        reward_workers=cfg.reward_workers,
+        sandbox_cores=cfg.sandbox_cores,
+        sandbox_python=cfg.sandbox_python,
+    )
 
     def results(**sampling) -> dict:
         eval_cfg = ev.EvalConfig(**settings, **sampling)
@@ -513,15 +701,19 @@ def evaluate(run: Run, problems: list, step: int) -> dict:
     line = f"step {step} held-out greedy {metrics['eval_accuracy']:.3f}"
     if cfg.eval_k:
         sampled = results(k=cfg.eval_k, temperature=cfg.temperature, top_p=cfg.top_p)
-        metrics.update(eval_avg_k=sampled["avg_at_k"],
-                       eval_pass_k=sampled["pass_at_k"][str(cfg.eval_k)])
-        line += (f" Avg@{cfg.eval_k} {metrics['eval_avg_k']:.3f}"
-                 f" pass@{cfg.eval_k} {metrics['eval_pass_k']:.3f}")
+        metrics.update(
+            eval_avg_k=sampled["avg_at_k"], eval_pass_k=sampled["pass_at_k"][str(cfg.eval_k)]
+        )
+        line += (
+            f" Avg@{cfg.eval_k} {metrics['eval_avg_k']:.3f}"
+            f" pass@{cfg.eval_k} {metrics['eval_pass_k']:.3f}"
+        )
     print0(line)
     return metrics
 
 
 # ----------------------------------------------------------------------------- main
+
 
 def main(cfg: GPPOConfig, reward_fn=None):
     """reward_fn(task, text, token_ids) -> (reward, fully_correct) replaces reward.scorer (tests use
@@ -529,30 +721,42 @@ def main(cfg: GPPOConfig, reward_fn=None):
     rank, world, device = init_distributed(cfg.device, cfg.dist_timeout_minutes)
     set_threads(cfg.threads, device)
     if cfg.mini_batch_prompts % world:
-        raise InputError(f"--mini_batch_prompts={cfg.mini_batch_prompts} must be a multiple of world size {world}")
-    resuming = check_run(cfg, "gppo.py", RESUME_MAY_CHANGE)   # a resume must be the run in out_dir: checked first
+        raise InputError(
+            f"--mini_batch_prompts={cfg.mini_batch_prompts} must be a multiple of world size {world}"
+        )
+    # a resume must be the run in out_dir: checked first
+    resuming = check_run(cfg, "gppo.py", RESUME_MAY_CHANGE)
     torch.manual_seed(cfg.seed)
     run, eval_problems = build_run(cfg, reward_fn, rank, world, device)
-    record_run(cfg, "gppo.py", RESUME_MAY_CHANGE, resuming)   # config.json; from step 0: an earlier run removed
+    # config.json; from step 0: an earlier run removed
+    record_run(cfg, "gppo.py", RESUME_MAY_CHANGE, resuming)
     ckpt = Checkpointer(os.path.join(cfg.out_dir, "checkpoint"), cfg.ckpt_background)
-    state = ckpt.resume(run.policy, run.optimizer) if resuming else None   # the newest complete checkpoint
+    # the newest complete checkpoint
+    state = ckpt.resume(run.policy, run.optimizer) if resuming else None
     step = state["step"] if state else 0
-    prompt_cursor = state.get("prompt_cursor", step * cfg.prompts_per_step) if state else 0   # older: no cursor
+    # older: no cursor
+    prompt_cursor = state.get("prompt_cursor", step * cfg.prompts_per_step) if state else 0
     if state:
         copy_weights(run.policy, run.engine_model)
-    tracker = tracking.Tracker(cfg.report_to, cfg.out_dir, dataclasses.asdict(cfg), step) if rank == 0 else None
+    tracker = (
+        tracking.Tracker(cfg.report_to, cfg.out_dir, dataclasses.asdict(cfg), step)
+        if rank == 0
+        else None
+    )
     metrics = MetricsLog(os.path.join(cfg.out_dir, "metrics.jsonl"), step, mirror=tracker)
-    run.samples_log = MetricsLog(os.path.join(cfg.out_dir, "samples.jsonl"), step) if cfg.log_samples else None
+    run.samples_log = (
+        MetricsLog(os.path.join(cfg.out_dir, "samples.jsonl"), step) if cfg.log_samples else None
+    )
     stop = GracefulStop(cfg.ckpt_minutes, device)
     evaluating = bool(cfg.eval_every and eval_problems)
     if evaluating and step == 0:
         metrics.write({"step": 0, **evaluate(run, eval_problems, 0)})
     t_run = time.time()
     start_step = step
-    streak = 0       # steps without an update, in a row
-    idle_steps = 0   # ... and in all
+    streak = 0  # steps without an update, in a row
+    idle_steps = 0  # ... and in all
     try:
-        with ckpt:   # a stop or an error says which step the same command resumes from
+        with ckpt:  # a stop or an error says which step the same command resumes from
             while step < cfg.steps:
                 for group in run.optimizer.param_groups:
                     group["lr"] = cfg.lr * min(1.0, (step + 1) / max(1, cfg.warmup_steps))
@@ -568,8 +772,12 @@ def main(cfg: GPPOConfig, reward_fn=None):
                     record.update(evaluate(run, eval_problems, step))
                 metrics.write(record)
                 state = dict(step=step, prompt_cursor=prompt_cursor)
-                stop.step_done(step, (cfg.ckpt_every and step % cfg.ckpt_every == 0) or step == cfg.steps,
-                               lambda: ckpt.save(run.policy, run.optimizer, state), ckpt)
+                stop.step_done(
+                    step,
+                    (cfg.ckpt_every and step % cfg.ckpt_every == 0) or step == cfg.steps,
+                    lambda: ckpt.save(run.policy, run.optimizer, state),
+                    ckpt,
+                )
                 if (cfg.export_every and step % cfg.export_every == 0) or step == cfg.steps:
                     trainer.export_hf(run.policy, run.export, step)
             ckpt.wait()
@@ -581,17 +789,21 @@ def main(cfg: GPPOConfig, reward_fn=None):
             run.samples_log.close()
     idle = "every step of this command updated the policy"
     if idle_steps:
-        idle = (f"{idle_steps} of the {step - start_step} steps of this command updated nothing "
-                "(every group's rewards were equal)")
+        idle = (
+            f"{idle_steps} of the {step - start_step} steps of this command updated nothing "
+            "(every group's rewards were equal)"
+        )
     print0(f"done: {step} steps, {idle}; Hugging Face export in {cfg.out_dir}/hf")
 
 
-NO_UPDATE_WARNING_STEPS = 3   # steps in a row without an update before the run says why and what to do
+# steps in a row without an update before the run says why and what to do
+NO_UPDATE_WARNING_STEPS = 3
 
 
 def no_update_warning(record: dict, streak: int, cfg: GPPOConfig) -> str:
-    """Why `streak` steps in a row updated nothing, and what to change: every group's rewards were equal, so every
-    advantage was 0 (GRPO compares a prompt's samples with each other) and the filter dropped every group."""
+    """Why `streak` steps in a row updated nothing, and what to change: every group's rewards were
+    equal, so every advantage was 0 (GRPO compares a prompt's samples with each other) and the
+    filter dropped every group."""
     accuracy = record["accuracy"]
     if accuracy == 0:
         cause = "The policy never solves these prompts: train the SFT model longer, or give easier prompts"
@@ -599,64 +811,119 @@ def no_update_warning(record: dict, streak: int, cfg: GPPOConfig) -> str:
         cause = "The policy always solves these prompts: give harder prompts"
     else:
         cause = "Each prompt is solved by all of its samples or by none: give prompts of middling difficulty"
-    return (f"warning: {streak} steps in a row without an update: every group's {cfg.group_size} rewards were equal "
-            f"(on-policy accuracy {accuracy:.3f}), so no advantage was nonzero. {cause}; a larger "
-            f"--group_size (now {cfg.group_size}) or --max_gen_rounds=3 (more prompts sampled until groups survive; "
-            f"now {cfg.max_gen_rounds}) finds more groups that differ.")
+    return (
+        f"warning: {streak} steps in a row without an update: every group's {cfg.group_size} rewards were equal "
+        f"(on-policy accuracy {accuracy:.3f}), so no advantage was nonzero. {cause}; a larger "
+        f"--group_size (now {cfg.group_size}) or --max_gen_rounds=3 (more prompts sampled until groups survive; "
+        f"now {cfg.max_gen_rounds}) finds more groups that differ."
+    )
 
 
 def build_run(cfg: GPPOConfig, reward_fn, rank: int, world: int, device) -> tuple:
-    """Read the inputs (all ranks agree on any error), build the sharded policy, its optimizer, the engine and
-    the scoring pool. Returns (Run, held-out problems)."""
+    """Read the inputs (all ranks agree on any error), build the sharded policy, its optimizer, the
+    engine and the scoring pool. Returns (Run, held-out problems)."""
+
     def load():
         if not os.path.isfile(os.path.join(cfg.init_from, "config.json")):
-            raise InputError(f"--init_from={cfg.init_from}: no SFT checkpoint there (no config.json): run `python "
-                             "sft.py` first (or `bash train.sh`), or pass --init_from=DIR (a Hugging Face directory)"
-                             + data.hub_hint(cfg.init_from, "model"))
-        tokenizer = read(f"--init_from={cfg.init_from} (its tokenizer)", data.load_tokenizer, cfg.init_from)
+            raise InputError(
+                f"--init_from={cfg.init_from}: no SFT checkpoint there (no config.json): run `python "
+                "sft.py` first (or `bash train.sh`), or pass --init_from=DIR (a Hugging Face directory)"
+                + data.hub_hint(cfg.init_from, "model")
+            )
+        tokenizer = read(
+            f"--init_from={cfg.init_from} (its tokenizer)", data.load_tokenizer, cfg.init_from
+        )
         tasks, eval_problems, report = data.rl_prompts(cfg, tokenizer)
         print0("\n".join(report))
         stored = read(f"--init_from={cfg.init_from}", check_checkpoint, cfg.init_from)
-        generation = read(f"--init_from={cfg.init_from}", hf_checkpoint.generation_config,
-                          data.stop_token_ids(tokenizer), cfg.init_from)
-        export = Export(cfg.out_dir, cfg.init_from, EXPORT_DTYPES[cfg.export_dtype] or stored, generation,
-                        hf_name, cfg.keep_exports)
+        generation = read(
+            f"--init_from={cfg.init_from}",
+            hf_checkpoint.generation_config,
+            data.stop_token_ids(tokenizer),
+            cfg.init_from,
+        )
+        export = Export(
+            cfg.out_dir,
+            cfg.init_from,
+            EXPORT_DTYPES[cfg.export_dtype] or stored,
+            generation,
+            hf_name,
+            cfg.keep_exports,
+        )
         return tokenizer, tasks, eval_problems, export
+
     tokenizer, tasks, eval_problems, export = agree_on_inputs(load)
-    # the trained policy: fp32 master weights, FSDP2-sharded as it loads (no rank holds a full fp32 copy); the
-    # engine's own full copy, bf16 on GPU; then the KV pool, from the memory left once the allocator's cache is empty
+    # the trained policy: fp32 master weights, FSDP2-sharded as it loads (no rank holds a full fp32
+    # copy); the engine's own full copy, bf16 on GPU; then the KV pool, from the memory left once
+    # the allocator's cache is empty
     on_meta_fp32 = on_meta(cfg.init_from, torch.float32)
     weights = functools.partial(hf_checkpoint.read_weights, cfg.init_from, on_meta_fp32, hf_name)
     policy = trainer.load_sharded(on_meta_fp32, weights, device)
-    policy.activation_checkpointing = on_for_device("activation checkpointing", cfg.activation_checkpointing, device)
-    policy.rotary.reserve(cfg.max_prompt_len + cfg.max_response_len)   # RoPE table: no position check on a GPU
-    engine_model = from_pretrained(cfg.init_from, dtype=torch.bfloat16 if device.type == "cuda" else torch.float32,
-                                   device=device)
-    optimizer = torch.optim.AdamW(policy.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.999))
+    policy.activation_checkpointing = on_for_device(
+        "activation checkpointing", cfg.activation_checkpointing, device
+    )
+    # RoPE table: no position check on a GPU
+    policy.rotary.reserve(cfg.max_prompt_len + cfg.max_response_len)
+    engine_model = from_pretrained(
+        cfg.init_from,
+        dtype=torch.bfloat16 if device.type == "cuda" else torch.float32,
+        device=device,
+    )
+    optimizer = torch.optim.AdamW(
+        policy.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.999)
+    )
     free_engine = on_for_device("engine freed while training", cfg.free_engine, device)
-    # the KV pool: with the engine freed while training, the engine's default, sized at each generate() from the
-    # memory then free (training's activations and gradients gone), less rollout.rollout_margin; kept, a fraction of
-    # what is free now (None on CPU: the engine's default)
+    # the KV pool: with the engine freed while training, the engine's default, sized at each
+    # generate() from the memory then free (training's activations and gradients gone), less
+    # rollout.rollout_margin; kept, a fraction of what is free now (None on CPU: the engine's
+    # default)
     kv_bytes = None if free_engine else kv_cache_bytes(cfg.kv_cache_fraction, device)
-    engine = LLMEngine(engine_model, max_num_seqs=256, max_model_len=cfg.max_prompt_len + cfg.max_response_len,
-                       kv_cache_memory=kv_bytes)
-    # math-verify's worker processes run while the engine decodes, off its cores (on GPU: its Python loop's)
+    engine = LLMEngine(
+        engine_model,
+        max_num_seqs=256,
+        max_model_len=cfg.max_prompt_len + cfg.max_response_len,
+        kv_cache_memory=kv_bytes,
+    )
+    # math-verify's worker processes run while the engine decodes, off its cores (on GPU: its Python
+    # loop's)
     engine_cores = torch.get_num_threads() if device.type == "cpu" else 1
     math_workers = cfg.math_workers or max(1, cores_per_rank() - engine_cores)
     math_checker.set_workers(math_workers)
-    print0(f"reward: {cfg.reward_workers} scoring threads, at most {math_workers} math-verify processes at once")
+    print0(
+        f"reward: {cfg.reward_workers} scoring threads, at most {math_workers} math-verify processes at once"
+    )
 
     score = reward.scorer(cfg, cfg.reward_scale, cfg.code_reward)
 
-    def score_fn(task, text, token_ids):   # (reward, fully correct)
+    def score_fn(task, text, token_ids):  # (reward, fully correct)
         verdict = score(task, text)
         return verdict.reward, verdict.correct
 
-    run = Run(cfg, policy, optimizer, engine, engine_model, tokenizer, tasks, reward_fn or score_fn,
-              ThreadPoolExecutor(cfg.reward_workers), rank, world, device, export, free_engine)
+    run = Run(
+        cfg,
+        policy,
+        optimizer,
+        engine,
+        engine_model,
+        tokenizer,
+        tasks,
+        reward_fn or score_fn,
+        ThreadPoolExecutor(cfg.reward_workers),
+        rank,
+        world,
+        device,
+        export,
+        free_engine,
+    )
     return run, eval_problems
 
 
 if __name__ == "__main__":
-    run_entry_point(main, parse_config(GPPOConfig, usage="usage: python gppo.py [--key=value ...]   "
-                                                         "(torchrun --nproc_per_node=N gppo.py ... for N processes)"))
+    run_entry_point(
+        main,
+        parse_config(
+            GPPOConfig,
+            usage="usage: python gppo.py [--key=value ...]   "
+            "(torchrun --nproc_per_node=N gppo.py ... for N processes)",
+        ),
+    )

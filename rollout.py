@@ -18,6 +18,7 @@ vLLM does that this does not.
     out = engine.generate([[1, 2, 3]], SamplingParams(temperature=1.0, max_tokens=64, n=8, seed=0))
     python eval.py --model=CKPT_DIR --prompt="What is 17 * 23?" --k=2      # on a checkpoint
 """
+
 import itertools
 import math
 import time
@@ -29,9 +30,9 @@ import torch.nn.functional as F
 from model import logits_fp32
 from parts import norm_kernels
 from parts.cuda_graphs import DeviceDecode
-from parts.decode_kernels import (CPU_KERNEL_HEAD_DIMS, cascade_batch, cascade_decode,
-                                  cascade_workspace_size, load_cpu_kernel, paged_decode_cpu,
-                                  paged_decode_triton, triton)
+from parts.decode_kernels import CPU_KERNEL_HEAD_DIMS, cascade_batch, cascade_decode
+from parts.decode_kernels import cascade_workspace_size, load_cpu_kernel, paged_decode_cpu
+from parts.decode_kernels import paged_decode_triton, triton
 from parts.memory_plan import rollout_margin
 from parts.sampling import sample
 from parts.scheduler import BlockManager, Scheduler, Sequence
@@ -41,16 +42,19 @@ from parts.scheduler import BlockManager, Scheduler, Sequence
 
 
 def _is_int(x) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)   # True is an int to Python, not a count or a token id
+    # True is an int to Python, not a count or a token id
+    return isinstance(x, int) and not isinstance(x, bool)
 
 
-def _require(ok, message: str) -> None:   # a check of the user's input in one line; message: what is wrong, what to do
+# a check of the user's input in one line; message: what is wrong, what to do
+def _require(ok, message: str) -> None:
     if not ok:
         raise ValueError(message)
 
 
 @dataclass
 class SamplingParams:
+    # fmt: off
     temperature: float = 1.0        # 0 = greedy
     top_p: float = 1.0              # keep a token iff the mass of the tokens ranked above it is < top_p
     top_k: int = 0                  # keep the k most likely tokens (0 = all)
@@ -58,6 +62,7 @@ class SamplingParams:
     n: int = 1                      # samples per prompt; they share the prompt's KV blocks
     stop_token_ids: tuple = ()      # finish ("stop") after sampling one of these; it is kept in the output
     seed: int | None = None         # None: drawn from torch's global RNG (so torch.manual_seed fixes it)
+    # fmt: on
 
     def __post_init__(self):
         def check(name, ok, why):
@@ -65,27 +70,47 @@ class SamplingParams:
 
         t = self.temperature
         p = self.top_p
-        check("temperature", isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t) and t >= 0,
-              "must be a finite number >= 0 (0 means greedy)")
-        check("top_p", isinstance(p, (int, float)) and not isinstance(p, bool) and 0 < p <= 1, "must be in (0, 1]")
-        check("top_k", _is_int(self.top_k) and self.top_k >= 0, "must be an int >= 0 (0 disables top-k)")
-        check("max_tokens", _is_int(self.max_tokens) and self.max_tokens >= 1, "must be an int >= 1")
+        check(
+            "temperature",
+            isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t) and t >= 0,
+            "must be a finite number >= 0 (0 means greedy)",
+        )
+        check(
+            "top_p",
+            isinstance(p, (int, float)) and not isinstance(p, bool) and 0 < p <= 1,
+            "must be in (0, 1]",
+        )
+        check(
+            "top_k",
+            _is_int(self.top_k) and self.top_k >= 0,
+            "must be an int >= 0 (0 disables top-k)",
+        )
+        check(
+            "max_tokens", _is_int(self.max_tokens) and self.max_tokens >= 1, "must be an int >= 1"
+        )
         check("n", _is_int(self.n) and self.n >= 1, "must be an int >= 1 (samples per prompt)")
         check("seed", self.seed is None or _is_int(self.seed), "must be an int or None")
-        check("stop_token_ids", not isinstance(self.stop_token_ids, (str, bytes)) and all(
-            _is_int(i) and i >= 0 for i in self.stop_token_ids), "must be a sequence of non-negative int token ids")
+        check(
+            "stop_token_ids",
+            not isinstance(self.stop_token_ids, (str, bytes))
+            and all(_is_int(i) and i >= 0 for i in self.stop_token_ids),
+            "must be a sequence of non-negative int token ids",
+        )
         self.stop_token_ids = tuple(self.stop_token_ids)
 
 
 @dataclass
 class Sample:
+    # fmt: off
     token_ids: list      # the generated tokens (a stop token, if any, is the last one)
     logprobs: list       # logprob of each token under the distribution it was sampled from
     finish_reason: str   # "stop" (a stop token) or "length" (max_tokens or max_model_len)
+    # fmt: on
 
 
 @dataclass
 class EngineStats:
+    # fmt: off
     prefill_tokens: int = 0      # prompt tokens computed: each unique prompt once, whatever its n
     recompute_tokens: int = 0    # tokens computed again after a preemption
     decode_tokens: int = 0       # tokens computed one at a time in decode steps
@@ -93,9 +118,11 @@ class EngineStats:
     peak_blocks_used: int = 0
     steps: int = 0               # prefill and decode steps
     prefill_steps: int = 0
+    # fmt: on
 
 
-# ----------------------------------------------------------------------------- 1. the engine: continuous batching
+# --------------------------------------------------------------- 1. the engine: continuous batching
+
 
 class LLMEngine:
     """The model (the trainer's, not a copy; generation runs on its device), the KV pool, the
@@ -109,12 +136,22 @@ class LLMEngine:
     admit_watermark: the share of the pool a group must leave free to join running sequences.
     use_triton, cpu_kernel, cuda_graphs, fused_norms: see choose_decode (None: the device's)."""
 
-    def __init__(self, model, *, max_num_seqs: int = 256, max_model_len: int | None = None,
-                 num_blocks: int | None = None, block_size: int = 16,
-                 max_num_batched_tokens: int = 16384, kv_cache_memory=None,
-                 admit_watermark: float = 0.2, use_triton: bool | None = None,
-                 cpu_kernel: bool | None = None, cuda_graphs: bool | None = None,
-                 fused_norms: bool | None = None):
+    def __init__(
+        self,
+        model,
+        *,
+        max_num_seqs: int = 256,
+        max_model_len: int | None = None,
+        num_blocks: int | None = None,
+        block_size: int = 16,
+        max_num_batched_tokens: int = 16384,
+        kv_cache_memory=None,
+        admit_watermark: float = 0.2,
+        use_triton: bool | None = None,
+        cpu_kernel: bool | None = None,
+        cuda_graphs: bool | None = None,
+        fused_norms: bool | None = None,
+    ):
         param = next(model.parameters())
         self.model = model
         self.device = param.device
@@ -122,24 +159,32 @@ class LLMEngine:
         if max_model_len is None:
             max_model_len = model.config.max_position_embeddings
         self.max_model_len = max_model_len
-        for name, value in (("max_num_seqs", max_num_seqs), ("max_model_len", max_model_len),
-                            ("block_size", block_size),
-                            ("max_num_batched_tokens", max_num_batched_tokens)):
-            _require(_is_int(value) and value >= 1,
-                     f"LLMEngine({name}={value!r}): must be a positive int")
-        _require(isinstance(admit_watermark, (int, float)) and 0 <= admit_watermark < 1,
-                 f"LLMEngine(admit_watermark={admit_watermark!r}): must be a fraction of the pool "
-                 "in [0, 1)")
-        model.rotary.reserve(max_model_len)   # the RoPE table: positions on a GPU need no check
+        for name, value in (
+            ("max_num_seqs", max_num_seqs),
+            ("max_model_len", max_model_len),
+            ("block_size", block_size),
+            ("max_num_batched_tokens", max_num_batched_tokens),
+        ):
+            _require(
+                _is_int(value) and value >= 1,
+                f"LLMEngine({name}={value!r}): must be a positive int",
+            )
+        _require(
+            isinstance(admit_watermark, (int, float)) and 0 <= admit_watermark < 1,
+            f"LLMEngine(admit_watermark={admit_watermark!r}): must be a fraction of the pool "
+            "in [0, 1)",
+        )
+        model.rotary.reserve(max_model_len)  # the RoPE table: positions on a GPU need no check
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
         self.block_size = block_size
         self.admit_watermark = admit_watermark
-        self.num_blocks = num_blocks                   # the pool's size, or how to find it
+        self.num_blocks = num_blocks  # the pool's size, or how to find it
         self.kv_cache_memory = kv_cache_memory
         blocks_per_seq = -(-max_model_len // block_size)
-        self.decode = choose_decode(model, use_triton, cpu_kernel, cuda_graphs, max_num_seqs,
-                                    blocks_per_seq)
+        self.decode = choose_decode(
+            model, use_triton, cpu_kernel, cuda_graphs, max_num_seqs, blocks_per_seq
+        )
         device_decode = isinstance(self.decode, DeviceDecode)
         self.norm_kernels = choose_norm_kernels(model, device_decode, fused_norms)
         # a pool sized from the memory free is allocated by the first generate(): what the caller
@@ -151,24 +196,36 @@ class LLMEngine:
 
     def _make_pool(self, num_blocks: int, allocate: bool = True) -> None:
         """A pool of num_blocks blocks (tensors now, or by generate()), its scheduler, decoder."""
-        self.cache = PagedKVCache(self.model.config, num_blocks + self.decode.extra_blocks,
-                                  self.block_size, dtype=self.dtype, device=self.device,
-                                  kernels=self.norm_kernels, allocate=allocate)
+        self.cache = PagedKVCache(
+            self.model.config,
+            num_blocks + self.decode.extra_blocks,
+            self.block_size,
+            dtype=self.dtype,
+            device=self.device,
+            kernels=self.norm_kernels,
+            allocate=allocate,
+        )
         self.decode.new_pool(self.cache, num_blocks)
         self.blocks = BlockManager(num_blocks, self.block_size)
-        watermark = int(self.admit_watermark * num_blocks)   # blocks left free for running seqs
+        watermark = int(self.admit_watermark * num_blocks)  # blocks left free for running seqs
         # the scheduler keeps the decode backend's own copy of the block tables, if it has one
-        self.scheduler = Scheduler(self.blocks, self.max_num_seqs, self.max_num_batched_tokens,
-                                   watermark, mirror=self.decode.tables)
+        self.scheduler = Scheduler(
+            self.blocks,
+            self.max_num_seqs,
+            self.max_num_batched_tokens,
+            watermark,
+            mirror=self.decode.tables,
+        )
 
     @torch.inference_mode()
-    def generate(self, prompt_token_ids: list, params, progress: bool = False,
-                 on_finish=None) -> list:
+    def generate(
+        self, prompt_token_ids: list, params, progress: bool = False, on_finish=None
+    ) -> list:
         """prompt_token_ids: a list of prompts (lists of ints); params: a SamplingParams, or one per
         prompt. Returns result[prompt][sample] = Sample(token_ids, logprobs, finish_reason).
         on_finish(prompt, sample, Sample), if given, is called as soon as a sample is finished."""
         groups = make_groups(prompt_token_ids, params, self)
-        if self.cache.k_pool is None:   # after a release(): sized again, from the memory free now
+        if self.cache.k_pool is None:  # after a release(): sized again, from the memory free now
             self._make_pool(pool_blocks(self))
         self.decode.start()
         self.scheduler.start(groups)
@@ -188,7 +245,7 @@ class LLMEngine:
                 if progress and (time.perf_counter() - last_print > 2 or not self.scheduler.busy):
                     last_print = time.perf_counter()
                     print_progress(self, all_seqs, last_print - t0)
-        finally:   # also on an exception: no block may stay allocated
+        finally:  # also on an exception: no block may stay allocated
             for seq in all_seqs:
                 self.blocks.release(seq)
         assert self.blocks.num_free == self.blocks.num_blocks, "rollout.py: KV blocks leaked"
@@ -199,18 +256,23 @@ class LLMEngine:
         """Each group's prompt computed once (its samples share its blocks); each sample's first
         token sampled."""
         leads = [group[0] for group in groups]
-        ids = [token for lead in leads for token in lead.token_ids]                    # (N,)
+        ids = [token for lead in leads for token in lead.token_ids]  # (N,)
         positions = [t for lead in leads for t in range(len(lead))]
         slots = [self.blocks.slot(lead, t) for lead in leads for t in range(len(lead))]
-        ends = list(itertools.accumulate(len(lead) for lead in leads))               # (G,)
+        ends = list(itertools.accumulate(len(lead) for lead in leads))  # (G,)
         for lead in leads:
             if lead.preempted:
                 self.stats.recompute_tokens += len(lead)
             else:
                 self.stats.prefill_tokens += len(lead)
         step = Prefill(torch.tensor(slots, device=self.device), [0] + ends)
-        hidden = run_model(self.model, self.cache, step, torch.tensor(ids, device=self.device),
-                           torch.tensor(positions, device=self.device))                  # (N, D)
+        hidden = run_model(
+            self.model,
+            self.cache,
+            step,
+            torch.tensor(ids, device=self.device),
+            torch.tensor(positions, device=self.device),
+        )  # (N, D)
         logits = logits_fp32(hidden[[end - 1 for end in ends]], self.model.lm_head.weight)  # (G, V)
         seqs = [seq for group in groups for seq in group]
         self._append_tokens(seqs, logits[[g for g, group in enumerate(groups) for _ in group]])
@@ -223,8 +285,8 @@ class LLMEngine:
         running = self.scheduler.running
         if not running:
             return
-        self.cache.copy_blocks(plan.copies)   # before the forward writes into the copies
-        hidden = self.decode.hidden(running, plan.slots)                                 # (B, D)
+        self.cache.copy_blocks(plan.copies)  # before the forward writes into the copies
+        hidden = self.decode.hidden(running, plan.slots)  # (B, D)
         self.stats.decode_tokens += len(running)
         self._append_tokens(running, logits_fp32(hidden, self.model.lm_head.weight))
 
@@ -237,7 +299,7 @@ class LLMEngine:
             stop = token in seq.params.stop_token_ids
             seq.finish_reason = "stop" if stop else "length" if len(seq) >= seq.max_len else None
             if seq.finish_reason:
-                self.scheduler.finish(seq)   # its blocks free at once, for the waiting requests
+                self.scheduler.finish(seq)  # its blocks free at once, for the waiting requests
                 if self.on_finish is not None:
                     self.on_finish(*seq.index, result(seq))
 
@@ -246,42 +308,62 @@ def make_groups(prompt_token_ids, params, engine) -> list:
     """Validate the requests and make, per prompt, its group of n sequences (sharing the prompt)."""
     max_model_len = engine.max_model_len
     vocab_size = engine.model.config.vocab_size
-    _require(isinstance(prompt_token_ids, (list, tuple)), "generate(prompt_token_ids=...): "
-             "expected a list of prompts, each a list of token ids")
+    _require(
+        isinstance(prompt_token_ids, (list, tuple)),
+        "generate(prompt_token_ids=...): expected a list of prompts, each a list of token ids",
+    )
     params = [params] * len(prompt_token_ids) if isinstance(params, SamplingParams) else params
-    _require(len(params) == len(prompt_token_ids), f"generate: {len(params)} SamplingParams for "
-             f"{len(prompt_token_ids)} prompts; pass one SamplingParams, or one per prompt")
+    _require(
+        len(params) == len(prompt_token_ids),
+        f"generate: {len(params)} SamplingParams for "
+        f"{len(prompt_token_ids)} prompts; pass one SamplingParams, or one per prompt",
+    )
     groups = []
     for i, (prompt, p) in enumerate(zip(prompt_token_ids, params)):
         where = f"generate: prompt_token_ids[{i}]"
-        _require(isinstance(p, SamplingParams),
-                 f"generate: params[{i}] is {type(p).__name__}, expected SamplingParams")
+        _require(
+            isinstance(p, SamplingParams),
+            f"generate: params[{i}] is {type(p).__name__}, expected SamplingParams",
+        )
         prompt = prompt.tolist() if isinstance(prompt, torch.Tensor) else prompt
-        _require(not isinstance(prompt, (str, bytes)) and all(_is_int(t) for t in prompt),
-                 f"{where}: expected a list of int token ids (tokenize text first)")
+        _require(
+            not isinstance(prompt, (str, bytes)) and all(_is_int(t) for t in prompt),
+            f"{where}: expected a list of int token ids (tokenize text first)",
+        )
         _require(len(prompt) > 0, f"{where} is empty: a prompt needs at least one token")
-        _require(len(prompt) < max_model_len, f"{where} has {len(prompt)} tokens; max_model_len="
-                 f"{max_model_len} leaves no room for a response (truncate the prompt or raise "
-                 "max_model_len)")
+        _require(
+            len(prompt) < max_model_len,
+            f"{where} has {len(prompt)} tokens; max_model_len="
+            f"{max_model_len} leaves no room for a response (truncate the prompt or raise "
+            "max_model_len)",
+        )
         bad = [t for t in prompt if not 0 <= t < vocab_size]
-        _require(not bad, f"{where}: token ids {bad[:3]} outside the model's vocabulary "
-                 f"[0, {vocab_size})")
-        _require(p.n <= engine.max_num_seqs, f"generate: params[{i}].n={p.n} > max_num_seqs="
-                 f"{engine.max_num_seqs}; the samples of a prompt are decoded together")
+        _require(
+            not bad,
+            f"{where}: token ids {bad[:3]} outside the model's vocabulary [0, {vocab_size})",
+        )
+        _require(
+            p.n <= engine.max_num_seqs,
+            f"generate: params[{i}].n={p.n} > max_num_seqs="
+            f"{engine.max_num_seqs}; the samples of a prompt are decoded together",
+        )
         seed = int(torch.randint(2**62, ())) if p.seed is None else p.seed
         max_len = min(len(prompt) + p.max_tokens, max_model_len)
-        groups.append([Sequence(prompt, p, max_len, sample_seed(seed, j), (i, j))
-                       for j in range(p.n)])
+        groups.append(
+            [Sequence(prompt, p, max_len, sample_seed(seed, j), (i, j)) for j in range(p.n)]
+        )
     return groups
 
 
 def result(seq: Sequence) -> Sample:
-    return Sample(seq.token_ids[seq.prompt_len:], seq.logprobs, seq.finish_reason)
+    return Sample(seq.token_ids[seq.prompt_len :], seq.logprobs, seq.finish_reason)
 
 
 def sample_seed(request_seed: int, sample_index: int) -> int:
-    """Sample j's seed: a function of the request's seed and j alone (not of the batch, the rank or preemption)."""
+    """Sample j's seed: a function of the request's seed and j alone (not of the batch, the rank or
+    preemption)."""
     return (request_seed * 1_000_003 + sample_index) % 2**63
+
 
 def print_progress(engine, all_seqs: list, elapsed: float) -> None:
     done = sum(seq.finish_reason is not None for seq in all_seqs)
@@ -290,10 +372,13 @@ def print_progress(engine, all_seqs: list, elapsed: float) -> None:
     rate = generated / max(elapsed, 1e-9)
     used = engine.blocks.num_blocks - engine.blocks.num_free
     waiting = sum(len(g) for g in engine.scheduler.waiting)
-    print(f"rollout: {done}/{len(all_seqs)} samples done | {generated} tokens, {rate:.0f} tok/s | "
-          f"running {len(engine.scheduler.running)}, waiting {waiting} | KV blocks {used}/"
-          f"{engine.blocks.num_blocks} | preemptions {engine.stats.preemptions} | "
-          f"ETA <= {left / max(rate, 1e-9):.0f}s", flush=True)
+    print(
+        f"rollout: {done}/{len(all_seqs)} samples done | {generated} tokens, {rate:.0f} tok/s | "
+        f"running {len(engine.scheduler.running)}, waiting {waiting} | KV blocks {used}/"
+        f"{engine.blocks.num_blocks} | preemptions {engine.stats.preemptions} | "
+        f"ETA <= {left / max(rate, 1e-9):.0f}s",
+        flush=True,
+    )
 
 
 def pool_blocks(engine) -> int:
@@ -308,51 +393,81 @@ def pool_blocks(engine) -> int:
         memory = engine.kv_cache_memory
         memory = memory() if callable(memory) else memory
         if memory is None and engine.device.type == "cuda":
-            margin = rollout_margin(cfg, engine.dtype.itemsize, engine.max_num_seqs,
-                                    engine.max_model_len, engine.max_num_batched_tokens)
+            margin = rollout_margin(
+                cfg,
+                engine.dtype.itemsize,
+                engine.max_num_seqs,
+                engine.max_model_len,
+                engine.max_num_batched_tokens,
+            )
             memory = free_memory(engine.device) - margin
-        elif memory is None:   # ~1 GB for Qwen3-0.6B's 4K tokens, fp32
+        elif memory is None:  # ~1 GB for Qwen3-0.6B's 4K tokens, fp32
             memory = max(512 * 2**20, blocks_per_seq * block_bytes)
-        num_blocks = kv_cache_blocks(cfg, engine.dtype, memory, engine.block_size,
-                                     engine.max_num_seqs, engine.max_model_len)
-    _require(num_blocks >= blocks_per_seq,
-             f"LLMEngine: a pool of {num_blocks} blocks x {engine.block_size} tokens cannot hold "
-             f"one sequence of max_model_len={engine.max_model_len} tokens "
-             f"({blocks_per_seq} blocks, {block_bytes} bytes each); "
-             "raise num_blocks / kv_cache_memory or lower max_model_len")
+        num_blocks = kv_cache_blocks(
+            cfg, engine.dtype, memory, engine.block_size, engine.max_num_seqs, engine.max_model_len
+        )
+    _require(
+        num_blocks >= blocks_per_seq,
+        f"LLMEngine: a pool of {num_blocks} blocks x {engine.block_size} tokens cannot hold "
+        f"one sequence of max_model_len={engine.max_model_len} tokens "
+        f"({blocks_per_seq} blocks, {block_bytes} bytes each); "
+        "raise num_blocks / kv_cache_memory or lower max_model_len",
+    )
     return num_blocks
 
 
 def free_memory(device) -> int:
-    """Bytes free on a CUDA device once PyTorch's caching allocator has returned the blocks it holds unused (a model
-    loaded and freed stays cached otherwise, invisible to mem_get_info)."""
+    """Bytes free on a CUDA device once PyTorch's caching allocator has returned the blocks it holds
+    unused (a model loaded and freed stays cached otherwise, invisible to mem_get_info)."""
     torch.cuda.empty_cache()
     return torch.cuda.mem_get_info(device)[0]
 
 
 def kv_cache_bytes(fraction: float, device, free: int | None = None) -> int | None:
-    """The engine's KV pool in bytes: `fraction` of the device memory still free once the policy and the engine's
-    weights are in place (free: given, or measured by free_memory); None on CPU (the engine's default)."""
+    """The engine's KV pool in bytes: `fraction` of the device memory still free once the policy and
+    the engine's weights are in place (free: given, or measured by free_memory); None on CPU (the
+    engine's default)."""
     if device.type != "cuda" and free is None:
         return None
     return int(fraction * (free if free is not None else free_memory(device)))
 
 
 def kv_block_bytes(cfg, dtype: torch.dtype, block_size: int) -> int:
-    """Bytes of one KV block: K and V of block_size tokens in every layer, 2 x L x block_size x Hkv x hd x itemsize."""
-    return 2 * cfg.num_hidden_layers * block_size * cfg.num_key_value_heads * cfg.head_dim * dtype.itemsize
+    """Bytes of one KV block: K and V of block_size tokens in every layer, 2 x L x block_size x Hkv
+    x hd x itemsize."""
+    return (
+        2
+        * cfg.num_hidden_layers
+        * block_size
+        * cfg.num_key_value_heads
+        * cfg.head_dim
+        * dtype.itemsize
+    )
 
 
-def kv_cache_blocks(cfg, dtype: torch.dtype, memory_bytes: int, block_size: int, max_num_seqs: int, max_model_len: int):
-    """The pool size in blocks that fits in memory_bytes (e.g. a fraction of the free GPU memory once the weights are
-    in place; bf16 blocks take half the bytes), capped at what max_num_seqs sequences of max_model_len tokens use."""
-    return min(int(memory_bytes) // kv_block_bytes(cfg, dtype, block_size), max_num_seqs * -(-max_model_len // block_size))
+def kv_cache_blocks(
+    cfg,
+    dtype: torch.dtype,
+    memory_bytes: int,
+    block_size: int,
+    max_num_seqs: int,
+    max_model_len: int,
+):
+    """The pool size in blocks that fits in memory_bytes (e.g. a fraction of the free GPU memory
+    once the weights are in place; bf16 blocks take half the bytes), capped at what max_num_seqs
+    sequences of max_model_len tokens use."""
+    return min(
+        int(memory_bytes) // kv_block_bytes(cfg, dtype, block_size),
+        max_num_seqs * -(-max_model_len // block_size),
+    )
 
 
-# ----------------------------------------------------------------------------- 3. attention on pages
+# ---------------------------------------------------------------------------- 3. attention on pages
 
-def choose_decode(model, use_triton, cpu_kernel, cuda_graphs, max_num_seqs: int,
-                  blocks_per_seq: int):
+
+def choose_decode(
+    model, use_triton, cpu_kernel, cuda_graphs, max_num_seqs: int, blocks_per_seq: int
+):
     """The decode backend, chosen once. use_triton (None: on CUDA, if triton is installed):
     DeviceDecode, with cuda_graphs (None: on CUDA; True on a CPU runs the same padded buffers
     without capture, what tests compare with the plain step). Else on CPU CpuKernelDecode if
@@ -362,20 +477,29 @@ def choose_decode(model, use_triton, cpu_kernel, cuda_graphs, max_num_seqs: int,
     device = param.device
     if use_triton is None:
         use_triton = device.type == "cuda" and triton is not None
-    _require(not (use_triton and triton is None),
-             "LLMEngine(use_triton=True): triton is not installed")
-    _require(not (cpu_kernel and (device.type != "cpu" or use_triton)),
-             "LLMEngine(cpu_kernel=True): the C++ kernel is for CPU engines without use_triton")
+    _require(
+        not (use_triton and triton is None), "LLMEngine(use_triton=True): triton is not installed"
+    )
+    _require(
+        not (cpu_kernel and (device.type != "cpu" or use_triton)),
+        "LLMEngine(cpu_kernel=True): the C++ kernel is for CPU engines without use_triton",
+    )
     graphs = device.type == "cuda" and bool(use_triton) if cuda_graphs is None else cuda_graphs
-    _require(not (graphs and not use_triton), "LLMEngine(cuda_graphs=True): graphs replay the "
-             "Triton decode step; pass use_triton=True (on a CPU: with TRITON_INTERPRET=1)")
+    _require(
+        not (graphs and not use_triton),
+        "LLMEngine(cuda_graphs=True): graphs replay the "
+        "Triton decode step; pass use_triton=True (on a CPU: with TRITON_INTERPRET=1)",
+    )
     if use_triton:
         return DeviceDecode(model, paged_decode_triton, max_num_seqs, blocks_per_seq, graphs)
     if device.type == "cpu" and cpu_kernel is not False:
         head_dim = model.config.head_dim
         fits = param.dtype == torch.float32 and head_dim in CPU_KERNEL_HEAD_DIMS
-        _require(fits or not cpu_kernel, f"LLMEngine(cpu_kernel=True): the CPU kernel takes fp32 "
-                 f"and head_dim in {CPU_KERNEL_HEAD_DIMS}, not {param.dtype} and {head_dim}")
+        _require(
+            fits or not cpu_kernel,
+            f"LLMEngine(cpu_kernel=True): the CPU kernel takes fp32 "
+            f"and head_dim in {CPU_KERNEL_HEAD_DIMS}, not {param.dtype} and {head_dim}",
+        )
         if fits and load_cpu_kernel(required=bool(cpu_kernel)) is not None:
             return CpuKernelDecode(model)
     return CascadeDecode(model)
@@ -389,8 +513,10 @@ def choose_norm_kernels(model, device_decode: bool, fused_norms):
     kernels_take = triton is not None and param.dtype in (torch.float32, torch.bfloat16)
     fused = param.device.type == "cuda" and device_decode and kernels_take
     fused = fused if fused_norms is None else fused_norms
-    _require(not fused or kernels_take, "LLMEngine(fused_norms=True) needs triton and a bf16 or "
-             f"fp32 model, not {param.dtype}")
+    _require(
+        not fused or kernels_take,
+        f"LLMEngine(fused_norms=True) needs triton and a bf16 or fp32 model, not {param.dtype}",
+    )
     return norm_kernels if fused else None
 
 
@@ -400,8 +526,9 @@ def run_model(model, cache, step, input_ids, positions):
     decode backend)."""
     cache.step = step
     try:
-        return model(input_ids[None], position_ids=positions[None], kv_cache=cache,
-                     return_hidden=True)[0]
+        return model(
+            input_ids[None], position_ids=positions[None], kv_cache=cache, return_hidden=True
+        )[0]
     finally:
         cache.step = None
 
@@ -411,49 +538,69 @@ class PagedKVCache:
     attention layer. kernels: parts/norm_kernels if the model's norms and RoPE run as its kernels
     (model.py reads it once a forward), else None."""
 
-    def __init__(self, cfg, num_blocks: int, block_size: int, *, dtype, device, kernels=None,
-                 allocate: bool = True):
-        # head-major: gathering blocks of one head yields (Hkv, B, L, hd), ready for a batched matmul, no transpose
-        self.shape = (cfg.num_hidden_layers, cfg.num_key_value_heads, num_blocks, block_size, cfg.head_dim)
+    def __init__(
+        self,
+        cfg,
+        num_blocks: int,
+        block_size: int,
+        *,
+        dtype,
+        device,
+        kernels=None,
+        allocate: bool = True,
+    ):
+        # head-major: gathering blocks of one head yields (Hkv, B, L, hd), ready for a batched
+        # matmul, no transpose
+        self.shape = (
+            cfg.num_hidden_layers,
+            cfg.num_key_value_heads,
+            num_blocks,
+            block_size,
+            cfg.head_dim,
+        )
         self.block_size = block_size
         self.dtype = dtype
         self.device = device
         self.kernels = kernels
-        self.step = None   # what the running forward's tokens are: a Prefill or the decode backend
+        self.step = None  # what the running forward's tokens are: a Prefill or the decode backend
         self.k_pool = self.v_pool = self.workspace = None
         if allocate:
             self.allocate()
 
     def allocate(self) -> None:
-        """The pools (again, after release()); zeros, not empty: padded slots are read (and masked) by the PyTorch
-        paths, and NaN * 0 would be NaN."""
+        """The pools (again, after release()); zeros, not empty: padded slots are read (and masked)
+        by the PyTorch paths, and NaN * 0 would be NaN."""
         if self.k_pool is None:
-            self.k_pool, self.v_pool = (torch.zeros(self.shape, dtype=self.dtype, device=self.device) for _ in range(2))
-            self.workspace = self.k_pool.new_empty(0)   # cascade_decode's gather buffer, grown on demand
+            self.k_pool, self.v_pool = (
+                torch.zeros(self.shape, dtype=self.dtype, device=self.device) for _ in range(2)
+            )
+            # cascade_decode's gather buffer, grown on demand
+            self.workspace = self.k_pool.new_empty(0)
 
     def release(self) -> None:
-        """Give the pools' memory back (a trainer between rollouts: its activations then have the room); the next
-        generate() allocates them again. Nothing survives between generate() calls, so nothing is lost."""
+        """Give the pools' memory back (a trainer between rollouts: its activations then have the
+        room); the next generate() allocates them again. Nothing survives between generate() calls,
+        so nothing is lost."""
         self.k_pool = self.v_pool = self.workspace = None
 
     @property
     def nbytes(self) -> int:
         return 2 * math.prod(self.shape) * self.dtype.itemsize
 
-    def copy_blocks(self, copies: list) -> None:   # copy-on-write, all layers at once
+    def copy_blocks(self, copies: list) -> None:  # copy-on-write, all layers at once
         if copies:
             src, dst = (torch.tensor(c, device=self.k_pool.device) for c in zip(*copies))
             self.k_pool[:, :, dst] = self.k_pool[:, :, src]
             self.v_pool[:, :, dst] = self.v_pool[:, :, src]
 
-    def write(self, layer_idx: int, slots, k, v) -> None:   # k/v (N, Hkv, hd) into slots (N,)
-        k_pool = self.k_pool[layer_idx]                     # (Hkv, num_blocks, bs, hd)
+    def write(self, layer_idx: int, slots, k, v) -> None:  # k/v (N, Hkv, hd) into slots (N,)
+        k_pool = self.k_pool[layer_idx]  # (Hkv, num_blocks, bs, hd)
         v_pool = self.v_pool[layer_idx]
         Hkv, _, _, hd = k_pool.shape
         k_pool.view(Hkv, -1, hd).index_copy_(1, slots, k.transpose(0, 1).to(k_pool.dtype))
         v_pool.view(Hkv, -1, hd).index_copy_(1, slots, v.transpose(0, 1).to(v_pool.dtype))
 
-    def attend(self, layer_idx, q, k, v):   # q (1, N, Hq, hd), k/v (1, N, Hkv, hd) -> like q
+    def attend(self, layer_idx, q, k, v):  # q (1, N, Hq, hd), k/v (1, N, Hkv, hd) -> like q
         return self.step.attend(self, layer_idx, q[0], k[0], v[0]).unsqueeze(0)
 
 
@@ -461,15 +608,18 @@ class PagedKVCache:
 class Prefill:
     """A prefill step: the new sequences' tokens flattened into one row; no cached prefix, so
     causal attention inside each sequence."""
+
+    # fmt: off
     slots: torch.Tensor    # (N,) pool slot of each token's K/V
     cu_seqlens: list       # sequence i is tokens cu_seqlens[i]:cu_seqlens[i+1]
+    # fmt: on
 
-    def attend(self, cache, layer_idx, q, k, v):   # q (N, Hq, hd), k/v (N, Hkv, hd) -> like q
+    def attend(self, cache, layer_idx, q, k, v):  # q (N, Hq, hd), k/v (N, Hkv, hd) -> like q
         cache.write(layer_idx, self.slots, k, v)
         gqa = q.shape[1] != k.shape[1]
         outs = []
         for s, e in zip(self.cu_seqlens[:-1], self.cu_seqlens[1:]):
-            qi, ki, vi = (t[s:e].transpose(0, 1).unsqueeze(0) for t in (q, k, v))   # (1, H, T, hd)
+            qi, ki, vi = (t[s:e].transpose(0, 1).unsqueeze(0) for t in (q, k, v))  # (1, H, T, hd)
             y = F.scaled_dot_product_attention(qi, ki, vi, is_causal=True, enable_gqa=gqa)
             outs.append(y[0].transpose(0, 1))
         return torch.cat(outs)
@@ -481,7 +631,8 @@ class DecodeBackend:
     each attention layer comes back to attend(cache, layer_idx, q, k, v) -> (B, Hq, hd).
     new_pool(cache, num_blocks) and start() (each generate) reset what it keeps; tables: its own
     copy of the block tables, kept by the scheduler (DeviceDecode's), or None."""
-    extra_blocks = 0       # blocks it needs in the pool besides the sequences' (a scratch block)
+
+    extra_blocks = 0  # blocks it needs in the pool besides the sequences' (a scratch block)
     tables = None
 
     def __init__(self, model):
@@ -505,10 +656,11 @@ def last_tokens(running: list, device) -> tuple:
 class CascadeDecode(DecodeBackend):
     """On CPU in PyTorch ops: shared-prefix ("cascade") attention, which reads a prompt's keys
     once for all its samples (parts/decode_kernels.py); where the C++ kernel does not build."""
+
     name = "PyTorch cascade"
 
     def start(self) -> None:
-        self.batch = None   # the last step's CascadeBatch: reused while the tables stay the same
+        self.batch = None  # the last step's CascadeBatch: reused while the tables stay the same
 
     def hidden(self, running: list, slots: list):
         device = self.cache.device
@@ -528,14 +680,15 @@ class CascadeDecode(DecodeBackend):
 class CpuKernelDecode(DecodeBackend):
     """On CPU in the fused C++ kernel (paged_decode_cpu): it writes the step's new K/V at each
     sequence's last position itself (no slots) and reads K/V in place."""
+
     name = "C++ kernel"
 
     def hidden(self, running: list, slots: list):
         width = max(len(seq.block_table) for seq in running)
         tables = [seq.block_table + [0] * (width - len(seq.block_table)) for seq in running]
-        self.block_tables = torch.tensor(tables, dtype=torch.int32)                  # (B, width)
+        self.block_tables = torch.tensor(tables, dtype=torch.int32)  # (B, width)
         lengths = [len(seq) for seq in running]
-        self.context_lens = torch.tensor(lengths, dtype=torch.int32)                 # (B,)
+        self.context_lens = torch.tensor(lengths, dtype=torch.int32)  # (B,)
         return run_model(self.model, self.cache, self, *last_tokens(running, self.cache.device))
 
     def attend(self, cache, layer_idx, q, k, v):
@@ -545,16 +698,23 @@ class CpuKernelDecode(DecodeBackend):
 
 
 def paged_decode_reference(q, k_pool, v_pool, block_tables, context_lens):
-    """One query per sequence against its pages in plain PyTorch, the oracle of the faster paths: gather each
-    sequence's blocks into a padded copy, then masked SDPA. q (B, Hq, hd); k_pool/v_pool (Hkv, num_blocks, bs, hd);
-    block_tables (B, max_blocks) padded with any valid id; context_lens (B,) -> (B, Hq, hd)."""
+    """One query per sequence against its pages in plain PyTorch, the oracle of the faster paths:
+    gather each sequence's blocks into a padded copy, then masked SDPA. q (B, Hq, hd); k_pool/v_pool
+    (Hkv, num_blocks, bs, hd); block_tables (B, max_blocks) padded with any valid id; context_lens
+    (B,) -> (B, Hq, hd)."""
     B, Hq, hd = q.shape
     Hkv, _, bs, _ = k_pool.shape
     L = block_tables.shape[1] * bs
     blocks = block_tables.flatten().long()
-    k, v = (pool.index_select(1, blocks).view(Hkv, B, L, hd).transpose(0, 1).to(q.dtype)   # (B, Hkv, L, hd)
-            for pool in (k_pool, v_pool))
-    visible = torch.arange(L, device=q.device) < context_lens[:, None]                  # (B, L)
-    # GQA: the Hq/Hkv query heads of one KV head attend as that head's Hq/Hkv queries (heads h -> h // group)
-    out = F.scaled_dot_product_attention(q.view(B, Hkv, Hq // Hkv, hd), k, v, attn_mask=visible[:, None, None, :])
+    # (B, Hkv, L, hd)
+    k, v = (
+        pool.index_select(1, blocks).view(Hkv, B, L, hd).transpose(0, 1).to(q.dtype)
+        for pool in (k_pool, v_pool)
+    )
+    visible = torch.arange(L, device=q.device) < context_lens[:, None]  # (B, L)
+    # GQA: the Hq/Hkv query heads of one KV head attend as that head's Hq/Hkv queries (heads h -> h
+    # // group)
+    out = F.scaled_dot_product_attention(
+        q.view(B, Hkv, Hq // Hkv, hd), k, v, attn_mask=visible[:, None, None, :]
+    )
     return out.reshape(B, Hq, hd)

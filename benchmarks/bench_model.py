@@ -1,8 +1,9 @@
-"""Forward+backward time of model.py's Qwen3 against Hugging Face transformers' Qwen3, same weights, CPU.
+"""Forward+backward time of model.py's Qwen3 against Hugging Face transformers' Qwen3, same weights,
+CPU.
 
-Both models get identical fp32 weights (ours is loaded from theirs by parameter name); each timed step
-is logits -> cross-entropy -> backward. Runs of the contenders are interleaved so that a noisy shared
-machine slows them alike; the median step time is reported. A last line times our packed path
+Both models get identical fp32 weights (ours is loaded from theirs by parameter name); each timed
+step is logits -> cross-entropy -> backward. Runs of the contenders are interleaved so that a noisy
+shared machine slows them alike; the median step time is reported. A last line times our packed path
 (document_ids, 4 documents per row), which transformers' eager model has no equivalent of.
 
 Needs `pip install transformers` (benchmark only; not a project dependency). Run from the repo root:
@@ -10,6 +11,7 @@ Needs `pip install transformers` (benchmark only; not a project dependency). Run
     python benchmarks/bench_model.py                      # hidden 256, 4 layers, B=4, T=256
     python benchmarks/bench_model.py --threads=2 --steps=10 --T=512
 """
+
 import copy
 import os
 import statistics
@@ -25,9 +27,13 @@ import torch.nn.functional as F  # noqa: E402
 import model as ours  # noqa: E402
 from parts.cli import parse_config  # noqa: E402
 
+
 @dataclass
 class BenchConfig:
-    """One training step (forward + backward) of model.py's Qwen3 vs transformers' eager and SDPA models."""
+    """One training step (forward + backward) of model.py's Qwen3 vs transformers' eager and SDPA
+    models."""
+
+    # fmt: off
     hidden: int = 256
     layers: int = 4
     heads: int = 8
@@ -41,6 +47,7 @@ class BenchConfig:
     warmup: int = 2          # untimed steps first
     threads: int = 2         # torch threads
     seed: int = 0
+    # fmt: on
 
 
 def step_time(model, input_ids, targets, **kwargs) -> float:
@@ -57,43 +64,69 @@ def main(a):
 
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
-    hf_cfg = Qwen3Config(vocab_size=a.vocab, hidden_size=a.hidden, intermediate_size=a.intermediate,
-                         num_hidden_layers=a.layers, num_attention_heads=a.heads,
-                         num_key_value_heads=a.kv_heads, head_dim=a.head_dim, max_position_embeddings=4096,
-                         tie_word_embeddings=False)
+    hf_cfg = Qwen3Config(
+        vocab_size=a.vocab,
+        hidden_size=a.hidden,
+        intermediate_size=a.intermediate,
+        num_hidden_layers=a.layers,
+        num_attention_heads=a.heads,
+        num_key_value_heads=a.kv_heads,
+        head_dim=a.head_dim,
+        max_position_embeddings=4096,
+        tie_word_embeddings=False,
+    )
     contenders = {}
     for impl in ("eager", "sdpa"):
-        # a config copy per model: _from_config records attn_implementation on the config object it gets
-        m = Qwen3ForCausalLM._from_config(copy.deepcopy(hf_cfg), attn_implementation=impl, dtype=torch.float32).train()
+        # a config copy per model: _from_config records attn_implementation on the config object it
+        # gets
+        m = Qwen3ForCausalLM._from_config(
+            copy.deepcopy(hf_cfg), attn_implementation=impl, dtype=torch.float32
+        ).train()
         assert m.config._attn_implementation == impl
         if contenders:
             m.load_state_dict(next(iter(contenders.values())).state_dict())
-        else:   # weights big enough that a wrong implementation could not match by accident
+        else:  # weights big enough that a wrong implementation could not match by accident
             with torch.no_grad():
                 for name, p in m.named_parameters():
-                    p.copy_(1 + 0.1 * torch.randn_like(p) if name.endswith("norm.weight") else 0.05 * torch.randn_like(p))
+                    p.copy_(
+                        1 + 0.1 * torch.randn_like(p)
+                        if name.endswith("norm.weight")
+                        else 0.05 * torch.randn_like(p)
+                    )
         contenders[f"transformers {impl}"] = m
     hf_state = contenders["transformers eager"].state_dict()
     mine = ours.Qwen3(ours.Qwen3Config.from_hf_dict(hf_cfg.to_dict())).train()
     mine.load_state_dict({n: hf_state[ours.hf_name(n)] for n, _ in mine.named_parameters()})
     contenders = {"ours": mine, **contenders}
 
-    B, T, V = a.B, a.T, a.vocab
+    B = a.B
+    T = a.T
+    V = a.vocab
     input_ids = torch.randint(0, V, (B, T))
     targets = torch.randint(0, V, (B, T))
-    with torch.no_grad():   # same weights, same function: the logits must agree before timing means anything
+    # same weights, same function: the logits must agree before timing means anything
+    with torch.no_grad():
         ref = contenders["transformers eager"](input_ids).logits
         diff = (mine(input_ids) - ref).abs().max().item()
-        assert 0 < diff < 1e-4, f"ours and transformers disagree (or are suspiciously identical): {diff}"
-    print(f"config: hidden {a['hidden']}, {a['layers']} layers, {a['heads']}/{a['kv_heads']} heads x {a['head_dim']}, "
-          f"ffn {a['intermediate']}, vocab {V}; B={B} T={T}; {a['threads']} threads; torch {torch.__version__}; "
-          f"max |logits ours - eager| = {diff:.2e}")
+        assert 0 < diff < 1e-4, (
+            f"ours and transformers disagree (or are suspiciously identical): {diff}"
+        )
+    print(
+        f"config: hidden {a['hidden']}, {a['layers']} layers, {a['heads']}/{a['kv_heads']} heads x {a['head_dim']}, "
+        f"ffn {a['intermediate']}, vocab {V}; B={B} T={T}; {a['threads']} threads; torch {torch.__version__}; "
+        f"max |logits ours - eager| = {diff:.2e}"
+    )
 
-    doc_len = T // 4   # packed: 4 documents per row, positions restarting per document
+    doc_len = T // 4  # packed: 4 documents per row, positions restarting per document
     document_ids = torch.arange(T).div(doc_len, rounding_mode="floor").expand(B, T)
     position_ids = (torch.arange(T) % doc_len).expand(B, T)
-    runs = {**{name: (m, {}) for name, m in contenders.items()},
-            "ours packed (4 docs/row)": (mine, dict(position_ids=position_ids, document_ids=document_ids))}
+    runs = {
+        **{name: (m, {}) for name, m in contenders.items()},
+        "ours packed (4 docs/row)": (
+            mine,
+            dict(position_ids=position_ids, document_ids=document_ids),
+        ),
+    }
     times = {name: [] for name in runs}
     for i in range(a.warmup + a.steps):
         for name, (m, kwargs) in runs.items():
@@ -103,8 +136,10 @@ def main(a):
     base = statistics.median(times["ours"])
     for name, ts in times.items():
         med = statistics.median(ts)
-        print(f"{name:28s} fwd+bwd median {med * 1e3:8.1f} ms  (min {min(ts) * 1e3:7.1f})  "
-              f"{B * T / med:8.0f} tok/s  time / ours = {med / base:.2f}")
+        print(
+            f"{name:28s} fwd+bwd median {med * 1e3:8.1f} ms  (min {min(ts) * 1e3:7.1f})  "
+            f"{B * T / med:8.0f} tok/s  time / ours = {med / base:.2f}"
+        )
 
 
 if __name__ == "__main__":

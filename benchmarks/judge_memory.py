@@ -1,10 +1,12 @@
-"""What judging one code test costs the trainer: tracemalloc's peak over reward.run_tests, as a multiple of the
-bytes the candidate wrote, and the wall time per test, for outputs near the 8 MB cap (a crash with a long stderr,
-the same stderr with exit 0, a long wrong answer, non-ASCII and non-UTF-8 output). Also the five programs that
-reopen their standard streams by path, and whether they pass.
+"""What judging one code test costs the trainer: tracemalloc's peak over reward.run_tests, as a
+multiple of the bytes the candidate wrote, and the wall time per test, for outputs near the 8 MB cap
+(a crash with a long stderr, the same stderr with exit 0, a long wrong answer, non-ASCII and
+non-UTF-8 output). Also the five programs that reopen their standard streams by path, and whether
+they pass.
 
     python benchmarks/judge_memory.py
 """
+
 import os
 import sys
 import time
@@ -18,10 +20,15 @@ from parts.cli import parse_config  # noqa: E402
 
 @dataclass
 class Config:
-    """Judging memory and time for outputs near the output cap, and programs that reopen their streams by path."""
-    timeout_s: float = 5.0       # CPU time per test
+    """Judging memory and time for outputs near the output cap, and programs that reopen their
+    streams by path."""
 
-N = 2_700_000   # repetitions of 'ab\n': 7.7 MB
+    # fmt: off
+    timeout_s: float = 5.0       # CPU time per test
+    # fmt: on
+
+
+N = 2_700_000  # repetitions of 'ab\n': 7.7 MB
 OUTPUTS = {
     "crash, 7.7 MB of stderr": f"import sys\nsys.stderr.write('ab\\n' * {N})\nsys.exit(1)",
     "exit 0, 7.7 MB of stderr": f"import sys\nsys.stderr.write('ab\\n' * {N})\nprint(3)",
@@ -50,8 +57,10 @@ def main(cfg: Config):
         seconds = time.perf_counter() - start
         peak = tracemalloc.get_traced_memory()[1]
         tracemalloc.stop()
-        print(f"{name:32s} peak {peak / 1e6:6.1f} MB = {peak / (3 * N):5.2f}x the output  {seconds:5.2f} s  "
-              f"{result.reason[:60]}")
+        print(
+            f"{name:32s} peak {peak / 1e6:6.1f} MB = {peak / (3 * N):5.2f}x the output  {seconds:5.2f} s  "
+            f"{result.reason[:60]}"
+        )
     for name, program in REOPEN.items():
         result = reward.run_tests(program, [{"input": "1 2\n", "output": "3"}], config)[0]
         print(f"{name:32s} {'passes' if result.passed else 'fails: ' + result.reason[:70]}")

@@ -1,6 +1,6 @@
-"""Where do a Countdown model's samples go wrong? Each sample is sorted into exactly one bucket, checked line by line
-against its own problem (the teacher's format: one attempt per line, `12+5=17*3=51 vs 41 no`;
-tools/toy_tasks/countdown.py):
+"""Where do a Countdown model's samples go wrong? Each sample is sorted into exactly one bucket,
+checked line by line against its own problem (the teacher's format: one attempt per line,
+`12+5=17*3=51 vs 41 no`; tools/toy_tasks/countdown.py):
 
     right       the reward is 1
     format      no `</think>`, no parsable boxed answer, or a think line that is not an attempt (often: cut off)
@@ -12,13 +12,15 @@ tools/toy_tasks/countdown.py):
     answer      an attempt reached the target and said yes, yet the boxed answer is wrong
     gave_up     every attempt is right, none reached the target: the search ran out (the teacher's budget does too)
 
-and, beside the buckets: attempts per response (right and gave_up), repeated attempts, response tokens. A model that
-mostly gives up after correct attempts can gain from searching longer or better (RL's job); one whose attempts are
-wrong needs more SFT. The problems: the toy's held-out sets (python tools/toy.py). Run (after `bash train.sh`, or on any
+and, beside the buckets: attempts per response (right and gave_up), repeated attempts, response
+tokens. A model that mostly gives up after correct attempts can gain from searching longer or better
+(RL's job); one whose attempts are wrong needs more SFT. The problems: the toy's held-out sets
+(python tools/toy.py). Run (after `bash train.sh`, or on any
 Countdown checkpoint):
   python experiments/countdown_diagnose.py --model=out/sft/hf
   python experiments/countdown_diagnose.py --model=out/gppo/hf --numbers=3 --problems=100
 """
+
 import os
 import re
 import sys
@@ -41,6 +43,7 @@ BUCKETS = ("right", "format", "arithmetic", "numbers", "false_yes", "answer", "g
 
 @dataclass
 class DiagnoseConfig:
+    # fmt: off
     model: str = "out/sft/hf"    # a Countdown Hugging Face directory (with tokenizer.json)
     numbers: str = "3,4"         # numbers per problem, one table row each
     toy_dir: str = "out/toy/countdown"   # the toy's files: test/countdown_<numbers>.jsonl (python tools/toy.py)
@@ -49,6 +52,7 @@ class DiagnoseConfig:
     max_tokens: int = 400        # new tokens per sample (eval.py's toy default in train.sh)
     seed: int = 0                # the sampling seeds
     threads: int = 0             # torch threads; 0 = torch's default
+    # fmt: on
 
 
 LINE = re.compile(r"^(\d+)((?:[-+*/]\d+=\d+)+) vs (\d+) (yes|no)$")
@@ -60,8 +64,12 @@ def parse_attempt(line: str):
     m = LINE.match(line)
     if not m:
         return None
-    return int(m.group(1)), [(op, int(y), int(r)) for op, y, r in STEP.findall(m.group(2))], int(m.group(3)), \
-        m.group(4) == "yes"
+    return (
+        int(m.group(1)),
+        [(op, int(y), int(r)) for op, y, r in STEP.findall(m.group(2))],
+        int(m.group(3)),
+        m.group(4) == "yes",
+    )
 
 
 def classify(text: str, numbers, target) -> tuple:
@@ -76,7 +84,8 @@ def classify(text: str, numbers, target) -> tuple:
         return "format", len(attempts)
     worst = "gave_up"
     for first, steps, written_target, yes in attempts:
-        value, used = first, [first]
+        value = first
+        used = [first]
         for op, y, r in steps:
             s = countdown.step(value, y, op)
             if s is None or s[3] != r:
@@ -100,20 +109,38 @@ def main(cfg: DiagnoseConfig):
     tokenizer = data.load_tokenizer(cfg.model)
     engine = LLMEngine(model, max_num_seqs=256, max_model_len=64 + cfg.max_tokens)
     stop = tuple(data.stop_token_ids(tokenizer))
-    print(f"{cfg.model}: {cfg.problems} held-out problems per row, {cfg.samples} samples at T=1 and greedy; "
-          f"fractions of samples")
-    print(f"{'numbers':>7} {'mode':>6} " + " ".join(f"{b:>10}" for b in BUCKETS) +
-          "  attempts(right/gave_up) repeats tokens")
+    print(
+        f"{cfg.model}: {cfg.problems} held-out problems per row, {cfg.samples} samples at T=1 and greedy; "
+        f"fractions of samples"
+    )
+    print(
+        f"{'numbers':>7} {'mode':>6} "
+        + " ".join(f"{b:>10}" for b in BUCKETS)
+        + "  attempts(right/gave_up) repeats tokens"
+    )
     rows = []
     for n in [int(v) for v in cfg.numbers.split(",")]:
-        problems = data.load_math_jsonl(os.path.join(cfg.toy_dir, "test", f"countdown_{n}.jsonl"))[:cfg.problems]
+        problems = data.load_math_jsonl(os.path.join(cfg.toy_dir, "test", f"countdown_{n}.jsonl"))[
+            : cfg.problems
+        ]
         prompts = data.encode_prompts(tokenizer, problems, 64)[0]
-        sampled = [SamplingParams(temperature=1.0, n=cfg.samples, max_tokens=cfg.max_tokens, stop_token_ids=stop,
-                                  seed=cfg.seed * 1_000_003 + i) for i in range(len(prompts))]
+        sampled = [
+            SamplingParams(
+                temperature=1.0,
+                n=cfg.samples,
+                max_tokens=cfg.max_tokens,
+                stop_token_ids=stop,
+                seed=cfg.seed * 1_000_003 + i,
+            )
+            for i in range(len(prompts))
+        ]
         greedy = SamplingParams(temperature=0.0, max_tokens=cfg.max_tokens, stop_token_ids=stop)
         for mode, params in (("T=1", sampled), ("greedy", greedy)):
             outputs = engine.generate([p["prompt_ids"] for p in prompts], params)
-            counts, attempts, repeats, tokens = Counter(), {"right": [], "gave_up": []}, 0, []
+            counts = Counter()
+            attempts = {"right": [], "gave_up": []}
+            repeats = 0
+            tokens = []
             for p, samples in zip(prompts, outputs):
                 for s in samples:
                     text = tokenizer.decode(s.token_ids, skip_special_tokens=False)
@@ -125,12 +152,22 @@ def main(cfg: DiagnoseConfig):
                     tokens.append(len(s.token_ids))
             total = sum(counts.values())
             mean = {b: sum(v) / len(v) if v else float("nan") for b, v in attempts.items()}
-            row = dict(n=n, mode=mode, samples=total, **{b: counts[b] / total for b in BUCKETS},
-                       attempts_right=mean["right"], attempts_gave_up=mean["gave_up"], repeats=repeats / total,
-                       tokens=sum(tokens) / total)
+            row = dict(
+                n=n,
+                mode=mode,
+                samples=total,
+                **{b: counts[b] / total for b in BUCKETS},
+                attempts_right=mean["right"],
+                attempts_gave_up=mean["gave_up"],
+                repeats=repeats / total,
+                tokens=sum(tokens) / total,
+            )
             rows.append(row)
-            print(f"{n:>7} {mode:>6} " + " ".join(f"{row[b]:>10.3f}" for b in BUCKETS) +
-                  f"  {mean['right']:>5.1f} / {mean['gave_up']:>4.1f}        {row['repeats']:>6.3f} {row['tokens']:>6.1f}")
+            print(
+                f"{n:>7} {mode:>6} "
+                + " ".join(f"{row[b]:>10.3f}" for b in BUCKETS)
+                + f"  {mean['right']:>5.1f} / {mean['gave_up']:>4.1f}        {row['repeats']:>6.3f} {row['tokens']:>6.1f}"
+            )
     return rows
 
 

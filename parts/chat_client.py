@@ -1,14 +1,15 @@
-"""A client for servers that speak OpenAI's chat-completions protocol (vLLM, SGLang, hosted APIs), for sampling many
-responses at once and surviving what such servers do: many requests in flight; retries with exponential backoff and
-jitter on 429, 5xx, timeouts, dropped connections and malformed answers, honouring Retry-After; the reasoning as
-`reasoning_content` or as <think> in `content`, returned either way in Qwen3's form `<think>\n…\n</think>\n\n…`; n
-samples per prompt even from a server that ignores `n`; the API key read from an environment variable, never
-printed or written.
+"""A client for servers that speak OpenAI's chat-completions protocol (vLLM, SGLang, hosted APIs),
+for sampling many responses at once and surviving what such servers do: many requests in flight;
+retries with exponential backoff and jitter on 429, 5xx, timeouts, dropped connections and malformed
+answers, honouring Retry-After; the reasoning as `reasoning_content` or as <think> in `content`,
+returned either way in Qwen3's form `<think>\n…\n</think>\n\n…`; n samples per prompt even from a
+server that ignores `n`; the API key read from an environment variable, never printed or written.
 
     stats = sample_chat([ChatRequest(key, messages, [(0, seed0), (1, seed1)])], ClientConfig(url, model),
                         sampling=dict(temperature=0.6, max_tokens=4096), on_sample=lambda key, index, sample: ...)
 Standard library only.
 """
+
 import email.utils
 import http.client
 import json
@@ -23,9 +24,9 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 
-
 @dataclass
 class ClientConfig:
+    # fmt: off
     url: str                              # the server's base URL, e.g. http://localhost:8000/v1
     model: str                            # the model name the server serves
     api_key_env: str = "OPENAI_API_KEY"   # the environment variable holding the key (sent as a Bearer token)
@@ -37,63 +38,92 @@ class ClientConfig:
     n_per_request: int = 1                # samples asked for per request (`n`); any the server leaves out are asked
     #                                       for one by one (each with its own seed)
     progress_s: float = 10.0              # seconds between progress lines; 0 = none
+    # fmt: on
 
 
 class ChatRequest(NamedTuple):
-    key: str           # the prompt's id
-    messages: list     # [{"role", "content"}]
-    samples: list      # [(sample index, seed)] still wanted
+    key: str  # the prompt's id
+    messages: list  # [{"role", "content"}]
+    samples: list  # [(sample index, seed)] still wanted
 
 
 def sample_chat(requests: list, cfg: ClientConfig, sampling: dict, on_sample, log=print) -> dict:
-    """Ask the server for every (prompt, sample index) of `requests`, cfg.concurrency requests in flight, and call
-    on_sample(key, index, sample) from a worker thread as each arrives; sample = {content, closed, finish_reason, seed
-    (the request's), choice (its place among the request's choices, only when n > 1), prompt_tokens, completion_tokens}
-    (token counts per sample when one sample is asked per request, else None).
-    `sampling` goes into every request body (temperature, top_p, max_tokens, ...). Returns the counts of the run.
-    Raises ServerRefused on 401/403/404, and when no request could connect at all (after max_retries retries: a
-    server still starting has that long); a request that fails for good is counted in stats["failed"] and its samples
-    are left out (a rerun asks again), never raised: one bad prompt does not stop the others."""
+    """Ask the server for every (prompt, sample index) of `requests`, cfg.concurrency requests in
+    flight, and call on_sample(key, index, sample) from a worker thread as each arrives; sample =
+    {content, closed, finish_reason, seed (the request's), choice (its place among the request's
+    choices, only when n > 1), prompt_tokens, completion_tokens} (token counts per sample when one
+    sample is asked per request, else None). `sampling` goes into every request body (temperature,
+    top_p, max_tokens, ...). Returns the counts of the run. Raises ServerRefused on 401/403/404, and
+    when no request could connect at all (after max_retries retries: a server still starting has
+    that long); a request that fails for good is counted in stats["failed"] and its samples are left
+    out (a rerun asks again), never raised: one bad prompt does not stop the others."""
     return _Client(cfg, sampling, on_sample, log).run(requests)
 
 
 class ServerRefused(Exception):
-    """The server refuses this run as a whole (401, 403, 404: a wrong key, model name or URL), or nothing answers at
-    its URL: stop at once."""
+    """The server refuses this run as a whole (401, 403, 404: a wrong key, model name or URL), or
+    nothing answers at its URL: stop at once."""
 
 
 class _RequestFailed(Exception):
-    """One request failed for good (retries exhausted, or a 4xx such as a prompt longer than the server's context)."""
+    """One request failed for good (retries exhausted, or a 4xx such as a prompt longer than the
+    server's context)."""
 
 
 class _Client:
     def __init__(self, cfg: ClientConfig, sampling: dict, on_sample, log):
-        self.cfg, self.sampling, self.on_sample, self.log = cfg, sampling, on_sample, log
+        self.cfg = cfg
+        self.sampling = sampling
+        self.on_sample = on_sample
+        self.log = log
         url = urllib.parse.urlsplit(cfg.url)
         if url.scheme not in ("http", "https") or not url.hostname:
             raise ValueError(f"server URL {cfg.url!r}: expected http(s)://host[:port]/v1")
-        self.scheme, self.host, self.port = url.scheme, url.hostname, url.port
+        self.scheme = url.scheme
+        self.host = url.hostname
+        self.port = url.port
         self.path = url.path.rstrip("/") + "/chat/completions"
         self.headers = {"Content-Type": "application/json"}
         key = os.environ.get(cfg.api_key_env, "") if cfg.api_key_env else ""
         if key:
-            self.headers["Authorization"] = f"Bearer {key}"   # kept here only: never logged, never written
-        self.local, self.lock, self.stop = threading.local(), threading.Lock(), threading.Event()
-        self.units, self.outstanding, self.fatal = queue.Queue(), 0, None
-        self.unreachable_said = False   # "cannot connect, retrying" is said once, not per request
-        self.stats = dict(requests=0, samples=0, prompt_tokens=0, completion_tokens=0, truncated=0,
-                          retries=Counter(), failed=0, failures=[], refilled=0)
+            # kept here only: never logged, never written
+            self.headers["Authorization"] = f"Bearer {key}"
+        self.local = threading.local()
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self.units = queue.Queue()
+        self.outstanding = 0
+        self.fatal = None
+        self.unreachable_said = False  # "cannot connect, retrying" is said once, not per request
+        self.stats = dict(
+            requests=0,
+            samples=0,
+            prompt_tokens=0,
+            completion_tokens=0,
+            truncated=0,
+            retries=Counter(),
+            failed=0,
+            failures=[],
+            refilled=0,
+        )
 
     def run(self, requests: list) -> dict:
         n = max(1, self.cfg.n_per_request)
-        units = [(r.key, r.messages, r.samples[i:i + n]) for r in requests for i in range(0, len(r.samples), n)]
+        units = [
+            (r.key, r.messages, r.samples[i : i + n])
+            for r in requests
+            for i in range(0, len(r.samples), n)
+        ]
         total = sum(len(r.samples) for r in requests)
         if not units:
             return self.stats
         self.outstanding = len(units)
         for unit in units:
             self.units.put(unit)
-        workers = [threading.Thread(target=self._worker, daemon=True) for _ in range(min(self.cfg.concurrency, len(units)))]
+        workers = [
+            threading.Thread(target=self._worker, daemon=True)
+            for _ in range(min(self.cfg.concurrency, len(units)))
+        ]
         t0 = last = time.monotonic()
         for w in workers:
             w.start()
@@ -105,7 +135,8 @@ class _Client:
                         last = time.monotonic()
                         self.log(self._progress(total, last - t0))
         except KeyboardInterrupt:
-            self.stop.set()       # the workers are daemons: what arrived is written, what is in flight is lost
+            # the workers are daemons: what arrived is written, what is in flight is lost
+            self.stop.set()
             raise
         if self.fatal:
             raise self.fatal
@@ -118,10 +149,12 @@ class _Client:
         rate = s["samples"] / max(elapsed, 1e-9)
         eta = f"{(total - s['samples'] - s['failed']) / rate:.0f}s" if rate else "unknown"
         retries = ", ".join(f"{k}: {v}" for k, v in sorted(s["retries"].items())) or "none"
-        return (f"samples {s['samples']}/{total} | {s['requests'] / max(elapsed, 1e-9):.1f} req/s, "
-                f"{s['completion_tokens'] / max(elapsed, 1e-9):.0f} tok/s | tokens in {s['prompt_tokens']} out "
-                f"{s['completion_tokens']} | truncated {s['truncated']} | retries ({retries}) | failed {s['failed']} | "
-                f"ETA {eta}")
+        return (
+            f"samples {s['samples']}/{total} | {s['requests'] / max(elapsed, 1e-9):.1f} req/s, "
+            f"{s['completion_tokens'] / max(elapsed, 1e-9):.0f} tok/s | tokens in {s['prompt_tokens']} out "
+            f"{s['completion_tokens']} | truncated {s['truncated']} | retries ({retries}) | failed {s['failed']} | "
+            f"ETA {eta}"
+        )
 
     def _worker(self):
         while True:
@@ -145,39 +178,57 @@ class _Client:
                 with self.lock:
                     self.outstanding -= 1
                     finished = self.outstanding == 0 or self.stop.is_set()
-                if finished:   # wake every worker: nothing is left to do
+                if finished:  # wake every worker: nothing is left to do
                     for _ in range(self.cfg.concurrency):
                         self.units.put(None)
 
     def _do(self, unit):
         key, messages, samples = unit
-        body = dict(self.sampling, model=self.cfg.model, messages=messages, n=len(samples), seed=samples[0][1])
+        body = dict(
+            self.sampling,
+            model=self.cfg.model,
+            messages=messages,
+            n=len(samples),
+            seed=samples[0][1],
+        )
         answer = self._post(json.dumps(body).encode())
-        choices = sorted(answer["choices"], key=lambda c: c.get("index", 0))[:len(samples)]
+        choices = sorted(answer["choices"], key=lambda c: c.get("index", 0))[: len(samples)]
         usage = answer.get("usage") or {}
         one = len(samples) == 1
         for position, ((index, _), choice) in enumerate(zip(samples, choices)):
             content, closed = assistant_turn(choice["message"])
             finish = choice.get("finish_reason")
-            # what the sample came from: the request's seed (and, with n > 1, its place among the request's choices)
+            # what the sample came from: the request's seed (and, with n > 1, its place among the
+            # request's choices)
             origin = dict(seed=samples[0][1]) if one else dict(seed=samples[0][1], choice=position)
-            self.on_sample(key, index, dict(content=content, closed=closed, finish_reason=finish, **origin,
-                                            prompt_tokens=usage.get("prompt_tokens") if one else None,
-                                            completion_tokens=usage.get("completion_tokens") if one else None))
+            self.on_sample(
+                key,
+                index,
+                dict(
+                    content=content,
+                    closed=closed,
+                    finish_reason=finish,
+                    **origin,
+                    prompt_tokens=usage.get("prompt_tokens") if one else None,
+                    completion_tokens=usage.get("completion_tokens") if one else None,
+                ),
+            )
             with self.lock:
                 self.stats["samples"] += 1
                 self.stats["truncated"] += finish == "length"
         with self.lock:
             self.stats["prompt_tokens"] += usage.get("prompt_tokens") or 0
             self.stats["completion_tokens"] += usage.get("completion_tokens") or 0
-            missing = samples[len(choices):]   # a server that ignores `n`: the rest one by one, each with its seed
+            # a server that ignores `n`: the rest one by one, each with its seed
+            missing = samples[len(choices) :]
             self.stats["refilled"] += len(missing)
             self.outstanding += len(missing)
         for sample in missing:
             self.units.put((key, messages, [sample]))
 
     def _post(self, body: bytes) -> dict:
-        """The server's JSON answer to one request, retried as the server and the network require."""
+        """The server's JSON answer to one request, retried as the server and the network
+        require."""
         for attempt in range(self.cfg.max_retries + 1):
             wait = None
             try:
@@ -185,7 +236,7 @@ class _Client:
             except TimeoutError:
                 reason = "timeout"
                 self._drop_connection()
-            except (OSError, http.client.HTTPException) as e:   # refused, reset, dropped mid-answer
+            except (OSError, http.client.HTTPException) as e:  # refused, reset, dropped mid-answer
                 reason = "connection"
                 last_error = str(e) or type(e).__name__
                 self._drop_connection()
@@ -200,10 +251,13 @@ class _Client:
                         reason = "malformed answer"
                         last_error = str(e)
                 elif status in (401, 403, 404):
-                    raise ServerRefused(f"{self.cfg.url} answered {status} {_snippet(data)} (check the URL, "
-                                        f"--served_model, and the key in ${self.cfg.api_key_env})")
+                    raise ServerRefused(
+                        f"{self.cfg.url} answered {status} {_snippet(data)} (check the URL, "
+                        f"--served_model, and the key in ${self.cfg.api_key_env})"
+                    )
                 elif status in (408, 429) or status >= 500:
-                    reason, wait = str(status), retry_after
+                    reason = str(status)
+                    wait = retry_after
                 else:
                     raise _RequestFailed(f"HTTP {status} {_snippet(data)}")
             with self.lock:
@@ -213,29 +267,40 @@ class _Client:
                     self._unreachable(attempt, last_error, final=True)
                 detail = f": {last_error}" if reason in ("malformed answer", "connection") else ""
                 raise _RequestFailed(f"gave up after {attempt} retries (last: {reason}{detail})")
-            if wait is None:   # exponential backoff with jitter, so retries from many threads do not arrive together
-                cap = min(self.cfg.max_backoff_s, self.cfg.backoff_s * 2 ** attempt)
+            # exponential backoff with jitter, so retries from many threads do not arrive together
+            if wait is None:
+                cap = min(self.cfg.max_backoff_s, self.cfg.backoff_s * 2**attempt)
                 wait = cap * (0.5 + 0.5 * random.random())
             self.stop.wait(wait)
 
     def _unreachable(self, attempt: int, error: str, final: bool = False):
-        """While no request has ever connected: say once that the URL does not answer and that it is retried (a
-        server may still be starting); when a request's retries are used up, stop the run with ServerRefused."""
+        """While no request has ever connected: say once that the URL does not answer and that it is
+        retried (a server may still be starting); when a request's retries are used up, stop the run
+        with ServerRefused."""
         with self.lock:
-            if self.stats["requests"]:   # the server has answered before: a dropped connection, retried as usual
+            # the server has answered before: a dropped connection, retried as usual
+            if self.stats["requests"]:
                 return
             said, self.unreachable_said = self.unreachable_said, True
         if final:
-            raise ServerRefused(f"cannot connect to {self.cfg.url} ({error}) after {attempt} retries: is the server "
-                                "running and listening there? Check --server")
+            raise ServerRefused(
+                f"cannot connect to {self.cfg.url} ({error}) after {attempt} retries: is the server "
+                "running and listening there? Check --server"
+            )
         if not said:
-            self.log(f"cannot connect to {self.cfg.url} ({error}); retrying up to {self.cfg.max_retries} times, "
-                     "with growing waits, in case the server is still starting")
+            self.log(
+                f"cannot connect to {self.cfg.url} ({error}); retrying up to {self.cfg.max_retries} times, "
+                "with growing waits, in case the server is still starting"
+            )
 
     def _send(self, body: bytes) -> tuple:
         conn = getattr(self.local, "conn", None)
         if conn is None:
-            cls = http.client.HTTPSConnection if self.scheme == "https" else http.client.HTTPConnection
+            cls = (
+                http.client.HTTPSConnection
+                if self.scheme == "https"
+                else http.client.HTTPConnection
+            )
             conn = self.local.conn = cls(self.host, self.port, timeout=self.cfg.timeout_s)
         conn.request("POST", self.path, body=body, headers=self.headers)
         response = conn.getresponse()
@@ -250,7 +315,8 @@ class _Client:
 
 
 def _checked_answer(answer) -> dict:
-    """The answer if it has the shape of a chat completion, else ValueError (retried as a malformed answer)."""
+    """The answer if it has the shape of a chat completion, else ValueError (retried as a malformed
+    answer)."""
     choices = answer.get("choices")
     if not isinstance(choices, list) or not choices:
         raise ValueError("no 'choices' list")
@@ -280,21 +346,25 @@ def _snippet(data: bytes, limit: int = 300) -> str:
 
 
 def assistant_turn(message: dict) -> tuple:
-    """(content in Qwen3's form `<think>\\n…\\n</think>\\n\\n…`, reasoning closed?) of a chat-completions message.
-    Reasoning comes as `reasoning_content` (DeepSeek's API, vLLM's reasoning parsers; `reasoning` in newer vLLM) or
-    inside `content` between <think> tags (the opening tag may be in the prompt's template, so only </think> is
-    needed). A reply whose reasoning never closed comes back as it is, with closed=False."""
+    """(content in Qwen3's form `<think>\\n…\\n</think>\\n\\n…`, reasoning closed?) of a
+    chat-completions message. Reasoning comes as `reasoning_content` (DeepSeek's API, vLLM's
+    reasoning parsers; `reasoning` in newer vLLM) or inside `content` between <think> tags (the
+    opening tag may be in the prompt's template, so only </think> is needed). A reply whose
+    reasoning never closed comes back as it is, with closed=False."""
     reasoning = message.get("reasoning_content") or message.get("reasoning")
     content = message.get("content") or ""
     if reasoning:
-        if not content.strip():   # everything went to the reasoning: it never reached </think>
+        if not content.strip():  # everything went to the reasoning: it never reached </think>
             return "<think>\n" + reasoning, False
         return _qwen3_turn(reasoning, content), True
     if "</think>" not in content:
         return content, False
-    # Qwen3's chat template's reading: the reasoning ends at the first </think>, the answer follows the last one
-    return _qwen3_turn(content.split("</think>")[0].split("<think>")[-1], content.split("</think>")[-1]), True
+    # Qwen3's chat template's reading: the reasoning ends at the first </think>, the answer follows
+    # the last one
+    return _qwen3_turn(
+        content.split("</think>")[0].split("<think>")[-1], content.split("</think>")[-1]
+    ), True
 
 
 def _qwen3_turn(reasoning: str, answer: str) -> str:
-    return f"<think>\n{reasoning.strip()}\n</think>\n\n{answer.strip()}"   # Qwen3's assistant turn
+    return f"<think>\n{reasoning.strip()}\n</think>\n\n{answer.strip()}"  # Qwen3's assistant turn

@@ -11,6 +11,7 @@ A directory that is not a loadable checkpoint raises CheckpointError (or FileNot
 the file.
     python hf_checkpoint.py CHECKPOINT_DIR      # its tensors: names, dtypes, shapes (headers only)
 """
+
 import json
 import math
 import os
@@ -29,6 +30,7 @@ class CheckpointError(ValueError):
 
 # ----------------------------------------------------------------------------- reading
 
+
 def load(model, path: str, to_hf, dtype: torch.dtype | None = None, device=None):
     """Fill `model`, built on the meta device from path's config.json, with the checkpoint's
     tensors; dtype None keeps the stored dtype, device None means CPU. The process holds one copy of
@@ -37,7 +39,7 @@ def load(model, path: str, to_hf, dtype: torch.dtype | None = None, device=None)
     weights = read_weights(path, model, to_hf, dtype, device)
     model.load_state_dict(weights, strict=False, assign=True)
     if model.config.tie_word_embeddings:
-        model.tie_weights()   # assign=True replaced the tied Parameter object; tie again
+        model.tie_weights()  # assign=True replaced the tied Parameter object; tie again
     return model
 
 
@@ -51,7 +53,7 @@ def read_weights(path: str, model, to_hf, dtype: torch.dtype | None = None, devi
         with open(file, "rb") as fh:
             tensor = read_tensor(fh, stored_dtype, shape, offset, nbytes)
         loaded[name] = tensor.to(device=device, dtype=dtype if dtype is not None else stored_dtype)
-        del tensor   # the stored-dtype buffer goes before the next tensor is read
+        del tensor  # the stored-dtype buffer goes before the next tensor is read
     return loaded
 
 
@@ -66,21 +68,25 @@ def checked_dtype(path: str, model, to_hf) -> torch.dtype:
 def weight_entries(path: str, model, to_hf) -> list:
     """[(file, our name, stored dtype, shape, offset, nbytes)] of a checkpoint's tensors, checked
     against `model`."""
-    expected = {to_hf(name): p for name, p in model.named_parameters()}   # tied weights appear once
+    expected = {to_hf(name): p for name, p in model.named_parameters()}  # tied weights appear once
     ours = {to_hf(name): name for name, _ in model.named_parameters()}
     entries = []
     for file in checkpoint_files(path):
         for key, (dtype, shape, offset, nbytes) in read_safetensors_header(file).items():
             if key.endswith("rotary_emb.inv_freq"):
-                continue   # old checkpoints stored this buffer; the model recomputes it
+                continue  # old checkpoints stored this buffer; the model recomputes it
             if key == "lm_head.weight" and model.config.tie_word_embeddings:
-                continue   # tied: lm_head is embed_tokens
+                continue  # tied: lm_head is embed_tokens
             if key not in expected:
-                raise CheckpointError(f"{file}: unexpected tensor {key!r} "
-                                      "(not a parameter of the model that config.json describes)")
+                raise CheckpointError(
+                    f"{file}: unexpected tensor {key!r} "
+                    "(not a parameter of the model that config.json describes)"
+                )
             if shape != tuple(expected[key].shape):
-                raise CheckpointError(f"{file}: tensor {key!r} has shape {shape}, "
-                                      f"config.json implies {tuple(expected[key].shape)}")
+                raise CheckpointError(
+                    f"{file}: tensor {key!r} has shape {shape}, "
+                    f"config.json implies {tuple(expected[key].shape)}"
+                )
             entries.append((file, ours[key], dtype, shape, offset, nbytes))
     missing = sorted(set(expected) - {to_hf(entry[1]) for entry in entries})
     if missing:
@@ -105,16 +111,26 @@ def checkpoint_files(path: str) -> list[str]:
     single = os.path.join(path, "model.safetensors")
     if os.path.exists(single):
         return [single]
-    raise FileNotFoundError(f"{path}: neither model.safetensors nor model.safetensors.index.json "
-                            "found")
+    raise FileNotFoundError(
+        f"{path}: neither model.safetensors nor model.safetensors.index.json found"
+    )
 
 
 # safetensors layout: 8 bytes (little-endian header length n), n bytes of JSON header
 # {name: {"dtype": "BF16", "shape": [...], "data_offsets": [begin, end]}, "__metadata__": {...}},
 # then the data; offsets count from the end of the header.
-SAFETENSORS_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16,
-                      "BF16": torch.bfloat16, "I64": torch.int64, "I32": torch.int32,
-                      "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8, "BOOL": torch.bool}
+SAFETENSORS_DTYPES = {
+    "F64": torch.float64,
+    "F32": torch.float32,
+    "F16": torch.float16,
+    "BF16": torch.bfloat16,
+    "I64": torch.int64,
+    "I32": torch.int32,
+    "I16": torch.int16,
+    "I8": torch.int8,
+    "U8": torch.uint8,
+    "BOOL": torch.bool,
+}
 
 
 def read_safetensors_header(file: str) -> dict:
@@ -124,8 +140,9 @@ def read_safetensors_header(file: str) -> dict:
     with open(file, "rb") as fh:
         n = int.from_bytes(fh.read(8), "little")
         if not 0 < n <= size - 8:
-            raise CheckpointError(f"{file}: not a safetensors file (header length {n}, "
-                                  f"file size {size})")
+            raise CheckpointError(
+                f"{file}: not a safetensors file (header length {n}, file size {size})"
+            )
         try:
             header = json.loads(fh.read(n))
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
@@ -139,13 +156,17 @@ def read_safetensors_header(file: str) -> dict:
             shape = info["shape"]
             begin, end = info["data_offsets"]
         except (KeyError, TypeError, ValueError):
-            raise CheckpointError(f"{file}: tensor {name!r}: header entry {info} is not a supported "
-                                  f"safetensors entry (dtypes {sorted(SAFETENSORS_DTYPES)})") from None
+            raise CheckpointError(
+                f"{file}: tensor {name!r}: header entry {info} is not a supported "
+                f"safetensors entry (dtypes {sorted(SAFETENSORS_DTYPES)})"
+            ) from None
         nbytes = math.prod(shape) * dtype.itemsize
         if end - begin != nbytes or begin < 0 or 8 + n + end > size:
-            raise CheckpointError(f"{file}: tensor {name!r}: data_offsets {[begin, end]} do not hold "
-                                  f"{nbytes} bytes of a {shape} {info['dtype']} tensor inside the file "
-                                  f"({size} bytes)")
+            raise CheckpointError(
+                f"{file}: tensor {name!r}: data_offsets {[begin, end]} do not hold "
+                f"{nbytes} bytes of a {shape} {info['dtype']} tensor inside the file "
+                f"({size} bytes)"
+            )
         entries[name] = (dtype, tuple(shape), 8 + n + begin, nbytes)
     return entries
 
@@ -156,8 +177,9 @@ def read_tensor(fh, dtype: torch.dtype, shape: tuple, offset: int, nbytes: int) 
     buf = bytearray(nbytes)
     fh.seek(offset)
     if fh.readinto(buf) != nbytes:
-        raise CheckpointError(f"{fh.name}: file ends inside a tensor (offset {offset}, "
-                              f"{nbytes} bytes)")
+        raise CheckpointError(
+            f"{fh.name}: file ends inside a tensor (offset {offset}, {nbytes} bytes)"
+        )
     if not nbytes:
         return torch.empty(shape, dtype=dtype)
     return torch.frombuffer(buf, dtype=dtype).view(shape)
@@ -165,8 +187,15 @@ def read_tensor(fh, dtype: torch.dtype, shape: tuple, offset: int, nbytes: int) 
 
 # ----------------------------------------------------------------------------- writing
 
-def save_pretrained(model, path: str, to_hf, state_dict: dict | None = None,
-                    max_shard_bytes: int = 5 * 2**30, generation_config: dict | None = None) -> None:
+
+def save_pretrained(
+    model,
+    path: str,
+    to_hf,
+    state_dict: dict | None = None,
+    max_shard_bytes: int = 5 * 2**30,
+    generation_config: dict | None = None,
+) -> None:
     """Write config.json + safetensors (sharded with an index above max_shard_bytes), in the
     tensors' dtype. state_dict: our parameter names -> full tensors, when the model is sharded
     (FSDP) and rank 0 gathered a full copy; else the model's own parameters. Tensors on a GPU reach
@@ -182,10 +211,12 @@ def save_pretrained(model, path: str, to_hf, state_dict: dict | None = None,
     for name, tensor in state_dict.items():
         if cfg.tie_word_embeddings and name == "lm_head.weight":
             continue
-        if hasattr(tensor, "full_tensor"):   # an FSDP2 shard
-            raise TypeError(f"save_pretrained: {name} is a sharded DTensor; pass state_dict= a full "
-                            "state dict (get_model_state_dict with StateDictOptions("
-                            "full_state_dict=True, cpu_offload=True))")
+        if hasattr(tensor, "full_tensor"):  # an FSDP2 shard
+            raise TypeError(
+                f"save_pretrained: {name} is a sharded DTensor; pass state_dict= a full "
+                "state dict (get_model_state_dict with StateDictOptions("
+                "full_state_dict=True, cpu_offload=True))"
+            )
         tensors[to_hf(name)] = tensor.detach()
     os.makedirs(path, exist_ok=True)
     hf_cfg = cfg.to_hf_dict()
@@ -203,7 +234,7 @@ def save_pretrained(model, path: str, to_hf, state_dict: dict | None = None,
         if shards[-1] and sum(nbytes[k] for k in shards[-1]) + nbytes[key] > max_shard_bytes:
             shards.append([])
         shards[-1].append(key)
-    for stale in os.listdir(path):   # an older save with another shard count leaves no file
+    for stale in os.listdir(path):  # an older save with another shard count leaves no file
         if stale.startswith("model") and stale.endswith((".safetensors", ".index.json")):
             os.remove(os.path.join(path, stale))
     names = ["model.safetensors"]
@@ -220,7 +251,8 @@ def save_pretrained(model, path: str, to_hf, state_dict: dict | None = None,
 
 
 # --export_dtype: auto (None) exports in the dtype the run started from: a Qwen3 base model's bf16,
-# not the fp32 master weights (16 GB instead of 33 for 8B); float32 for a model trained from scratch.
+# not the fp32 master weights (16 GB instead of 33 for 8B); float32 for a model trained from
+# scratch.
 EXPORT_DTYPES = {"auto": None, "bfloat16": torch.bfloat16, "float32": torch.float32}
 
 
@@ -228,12 +260,15 @@ EXPORT_DTYPES = {"auto": None, "bfloat16": torch.bfloat16, "float32": torch.floa
 class Export:
     """How a run writes its Hugging Face exports (built once at start): out_dir/exports/step-N, and
     out_dir/hf a link to the newest (the trainer publishes them)."""
+
+    # fmt: off
     out_dir: str
     tokenizer_dir: str | None      # its tokenizer.json and tokenizer_config.json are copied in
     dtype: torch.dtype
     generation_config: dict        # generation_config.json (generation_config())
     to_hf: object                  # our parameter name -> the file's (model.hf_name)
     keep: int = 3                  # step exports kept, the newest; 0 = all
+    # fmt: on
 
     def write(self, model, directory: str, weights: dict):
         """The full weights (our names) as a Hugging Face directory: in self.dtype, with the
@@ -241,8 +276,13 @@ class Export:
         an OSError."""
         weights = {name: tensor.to(self.dtype) for name, tensor in weights.items()}
         try:
-            save_pretrained(model, directory, self.to_hf, state_dict=weights,
-                            generation_config=self.generation_config)
+            save_pretrained(
+                model,
+                directory,
+                self.to_hf,
+                state_dict=weights,
+                generation_config=self.generation_config,
+            )
         except SafetensorError as e:
             raise OSError(f"{e}") from None
         for name in ("tokenizer.json", "tokenizer_config.json") if self.tokenizer_dir else ():
@@ -270,7 +310,7 @@ def generation_config(stop_ids: list, init_from: str = "") -> dict:
     return config
 
 
-if __name__ == "__main__":   # one positional argument
+if __name__ == "__main__":  # one positional argument
     if len(sys.argv) != 2 or sys.argv[1].startswith("-"):
         print("usage: python hf_checkpoint.py CHECKPOINT_DIR   (its tensors: name, dtype, shape)")
         sys.exit(0 if sys.argv[1:] in (["--help"], ["-h"]) else 2)

@@ -7,6 +7,7 @@ torch only:
     settings = [SimpleNamespace(temperature=1.0, top_k=0, top_p=0.9)] * B
     tokens, logprobs = sample(logits, settings, uniforms)      # logits (B, V) fp32, uniforms (B,)
 """
+
 import torch
 import torch.nn.functional as F
 
@@ -27,7 +28,7 @@ def sample(logits, params: list, uniforms: list):
         top_k = torch.tensor(top_k, device=dev)
         top_p = torch.tensor(top_p, device=dev)
         logits = keep_top_k_top_p(logits, top_k, top_p)
-    logprobs = torch.log_softmax(logits, dim=-1)                                 # (B, V)
+    logprobs = torch.log_softmax(logits, dim=-1)  # (B, V)
     u = torch.tensor(uniforms, dtype=logprobs.dtype, device=dev)
     tokens = inverse_cdf(logprobs.exp(), u)
     if any(greedy):
@@ -55,13 +56,13 @@ def inverse_cdf(probs, u, chunk: int = 64):
     the total). Two levels (the chunk of `chunk` tokens, then the token in it), so the sequential
     cumsums cover V/chunk + chunk entries per row, not V."""
     B, V = probs.shape
-    chunks = F.pad(probs, (0, -V % chunk)).view(B, -1, chunk)            # (B, V/chunk, chunk)
+    chunks = F.pad(probs, (0, -V % chunk)).view(B, -1, chunk)  # (B, V/chunk, chunk)
 
-    def search(cdf, target):   # first index with cdf > target, target kept below the last entry
+    def search(cdf, target):  # first index with cdf > target, target kept below the last entry
         target = torch.minimum(target, cdf[:, -1:].nextafter(torch.zeros_like(cdf[:, -1:])))
-        return torch.searchsorted(cdf, target.clamp(min=0), right=True)            # (B, 1)
+        return torch.searchsorted(cdf, target.clamp(min=0), right=True)  # (B, 1)
 
-    chunk_cdf = chunks.sum(-1).cumsum(-1)                                           # (B, V/chunk)
+    chunk_cdf = chunks.sum(-1).cumsum(-1)  # (B, V/chunk)
     target = u[:, None] * chunk_cdf[:, -1:]
     c = search(chunk_cdf, target)
     inner_cdf = chunks.gather(1, c[:, :, None].expand(-1, -1, chunk))[:, 0].cumsum(-1)  # (B, chunk)

@@ -23,6 +23,7 @@ stream. torch only (for that stream); rollout.py's engine is the caller:
         ...                                 # run the model, append tokens, finish(seq) if done
         scheduler.drop_finished()
 """
+
 from collections import deque
 from dataclasses import dataclass
 
@@ -34,14 +35,14 @@ class Sequence:
     (params: its sampling settings, which the caller reads)."""
 
     def __init__(self, prompt: list, params, max_len: int, seed: int, index: tuple = (0, 0)):
-        self.index = index                     # (prompt, sample) in the request
-        self.token_ids = list(prompt)          # prompt + generated so far
+        self.index = index  # (prompt, sample) in the request
+        self.token_ids = list(prompt)  # prompt + generated so far
         self.prompt_len = len(prompt)
         self.params = params
-        self.max_len = max_len                 # stop with "length" at this many tokens
+        self.max_len = max_len  # stop with "length" at this many tokens
         # CPU: the stream does not depend on the device
         self.generator = torch.Generator().manual_seed(seed)
-        self.uniforms: list[float] = []        # the next uniforms of its stream, last = next
+        self.uniforms: list[float] = []  # the next uniforms of its stream, last = next
         self.logprobs: list[float] = []
         # block ids holding the KV of token_ids[:-1] (+ the last one's, after a step)
         self.block_table: list[int] = []
@@ -50,8 +51,8 @@ class Sequence:
         self.prefix_id = -1
         self.prefix_blocks = 0
         self.finish_reason: str | None = None
-        self.preempted = False                 # its next prefill is a recomputation
-        self.row = -1                          # its row of a device block table while it runs
+        self.preempted = False  # its next prefill is a recomputation
+        self.row = -1  # its row of a device block table while it runs
 
     def __len__(self):
         return len(self.token_ids)
@@ -120,7 +121,7 @@ class BlockManager:
                 return None
             src = seq.block_table[-1]
             dst = self.allocate()
-            self.ref_counts[src] -= 1                       # the other owners keep src as it is
+            self.ref_counts[src] -= 1  # the other owners keep src as it is
             seq.block_table[-1] = dst
             copy = (src, dst)
         return seq.block_table[index] * self.block_size + offset, copy
@@ -129,9 +130,12 @@ class BlockManager:
 @dataclass
 class DecodePlan:
     """What a decode step needs from the bookkeeping (its sequences: Scheduler.running)."""
+
+    # fmt: off
     slots: list            # the slot of each running sequence's last token, where its K/V goes
     copies: list           # (src, dst) blocks to copy before the step writes (copy-on-write)
     preemptions: int = 0   # sequences preempted by this step (their blocks freed; waiting again)
+    # fmt: on
 
 
 class Scheduler:
@@ -143,16 +147,22 @@ class Scheduler:
     CUDA, a device tensor: cuda_graphs.DeviceBlockTables), told when a sequence starts running
     (admit), when its last block is new or a private copy (changed), and when it stops (retire)."""
 
-    def __init__(self, blocks: BlockManager, max_num_seqs: int, max_num_batched_tokens: int,
-                 watermark: int = 0, mirror=None):
+    def __init__(
+        self,
+        blocks: BlockManager,
+        max_num_seqs: int,
+        max_num_batched_tokens: int,
+        watermark: int = 0,
+        mirror=None,
+    ):
         self.blocks = blocks
         self.mirror = mirror
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
         self.watermark = watermark
-        self.waiting = deque()     # groups of sequences (a preempted one alone), next on the left
-        self.running = []          # oldest first: the last one is preempted first
-        self.num_prefixes = 0      # prefix ids handed out (a group's samples share one)
+        self.waiting = deque()  # groups of sequences (a preempted one alone), next on the left
+        self.running = []  # oldest first: the last one is preempted first
+        self.num_prefixes = 0  # prefix ids handed out (a group's samples share one)
 
     def start(self, groups: list) -> None:
         self.waiting = deque(list(group) for group in groups)
@@ -202,7 +212,7 @@ class Scheduler:
         for seq in group[1:]:
             seq.block_table = self.blocks.share(lead.block_table)
         self.num_prefixes += 1
-        for seq in group:   # the prompt's full blocks are never written again: shared for good
+        for seq in group:  # the prompt's full blocks are never written again: shared for good
             seq.prefix_id = self.num_prefixes
             seq.prefix_blocks = num_tokens // self.blocks.block_size
 
@@ -220,7 +230,7 @@ class Scheduler:
                 victim = self.running.pop()
                 self.finish(victim)
                 victim.preempted = True
-                self.waiting.appendleft([victim])   # recomputed first when blocks free up
+                self.waiting.appendleft([victim])  # recomputed first when blocks free up
                 plan.preemptions += 1
                 continue
             slot, copy = appended

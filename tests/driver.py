@@ -1,14 +1,17 @@
-"""Runs sft.main or gppo.main as the tests need them, through the same entry-point wrapper as the scripts.
+"""Runs sft.main or gppo.main as the tests need them, through the same entry-point wrapper as the
+scripts.
 
     [torchrun --nproc_per_node=2] tests/driver.py sft|gppo [--sgd] [--task=even|constant] [options of the script]
 
---sgd: plain SGD instead of AdamW, for the 1-process == 2-process tests. Two runs differ in the last bits of
+--sgd: plain SGD instead of AdamW, for the 1-process == 2-process tests. Two runs differ in the last
+bits of
     their gradients (fp32 sums taken in another order); AdamW divides each gradient by its own running RMS, so
     an element whose gradient is ~1e-9 turns a 1e-12 difference into an update-sized one (up to lr). SGD
     moves each weight by lr x gradient, so a last-bit gradient difference stays a last-bit weight difference
     and the tolerance can be derived. The optimizer is elementwise and the same in both runs; what the test
     checks is that N ranks compute the same gradients as one.
---task (gppo only): the reward. `even`: the fraction of response tokens whose id is even (a random model scores
+--task (gppo only): the reward. `even`: the fraction of response tokens whose id is even (a random
+model scores
     ~0.5, a policy can raise it within a few steps, every group has distinct rewards); `constant`: always 1, so
     every group is dropped and each step must be skipped cleanly; `half`: `even` on the prompts whose id hashes
     odd, constant on the others (for refilling the batch by over-generation); `slow`: `even`, but rank 1 sleeps
@@ -27,6 +30,7 @@ $KILL_AT=WHAT:N[:RANK] kills this process with SIGKILL (as `kill -9` does: nothi
       export:N    halfway through writing the N-th export's weights file
 $NAN_AT=K: the K-th gradient clipping of the run returns a NaN norm, as a diverged step would.
 """
+
 import datetime
 import os
 import shutil
@@ -56,8 +60,11 @@ def constant_reward(task, text, token_ids):
 
 
 def half_reward(task, text, token_ids):
-    """`even` on the prompts whose id hashes odd, constant on the others (their groups are dropped)."""
-    return even_reward(task, text, token_ids) if zlib.crc32(task["id"].encode()) % 2 else (1.0, True)
+    """`even` on the prompts whose id hashes odd, constant on the others (their groups are
+    dropped)."""
+    return (
+        even_reward(task, text, token_ids) if zlib.crc32(task["id"].encode()) % 2 else (1.0, True)
+    )
 
 
 SLOW_RANK_S = 4.0
@@ -65,8 +72,10 @@ _slept = threading.Event()
 
 
 def slow_reward(task, text, token_ids):
-    """`even`, after rank 1 has slept SLOW_RANK_S seconds once (its rollout takes that much longer)."""
+    """`even`, after rank 1 has slept SLOW_RANK_S seconds once (its rollout takes that much
+    longer)."""
     import torch.distributed as dist
+
     if dist.get_rank() == 1 and not _slept.is_set():
         _slept.set()
         time.sleep(SLOW_RANK_S)
@@ -74,9 +83,10 @@ def slow_reward(task, text, token_ids):
 
 
 def crash_reward(task, text, token_ids):
-    """Rank 1 fails in its first score, as a rank that runs out of memory would; rank 0 goes on to the next
-    collective and waits there for it."""
+    """Rank 1 fails in its first score, as a rank that runs out of memory would; rank 0 goes on to
+    the next collective and waits there for it."""
     import torch.distributed as dist
+
     if dist.get_rank() == 1:
         raise RuntimeError("simulated out-of-memory on rank 1")
     return even_reward(task, text, token_ids)
@@ -90,9 +100,10 @@ def kill_at(what: str, n: int, rank: int | None = None):
     """Install $KILL_AT's hook (see the docstring): patches in this process only."""
     import torch.distributed as dist
     from torch.distributed.checkpoint.filesystem import FileSystemWriter
+
     seen = []
 
-    def reached() -> bool:   # the n-th time, on the chosen rank
+    def reached() -> bool:  # the n-th time, on the chosen rank
         seen.append(1)
         return len(seen) == n and (rank is None or dist.get_rank() == rank)
 
@@ -102,27 +113,41 @@ def kill_at(what: str, n: int, rank: int | None = None):
 
     if what == "metadata":
         finish = FileSystemWriter.finish
-        FileSystemWriter.finish = lambda self, *a, **k: (finish(self, *a, **k), reached() and die())[0]
+        FileSystemWriter.finish = lambda self, *a, **k: (
+            finish(self, *a, **k),
+            reached() and die(),
+        )[0]
     elif what == "write":
         write_data = FileSystemWriter.write_data
-        FileSystemWriter.write_data = lambda self, *a, **k: (reached() and die(), write_data(self, *a, **k))[1]
+        FileSystemWriter.write_data = lambda self, *a, **k: (
+            reached() and die(),
+            write_data(self, *a, **k),
+        )[1]
     elif what == "rename":
         for name in ("rename", "replace"):
+
             def moved(src, dst, _move=getattr(os, name)):
                 _move(src, dst)
-                if str(src).endswith(".tmp") and os.path.isfile(os.path.join(dst, ".metadata")) and reached():
+                if (
+                    str(src).endswith(".tmp")
+                    and os.path.isfile(os.path.join(dst, ".metadata"))
+                    and reached()
+                ):
                     die()
+
             setattr(os, name, moved)
     elif what == "rmtree":
         rmtree = shutil.rmtree
 
         def removing(path, *a, **k):
             if os.path.isfile(os.path.join(path, ".metadata")) and reached():
-                for f in os.listdir(path):   # the shards first: what is left looks like a checkpoint
+                # the shards first: what is left looks like a checkpoint
+                for f in os.listdir(path):
                     if f not in (".metadata", "trainer_state.json"):
                         os.remove(os.path.join(path, f))
                 die()
             rmtree(path, *a, **k)
+
         shutil.rmtree = removing
     elif what == "step":
         step_done = trainer.GracefulStop.step_done
@@ -132,11 +157,13 @@ def kill_at(what: str, n: int, rank: int | None = None):
             if step == n:
                 future = getattr(checkpointer, "future", None)
                 if future is not None:
-                    future.exception()   # finished, however it ended
+                    future.exception()  # finished, however it ended
                 die()
+
         trainer.GracefulStop.step_done = after
     elif what == "export":
         import safetensors.torch
+
         save_file = safetensors.torch.save_file
 
         def half_written(tensors, filename, *a, **k):
@@ -144,13 +171,15 @@ def kill_at(what: str, n: int, rank: int | None = None):
             if reached():
                 os.truncate(filename, os.path.getsize(filename) // 2)
                 die()
+
         safetensors.torch.save_file = half_written
     else:
         raise SystemExit(f"driver.py: unknown KILL_AT {what!r}")
 
 
 def nan_at(k: int):
-    """Install $NAN_AT's hook: the k-th torch.nn.utils.clip_grad_norm_ returns NaN (after clipping as usual)."""
+    """Install $NAN_AT's hook: the k-th torch.nn.utils.clip_grad_norm_ returns NaN (after clipping
+    as usual)."""
     clip = torch.nn.utils.clip_grad_norm_
     calls = []
 
@@ -158,11 +187,13 @@ def nan_at(k: int):
         norm = clip(*args, **kwargs)
         calls.append(1)
         return norm * float("nan") if len(calls) == k else norm
+
     torch.nn.utils.clip_grad_norm_ = clip_or_nan
 
 
 if __name__ == "__main__":
-    script, argv = sys.argv[1], sys.argv[2:]
+    script = sys.argv[1]
+    argv = sys.argv[2:]
     if os.environ.get("KILL_AT"):
         what, n, *rank = os.environ["KILL_AT"].split(":")
         kill_at(what, int(n), int(rank[0]) if rank else None)
@@ -170,7 +201,10 @@ if __name__ == "__main__":
         nan_at(int(os.environ["NAN_AT"]))
     if os.environ.get("DEFAULT_PG_TIMEOUT_S"):
         import torch.distributed.distributed_c10d as c10d
-        c10d.default_pg_timeout = datetime.timedelta(seconds=float(os.environ["DEFAULT_PG_TIMEOUT_S"]))
+
+        c10d.default_pg_timeout = datetime.timedelta(
+            seconds=float(os.environ["DEFAULT_PG_TIMEOUT_S"])
+        )
     if "--sgd" in argv:
         argv.remove("--sgd")
         torch.optim.AdamW = plain_sgd
@@ -178,6 +212,14 @@ if __name__ == "__main__":
         trainer.run_entry_point(sft.main, parse_config(sft.SFTConfig, argv))
     task = next((a.split("=", 1)[1] for a in argv if a.startswith("--task=")), "even")
     argv = [a for a in argv if not a.startswith("--task=")]
-    trainer.run_entry_point(gppo.main, parse_config(gppo.GPPOConfig, argv),
-                        reward_fn={"even": even_reward, "constant": constant_reward, "half": half_reward,
-                                   "slow": slow_reward, "crash": crash_reward}[task])
+    trainer.run_entry_point(
+        gppo.main,
+        parse_config(gppo.GPPOConfig, argv),
+        reward_fn={
+            "even": even_reward,
+            "constant": constant_reward,
+            "half": half_reward,
+            "slow": slow_reward,
+            "crash": crash_reward,
+        }[task],
+    )

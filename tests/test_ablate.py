@@ -1,5 +1,7 @@
-"""experiments/ablate.py without training anything: its aggregation against hand-computed numbers, the report
-on synthetic run directories, the run plan, and the scheduler (order, failure, resume) with stand-in scripts."""
+"""experiments/ablate.py without training anything: its aggregation against hand-computed numbers,
+the report on synthetic run directories, the run plan, and the scheduler (order, failure, resume)
+with stand-in scripts."""
+
 import importlib.util
 import json
 import os
@@ -8,7 +10,9 @@ import textwrap
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-spec = importlib.util.spec_from_file_location("ablate", os.path.join(ROOT, "experiments", "ablate.py"))
+spec = importlib.util.spec_from_file_location(
+    "ablate", os.path.join(ROOT, "experiments", "ablate.py")
+)
 ablate = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(ablate)
 
@@ -28,10 +32,22 @@ def write_results(out_dir, avg_at_k: dict):
 
 def test_read_metrics_keeps_the_last_record_of_a_step_and_cuts_at_max_step(tmp_path):
     path = str(tmp_path / "m.jsonl")
-    write_jsonl(path, [{"step": 0, "eval_accuracy": 0.1}, {"step": 1, "reward": 0.2}, {"step": 2, "reward": 0.3},
-                       {"step": 2, "reward": 0.5}, {"step": 3, "reward": 0.9}])   # step 2 again: a resumed run
-    assert ablate.read_metrics(path, max_step=2) == {0: {"step": 0, "eval_accuracy": 0.1}, 1: {"step": 1, "reward": 0.2},
-                                                     2: {"step": 2, "reward": 0.5}}
+    write_jsonl(
+        path,
+        [
+            {"step": 0, "eval_accuracy": 0.1},
+            {"step": 1, "reward": 0.2},
+            {"step": 2, "reward": 0.3},
+            # step 2 again: a resumed run
+            {"step": 2, "reward": 0.5},
+            {"step": 3, "reward": 0.9},
+        ],
+    )
+    assert ablate.read_metrics(path, max_step=2) == {
+        0: {"step": 0, "eval_accuracy": 0.1},
+        1: {"step": 1, "reward": 0.2},
+        2: {"step": 2, "reward": 0.5},
+    }
     assert ablate.read_metrics(str(tmp_path / "missing.jsonl")) == {}
 
 
@@ -39,13 +55,19 @@ def test_curve_and_the_metric_against_hand_computed_values():
     records = {1: {"accuracy": 0.0}, 2: {"accuracy": 0.5}, 3: {"accuracy": 1.0}, 4: {"other": 7}}
     assert ablate.curve(records, "accuracy") == [(1, 0.0), (2, 0.5), (3, 1.0)]
     assert ablate.curve(records, "accuracy", window=2) == [(1, 0.0), (2, 0.25), (3, 0.75)]
-    run = {0: {"eval_avg_k": 0.2}, **{s: {"accuracy": s / 10} for s in range(1, 6)},
-           6: {"accuracy": 0.6, "eval_avg_k": 0.7}}
-    # on_policy: steps 3..6 after a warmup of 2: (.3 + .4 + .5 + .6) / 4; held_out: the last step's Avg@k
+    run = {
+        0: {"eval_avg_k": 0.2},
+        **{s: {"accuracy": s / 10} for s in range(1, 6)},
+        6: {"accuracy": 0.6, "eval_avg_k": 0.7},
+    }
+    # on_policy: steps 3..6 after a warmup of 2: (.3 + .4 + .5 + .6) / 4; held_out: the last step's
+    # Avg@k
     assert ablate.metric_value(run, 6, 2, "on_policy") == pytest.approx(0.45)
     assert ablate.metric_value(run, 6, 2, "held_out") == 0.7
-    assert ablate.metric_value(run, 7, 2, "on_policy") is None                 # unfinished: no value
-    assert ablate.metric_value(run, 6, 10, "on_policy") == pytest.approx(0.35)  # no step after warmup: all steps
+    # unfinished: no value
+    assert ablate.metric_value(run, 7, 2, "on_policy") is None
+    # no step after warmup: all steps
+    assert ablate.metric_value(run, 6, 10, "on_policy") == pytest.approx(0.35)
     assert ablate.mean_std([None, None]) == (None, None) and ablate.mean_std([0.5]) == (0.5, 0.0)
 
 
@@ -56,65 +78,136 @@ def cfg(tmp_path, **kw):
 def test_plan_shares_runs_one_sft_checkpoint_and_orders_seed_by_seed(tmp_path):
     jobs = ablate.plan(cfg(tmp_path, arms="loss,alpha,filter", seeds=2))
     names = [j["name"] for j in jobs]
-    # the base model's toy files and data first (tools/toy.py, then distill.py's toy recipe: the paper's rule), then
-    # the base model, trained on them
+    # the base model's toy files and data first (tools/toy.py, then distill.py's toy recipe: the
+    # paper's rule), then the base model, trained on them
     runs = os.path.join(str(tmp_path / "abl"), "runs")
-    assert names[:3] == ["toy-s0", "distill-sft-mixed-s0", "sft-mixed-s0"] and "--keep=difficulty" in jobs[1]["cmd"]
-    assert {"--seed=0", "--rl_seed=0", "--test_problems=500", f"--out={runs}/toy-s0"} <= set(jobs[0]["cmd"])
-    assert jobs[1]["after"] == ["toy-s0"] and f"--responses={runs}/toy-s0/teacher/countdown_3.jsonl," \
-        f"{runs}/toy-s0/teacher/countdown_4.jsonl,{runs}/toy-s0/teacher/toy_code.jsonl" in jobs[1]["cmd"]
-    assert jobs[2]["after"] == ["distill-sft-mixed-s0"] and f"--data={runs}/distill-sft-mixed-s0/sft.jsonl" in \
-        jobs[2]["cmd"] and f"--tokenizer={runs}/toy-s0/tokenizer" in jobs[2]["cmd"]
+    assert (
+        names[:3] == ["toy-s0", "distill-sft-mixed-s0", "sft-mixed-s0"]
+        and "--keep=difficulty" in jobs[1]["cmd"]
+    )
+    assert {"--seed=0", "--rl_seed=0", "--test_problems=500", f"--out={runs}/toy-s0"} <= set(
+        jobs[0]["cmd"]
+    )
+    assert (
+        jobs[1]["after"] == ["toy-s0"]
+        and f"--responses={runs}/toy-s0/teacher/countdown_3.jsonl,"
+        f"{runs}/toy-s0/teacher/countdown_4.jsonl,{runs}/toy-s0/teacher/toy_code.jsonl"
+        in jobs[1]["cmd"]
+    )
+    assert (
+        jobs[2]["after"] == ["distill-sft-mixed-s0"]
+        and f"--data={runs}/distill-sft-mixed-s0/sft.jsonl" in jobs[2]["cmd"]
+        and f"--tokenizer={runs}/toy-s0/tokenizer" in jobs[2]["cmd"]
+    )
     rl = [j for j in jobs if j["cmd"][0] == "gppo.py"]
-    assert sorted(j["name"] for j in rl) == sorted(f"{r}-s{s}" for r in (
-        "gppo", "grpo", "cispo", "gppo-b0.5", "gppo-b0.25", "alpha0", "alpha0.2", "nofilter") for s in (0, 1))
+    assert sorted(j["name"] for j in rl) == sorted(
+        f"{r}-s{s}"
+        for r in (
+            "gppo",
+            "grpo",
+            "cispo",
+            "gppo-b0.5",
+            "gppo-b0.25",
+            "alpha0",
+            "alpha0.2",
+            "nofilter",
+        )
+        for s in (0, 1)
+    )
     base = os.path.join(runs, "sft-mixed-s0", "hf")
-    assert all(f"--init_from={base}" in j["cmd"] and j["after"] == ["sft-mixed-s0", f"toy-s{j['seed']}"] for j in rl)
-    # seed s trains on the RL prompts of its own toy files (tools/toy.py --rl_seed=s), as gppo.py --seed=s did
+    assert all(
+        f"--init_from={base}" in j["cmd"] and j["after"] == ["sft-mixed-s0", f"toy-s{j['seed']}"]
+        for j in rl
+    )
+    # seed s trains on the RL prompts of its own toy files (tools/toy.py --rl_seed=s), as gppo.py
+    # --seed=s did
     assert all(f"--math_data={runs}/toy-s{j['seed']}/rl/countdown_3.jsonl" in j["cmd"] for j in rl)
     assert [j["name"] for j in jobs if j["cmd"][0] == "tools/toy.py"] == ["toy-s0", "toy-s1"]
-    assert all("--prompts_per_step=16" in j["cmd"] and "--mini_batch_prompts=2" in j["cmd"] for j in rl)
+    assert all(
+        "--prompts_per_step=16" in j["cmd"] and "--mini_batch_prompts=2" in j["cmd"] for j in rl
+    )
     assert all("--warmup_steps=10" in j["cmd"] and "--eval_every=0" in j["cmd"] for j in rl)
-    assert [a for a in rl[0]["cmd"] if a.startswith("--beta1")] == [] and "--beta1=0.25" in jobs[names.index(
-        "gppo-b0.25-s1")]["cmd"]
+    assert [a for a in rl[0]["cmd"] if a.startswith("--beta1")] == [] and "--beta1=0.25" in jobs[
+        names.index("gppo-b0.25-s1")
+    ]["cmd"]
     # every math RL run ends with a held-out eval of 500 problems x 4 at the RL temperature
     final = {j["name"]: j for j in jobs if j["cmd"][0] == "eval.py"}
     assert set(final) == {f"eval_final:{j['name']}" for j in rl}
     sets = f"--math_data={runs}/toy-s1/test/countdown_3.jsonl,{runs}/toy-s1/test/countdown_4.jsonl"
-    assert {sets, "--k=4", "--temperature=1.0", "--top_p=1.0"} <= set(final["eval_final:gppo-s1"]["cmd"])
+    assert {sets, "--k=4", "--temperature=1.0", "--top_p=1.0"} <= set(
+        final["eval_final:gppo-s1"]["cmd"]
+    )
     # seed by seed: every seed-0 job before any seed-1 job, a seed's toy files first
     seeds = [j["seed"] for j in jobs[3:]]
     assert seeds == sorted(seeds) and jobs[seeds.index(1) + 3]["name"] == "toy-s1"
-    # train.sh's RL set (3-number prompts) by default; --toy_numbers moves every math run, and --gppo_args comes last
+    # train.sh's RL set (3-number prompts) by default; --toy_numbers moves every math run, and
+    # --gppo_args comes last
     hard = ablate.plan(cfg(tmp_path, arms="loss", seeds=1, toy_numbers=4, gppo_args="--lr=1e-5"))
     first_rl = [j for j in hard if j["cmd"][0] == "gppo.py"][0]
     assert f"--math_data={runs}/toy-s0/rl/countdown_4.jsonl" in first_rl["cmd"]
-    assert f"--eval_data={runs}/toy-s0/test/countdown_4.jsonl" in first_rl["cmd"] and first_rl["cmd"][-1] == "--lr=1e-5"
+    assert (
+        f"--eval_data={runs}/toy-s0/test/countdown_4.jsonl" in first_rl["cmd"]
+        and first_rl["cmd"][-1] == "--lr=1e-5"
+    )
     # with --sft_from the sft arm still trains both of its models, the RL runs use the given one
-    jobs = ablate.plan(cfg(tmp_path, arms="sft,code", seeds=1, sft_seeds=1, sft_from="/ckpt/sft/hf", code_steps=6))
-    assert {j["name"] for j in jobs if j["cmd"][0] == "sft.py"} == {"sft-mixed-s0", "sft-correct-s0"}
-    keep = {j["name"]: [a for a in j["cmd"] if a.startswith("--keep=")] for j in jobs if j["cmd"][0] == "distill.py"}
-    assert keep == {"distill-sft-mixed-s0": ["--keep=difficulty"], "distill-sft-correct-s0": ["--keep=correct"]}
+    jobs = ablate.plan(
+        cfg(tmp_path, arms="sft,code", seeds=1, sft_seeds=1, sft_from="/ckpt/sft/hf", code_steps=6)
+    )
+    assert {j["name"] for j in jobs if j["cmd"][0] == "sft.py"} == {
+        "sft-mixed-s0",
+        "sft-correct-s0",
+    }
+    keep = {
+        j["name"]: [a for a in j["cmd"] if a.startswith("--keep=")]
+        for j in jobs
+        if j["cmd"][0] == "distill.py"
+    }
+    assert keep == {
+        "distill-sft-mixed-s0": ["--keep=difficulty"],
+        "distill-sft-correct-s0": ["--keep=correct"],
+    }
     code = [j for j in jobs if j["cmd"][0] == "gppo.py"]
-    assert all("--init_from=/ckpt/sft/hf" in j["cmd"] and j["after"] == ["toy-s0"] and "--steps=6" in j["cmd"]
-               and "--prompts_per_step=8" in j["cmd"] for j in code)
+    assert all(
+        "--init_from=/ckpt/sft/hf" in j["cmd"]
+        and j["after"] == ["toy-s0"]
+        and "--steps=6" in j["cmd"]
+        and "--prompts_per_step=8" in j["cmd"]
+        for j in code
+    )
     runs = os.path.join(str(tmp_path / "abl"), "runs")
-    assert all(f"--code_data={runs}/toy-s0/rl/toy_code.jsonl" in j["cmd"] and not any(
-        a.startswith("--math_data") for a in j["cmd"]) for j in code)
+    assert all(
+        f"--code_data={runs}/toy-s0/rl/toy_code.jsonl" in j["cmd"]
+        and not any(a.startswith("--math_data") for a in j["cmd"])
+        for j in code
+    )
     assert {j["name"] for j in jobs if j["cmd"][0] == "eval.py"} == {
-        "eval_code:base", "eval_code:code-soft-s0", "eval_code:code-binary-s0", "eval:sft-mixed-s0",
-        "eval:sft-correct-s0"}
+        "eval_code:base",
+        "eval_code:code-soft-s0",
+        "eval_code:code-binary-s0",
+        "eval:sft-mixed-s0",
+        "eval:sft-correct-s0",
+    }
     sets = f"--math_data={runs}/toy-s0/test/countdown_3.jsonl,{runs}/toy-s0/test/countdown_4.jsonl"
     assert sets in [j for j in jobs if j["name"] == "eval:sft-mixed-s0"][0]["cmd"]
 
 
 def pilot_metrics(out_dir, clipped: dict, steps=15):
-    """Finished pilot runs: per candidate lr, the clipped fraction logged at every step (a tenth in the warmup)."""
+    """Finished pilot runs: per candidate lr, the clipped fraction logged at every step (a tenth in
+    the warmup)."""
     for lr, frac in clipped.items():
         d = os.path.join(out_dir, "runs", f"pilot-lr{lr:g}-s100")
-        write_jsonl(os.path.join(d, "metrics.jsonl"), [
-            {"step": k, "accuracy": 0.4, "clip_frac_low": (frac if k > 10 else frac / 10) * 0.8,
-             "clip_frac_high": (frac if k > 10 else frac / 10) * 0.2} for k in range(1, steps + 1)])
+        write_jsonl(
+            os.path.join(d, "metrics.jsonl"),
+            [
+                {
+                    "step": k,
+                    "accuracy": 0.4,
+                    "clip_frac_low": (frac if k > 10 else frac / 10) * 0.8,
+                    "clip_frac_high": (frac if k > 10 else frac / 10) * 0.2,
+                }
+                for k in range(1, steps + 1)
+            ],
+        )
         os.makedirs(os.path.join(d, "hf"))
         open(os.path.join(d, "hf", "tokenizer.json"), "w").close()
 
@@ -122,88 +215,160 @@ def pilot_metrics(out_dir, clipped: dict, steps=15):
 def test_the_pilot_picks_the_off_policy_lr_from_clip_fractions_only(tmp_path):
     c = cfg(tmp_path, arms="loss_off", seeds=2, pilot_lrs="1e-4,2e-4,4e-4")
     jobs = ablate.plan(c)
-    # before the pilot: the base, then GPPO at each candidate lr (16 updates per batch, seed 100, no held-out eval)
-    assert [j["name"] for j in jobs] == ["toy-s0", "distill-sft-mixed-s0", "sft-mixed-s0", "toy-s100",
-                                         "pilot-lr0.0001-s100", "pilot-lr0.0002-s100", "pilot-lr0.0004-s100"]
+    # before the pilot: the base, then GPPO at each candidate lr (16 updates per batch, seed 100, no
+    # held-out eval)
+    assert [j["name"] for j in jobs] == [
+        "toy-s0",
+        "distill-sft-mixed-s0",
+        "sft-mixed-s0",
+        "toy-s100",
+        "pilot-lr0.0001-s100",
+        "pilot-lr0.0002-s100",
+        "pilot-lr0.0004-s100",
+    ]
     parsed = dict(a[2:].split("=", 1) for a in jobs[5]["cmd"][1:])
     assert (parsed["lr"], parsed["mini_batch_prompts"], parsed["steps"], parsed["eval_every"]) == (
-        "0.0002", "1", "15", "0")
+        "0.0002",
+        "1",
+        "15",
+        "0",
+    )
     assert ablate.off_policy_lr(c)[0] is None
     pilot_metrics(c.out_dir, {1e-4: 0.005, 2e-4: 0.03, 4e-4: 0.09})
     lr, clipped = ablate.off_policy_lr(c)
-    assert lr == 2e-4 and clipped[2e-4] == pytest.approx(0.03)        # the smallest reaching 2% after the warmup
-    off = {j["name"]: dict(a[2:].split("=", 1) for a in j["cmd"][1:]) for j in ablate.plan(c)
-           if "-off-" in j["name"] and j["cmd"][0] == "gppo.py"}
-    assert set(off) == {f"{r}-off-s{s}" for r in ("gppo", "grpo", "cispo", "gppo-b0.5", "gppo-b0.25") for s in (0, 1)}
+    # the smallest reaching 2% after the warmup
+    assert lr == 2e-4 and clipped[2e-4] == pytest.approx(0.03)
+    off = {
+        j["name"]: dict(a[2:].split("=", 1) for a in j["cmd"][1:])
+        for j in ablate.plan(c)
+        if "-off-" in j["name"] and j["cmd"][0] == "gppo.py"
+    }
+    assert set(off) == {
+        f"{r}-off-s{s}"
+        for r in ("gppo", "grpo", "cispo", "gppo-b0.5", "gppo-b0.25")
+        for s in (0, 1)
+    }
     assert all((o["lr"], o["mini_batch_prompts"]) == ("0.0002", "1") for o in off.values())
-    assert off["gppo-b0.25-off-s1"]["beta1"] == "0.25" and off["cispo-off-s0"]["loss_mode"] == "cispo"
+    assert (
+        off["gppo-b0.25-off-s1"]["beta1"] == "0.25" and off["cispo-off-s0"]["loss_mode"] == "cispo"
+    )
     pilot_metrics(str(tmp_path / "none" / "abl"), {1e-4: 0.001, 2e-4: 0.002, 4e-4: 0.004})
-    assert ablate.off_policy_lr(cfg(tmp_path / "none", pilot_lrs="1e-4,2e-4,4e-4"))[0] == 4e-4   # none: the largest
+    # none: the largest
+    assert ablate.off_policy_lr(cfg(tmp_path / "none", pilot_lrs="1e-4,2e-4,4e-4"))[0] == 4e-4
     with pytest.raises(ValueError, match="pilot_steps=10 must exceed warmup_steps=10"):
         ablate.AblateConfig(pilot_steps=10)
 
 
 def test_sweep_plan_sets_updates_per_batch_rule_and_beta1(tmp_path):
-    """u updates per rollout batch of 32 prompts = mini-batches of 32/u prompts; β1 = 1 at the β1 arm's point is the
-    sweep's own GPPO run (trained once)."""
-    jobs = ablate.plan(cfg(tmp_path, arms="offpolicy,beta1,sft", seeds=3, sft_from="/ckpt/sft/hf", beta1_updates=16,
-                           prompts_per_step=32, mini_batch_prompts=4))
+    """u updates per rollout batch of 32 prompts = mini-batches of 32/u prompts; β1 = 1 at the β1
+    arm's point is the sweep's own GPPO run (trained once)."""
+    jobs = ablate.plan(
+        cfg(
+            tmp_path,
+            arms="offpolicy,beta1,sft",
+            seeds=3,
+            sft_from="/ckpt/sft/hf",
+            beta1_updates=16,
+            prompts_per_step=32,
+            mini_batch_prompts=4,
+        )
+    )
     rl = {j["name"]: j["cmd"] for j in jobs if j["cmd"][0] == "gppo.py"}
     # u = 1: one run stands for the three rules (r = 1 up to rounding: the same gradient)
     assert len(rl) == (1 + 3 + 3 + 2) * 3
     assert "grpo-u1-s0" not in rl and "cispo-u1-s0" not in rl
     assert ablate.run_name("cispo-u1", ablate.AblateConfig()) == "gppo-u1"
-    parsed = {n: dict(a[2:].split("=", 1) for a in c[1:]) for n, c in rl.items()}   # the last value of a key wins
+    # the last value of a key wins
+    parsed = {n: dict(a[2:].split("=", 1) for a in c[1:]) for n, c in rl.items()}
     for rule in ("gppo", "grpo", "cispo"):
         for u, mb in ((1, "32"), (4, "8"), (16, "2")):
             o = parsed[f"{rule if u > 1 else 'gppo'}-u{u}-s2"]
             assert (o["mini_batch_prompts"], o["seed"], o["init_from"]) == (mb, "2", "/ckpt/sft/hf")
             assert o["loss_mode"] == (rule if u > 1 else "gppo")
-            assert (float(o["lr"]), o["max_gen_rounds"]) == (5e-5, "3")   # the sweep's lr; full batches (refill)
+            # the sweep's lr; full batches (refill)
+            assert (float(o["lr"]), o["max_gen_rounds"]) == (5e-5, "3")
             assert "beta1" not in o
-    assert parsed["gppo-b0.25-uB-s0"]["beta1"] == "0.25" and parsed["gppo-b0.25-uB-s0"]["mini_batch_prompts"] == "2"
+    assert (
+        parsed["gppo-b0.25-uB-s0"]["beta1"] == "0.25"
+        and parsed["gppo-b0.25-uB-s0"]["mini_batch_prompts"] == "2"
+    )
     assert "gppo-b1-uB-s0" not in rl
     names = [j["name"] for j in jobs]
-    # within a seed longest first: the SFT runs (12 core-min), then RL runs by updates per batch, the evals last
-    assert names.index("cispo-u16-s0") < names.index("grpo-u4-s0") < names.index("gppo-u1-s0") < names.index(
-        "eval_final:gppo-u1-s0") < names.index("gppo-u1-s1")
+    # within a seed longest first: the SFT runs (12 core-min), then RL runs by updates per batch,
+    # the evals last
+    assert (
+        names.index("cispo-u16-s0")
+        < names.index("grpo-u4-s0")
+        < names.index("gppo-u1-s0")
+        < names.index("eval_final:gppo-u1-s0")
+        < names.index("gppo-u1-s1")
+    )
     # the higher-lr point of the sweep: its own lr, the last sweep point's updates
     assert ablate.rl_options("cispo-u16-lr0.0002", ablate.AblateConfig()) == [
-        "--loss_mode=cispo", "--mini_batch_prompts=1", "--lr=0.0002"]
+        "--loss_mode=cispo",
+        "--mini_batch_prompts=1",
+        "--lr=0.0002",
+    ]
     with pytest.raises(ValueError, match="multiple of every sweep point"):
         ablate.AblateConfig(prompts_per_step=24, mini_batch_prompts=4)
 
 
 def test_run_stats_against_hand_computed_means():
-    series = {"accuracy": [[(s, s / 10) for s in range(1, 8)], [(s, 0.5) for s in range(1, 8)]],
-              "entropy": [[(s, 1.0) for s in range(1, 8)], [(s, 2.0 if s > 2 else 9.0) for s in range(1, 8)]],
-              "clip_frac_low": [[(1, 0.01), (2, 0.03)], [(1, 0.05), (2, 0.05)]],
-              "clip_frac_high": [[(1, 0.0)], []], "approx_kl": [[(1, 1e-3)], [(1, 3e-3)]],
-              "coef_share_clipped_low": [[(1, 0.02), (2, 0.04)], [(1, 0.0), (2, 0.0)]],
-              "grad_norm": [[(1, 0.5), (2, 1.5)], [(1, 0.2), (2, 0.2)]],
-              "grad_norm_max": [[(1, 0.6), (2, 2.0)], [(1, 0.3), (2, 0.2)]],
-              "grad_clipped_frac": [[(1, 0.0), (2, 0.5)], [(1, 0.0), (2, 0.0)]]}
+    series = {
+        "accuracy": [[(s, s / 10) for s in range(1, 8)], [(s, 0.5) for s in range(1, 8)]],
+        "entropy": [
+            [(s, 1.0) for s in range(1, 8)],
+            [(s, 2.0 if s > 2 else 9.0) for s in range(1, 8)],
+        ],
+        "clip_frac_low": [[(1, 0.01), (2, 0.03)], [(1, 0.05), (2, 0.05)]],
+        "clip_frac_high": [[(1, 0.0)], []],
+        "approx_kl": [[(1, 1e-3)], [(1, 3e-3)]],
+        "coef_share_clipped_low": [[(1, 0.02), (2, 0.04)], [(1, 0.0), (2, 0.0)]],
+        "grad_norm": [[(1, 0.5), (2, 1.5)], [(1, 0.2), (2, 0.2)]],
+        "grad_norm_max": [[(1, 0.6), (2, 2.0)], [(1, 0.3), (2, 0.2)]],
+        "grad_clipped_frac": [[(1, 0.0), (2, 0.5)], [(1, 0.0), (2, 0.0)]],
+    }
     st = ablate.run_stats(series)
-    assert st["accuracy_last5"][0] == pytest.approx((0.5 + 0.5) / 2)         # seed 0: mean(.3 .. .7) = .5
-    assert st["accuracy_first"][0] == pytest.approx((0.1 + 0.5) / 2)         # step 1 of each seed
-    assert st["entropy_last5"] == (pytest.approx(1.5), pytest.approx(0.5 ** 0.5))   # the 9.0s fall before the last 5
-    assert st["clip_frac_low_pct"][0] == pytest.approx((2.0 + 5.0) / 2)       # in %, each seed's mean over steps
-    assert st["clip_frac_high_pct"] == (0.0, 0.0)                             # a seed with no record is left out
+    # seed 0: mean(.3 .. .7) = .5
+    assert st["accuracy_last5"][0] == pytest.approx((0.5 + 0.5) / 2)
+    assert st["accuracy_first"][0] == pytest.approx((0.1 + 0.5) / 2)  # step 1 of each seed
+    # the 9.0s fall before the last 5
+    assert st["entropy_last5"] == (pytest.approx(1.5), pytest.approx(0.5**0.5))
+    # in %, each seed's mean over steps
+    assert st["clip_frac_low_pct"][0] == pytest.approx((2.0 + 5.0) / 2)
+    # a seed with no record is left out
+    assert st["clip_frac_high_pct"] == (0.0, 0.0)
     assert st["approx_kl"][0] == pytest.approx(2e-3)
-    assert st["share_low_pct"][0] == pytest.approx((3.0 + 0.0) / 2) and st["share_high_pct"] == (None, None)
+    assert st["share_low_pct"][0] == pytest.approx((3.0 + 0.0) / 2) and st["share_high_pct"] == (
+        None,
+        None,
+    )
     assert st["grad_norm"][0] == pytest.approx((1.0 + 0.2) / 2)
-    assert st["grad_norm_max"][0] == pytest.approx((2.0 + 0.3) / 2)           # each seed's largest, averaged
+    # each seed's largest, averaged
+    assert st["grad_norm_max"][0] == pytest.approx((2.0 + 0.3) / 2)
     assert st["grad_clip_pct"][0] == pytest.approx((25.0 + 0.0) / 2)
-    assert ablate.clipped_share(st) is None                                   # no high-side share logged
+    # no high-side share logged
+    assert ablate.clipped_share(st) is None
 
 
 def test_planning_sds_trace_to_the_committed_results():
-    """The design's SDs are the committed 3-number run's (experiments/results/verdicts_corrected.json)."""
+    """The design's SDs are the committed 3-number run's
+    (experiments/results/verdicts_corrected.json)."""
     data = json.load(open(os.path.join(ROOT, "experiments", "results", "verdicts_corrected.json")))
     family = data["families"]["countdown3_all"]
-    rl = [c["sd_diff"] for c in family["on_policy_after_warmup"]["claims"] if not c["claim"].startswith("soft")]
-    code = [c["sd_diff"] for c in family["on_policy_after_warmup"]["claims"] if c["claim"].startswith("soft")]
-    assert ablate.PLANNING_SD["rl"] == pytest.approx((sum(x * x for x in rl) / len(rl)) ** 0.5, abs=5e-5)
+    rl = [
+        c["sd_diff"]
+        for c in family["on_policy_after_warmup"]["claims"]
+        if not c["claim"].startswith("soft")
+    ]
+    code = [
+        c["sd_diff"]
+        for c in family["on_policy_after_warmup"]["claims"]
+        if c["claim"].startswith("soft")
+    ]
+    assert ablate.PLANNING_SD["rl"] == pytest.approx(
+        (sum(x * x for x in rl) / len(rl)) ** 0.5, abs=5e-5
+    )
     assert ablate.PLANNING_SD["code"] == pytest.approx(code[0], abs=5e-5)
     sft = {c["claim"][:8]: c for c in family["claims"] if c["claim"].startswith("SFT")}
     for key, name in (("sft_easy", "SFT easy"), ("sft_hard", "SFT hard")):
@@ -212,53 +377,91 @@ def test_planning_sds_trace_to_the_committed_results():
         sd = (sum((d - mean) ** 2 for d in diffs) / (len(diffs) - 1)) ** 0.5
         assert ablate.PLANNING_SD[key] == pytest.approx(sd, abs=5e-4)
     rows = ablate.design(ablate.AblateConfig())
-    assert len(rows) == 14 and all(r["mde"] <= 0.03 for r in rows if not r["claim"].startswith("sft"))
+    assert len(rows) == 14 and all(
+        r["mde"] <= 0.03 for r in rows if not r["claim"].startswith("sft")
+    )
 
 
 def synthetic_run(runs, name, seed, accuracy, steps=20, share=0.05, held_out=None):
-    """A finished gppo.py run: on-policy accuracy `accuracy(step)`, a constant share of the gradient's coefficients on
-    clipped tokens (low side), and the final eval's Avg@4 on 3-number problems."""
-    write_jsonl(os.path.join(runs, f"{name}-s{seed}", "metrics.jsonl"), [
-        {"step": k, "reward": 0.5, "accuracy": accuracy(k), "entropy": 1.0, "clip_frac_low": 0.01,
-         "clip_frac_high": 0.0, "approx_kl": 1e-3, "coef_share_clipped_low": share,
-         "coef_share_clipped_high": 0.0, "grad_norm": 0.5,
-         "grad_norm_max": 0.7, "grad_clipped_frac": 0.0} for k in range(1, steps + 1)])
+    """A finished gppo.py run: on-policy accuracy `accuracy(step)`, a constant share of the
+    gradient's coefficients on clipped tokens (low side), and the final eval's Avg@4 on 3-number
+    problems."""
+    write_jsonl(
+        os.path.join(runs, f"{name}-s{seed}", "metrics.jsonl"),
+        [
+            {
+                "step": k,
+                "reward": 0.5,
+                "accuracy": accuracy(k),
+                "entropy": 1.0,
+                "clip_frac_low": 0.01,
+                "clip_frac_high": 0.0,
+                "approx_kl": 1e-3,
+                "coef_share_clipped_low": share,
+                "coef_share_clipped_high": 0.0,
+                "grad_norm": 0.5,
+                "grad_norm_max": 0.7,
+                "grad_clipped_frac": 0.0,
+            }
+            for k in range(1, steps + 1)
+        ],
+    )
     if held_out is not None:
-        write_results(os.path.join(runs, f"{name}-s{seed}", "eval_final"),
-                      {"countdown_3": held_out, "countdown_4": 0.1})
+        write_results(
+            os.path.join(runs, f"{name}-s{seed}", "eval_final"),
+            {"countdown_3": held_out, "countdown_4": 0.1},
+        )
 
 
 def test_report_on_synthetic_runs(tmp_path, capsys):
     c = cfg(tmp_path, arms="loss,code,sft", seeds=3, sft_seeds=2, steps=20, code_steps=20)
     runs = os.path.join(c.out_dir, "runs")
-    # on-policy accuracy: 0.3 + seed/10 at every step, GRPO 0.05 below GPPO on every seed (paired: certain), CISPO
-    # +0.01 / -0.01 / 0 around GPPO (no effect); β1 variants as GPPO with seed noise
-    shift = {"gppo": [0, 0, 0], "grpo": [-0.05, -0.05, -0.05], "cispo": [0.01, -0.01, 0.0],
-             "gppo-b0.5": [0.02, -0.01, 0.0], "gppo-b0.25": [0.0, 0.01, -0.02]}
+    # on-policy accuracy: 0.3 + seed/10 at every step, GRPO 0.05 below GPPO on every seed (paired:
+    # certain), CISPO +0.01 / -0.01 / 0 around GPPO (no effect); β1 variants as GPPO with seed noise
+    shift = {
+        "gppo": [0, 0, 0],
+        "grpo": [-0.05, -0.05, -0.05],
+        "cispo": [0.01, -0.01, 0.0],
+        "gppo-b0.5": [0.02, -0.01, 0.0],
+        "gppo-b0.25": [0.0, 0.01, -0.02],
+    }
     for s in range(3):
         for name, d in shift.items():
-            synthetic_run(runs, name, s, lambda k, s=s, d=d: 0.3 + s / 10 + d[s] + (0.2 if k <= 10 else 0.0),
-                          held_out=0.5 + d[s])
+            synthetic_run(
+                runs,
+                name,
+                s,
+                lambda k, s=s, d=d: 0.3 + s / 10 + d[s] + (0.2 if k <= 10 else 0.0),
+                held_out=0.5 + d[s],
+            )
         for name, d in (("code-soft", 0.0), ("code-binary", 0.02)):
             synthetic_run(runs, name, s, lambda k, s=s, d=d: 0.5 + d + s / 20)
-            write_results(os.path.join(runs, f"{name}-s{s}", "eval_code"), {"toy_code": 0.25 + 0.5 * s})
+            write_results(
+                os.path.join(runs, f"{name}-s{s}", "eval_code"), {"toy_code": 0.25 + 0.5 * s}
+            )
     for s in range(2):
         for name, easy, hard in (("sft-mixed", 0.9, 0.7), ("sft-correct", 1.0, 0.6)):
-            write_results(os.path.join(runs, f"{name}-s{s}", "eval"),
-                          {"countdown_3": easy, "countdown_4": hard - s / 10})
+            write_results(
+                os.path.join(runs, f"{name}-s{s}", "eval"),
+                {"countdown_3": easy, "countdown_4": hard - s / 10},
+            )
     ablate.report(c, [1.5, 2.5])
     md = open(os.path.join(c.out_dir, "ablation.md")).read()
     # the metric: steps 11-20 only (the warmup's +0.2 left out); per seed 0.3, 0.4, 0.5 for GPPO
     # step 1 is in the warmup (+0.2)
     assert "| GPPO | 0.400 ± 0.100 | 0.500 ± 0.000 | 0.600 ± 0.100 → 0.400 ± 0.100 |" in md
-    # entropy (last 5), entropy of clipped tokens (none logged), KL, clipped % and gradient shares % by side
+    # entropy (last 5), entropy of clipped tokens (none logged), KL, clipped % and gradient shares %
+    # by side
     shown = "| 1.000 ± 0.000 | — | 0.0010 ± 0.0000 | 1.00 ± 0.00 / 0.00 ± 0.00 | 5.00 ± 0.00 / 0.00 ± 0.00 |"
     assert shown in md
-    assert "| 0.500 ± 0.000 (0.700 ± 0.000) | 0.0 ± 0.0 |" in md and "4 min in 2 invocation(s)" in md
+    assert (
+        "| 0.500 ± 0.000 (0.700 ± 0.000) | 0.0 ± 0.0 |" in md and "4 min in 2 invocation(s)" in md
+    )
     assert "| only-correct (--keep=correct) | 1.000 ± 0.000 | 0.550 ± 0.071 |" in md
     out = json.load(open(os.path.join(c.out_dir, "ablation.json")))
     v = {x["claim"]: x for x in out["verdicts"]}
-    # 7 claims (4 loss, code, 2 sft; none untestable at a 5% share): GRPO's deficit is the same on every seed
+    # 7 claims (4 loss, code, 2 sft; none untestable at a 5% share): GRPO's deficit is the same on
+    # every seed
     assert len(v) == 7 and v["loss: GPPO > GRPO"]["verdict"] == "reproduced"
     assert v["loss: GPPO > GRPO"]["effect"] == pytest.approx(0.05)
     assert v["loss: GPPO > CISPO"]["verdict"].startswith("not resolved (minimum detectable effect")
@@ -267,27 +470,47 @@ def test_report_on_synthetic_runs(tmp_path, capsys):
     assert "| loss: GPPO > GRPO | +0.050 | [+0.050, +0.050] | [+0.050, +0.050] |" in md
     # the held-out eval, beside it: paired effects with 95% intervals, no words
     held = {h["claim"]: h for h in out["held_out"]}
-    assert held["loss: GPPO > GRPO"]["effect"] == pytest.approx(0.05) and "verdict" not in held["loss: GPPO > GRPO"]
-    assert out["arms"]["loss"]["GPPO"]["metric"] == [pytest.approx(0.3), pytest.approx(0.4), pytest.approx(0.5)]
+    assert (
+        held["loss: GPPO > GRPO"]["effect"] == pytest.approx(0.05)
+        and "verdict" not in held["loss: GPPO > GRPO"]
+    )
+    assert out["arms"]["loss"]["GPPO"]["metric"] == [
+        pytest.approx(0.3),
+        pytest.approx(0.4),
+        pytest.approx(0.5),
+    ]
     assert [r["claim"] for r in out["design"]][:2] == ["loss: GPPO > GRPO", "loss: GPPO > CISPO"]
 
 
 def test_a_clipping_claim_where_clipped_tokens_carry_no_gradient_is_untestable(tmp_path):
-    """Both arms with 0.4% of the gradient's coefficients on clipped tokens (under untestable_share 1%): no verdict,
-    and the claim leaves Holm's family, so the other claims are corrected for one claim fewer."""
+    """Both arms with 0.4% of the gradient's coefficients on clipped tokens (under untestable_share
+    1%): no verdict, and the claim leaves Holm's family, so the other claims are corrected for one
+    claim fewer."""
     c = cfg(tmp_path, arms="loss", seeds=3, steps=20)
     runs = os.path.join(c.out_dir, "runs")
     for s in range(3):
-        for name, d, share in (("gppo", 0.0, 0.004), ("grpo", -0.05, 0.0), ("cispo", -0.01 * s, 0.02),
-                               ("gppo-b0.5", 0.0, 0.004), ("gppo-b0.25", 0.0, 0.004)):
+        for name, d, share in (
+            ("gppo", 0.0, 0.004),
+            ("grpo", -0.05, 0.0),
+            ("cispo", -0.01 * s, 0.02),
+            ("gppo-b0.5", 0.0, 0.004),
+            ("gppo-b0.25", 0.0, 0.004),
+        ):
             synthetic_run(runs, name, s, lambda k, s=s, d=d: 0.3 + s / 10 + d, share=share)
     ablate.report(c, [1.0])
-    v = {x["claim"]: x for x in json.load(open(os.path.join(c.out_dir, "ablation.json")))["verdicts"]}
-    assert v["loss: GPPO > GRPO"]["verdict"] == ("untestable in this regime (clipped tokens carry 0.40% of the "
-                                                "gradient's coefficients)")
-    assert v["loss: GPPO > GRPO"]["effect"] == pytest.approx(0.05) and "ci_holm" not in v["loss: GPPO > GRPO"]
+    v = {
+        x["claim"]: x for x in json.load(open(os.path.join(c.out_dir, "ablation.json")))["verdicts"]
+    }
+    assert v["loss: GPPO > GRPO"]["verdict"] == (
+        "untestable in this regime (clipped tokens carry 0.40% of the gradient's coefficients)"
+    )
+    assert (
+        v["loss: GPPO > GRPO"]["effect"] == pytest.approx(0.05)
+        and "ci_holm" not in v["loss: GPPO > GRPO"]
+    )
     assert v["loss: GPPO β1=0.5 > GPPO"]["verdict"].startswith("untestable")
-    assert v["loss: GPPO > CISPO"]["family_size"] == 1          # CISPO's 2% share: tested, alone in the family
+    # CISPO's 2% share: tested, alone in the family
+    assert v["loss: GPPO > CISPO"]["family_size"] == 1
 
 
 STAND_IN = textwrap.dedent("""
@@ -302,16 +525,31 @@ STAND_IN = textwrap.dedent("""
 """)
 
 
-def test_scheduler_runs_in_dependency_order_skips_dependents_of_failures_and_resumes(tmp_path, capsys):
+def test_scheduler_runs_in_dependency_order_skips_dependents_of_failures_and_resumes(
+    tmp_path, capsys
+):
     script = tmp_path / "stand_in.py"
     script.write_text(STAND_IN)
     runs = tmp_path / "runs"
 
     def job(name, after=(), fail=False):
         d = str(runs / name)
-        return dict(name=name, dir=d, cmd=[str(script), d, "fail" if fail else "ok"], after=list(after), steps=None,
-                    done=lambda: os.path.exists(os.path.join(d, "done")))
-    jobs = [job("base"), job("a", ["base"]), job("bad", ["base"], fail=True), job("after_bad", ["bad"]), job("b", ["a"])]
+        return dict(
+            name=name,
+            dir=d,
+            cmd=[str(script), d, "fail" if fail else "ok"],
+            after=list(after),
+            steps=None,
+            done=lambda: os.path.exists(os.path.join(d, "done")),
+        )
+
+    jobs = [
+        job("base"),
+        job("a", ["base"]),
+        job("bad", ["base"], fail=True),
+        job("after_bad", ["bad"]),
+        job("b", ["a"]),
+    ]
     failed = ablate.run_jobs(jobs, ablate.AblateConfig(parallel=2))
     assert failed == {"bad", "after_bad"}
     order = (runs / "order.txt").read_text().split()
@@ -331,28 +569,45 @@ def test_scheduler_stops_starting_at_the_deadline_and_adds_what_the_plan_adds(tm
 
     def job(name, after=()):
         d = str(runs / name)
-        return dict(name=name, dir=d, cmd=[str(script), d, "ok"], after=list(after), steps=None,
-                    done=lambda: os.path.exists(os.path.join(d, "done")))
+        return dict(
+            name=name,
+            dir=d,
+            cmd=[str(script), d, "ok"],
+            after=list(after),
+            steps=None,
+            done=lambda: os.path.exists(os.path.join(d, "done")),
+        )
+
     # past the deadline nothing starts; the jobs stay for the next invocation
     assert ablate.run_jobs([job("a")], ablate.AblateConfig(parallel=1), deadline=0.0) == set()
     assert not (runs / "a").exists() and "1 run(s) not started" in capsys.readouterr().out
     # a plan that grows once "pilot" is done (the off-policy runs wait for the pilot's choice)
-    plan = lambda: [job("pilot")] + ([job("off", ["pilot"])] if (runs / "pilot" / "done").exists() else [])  # noqa
+    # noqa
+    plan = lambda: (
+        [job("pilot")] + ([job("off", ["pilot"])] if (runs / "pilot" / "done").exists() else [])
+    )
     assert ablate.run_jobs(plan(), ablate.AblateConfig(parallel=1), replan=plan) == set()
     assert (runs / "order.txt").read_text().split() == ["pilot", "off"]
 
 
 def test_every_planned_command_parses_with_its_entry_points_config(tmp_path):
-    """The options ablate.py writes (new ones included: --warmup_steps, --eval_every=0, eval.py at T = 1) are options
-    the entry points have, with values their types accept: parsed by the entry point's own config class."""
+    """The options ablate.py writes (new ones included: --warmup_steps, --eval_every=0, eval.py at T
+    = 1) are options the entry points have, with values their types accept: parsed by the entry
+    point's own config class."""
     import distill
     import eval as evaluate
     import gppo
     import sft
     from parts.cli import parse_config
     from tools import toy
-    configs = {"gppo.py": gppo.GPPOConfig, "eval.py": evaluate.EvalConfig, "sft.py": sft.SFTConfig,
-               "distill.py": distill.DistillConfig, "tools/toy.py": toy.ToyConfig}
+
+    configs = {
+        "gppo.py": gppo.GPPOConfig,
+        "eval.py": evaluate.EvalConfig,
+        "sft.py": sft.SFTConfig,
+        "distill.py": distill.DistillConfig,
+        "tools/toy.py": toy.ToyConfig,
+    }
     c = cfg(tmp_path, seeds=1, sft_seeds=1, pilot_lrs="1e-4,2e-4")
     pilot_metrics(c.out_dir, {1e-4: 0.01, 2e-4: 0.03})
     jobs = ablate.plan(c)

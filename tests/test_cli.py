@@ -1,5 +1,6 @@
-"""What a user meets first: --help explains every option, bad input is one line naming the file:line:field or the
-option (exit status 2, no traceback), from every entry point."""
+"""What a user meets first: --help explains every option, bad input is one line naming the
+file:line:field or the option (exit status 2, no traceback), from every entry point."""
+
 import inspect
 import os
 import re
@@ -24,28 +25,49 @@ from parts import trainer  # noqa: E402
 
 def run(script, *args, timeout=300):
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    return subprocess.run([sys.executable, os.path.join(ROOT, script), *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=ROOT, env=env)
+    return subprocess.run(
+        [sys.executable, os.path.join(ROOT, script), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+        env=env,
+    )
 
 
-ENTRY_POINTS = [("sft.py", "--lr="), ("gppo.py", "--loss_mode="), ("tools/filter_code.py", "--code_data="),
-                ("eval.py", "--k="), ("reward.py", "--math_timeout_s="), ("distill.py", "--keep="),
-                ("model.py", "CHECKPOINT_DIR")]
-BENCHMARKS = [pytest.param(f"{folder}/{f}", "usage") for folder in ("benchmarks", "tools", "experiments")
-              if os.path.isdir(os.path.join(ROOT, folder))
-              for f in sorted(os.listdir(os.path.join(ROOT, folder))) if f.endswith(".py")
-              and 'if __name__ == "__main__":' in open(os.path.join(ROOT, folder, f)).read()]   # the scripts
+ENTRY_POINTS = [
+    ("sft.py", "--lr="),
+    ("gppo.py", "--loss_mode="),
+    ("tools/filter_code.py", "--code_data="),
+    ("eval.py", "--k="),
+    ("reward.py", "--math_timeout_s="),
+    ("distill.py", "--keep="),
+    ("model.py", "CHECKPOINT_DIR"),
+]
+BENCHMARKS = [
+    pytest.param(f"{folder}/{f}", "usage")
+    for folder in ("benchmarks", "tools", "experiments")
+    if os.path.isdir(os.path.join(ROOT, folder))
+    for f in sorted(os.listdir(os.path.join(ROOT, folder)))
+    if f.endswith(".py")
+    # the scripts
+    and 'if __name__ == "__main__":' in open(os.path.join(ROOT, folder, f)).read()
+]
 
 
 def help_text(command: str, monkeypatch, capsys) -> str:
-    """`python SCRIPT [COMMAND] --help` run in this process (runpy, as __main__): exit status 0, the text it printed.
-    In-process so that ~20 scripts cost a second, not a torch import each."""
+    """`python SCRIPT [COMMAND] --help` run in this process (runpy, as __main__): exit status 0, the
+    text it printed. In-process so that ~20 scripts cost a second, not a torch import each."""
     script, *words = command.split()
     path = os.path.join(ROOT, script)
     monkeypatch.setattr(sys, "argv", [path, *words, "--help"])
-    monkeypatch.setattr(sys, "path", list(sys.path))          # the scripts put their own folders first
-    for name in ("OMP_WAIT_POLICY", "TRITON_INTERPRET"):      # setdefault'ed by some scripts: keep this process's
-        monkeypatch.setenv(name, os.environ.get(name, "")) if name in os.environ else monkeypatch.delenv(name, False)
+    # the scripts put their own folders first
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    # setdefault'ed by some scripts: keep this process's
+    for name in ("OMP_WAIT_POLICY", "TRITON_INTERPRET"):
+        monkeypatch.setenv(
+            name, os.environ.get(name, "")
+        ) if name in os.environ else monkeypatch.delenv(name, False)
     with pytest.raises(SystemExit) as stop:
         runpy.run_path(path, run_name="__main__")
     out = capsys.readouterr()
@@ -55,34 +77,48 @@ def help_text(command: str, monkeypatch, capsys) -> str:
 
 @pytest.mark.parametrize("command,expect", ENTRY_POINTS + BENCHMARKS)
 def test_every_entry_point_and_benchmark_answers_help(command, expect, monkeypatch, capsys):
-    """Every script parses its command line with parts.cli.parse_config and answers --help with its usage and options,
-    exit status 0."""
+    """Every script parses its command line with parts.cli.parse_config and answers --help with its
+    usage and options, exit status 0."""
     assert expect in help_text(command, monkeypatch, capsys)
 
 
 def test_help_from_the_shell():
-    """The same as a user types it (the subcommand form failed once with "'--help' is not of the form --key=value")."""
+    """The same as a user types it (the subcommand form failed once with "'--help' is not of the
+    form --key=value")."""
     proc = run("tools/toy.py", "--help")
     assert proc.returncode == 0 and "--task=" in proc.stdout, proc.stderr[-2000:]
 
 
 def test_one_parser_for_commands_flags_and_a_positional_argument():
-    assert parse_config(data_stats.StatsConfig, ["f.parquet", "--skip_bad_rows"]) == \
-        data_stats.StatsConfig(file="f.parquet", skip_bad_rows=True)                  # bare --flag of a bool: true
-    cfg = parse_config({"": gppo.GPPOConfig, "stats": data_stats.StatsConfig}, ["stats", "--file=x"])
+    assert parse_config(
+        data_stats.StatsConfig, ["f.parquet", "--skip_bad_rows"]
+    ) == data_stats.StatsConfig(file="f.parquet", skip_bad_rows=True)  # bare --flag of a bool: true
+    cfg = parse_config(
+        {"": gppo.GPPOConfig, "stats": data_stats.StatsConfig}, ["stats", "--file=x"]
+    )
     assert cfg == data_stats.StatsConfig(file="x")
-    assert parse_config({"": gppo.GPPOConfig, "stats": data_stats.StatsConfig}, ["--steps=3"]).steps == 3
-    for argv, message in [(["toy", "x"], "not of the form --key=value"),      # ToyConfig takes no bare argument
-                          (["stats", "a", "b"], "'b' is not of the form"),      # one positional at most
-                          (["--seed=1"], "needs a command first: toy | stats"),
-                          (["toy", "--seed"], "--seed needs a value")]:
+    assert (
+        parse_config({"": gppo.GPPOConfig, "stats": data_stats.StatsConfig}, ["--steps=3"]).steps
+        == 3
+    )
+    # ToyConfig takes no bare argument
+    for argv, message in [
+        (["toy", "x"], "not of the form --key=value"),
+        # one positional at most
+        (["stats", "a", "b"], "'b' is not of the form"),
+        (["--seed=1"], "needs a command first: toy | stats"),
+        (["toy", "--seed"], "--seed needs a value"),
+    ]:
         with pytest.raises(SystemExit, match=message):
             parse_config({"toy": toy.ToyConfig, "stats": data_stats.StatsConfig}, argv)
 
 
-@pytest.mark.parametrize("config", [sft.SFTConfig, gppo.GPPOConfig, ev.EvalConfig, distill.DistillConfig])
+@pytest.mark.parametrize(
+    "config", [sft.SFTConfig, gppo.GPPOConfig, ev.EvalConfig, distill.DistillConfig]
+)
 def test_help_describes_every_option(config):
-    """Each option line carries the comment written beside its field (the help is read from the source)."""
+    """Each option line carries the comment written beside its field (the help is read from the
+    source)."""
     lines = [line for line in option_help(config) if line.startswith("  --")]
     assert len(lines) == len(config.__dataclass_fields__)
     undescribed = [line.split("=")[0].strip() for line in lines if len(line.split(None, 1)) < 2]
@@ -94,36 +130,65 @@ def test_help_text_is_the_comment_beside_the_field():
     assert "weight of the SFT term on fully correct responses" in line
 
 
-@pytest.mark.parametrize("script,config", [("sft.py", "SFTConfig"), ("gppo.py", "GPPOConfig"), ("eval.py", "EvalConfig"),
-                                           ("distill.py", "DistillConfig")])
+@pytest.mark.parametrize(
+    "script,config",
+    [
+        ("sft.py", "SFTConfig"),
+        ("gppo.py", "GPPOConfig"),
+        ("eval.py", "EvalConfig"),
+        ("distill.py", "DistillConfig"),
+    ],
+)
 def test_help_of_each_script_shows_every_description_and_only_headings_flush_left(script, config):
-    """`python X.py --help` as a user runs it: one described line per option; a line that is not an option is a
-    section heading, i.e. a full-line comment above fields (a comment continued under a field's must join it)."""
+    """`python X.py --help` as a user runs it: one described line per option; a line that is not an
+    option is a section heading, i.e. a full-line comment above fields (a comment continued under a
+    field's must join it)."""
     out = run(script, "--help").stdout.splitlines()
-    cls = getattr({"sft.py": sft, "gppo.py": gppo, "eval.py": ev, "distill.py": distill}[script], config)
+    cls = getattr(
+        {"sft.py": sft, "gppo.py": gppo, "eval.py": ev, "distill.py": distill}[script], config
+    )
     options = [line for line in out[1:] if line.startswith("  --")]
-    assert len(options) == len(cls.__dataclass_fields__) and all(len(o.split(None, 1)) == 2 for o in options), out
+    assert len(options) == len(cls.__dataclass_fields__) and all(
+        len(o.split(None, 1)) == 2 for o in options
+    ), out
     source = inspect.getsource(cls)
-    headings = {line.strip().lstrip("#").strip() for line in source.splitlines() if re.match(r"    # \S", line)}
+    headings = {
+        line.strip().lstrip("#").strip()
+        for line in source.splitlines()
+        if re.match(r"    # \S", line)
+    }
     assert {line for line in out[1:] if not line.startswith("  --")} <= headings, out
-    option, words = ("--sft_prompts=", "else kept unverified") if script == "distill.py" else ("--toy=", "none: no toy")
-    assert words in next(o for o in options if o.startswith("  " + option))   # a comment continued on its own lines
+    option, words = (
+        ("--sft_prompts=", "else kept unverified")
+        if script == "distill.py"
+        else ("--toy=", "none: no toy")
+    )
+    # a comment continued on its own lines
+    assert words in next(o for o in options if o.startswith("  " + option))
 
 
 def test_unknown_option_fails_loudly():
-    """A bad command line is an input error: one line, exit status 2 (as argparse), from the shell as in-process."""
+    """A bad command line is an input error: one line, exit status 2 (as argparse), from the shell
+    as in-process."""
     proc = run("gppo.py", "--learning_rate=1")
-    assert proc.returncode == 2 and proc.stderr.strip() == "error: unknown option --learning_rate for GPPOConfig", \
-        proc.stderr[-2000:]
-    for argv, message in [(["--steps=two"], "not a valid int"), (["--resume=maybe"], "is not true or false"),
-                          (["--loss_mode=ppo"], "loss_mode must be one of"), (["stray"], "not of the form")]:
+    assert (
+        proc.returncode == 2
+        and proc.stderr.strip() == "error: unknown option --learning_rate for GPPOConfig"
+    ), proc.stderr[-2000:]
+    for argv, message in [
+        (["--steps=two"], "not a valid int"),
+        (["--resume=maybe"], "is not true or false"),
+        (["--loss_mode=ppo"], "loss_mode must be one of"),
+        (["stray"], "not of the form"),
+    ]:
         with pytest.raises(SystemExit, match=message) as stop:
             parse_config(gppo.GPPOConfig, argv)
         assert stop.value.code == 2, (argv, stop.value.code)
 
 
 def one_error_line(proc) -> str:
-    """The single line a failed run printed on stderr (torch may print unrelated warnings on stderr first)."""
+    """The single line a failed run printed on stderr (torch may print unrelated warnings on stderr
+    first)."""
     assert proc.returncode == 2, (proc.returncode, proc.stdout[-2000:], proc.stderr[-3000:])
     assert "Traceback" not in proc.stderr and "[rank" not in proc.stderr, proc.stderr[-3000:]
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
@@ -132,14 +197,16 @@ def one_error_line(proc) -> str:
 
 
 def test_a_config_check_is_one_line():
-    """A config's own check, its __post_init__ raising ValueError (any entry point's config does so), is one line
-    and exit status 2: in-process from parse_config, and from the shell (gppo.py's loss settings, checked by
-    gppo_loss.LossConfig)."""
+    """A config's own check, its __post_init__ raising ValueError (any entry point's config does
+    so), is one line and exit status 2: in-process from parse_config, and from the shell (gppo.py's
+    loss settings, checked by gppo_loss.LossConfig)."""
     from dataclasses import dataclass
 
     @dataclass
     class StepsConfig:
+        # fmt: off
         steps: int = 1   # how many
+        # fmt: on
 
         def __post_init__(self):
             if self.steps < 1:
@@ -153,20 +220,27 @@ def test_a_config_check_is_one_line():
 
 
 def test_only_an_entry_point_exits():
-    """One way to fail: code below an entry point raises (InputError for bad input, ValueError from a config's
-    check, anything else a bug with its traceback); only the entry point itself, its main() or its
-    `if __name__ == "__main__":` block, raises SystemExit or calls sys.exit. Checked in every story file."""
+    """One way to fail: code below an entry point raises (InputError for bad input, ValueError from
+    a config's check, anything else a bug with its traceback); only the entry point itself, its
+    main() or its `if __name__ == "__main__":` block, raises SystemExit or calls sys.exit. Checked
+    in every story file."""
     import ast
+
     exits = []
     for story in sorted(f for f in os.listdir(ROOT) if f.endswith(".py")):
         tree = ast.parse(open(os.path.join(ROOT, story)).read())
-        allowed = set()   # the nodes of main() and of the __main__ block
+        allowed = set()  # the nodes of main() and of the __main__ block
         for node in tree.body:
-            if (isinstance(node, ast.FunctionDef) and node.name == "main") or \
-                    (isinstance(node, ast.If) and "__main__" in ast.unparse(node.test)):
+            if (isinstance(node, ast.FunctionDef) and node.name == "main") or (
+                isinstance(node, ast.If) and "__main__" in ast.unparse(node.test)
+            ):
                 allowed |= {id(n) for n in ast.walk(node)}
         for node in ast.walk(tree):
-            raised = isinstance(node, ast.Raise) and node.exc is not None and "SystemExit" in ast.unparse(node.exc)
+            raised = (
+                isinstance(node, ast.Raise)
+                and node.exc is not None
+                and "SystemExit" in ast.unparse(node.exc)
+            )
             called = isinstance(node, ast.Call) and ast.unparse(node.func) == "sys.exit"
             if (raised or called) and id(node) not in allowed:
                 exits.append(f"{story}:{node.lineno}")
@@ -174,25 +248,32 @@ def test_only_an_entry_point_exits():
 
 
 def test_a_checkpoint_that_is_not_qwen3_is_one_line(tmp_path):
-    """A --init_from whose config.json is another architecture (model.CheckpointError, turned into an InputError by
-    data.read): one line naming the option and the file, exit status 2, before any data is built."""
+    """A --init_from whose config.json is another architecture (model.CheckpointError, turned into
+    an InputError by data.read): one line naming the option and the file, exit status 2, before any
+    data is built."""
     (tmp_path / "llama").mkdir()
-    (tmp_path / "llama" / "config.json").write_text('{"model_type": "llama", "architectures": ["LlamaForCausalLM"]}')
+    (tmp_path / "llama" / "config.json").write_text(
+        '{"model_type": "llama", "architectures": ["LlamaForCausalLM"]}'
+    )
     proc = run("sft.py", f"--init_from={tmp_path}/llama", f"--out_dir={tmp_path}/out")
     line = one_error_line(proc)
-    assert line.startswith(f"error: --init_from={tmp_path}/llama: {tmp_path}/llama/config.json: model_type='llama'")
+    assert line.startswith(
+        f"error: --init_from={tmp_path}/llama: {tmp_path}/llama/config.json: model_type='llama'"
+    )
     assert "data: " not in proc.stdout, proc.stdout[-2000:]
 
 
 @pytest.fixture(scope="module")
 def bad_files(tmp_path_factory):
     d = tmp_path_factory.mktemp("bad")
-    files = {"malformed": '{"messages": [{"role": "user", "content": "hi"}, \n',
-             "missing_field": '{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "x"}]}\n'
-                              '{"conversation": []}\n',
-             "empty": "",
-             "math_malformed": '{"problem": "1+1?", "answer": "2"}\n{"problem": \n',
-             "math_missing": '{"problem": "1+1?", "answer": "2"}\n{"problem": "2+2?"}\n'}
+    files = {
+        "malformed": '{"messages": [{"role": "user", "content": "hi"}, \n',
+        "missing_field": '{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "x"}]}\n'
+        '{"conversation": []}\n',
+        "empty": "",
+        "math_malformed": '{"problem": "1+1?", "answer": "2"}\n{"problem": \n',
+        "math_missing": '{"problem": "1+1?", "answer": "2"}\n{"problem": "2+2?"}\n',
+    }
     for name, text in files.items():
         (d / f"{name}.jsonl").write_text(text)
     return d
@@ -201,17 +282,29 @@ def bad_files(tmp_path_factory):
 def test_sft_bad_input_is_one_line(bad_files, tmp_path):
     tok = os.environ.get("QWEN3_TOKENIZER_DIR") or ""
     out = f"--out_dir={tmp_path}/out"
-    if os.path.exists(os.path.join(tok, "tokenizer.json")):   # as the qwen3_tokenizer_dir fixture: a set but absent dir
-        #   (a checkout with no ../shared beside it, run by .ci/run) leaves these checks out instead of failing them
-        line = one_error_line(run("sft.py", f"--data={bad_files}/malformed.jsonl", f"--tokenizer={tok}", out))
+    # as the qwen3_tokenizer_dir fixture: a set but absent dir
+    if os.path.exists(os.path.join(tok, "tokenizer.json")):
+        #   (a checkout with no ../shared beside it, run by .ci/run) leaves these checks out instead
+        #   of failing them
+        line = one_error_line(
+            run("sft.py", f"--data={bad_files}/malformed.jsonl", f"--tokenizer={tok}", out)
+        )
         assert "malformed.jsonl:1: malformed JSON" in line and "--data" in line
-        line = one_error_line(run("sft.py", f"--data={bad_files}/missing_field.jsonl", f"--tokenizer={tok}", out))
+        line = one_error_line(
+            run("sft.py", f"--data={bad_files}/missing_field.jsonl", f"--tokenizer={tok}", out)
+        )
         assert "missing_field.jsonl:2" in line and "'messages'" in line
-        line = one_error_line(run("sft.py", f"--data={bad_files}/nothing_here.jsonl", f"--tokenizer={tok}", out))
+        line = one_error_line(
+            run("sft.py", f"--data={bad_files}/nothing_here.jsonl", f"--tokenizer={tok}", out)
+        )
         assert "nothing_here.jsonl" in line
-        line = one_error_line(run("sft.py", f"--data={bad_files}/empty.jsonl", f"--tokenizer={tok}", out))
+        line = one_error_line(
+            run("sft.py", f"--data={bad_files}/empty.jsonl", f"--tokenizer={tok}", out)
+        )
         assert "empty.jsonl" in line
-    line = one_error_line(run("sft.py", f"--data={bad_files}/malformed.jsonl", f"--tokenizer={tmp_path}/no_tok", out))
+    line = one_error_line(
+        run("sft.py", f"--data={bad_files}/malformed.jsonl", f"--tokenizer={tmp_path}/no_tok", out)
+    )
     assert f"--tokenizer={tmp_path}/no_tok" in line
     line = one_error_line(run("sft.py", f"--init_from={bad_files}", out))
     assert f"--init_from={bad_files}" in line and "config.json" in line
@@ -220,47 +313,66 @@ def test_sft_bad_input_is_one_line(bad_files, tmp_path):
 
 
 def test_gppo_bad_input_is_one_line(bad_files, tiny_checkpoint, tmp_path):
-    out, ckpt = f"--out_dir={tmp_path}/out", f"--init_from={tiny_checkpoint}"
-    line = one_error_line(run("gppo.py", ckpt, f"--math_data={bad_files}/math_malformed.jsonl", out))
+    out = f"--out_dir={tmp_path}/out"
+    ckpt = f"--init_from={tiny_checkpoint}"
+    line = one_error_line(
+        run("gppo.py", ckpt, f"--math_data={bad_files}/math_malformed.jsonl", out)
+    )
     assert "math_malformed.jsonl:2: malformed JSON" in line and "--math_data" in line
     line = one_error_line(run("gppo.py", ckpt, f"--math_data={bad_files}/math_missing.jsonl", out))
     assert "math_missing.jsonl:2" in line and "'answer'" in line
     line = one_error_line(run("gppo.py", ckpt, f"--math_data={bad_files}/nothing_here.jsonl", out))
     assert "nothing_here.jsonl" in line
     line = one_error_line(run("gppo.py", ckpt, f"--math_data={bad_files}/empty.jsonl", out))
-    assert "empty.jsonl" in line          # not silently replaced by the toy task
+    assert "empty.jsonl" in line  # not silently replaced by the toy task
     line = one_error_line(run("gppo.py", ckpt, f"--code_data={bad_files}/empty.jsonl", out))
     assert "empty.jsonl" in line
     line = one_error_line(run("gppo.py", f"--init_from={bad_files}", out))
     assert f"--init_from={bad_files}" in line and "run `python sft.py` first" in line
 
 
-def test_a_hub_id_instead_of_a_path_says_how_to_download_it_before_any_work(tiny_checkpoint, tmp_path):
-    """A Hugging Face Hub id where a local path is expected: one line with the download command of the usual tools,
-    for a model and for a data set, from every entry point; sft.py says it before reading its data (whose report line
-    would come first)."""
+def test_a_hub_id_instead_of_a_path_says_how_to_download_it_before_any_work(
+    tiny_checkpoint, tmp_path
+):
+    """A Hugging Face Hub id where a local path is expected: one line with the download command of
+    the usual tools, for a model and for a data set, from every entry point; sft.py says it before
+    reading its data (whose report line would come first)."""
     out = f"--out_dir={tmp_path}/out"
     model = "hf download Qwen/Qwen3-0.6B --local-dir Qwen3-0.6B"
     dataset = "hf download openai/gsm8k --repo-type dataset --local-dir gsm8k"
-    for script, args, command in [("gppo.py", ["--init_from=Qwen/Qwen3-0.6B"], model),
-                                  ("gppo.py", [f"--init_from={tiny_checkpoint}", "--math_data=openai/gsm8k"], dataset),
-                                  ("sft.py", ["--init_from=Qwen/Qwen3-0.6B"], model),
-                                  ("eval.py", ["--model=Qwen/Qwen3-0.6B"], model),
-                                  ("distill.py", ["--server=http://127.0.0.1:9/v1", "--served_model=x",
-                                                  "--math_prompts=openai/gsm8k"], dataset)]:
+    for script, args, command in [
+        ("gppo.py", ["--init_from=Qwen/Qwen3-0.6B"], model),
+        ("gppo.py", [f"--init_from={tiny_checkpoint}", "--math_data=openai/gsm8k"], dataset),
+        ("sft.py", ["--init_from=Qwen/Qwen3-0.6B"], model),
+        ("eval.py", ["--model=Qwen/Qwen3-0.6B"], model),
+        (
+            "distill.py",
+            ["--server=http://127.0.0.1:9/v1", "--served_model=x", "--math_prompts=openai/gsm8k"],
+            dataset,
+        ),
+    ]:
         proc = run(script, *args, out)
         line = one_error_line(proc)
         assert command in line and "huggingface-cli download" in line, (script, line)
-        assert "data: " not in proc.stdout, (script, proc.stdout[-2000:])   # sft.py: no data was built
+        # sft.py: no data was built
+        assert "data: " not in proc.stdout, (script, proc.stdout[-2000:])
 
 
 def test_the_toy_without_its_files_says_which_command_writes_them(tiny_checkpoint, tmp_path):
-    """No data option and no toy files where --toy looks (out/ of the working directory, here an empty one): one
-    line naming the command that writes them."""
+    """No data option and no toy files where --toy looks (out/ of the working directory, here an
+    empty one): one line naming the command that writes them."""
+
     def error(script, *args):
-        proc = subprocess.run([sys.executable, os.path.join(ROOT, script), *args], capture_output=True, text=True,
-                              timeout=300, cwd=tmp_path, env=dict(os.environ, OMP_NUM_THREADS="1"))
+        proc = subprocess.run(
+            [sys.executable, os.path.join(ROOT, script), *args],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            cwd=tmp_path,
+            env=dict(os.environ, OMP_NUM_THREADS="1"),
+        )
         return one_error_line(proc)
+
     line = error("gppo.py", f"--init_from={tiny_checkpoint}")
     assert "--toy=countdown" in line and "out/toy/countdown/rl/countdown_3.jsonl" in line, line
     assert "`python tools/toy.py --task=countdown`" in line, line
@@ -274,18 +386,24 @@ def test_the_toy_without_its_files_says_which_command_writes_them(tiny_checkpoin
 def test_eval_bad_model(bad_files):
     line = one_error_line(run("eval.py", f"--model={bad_files}/missing_model"))
     assert "--model=" in line and "missing_model" in line
-    line = one_error_line(run("eval.py", f"--model={bad_files}/missing_model", "--prompt=hi"))   # one-prompt mode
+    # one-prompt mode
+    line = one_error_line(run("eval.py", f"--model={bad_files}/missing_model", "--prompt=hi"))
     assert "--model=" in line and "missing_model" in line
 
 
 def test_threads_are_chosen_and_printed(monkeypatch):
     import torch
+
     before = torch.get_num_threads()
     try:
         monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
         monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
         cores = len(os.sched_getaffinity(0))
-        assert trainer.set_threads(0, torch.device("cpu")) == max(1, cores // 2) == torch.get_num_threads()
+        assert (
+            trainer.set_threads(0, torch.device("cpu"))
+            == max(1, cores // 2)
+            == torch.get_num_threads()
+        )
         monkeypatch.setenv("OMP_NUM_THREADS", "1")
         assert trainer.set_threads(0, torch.device("cpu")) == 1
         assert trainer.set_threads(3, torch.device("cpu")) == 3 == torch.get_num_threads()
@@ -296,21 +414,28 @@ def test_threads_are_chosen_and_printed(monkeypatch):
 def test_eval_labels_and_scoring_progress(capsys):
     import time
     from concurrent.futures import ThreadPoolExecutor
-    assert ev.model_label(os.path.join(os.getcwd(), "out", "gppo", "hf")) == os.path.join("out", "gppo", "hf")
+
+    assert ev.model_label(os.path.join(os.getcwd(), "out", "gppo", "hf")) == os.path.join(
+        "out", "gppo", "hf"
+    )
     with ThreadPoolExecutor(2) as pool:
         jobs = [pool.submit(time.sleep, 0.3) for _ in range(4)]
         ev.wait_for_scores(jobs, "bench", rank=0, every_s=0.1)
     assert all(job.done() for job in jobs)
     assert "bench: scoring," in capsys.readouterr().out
-    table = ev.format_table([{"model_label": "out/sft/hf", "benchmarks": {}}, {"model_label": "out/gppo/hf",
-                                                                             "benchmarks": {}}])
+    table = ev.format_table(
+        [
+            {"model_label": "out/sft/hf", "benchmarks": {}},
+            {"model_label": "out/gppo/hf", "benchmarks": {}},
+        ]
+    )
     assert "out/sft/hf" in table and "out/gppo/hf" in table
 
 
 def test_only_declared_input_errors_become_one_line(tmp_path):
-    """data.read, what every entry point reads its inputs with: the declared input errors (data.DataError, a path that
-    is not there, model.CheckpointError) become one InputError naming the option; any other exception is a bug and
-    keeps its type and traceback."""
+    """data.read, what every entry point reads its inputs with: the declared input errors
+    (data.DataError, a path that is not there, model.CheckpointError) become one InputError naming
+    the option; any other exception is a bug and keeps its type and traceback."""
     from model import from_pretrained
 
     def bad_rows():
@@ -320,12 +445,17 @@ def test_only_declared_input_errors_become_one_line(tmp_path):
         data.read("--math_data", bad_rows)
     with pytest.raises(trainer.InputError, match="^--tokenizer=T: no tokenizer at .*no_such_dir"):
         data.read("--tokenizer=T", data.load_tokenizer, str(tmp_path / "no_such_dir"))
-    (tmp_path / "config.json").write_text('{"model_type": "llama", "architectures": ["LlamaForCausalLM"]}')
-    with pytest.raises(trainer.InputError, match=r"^--init_from=D: .*config.json: model_type='llama'.*Qwen3 \(dense\) only"):
+    (tmp_path / "config.json").write_text(
+        '{"model_type": "llama", "architectures": ["LlamaForCausalLM"]}'
+    )
+    with pytest.raises(
+        trainer.InputError,
+        match=r"^--init_from=D: .*config.json: model_type='llama'.*Qwen3 \(dense\) only",
+    ):
         data.read("--init_from=D", from_pretrained, str(tmp_path))
 
     def buggy_loader():
-        return {}["a key the code forgot"]          # a KeyError no input check raised: a bug
+        return {}["a key the code forgot"]  # a KeyError no input check raised: a bug
 
     with pytest.raises(KeyError) as bug:
         data.read("--data", buggy_loader)
@@ -333,15 +463,27 @@ def test_only_declared_input_errors_become_one_line(tmp_path):
 
 
 def test_a_bug_in_model_building_keeps_its_traceback(tmp_path, monkeypatch, toy_files):
-    """The whole entry point: a ValueError raised inside model building (not an input check) is not turned into
-    `error: --init_from=...: ...` (exit status 2) but reaches the user as the ValueError it is."""
+    """The whole entry point: a ValueError raised inside model building (not an input check) is not
+    turned into `error: --init_from=...: ...` (exit status 2) but reaches the user as the ValueError
+    it is."""
+
     def broken_init_weights(self, std=0.02, seed=None):
         raise ValueError("a bug in init_weights")
 
     monkeypatch.setattr(sft.Qwen3, "init_weights", broken_init_weights)
-    cfg = parse_config(sft.SFTConfig, [*toy_files["sft"], "--n_layer=1",
-                                            "--hidden=32", "--n_head=2", "--n_kv_head=1", "--head_dim=16",
-                                            "--intermediate=64", f"--out_dir={tmp_path}"])
+    cfg = parse_config(
+        sft.SFTConfig,
+        [
+            *toy_files["sft"],
+            "--n_layer=1",
+            "--hidden=32",
+            "--n_head=2",
+            "--n_kv_head=1",
+            "--head_dim=16",
+            "--intermediate=64",
+            f"--out_dir={tmp_path}",
+        ],
+    )
     with pytest.raises(ValueError, match="a bug in init_weights") as bug:
         trainer.run_entry_point(sft.main, cfg)
     assert "broken_init_weights" in [entry.name for entry in bug.traceback]

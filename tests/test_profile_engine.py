@@ -1,6 +1,8 @@
-"""benchmarks/profile_engine.py: its wrappers see every call of what they time (call counts and matmul FLOPs counted
-by hand from the model's shapes and the engine's step and token counts), the patched functions are restored (also
-after an error), and the script runs end to end on a tiny checkpoint (no timing asserted)."""
+"""benchmarks/profile_engine.py: its wrappers see every call of what they time (call counts and
+matmul FLOPs counted by hand from the model's shapes and the engine's step and token counts), the
+patched functions are restored (also after an error), and the script runs end to end on a tiny
+checkpoint (no timing asserted)."""
+
 import os
 import subprocess
 import sys
@@ -20,35 +22,75 @@ def test_split_counts_every_matmul_and_restores_what_it_patched(tiny_checkpoint)
     model = from_pretrained(tiny_checkpoint, dtype=torch.float32, device=torch.device("cpu"))
     cfg = model.config
     engine = rollout.LLMEngine(model, max_num_seqs=8, max_model_len=64)
-    originals = (torch.nn.Linear.forward, rollout.PagedKVCache.attend, model_py.RMSNorm.forward, model_py.apply_rope,
-                 rollout.sample, rollout.run_model, rollout.logits_fp32)
+    originals = (
+        torch.nn.Linear.forward,
+        rollout.PagedKVCache.attend,
+        model_py.RMSNorm.forward,
+        model_py.apply_rope,
+        rollout.sample,
+        rollout.run_model,
+        rollout.logits_fp32,
+    )
     prompts = [[1, 2, 3, 4, 5], list(range(3, 23))]
     with profile_engine.split_timers() as parts:
-        outs = engine.generate(prompts, rollout.SamplingParams(temperature=1.0, max_tokens=6, n=3, seed=0))
-    assert originals == (torch.nn.Linear.forward, rollout.PagedKVCache.attend,
-                         model_py.RMSNorm.forward, model_py.apply_rope, rollout.sample,
-                         rollout.run_model, rollout.logits_fp32)
-    # by hand: every token the layers computed meets each layer's 7 projections; lm_head meets each decoded token
-    # and each prompt's last token once (its n samples draw their first token from the same logits)
-    D, I, hd = cfg.hidden_size, cfg.intermediate_size, cfg.head_dim
-    Hq, Hkv = cfg.num_attention_heads, cfg.num_key_value_heads
+        outs = engine.generate(
+            prompts, rollout.SamplingParams(temperature=1.0, max_tokens=6, n=3, seed=0)
+        )
+    assert originals == (
+        torch.nn.Linear.forward,
+        rollout.PagedKVCache.attend,
+        model_py.RMSNorm.forward,
+        model_py.apply_rope,
+        rollout.sample,
+        rollout.run_model,
+        rollout.logits_fp32,
+    )
+    # by hand: every token the layers computed meets each layer's 7 projections; lm_head meets each
+    # decoded token and each prompt's last token once (its n samples draw their first token from the
+    # same logits)
+    D = cfg.hidden_size
+    I = cfg.intermediate_size
+    hd = cfg.head_dim
+    Hq = cfg.num_attention_heads
+    Hkv = cfg.num_key_value_heads
     per_token = cfg.num_hidden_layers * (D * Hq * hd + 2 * D * Hkv * hd + Hq * hd * D + 3 * D * I)
-    computed = engine.stats.prefill_tokens + engine.stats.recompute_tokens + engine.stats.decode_tokens
-    assert engine.stats.preemptions == 0 and sum(len(s.token_ids) for group in outs for s in group) == 6 * 6
+    computed = (
+        engine.stats.prefill_tokens + engine.stats.recompute_tokens + engine.stats.decode_tokens
+    )
+    assert (
+        engine.stats.preemptions == 0
+        and sum(len(s.token_ids) for group in outs for s in group) == 6 * 6
+    )
     logit_rows = engine.stats.decode_tokens + len(prompts)
     flops, seconds = profile_engine.matmul_floor(parts["linear_shapes"], repeats=1)
     assert flops == 2 * (computed * per_token + logit_rows * D * cfg.vocab_size)
     assert seconds > 0 and parts["matmuls"] > 0
-    # every call reached its wrapper: per engine step one forward and one sample(); per layer 7 projections, 4 norms
-    # (input, q, k, post-attention), 2 apply_rope, 1 attend; lm_head and the final norm once per forward
-    L, steps = cfg.num_hidden_layers, engine.stats.steps
-    assert parts["calls"] == dict(forward=steps, lm_head=steps, sampling=steps,
-                                  matmuls=steps * (7 * L + 1), norms=steps * (4 * L + 1),
-                                  rotary=steps * 2 * L, attention=steps * L)
+    # every call reached its wrapper: per engine step one forward and one sample(); per layer 7
+    # projections, 4 norms (input, q, k, post-attention), 2 apply_rope, 1 attend; lm_head and the
+    # final norm once per forward
+    L = cfg.num_hidden_layers
+    steps = engine.stats.steps
+    assert parts["calls"] == dict(
+        forward=steps,
+        lm_head=steps,
+        sampling=steps,
+        matmuls=steps * (7 * L + 1),
+        norms=steps * (4 * L + 1),
+        rotary=steps * 2 * L,
+        attention=steps * L,
+    )
     leaves = parts["matmuls"] + parts["attention"] + parts["norms"] + parts["rotary"]
     assert parts["forward"] + parts["lm_head"] > leaves
     rows = dict(profile_engine.split(parts, total=1.0))
-    assert list(rows) == ["matmuls", "attention", "norms", "rotary", "rest of model", "sampling", "engine"]
+    assert list(rows) == [
+        "matmuls",
+        "attention",
+        "norms",
+        "rotary",
+        "rest of model",
+        "sampling",
+        "engine",
+    ]
 
 
 def test_split_restores_the_patched_functions_after_an_error():
@@ -64,14 +106,37 @@ def test_split_restores_the_patched_functions_after_an_error():
 
 
 def test_script_runs_on_a_tiny_checkpoint(tiny_checkpoint, toy_files):
-    out = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "profile_engine.py"),
-                          f"--model={tiny_checkpoint}", f"--math_data={toy_files['sums']}/rl/toy_math.jsonl",
-                          "--prompts=3", "--samples=2", "--max_tokens=5", "--repeat=1", "--skip_hf=true"],
-                         capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [
+            sys.executable,
+            os.path.join(ROOT, "benchmarks", "profile_engine.py"),
+            f"--model={tiny_checkpoint}",
+            f"--math_data={toy_files['sums']}/rl/toy_math.jsonl",
+            "--prompts=3",
+            "--samples=2",
+            "--max_tokens=5",
+            "--repeat=1",
+            "--skip_hf=true",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     for part in ("matmuls", "attention", "sampling", "engine", "GFLOP", "transformers: skipped"):
         assert part in out.stdout, out.stdout
-    for option, message in (("--repeat=0", "--repeat=0: must be >= 1"), ("--model=/nonexistent", "has no config.json")):
-        bad = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "profile_engine.py"), option],
-                             capture_output=True, text=True, timeout=120)
-        assert bad.returncode != 0 and message in bad.stderr + bad.stdout and "Traceback" not in bad.stderr
+    for option, message in (
+        ("--repeat=0", "--repeat=0: must be >= 1"),
+        ("--model=/nonexistent", "has no config.json"),
+    ):
+        bad = subprocess.run(
+            [sys.executable, os.path.join(ROOT, "benchmarks", "profile_engine.py"), option],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert (
+            bad.returncode != 0
+            and message in bad.stderr + bad.stdout
+            and "Traceback" not in bad.stderr
+        )

@@ -1,7 +1,9 @@
-"""parts/trainer.py's background checkpoints on 2 gloo ranks: a checkpoint holds the state as it was when save()
-returned, though training changed the weights while it was being written; it is committed as soon as it is whole,
-and the older one is then removed; a job that dies with a write in flight resumes from the newest whole checkpoint,
-whatever the write had reached. (tests/test_checkpoint.py kills sft.py and gppo.py at each moment of a commit.)"""
+"""parts/trainer.py's background checkpoints on 2 gloo ranks: a checkpoint holds the state as it was
+when save() returned, though training changed the weights while it was being written; it is
+committed as soon as it is whole, and the older one is then removed; a job that dies with a write in
+flight resumes from the newest whole checkpoint, whatever the write had reached.
+(tests/test_checkpoint.py kills sft.py and gppo.py at each moment of a commit.)"""
+
 import json
 import os
 import subprocess
@@ -92,12 +94,23 @@ else:
 
 
 def run_ranks(script, mode, out):
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", script, ROOT, mode,
-           str(out)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        script,
+        ROOT,
+        mode,
+        str(out),
+    ]
+    proc = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=300, env=dict(os.environ, OMP_NUM_THREADS="1")
+    )
     assert proc.returncode == 0, f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     line = next(line for line in proc.stdout.splitlines() if line.startswith("RESULT "))
-    return json.loads(line[len("RESULT "):])
+    return json.loads(line[len("RESULT ") :])
 
 
 def test_background_checkpoint_holds_the_state_of_save_and_replaces_the_last_once_whole(tmp_path):
@@ -106,17 +119,20 @@ def test_background_checkpoint_holds_the_state_of_save_and_replaces_the_last_onc
     trained = run_ranks(script, "train", tmp_path)
     assert trained == {"newest": 2, "dirs": ["step-2"]}
     resumed = run_ranks(script, "resume", tmp_path)
-    assert resumed["step"] in (2, 3) and resumed["same"], resumed   # step 3 if its write had finished
+    # step 3 if its write had finished
+    assert resumed["step"] in (2, 3) and resumed["same"], resumed
     assert resumed["dirs"] == [f"step-{resumed['step'] + 1}"], resumed
 
 
 def test_a_training_stop_is_one_line_that_says_where_a_rerun_resumes(tmp_path, capsys):
-    """A loss that is NaN (TrainingStopped: every rank raises it before the update) inside the training loop's
-    Checkpointer: one line on stderr, completed with the step the same command resumes from, exit status 2, no
-    traceback; without a checkpoint, and with a complete one of step 3."""
+    """A loss that is NaN (TrainingStopped: every rank raises it before the update) inside the
+    training loop's Checkpointer: one line on stderr, completed with the step the same command
+    resumes from, exit status 2, no traceback; without a checkpoint, and with a complete one of step
+    3."""
     sys.path.insert(0, ROOT)
     import torch
     from parts import trainer
+
     stop_line = "loss=nan grad_norm=nan: stopping without updating (try a lower --lr)"
 
     def main(root, save):
@@ -128,9 +144,14 @@ def test_a_training_stop_is_one_line_that_says_where_a_rerun_resumes(tmp_path, c
                 ckpt.save(model, optimizer, {"step": 3})
             raise trainer.TrainingStopped(stop_line)
 
-    for save, where in [(False, "no checkpoint is complete yet: the same command starts from step 0"),
-                        (True, f"the newest complete checkpoint is of step 3 ({tmp_path}/with/step-3): the same "
-                               "command resumes from it")]:
+    for save, where in [
+        (False, "no checkpoint is complete yet: the same command starts from step 0"),
+        (
+            True,
+            f"the newest complete checkpoint is of step 3 ({tmp_path}/with/step-3): the same "
+            "command resumes from it",
+        ),
+    ]:
         root = str(tmp_path / ("with" if save else "without"))
         with pytest.raises(SystemExit) as stop:
             trainer.run_entry_point(main, root, save=save)
