@@ -14,6 +14,54 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import pytest  # noqa: E402
 
 
+@pytest.fixture
+def run_here(monkeypatch):
+    """`python SCRIPT ARGS...` run in this process (runpy, as __main__), for the many bad-input
+    checks that end before any work: a CompletedProcess-like (returncode, stdout, stderr), without
+    a torch import (~3 s) per case. What the script changes in the process (argv, sys.path, the
+    environment it setdefaults, torch's thread count, the working directory) is put back after.
+    An exception that leaves the script (a bug) is exit status 1 with its traceback on stderr, as
+    a process would show it; each entry point also has a check run as a real process."""
+    import contextlib
+    import io
+    import runpy
+    import subprocess
+    import traceback
+
+    import torch
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+    def run(script: str, *args: str, cwd: str = root) -> subprocess.CompletedProcess:
+        path = os.path.join(root, script)
+        out = io.StringIO()
+        err = io.StringIO()
+        threads = torch.get_num_threads()
+        environment = dict(os.environ)
+        with monkeypatch.context() as patch:
+            patch.setattr(sys, "argv", [path, *args])
+            patch.setattr(sys, "path", list(sys.path))
+            patch.chdir(cwd)
+            status = 0
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                try:
+                    runpy.run_path(path, run_name="__main__")
+                except SystemExit as stop:
+                    status = stop.code if isinstance(stop.code, int) else 1
+                    if isinstance(stop.code, str):
+                        print(stop.code, file=sys.stderr)
+                except BaseException:
+                    traceback.print_exc()
+                    status = 1
+        torch.set_num_threads(threads)
+        for name in set(os.environ) - set(environment):
+            del os.environ[name]
+        os.environ.update(environment)
+        return subprocess.CompletedProcess(path, status, out.getvalue(), err.getvalue())
+
+    return run
+
+
 @pytest.fixture(scope="session")
 def qwen3_tokenizer_dir():
     """The real Qwen3 tokenizer fixture, or a skip that says how to provide it."""

@@ -279,7 +279,7 @@ def bad_files(tmp_path_factory):
     return d
 
 
-def test_sft_bad_input_is_one_line(bad_files, tmp_path):
+def test_sft_bad_input_is_one_line(bad_files, tmp_path, run_here):
     tok = os.environ.get("QWEN3_TOKENIZER_DIR") or ""
     out = f"--out_dir={tmp_path}/out"
     # as the qwen3_tokenizer_dir fixture: a set but absent dir
@@ -287,52 +287,58 @@ def test_sft_bad_input_is_one_line(bad_files, tmp_path):
         #   (a checkout with no ../shared beside it, run by .ci/run) leaves these checks out instead
         #   of failing them
         line = one_error_line(
-            run("sft.py", f"--data={bad_files}/malformed.jsonl", f"--tokenizer={tok}", out)
+            run_here("sft.py", f"--data={bad_files}/malformed.jsonl", f"--tokenizer={tok}", out)
         )
         assert "malformed.jsonl:1: malformed JSON" in line and "--data" in line
         line = one_error_line(
-            run("sft.py", f"--data={bad_files}/missing_field.jsonl", f"--tokenizer={tok}", out)
+            run_here("sft.py", f"--data={bad_files}/missing_field.jsonl", f"--tokenizer={tok}", out)
         )
         assert "missing_field.jsonl:2" in line and "'messages'" in line
         line = one_error_line(
-            run("sft.py", f"--data={bad_files}/nothing_here.jsonl", f"--tokenizer={tok}", out)
+            run_here("sft.py", f"--data={bad_files}/nothing_here.jsonl", f"--tokenizer={tok}", out)
         )
         assert "nothing_here.jsonl" in line
         line = one_error_line(
-            run("sft.py", f"--data={bad_files}/empty.jsonl", f"--tokenizer={tok}", out)
+            run_here("sft.py", f"--data={bad_files}/empty.jsonl", f"--tokenizer={tok}", out)
         )
         assert "empty.jsonl" in line
     line = one_error_line(
-        run("sft.py", f"--data={bad_files}/malformed.jsonl", f"--tokenizer={tmp_path}/no_tok", out)
+        run_here(
+            "sft.py", f"--data={bad_files}/malformed.jsonl", f"--tokenizer={tmp_path}/no_tok", out
+        )
     )
     assert f"--tokenizer={tmp_path}/no_tok" in line
-    line = one_error_line(run("sft.py", f"--init_from={bad_files}", out))
+    line = one_error_line(run_here("sft.py", f"--init_from={bad_files}", out))
     assert f"--init_from={bad_files}" in line and "config.json" in line
-    line = one_error_line(run("sft.py", "--rows_per_step=3", "--micro_rows=2", out))
+    line = one_error_line(run_here("sft.py", "--rows_per_step=3", "--micro_rows=2", out))
     assert "--rows_per_step=3" in line
 
 
-def test_gppo_bad_input_is_one_line(bad_files, tiny_checkpoint, tmp_path):
+def test_gppo_bad_input_is_one_line(bad_files, tiny_checkpoint, tmp_path, run_here):
     out = f"--out_dir={tmp_path}/out"
     ckpt = f"--init_from={tiny_checkpoint}"
     line = one_error_line(
-        run("gppo.py", ckpt, f"--math_data={bad_files}/math_malformed.jsonl", out)
+        run_here("gppo.py", ckpt, f"--math_data={bad_files}/math_malformed.jsonl", out)
     )
     assert "math_malformed.jsonl:2: malformed JSON" in line and "--math_data" in line
-    line = one_error_line(run("gppo.py", ckpt, f"--math_data={bad_files}/math_missing.jsonl", out))
+    line = one_error_line(
+        run_here("gppo.py", ckpt, f"--math_data={bad_files}/math_missing.jsonl", out)
+    )
     assert "math_missing.jsonl:2" in line and "'answer'" in line
-    line = one_error_line(run("gppo.py", ckpt, f"--math_data={bad_files}/nothing_here.jsonl", out))
+    line = one_error_line(
+        run_here("gppo.py", ckpt, f"--math_data={bad_files}/nothing_here.jsonl", out)
+    )
     assert "nothing_here.jsonl" in line
-    line = one_error_line(run("gppo.py", ckpt, f"--math_data={bad_files}/empty.jsonl", out))
+    line = one_error_line(run_here("gppo.py", ckpt, f"--math_data={bad_files}/empty.jsonl", out))
     assert "empty.jsonl" in line  # not silently replaced by the toy task
-    line = one_error_line(run("gppo.py", ckpt, f"--code_data={bad_files}/empty.jsonl", out))
+    line = one_error_line(run_here("gppo.py", ckpt, f"--code_data={bad_files}/empty.jsonl", out))
     assert "empty.jsonl" in line
-    line = one_error_line(run("gppo.py", f"--init_from={bad_files}", out))
+    line = one_error_line(run_here("gppo.py", f"--init_from={bad_files}", out))
     assert f"--init_from={bad_files}" in line and "run `python sft.py` first" in line
 
 
 def test_a_hub_id_instead_of_a_path_says_how_to_download_it_before_any_work(
-    tiny_checkpoint, tmp_path
+    tiny_checkpoint, tmp_path, run_here
 ):
     """A Hugging Face Hub id where a local path is expected: one line with the download command of
     the usual tools, for a model and for a data set, from every entry point; sft.py says it before
@@ -351,27 +357,21 @@ def test_a_hub_id_instead_of_a_path_says_how_to_download_it_before_any_work(
             dataset,
         ),
     ]:
-        proc = run(script, *args, out)
+        proc = run_here(script, *args, out)
         line = one_error_line(proc)
         assert command in line and "huggingface-cli download" in line, (script, line)
         # sft.py: no data was built
         assert "data: " not in proc.stdout, (script, proc.stdout[-2000:])
 
 
-def test_the_toy_without_its_files_says_which_command_writes_them(tiny_checkpoint, tmp_path):
+def test_the_toy_without_its_files_says_which_command_writes_them(
+    tiny_checkpoint, tmp_path, run_here
+):
     """No data option and no toy files where --toy looks (out/ of the working directory, here an
     empty one): one line naming the command that writes them."""
 
     def error(script, *args):
-        proc = subprocess.run(
-            [sys.executable, os.path.join(ROOT, script), *args],
-            capture_output=True,
-            text=True,
-            timeout=300,
-            cwd=tmp_path,
-            env=dict(os.environ, OMP_NUM_THREADS="1"),
-        )
-        return one_error_line(proc)
+        return one_error_line(run_here(script, *args, cwd=tmp_path))
 
     line = error("gppo.py", f"--init_from={tiny_checkpoint}")
     assert "--toy=countdown" in line and "out/toy/countdown/rl/countdown_3.jsonl" in line, line
@@ -383,11 +383,11 @@ def test_the_toy_without_its_files_says_which_command_writes_them(tiny_checkpoin
     assert "`python tools/toy.py --task=countdown`" in line, line
 
 
-def test_eval_bad_model(bad_files):
+def test_eval_bad_model(bad_files, run_here):
     line = one_error_line(run("eval.py", f"--model={bad_files}/missing_model"))
     assert "--model=" in line and "missing_model" in line
-    # one-prompt mode
-    line = one_error_line(run("eval.py", f"--model={bad_files}/missing_model", "--prompt=hi"))
+    # one-prompt mode (in this process: the line above ran eval.py as a process)
+    line = one_error_line(run_here("eval.py", f"--model={bad_files}/missing_model", "--prompt=hi"))
     assert "--model=" in line and "missing_model" in line
 
 

@@ -270,7 +270,8 @@ def test_malformed_benchmark_file_names_file_and_line(
     assert not (tmp_path / "out").exists()
 
 
-def test_cli_exits_nonzero_on_bad_input(tiny_checkpoint, tmp_path):
+def test_cli_exits_nonzero_on_bad_input(tiny_checkpoint, tmp_path, run_here):
+    """A process for the first; the rest in this process (conftest.run_here)."""
     path = write_lines(
         tmp_path / "aime.jsonl", ['{"problem": "1+1?", "answer": "2"}', "", "not json"]
     )
@@ -279,15 +280,15 @@ def test_cli_exits_nonzero_on_bad_input(tiny_checkpoint, tmp_path):
         -2000:
     ]
     assert "Traceback" not in proc.stderr
-    proc = run_cli(f"--model={tmp_path}/no_such_model")
+    proc = run_here("eval.py", f"--model={tmp_path}/no_such_model")
     assert (
         proc.returncode == 2
         and "no checkpoint there" in proc.stderr
         and "Traceback" not in proc.stderr
     )
-    proc = run_cli("--temprature=0.6")
+    proc = run_here("eval.py", "--temprature=0.6")
     assert proc.returncode != 0 and "unknown option --temprature" in proc.stderr
-    proc = run_cli(f"--model={tiny_checkpoint}", "--toy=none")
+    proc = run_here("eval.py", f"--model={tiny_checkpoint}", "--toy=none")
     assert (
         proc.returncode == 2
         and "nothing to evaluate" in proc.stderr
