@@ -718,7 +718,7 @@ def test_bad_input_is_one_line(tmp_path):
     assert "Traceback" not in proc.stderr
 
 
-def test_a_server_that_is_not_there_stops_the_run_with_one_line_naming_it(tmp_path):
+def test_a_server_that_is_not_there_stops_the_run_with_one_line_naming_it(tmp_path, run_here):
     """Nothing listens at --server: the first refusal is said once, each request retries max_retries
     times, then the run stops (exit status 2) with one line naming the URL, instead of counting
     failed samples (and, with the default 10 s progress lines, 'ETA infs') for each request in turn.
@@ -729,23 +729,16 @@ def test_a_server_that_is_not_there_stops_the_run_with_one_line_naming_it(tmp_pa
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         url = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
-        proc = subprocess.run(
-            [
-                sys.executable,
-                os.path.join(ROOT, "distill.py"),
-                f"--server={url}",
-                "--served_model=x",
-                f"--math_prompts={tmp_path / 'math.jsonl'}",
-                "--k=2",
-                "--max_retries=2",
-                "--retry_backoff_s=0.01",
-                "--progress_s=0.001",
-                f"--out_dir={tmp_path / 'out'}",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            env=dict(os.environ, OMP_NUM_THREADS="1"),
+        proc = run_here(
+            "distill.py",
+            f"--server={url}",
+            "--served_model=x",
+            f"--math_prompts={tmp_path / 'math.jsonl'}",
+            "--k=2",
+            "--max_retries=2",
+            "--retry_backoff_s=0.01",
+            "--progress_s=0.001",
+            f"--out_dir={tmp_path / 'out'}",
         )
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert proc.returncode == 2 and len(errors) == 1, proc.stdout[-2000:] + proc.stderr[-2000:]

@@ -73,6 +73,22 @@ def run(out_dir, ckpt, *extra, nproc=1, task="even", env=None):
     return read_jsonl(os.path.join(out_dir, "metrics.jsonl")), proc.stdout
 
 
+@pytest.fixture(scope="module")
+def run_once(tmp_path_factory):
+    """run() of one command line, made once per test module and shared by the tests that read it:
+    (metrics, stdout, out_dir)."""
+    made = {}
+
+    def once(ckpt, *extra, nproc=1, task="even"):
+        key = (ckpt, extra, nproc, task)
+        if key not in made:
+            out_dir = tmp_path_factory.mktemp("run")
+            made[key] = (*run(out_dir, ckpt, *extra, nproc=nproc, task=task), out_dir)
+        return made[key]
+
+    return once
+
+
 def read_jsonl(path):
     """Every record of a JSON-lines file, read as strict JSON: NaN and Infinity, which Python's json
     writes by default and other readers reject, raise here."""
@@ -101,7 +117,7 @@ def assert_same_updates(w0, w1, w2, rel):
 
 
 @pytest.mark.parametrize("task", ["even", "half"])
-def test_one_process_equals_two_processes(tiny_checkpoint, tmp_path, task):
+def test_one_process_equals_two_processes(tiny_checkpoint, tmp_path, task, run_once):
     """Same prompts, samples, rewards, losses and gradients with 1 and 2 ranks. SGD (see
     tests/driver.py): each weight moves by lr x its summed gradient, and a gradient element is a sum
     over <= 128 response tokens of a mini-batch (plus the sums inside the backward), taken in
@@ -113,9 +129,8 @@ def test_one_process_equals_two_processes(tiny_checkpoint, tmp_path, task):
     the same mini-batches."""
     extra = ["--max_gen_rounds=3"] if task == "half" else []
     one, _ = run(tmp_path / "one", tiny_checkpoint, "--steps=2", "--sgd", *extra, task=task)
-    two, _ = run(
-        tmp_path / "two", tiny_checkpoint, "--steps=2", "--sgd", *extra, nproc=2, task=task
-    )
+    # shared with test_balancing_ranks_changes_no_gradient
+    two, _, two_dir = run_once(tiny_checkpoint, "--steps=2", "--sgd", *extra, nproc=2, task=task)
     assert len(one) == len(two) == 2
     for a, b in zip(one, two):
         # the same samples: rewards equal up to float64 sums over ranks taken in another order
@@ -127,7 +142,7 @@ def test_one_process_equals_two_processes(tiny_checkpoint, tmp_path, task):
         assert a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-3), (a, b)
         assert a["updates"] == b["updates"] and a["groups_trained"] == b["groups_trained"]
     w0 = {n: p.detach().clone() for n, p in from_pretrained(tiny_checkpoint).named_parameters()}
-    assert_same_updates(w0, weights(tmp_path / "one"), weights(tmp_path / "two"), rel=1e-3)
+    assert_same_updates(w0, weights(tmp_path / "one"), weights(two_dir), rel=1e-3)
 
 
 def test_freeing_the_engine_while_training_changes_nothing(tiny_checkpoint, tmp_path):
@@ -577,12 +592,12 @@ def test_balance_ranks_moves_sequences_between_two_ranks(tmp_path):
     assert results[1] == [[(4, 10, 9), (1, 30, 29), (2, 20, 19)], [(5, 8, 7)]]
 
 
-def test_balancing_ranks_changes_no_gradient(tiny_checkpoint, tmp_path):
+def test_balancing_ranks_changes_no_gradient(tiny_checkpoint, tmp_path, run_once):
     """Two ranks whose groups are dropped unevenly (task `half`): the same losses and updates with
     sequences moved between ranks as without (rel 1e-3: fp32 sums in another order, as
     test_one_process_equals_two_processes)."""
     args = ["--steps=2", "--sgd", "--max_gen_rounds=3"]
-    moved, _ = run(tmp_path / "moved", tiny_checkpoint, *args, nproc=2, task="half")
+    moved, _, moved_dir = run_once(tiny_checkpoint, *args, nproc=2, task="half")
     stay, _ = run(
         tmp_path / "stay", tiny_checkpoint, *args, "--balance_ranks=false", nproc=2, task="half"
     )
@@ -594,7 +609,7 @@ def test_balancing_ranks_changes_no_gradient(tiny_checkpoint, tmp_path):
         assert a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-3)
         assert 1.0 <= a["rank_load_max"] and 1.0 <= b["rank_load_max"]
     w0 = {n: p.detach().clone() for n, p in from_pretrained(tiny_checkpoint).named_parameters()}
-    assert_same_updates(w0, weights(tmp_path / "moved"), weights(tmp_path / "stay"), rel=1e-3)
+    assert_same_updates(w0, weights(moved_dir), weights(tmp_path / "stay"), rel=1e-3)
 
 
 def test_truncated_responses_can_be_left_out_of_the_loss():
