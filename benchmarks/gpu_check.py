@@ -343,7 +343,7 @@ def section_engine(dry: bool, emit):
         greedy[graphs, fused] = [
             (o[0].token_ids, o[0].logprobs)
             for o in engine.generate(
-                prompts[:8], SamplingParams(temperature=0.0, max_tokens=3 if dry else 32)
+                prompts[:8], SamplingParams(temperature=0.0, max_tokens=4 if dry else 32)
             )
         ]
         del engine

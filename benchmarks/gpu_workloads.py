@@ -203,7 +203,7 @@ DECODE_CASES = {
 
 def engine_workload(config, dry: bool) -> tuple:
     """(prompts, samples per prompt, new tokens per sample, longest prompt)."""
-    P, n, T, (lo, hi) = (2, 2, 3, (2, 6)) if dry else (64, 8, 512, (64, 256))
+    P, n, T, (lo, hi) = (2, 2, 4, (3, 12)) if dry else (64, 8, 512, (64, 256))
     gen = torch.Generator().manual_seed(0)
     prompts = [
         torch.randint(
