@@ -24,10 +24,8 @@ import hashlib
 import json
 import os
 import random
-import re
 import threading
 import time
-import unicodedata
 from collections import Counter
 from dataclasses import dataclass
 from fractions import Fraction
@@ -35,9 +33,10 @@ from fractions import Fraction
 import data
 import reward
 from parts.chat_client import ChatRequest, ClientConfig, ServerRefused, assistant_turn, sample_chat
+from parts.decontamination import Decontaminator, PromptFilter
 
 # ============================================================================= 1. prompts:
-# duplicates, decontamination
+# duplicates, decontamination (parts/decontamination.py: n-gram overlap with the benchmarks)
 
 
 def read_benchmarks(paths: list) -> list:
@@ -52,88 +51,6 @@ def read_benchmarks(paths: list) -> list:
         name = os.path.basename(path)
         items += [(name, p["id"], prompt_text(p["prompt"])) for p in problems]
     return items
-
-
-class Decontaminator:
-    """Which benchmark items a prompt overlaps: they share a run of n words (n-grams as open-r1's
-    decontaminate.py builds them, on words normalised as words() does). An item shorter than n words
-    matches when all its words appear in a row in the prompt (otherwise a short item could never
-    match)."""
-
-    def __init__(self, items: list, n: int = 8):
-        """items: [(benchmark name, item id, text)]."""
-        self.n = n
-        self.ngrams = {}
-        self.short = {}
-        for bench, item, text in items:
-            w = words(text)
-            if len(w) < n:
-                self.short.setdefault(len(w), {}).setdefault(tuple(w), set()).add((bench, item))
-            for i in range(len(w) - n + 1):
-                self.ngrams.setdefault(" ".join(w[i : i + n]), set()).add((bench, item))
-
-    def matches(self, text: str, text_words: list | None = None) -> set:
-        """The (benchmark, item) pairs `text` overlaps (text_words: its words(), if already
-        computed)."""
-        text_words = text_words if text_words is not None else words(text)
-        hits = set()
-        for i in range(len(text_words) - self.n + 1):
-            found = self.ngrams.get(" ".join(text_words[i : i + self.n]))
-            if found:
-                hits |= found
-        for length, table in self.short.items():  # items shorter than n words, matched whole
-            for i in range(len(text_words) - length + 1) if length else ():
-                found = table.get(tuple(text_words[i : i + length]))
-                if found:
-                    hits |= found
-        return hits
-
-
-class PromptFilter:
-    """Keeps a prompt unless its normalised text was seen before (an exact duplicate) or it overlaps
-    a benchmark item; counts both per source and remembers which benchmark items matched which
-    prompts."""
-
-    def __init__(self, decontaminator: Decontaminator | None):
-        self.decontaminator = decontaminator
-        self.seen = set()
-        self.hits = {}
-        self.counts = {}
-
-    def keep(self, source: str, key: str, text: str) -> bool:
-        counts = self.counts.setdefault(source, Counter(read=0))
-        counts["read"] += 1
-        w = words(text)
-        digest = hashlib.blake2b(" ".join(w).encode(), digest_size=16).digest()
-        if digest in self.seen:
-            counts["duplicates"] += 1
-            return False
-        self.seen.add(digest)
-        matched = self.decontaminator.matches(text, w) if self.decontaminator else set()
-        for item in matched:
-            self.hits.setdefault(item, []).append(key)
-        if matched:
-            counts["contaminated"] += 1
-            return False
-        counts["kept"] += 1
-        return True
-
-    def report(self) -> dict:
-        hits = [
-            dict(benchmark=b, item=i, prompts=len(keys), examples=keys[:5])
-            for (b, i), keys in sorted(self.hits.items(), key=lambda kv: (kv[0][0], str(kv[0][1])))
-        ]
-        return dict(
-            sources={s: dict(c) for s, c in self.counts.items()},
-            benchmark_items_matched=len(hits),
-            hits=hits,
-        )
-
-
-def words(text: str) -> list:
-    """The words of a text after normalisation: NFKC, lower case, runs of letters and digits (so
-    punctuation, spacing and line breaks do not matter)."""
-    return re.findall(r"\w+", unicodedata.normalize("NFKC", text).lower())
 
 
 def prompt_text(prompt) -> str:

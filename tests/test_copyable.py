@@ -44,6 +44,13 @@ CHECKS = {
         "g.buffers['x'][:5].tolist())",
         "[1, 2, 4, 8, 16, 20] [2.0, 2.0, 2.0] [1.0, 1.0, 1.0, -1.0, 0.0]",
     ),
+    # a benchmark item of 3 words (shorter than n = 8) is matched whole; the same prompt twice is a duplicate
+    "decontamination": (
+        "import decontamination as d\nf = d.PromptFilter(d.Decontaminator([('b', 1, 'What is 2+3?')]))\n"
+        "print([f.keep('s', k, t) for k, t in (('1', 'Q: what is 2 + 3 ?'), ('2', 'Sum 4, 5'), "
+        "('3', 'sum 4 5'))], f.report()['sources'])",
+        "[False, True, False] {'s': {'read': 3, 'contaminated': 1, 'kept': 1, 'duplicates': 1}}",
+    ),
     "decode_kernels": (None, None),  # its own self-check: `python decode_kernels.py`, below
     "formats": (
         "import formats\nrows = formats.load('math', 'aime24.jsonl')\nprint(len(rows), rows[0]['answer'])",

@@ -26,6 +26,7 @@ sys.path.insert(0, os.path.join(ROOT, "tests"))
 
 import distill  # noqa: E402
 from parts import chat_client  # noqa: E402
+from parts.decontamination import Decontaminator  # noqa: E402
 from parts.trainer import InputError  # noqa: E402
 from chat_server import ChatServer, expected_turn, qwen3_content  # noqa: E402
 
@@ -351,7 +352,7 @@ def test_decontamination_and_duplicates_on_a_planted_benchmark_problem(tmp_path)
         ),
         tmp_path / "aime.parquet",
     )
-    decon = distill.Decontaminator(distill.read_benchmarks([str(tmp_path / "aime.parquet")]), n=8)
+    decon = Decontaminator(distill.read_benchmarks([str(tmp_path / "aime.parquet")]), n=8)
     reworded = (
         "let N be the greatest four digit positive integer, with the property that -- whenever one of its "
         "digits is changed to 1 -- the resulting number is divisible by 7 !"
@@ -361,7 +362,7 @@ def test_decontamination_and_duplicates_on_a_planted_benchmark_problem(tmp_path)
         decon.matches("Let N be the greatest three-digit integer whose digits sum to 7.") == set()
     )
     # shorter than n: matched whole
-    short = distill.Decontaminator([("toy", "t1", "What is 12 + 34?")], n=8)
+    short = Decontaminator([("toy", "t1", "What is 12 + 34?")], n=8)
     assert (
         short.matches("Q: what is 12+34 ?") == {("toy", "t1")}
         and short.matches("What is 12 + 345?") == set()
