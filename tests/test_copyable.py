@@ -56,6 +56,15 @@ CHECKS = {
         "import formats\nrows = formats.load('math', 'aime24.jsonl')\nprint(len(rows), rows[0]['answer'])",
         "1 ",
     ),
+    # a record appended twice is written once; a torn last line (no newline) is dropped on reopening;
+    # a changed setting is named
+    "journal": (
+        "import journal as j\nJ = j.Journal('s.jsonl')\nprint(J.append({'id': 'p', 'sample': 0}), "
+        "J.append({'id': 'p', 'sample': 0}))\nJ.close()\nopen('s.jsonl', 'a').write('{\"id\"')\n"
+        "J = j.Journal('s.jsonl')\nprint(len(J), J.torn, J.read(('p', 0)), j.lock_folder('.') is not None)\n"
+        "print(j.changed_settings('r.json', {'s': {'t': 1}}), j.changed_settings('r.json', {'s': {'t': 2}}))",
+        "True False\n1 5 {'id': 'p', 'sample': 0} True\n[] ['t']",
+    ),
     "memory_plan": (
         "import types, memory_plan\nc = types.SimpleNamespace(**memory_plan.QWEN3['8B'])\n"
         # Qwen3-8B's published count
