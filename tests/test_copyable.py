@@ -88,6 +88,13 @@ CHECKS = {
         "import math_checker\nprint(math_checker.compare('\\\\frac12', '0.5'))",
         "(True, True)",
     ),
+    # 1 - C(3, 2) / C(5, 2) = 0.7; two problems, 1 and 0 of 2 samples correct: Avg@2 = 0.25, pass@2 = 0.5
+    "pass_at_k": (
+        "import pass_at_k as p\ns = [dict(problem_index=i, problem_id=i, correct=c, reward=float(c), "
+        "format_failure=False, length=3, finish_reason='stop') for i, c in ((0, 1), (0, 0), (1, 0), (1, 0))]\n"
+        "r = p.summarize(s, [1, 2])\nprint(round(p.pass_at_k(5, 2, 2), 12), r['avg_at_k'], r['pass_at_k'])",
+        "0.7 0.25 {'1': 0.25, '2': 0.5}",
+    ),
     "results_table": (
         "import results_table\nb = dict(problems=2, k=4, avg_at_k=0.5, pass_at_k={'1': 0.5, '4': 1.0}, "
         "mean_reward=0.5, format_failure_rate=0.0, mean_length=9.0, truncated_rate=0.0)\n"
