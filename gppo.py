@@ -27,7 +27,6 @@ os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
 import dataclasses
 import functools
 import math
-import random
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -45,6 +44,7 @@ from model import check_checkpoint, from_pretrained, hf_name, logits_fp32, on_me
 from parts import hf_checkpoint, math_checker, tracking, trainer
 from parts.hf_checkpoint import EXPORT_DTYPES, Export
 from parts.cli import parse_config
+from parts.rl_report import NO_UPDATE_WARNING_STEPS, log_samples, no_update_warning, step_line
 from parts.trainer import Checkpointer, GracefulStop, InputError, MetricsLog, TrainingStopped
 from parts.trainer import agree_on_inputs, balance_ranks, check_run, copy_weights, cores_per_rank
 from parts.trainer import global_max, global_sums, init_distributed, lockstep, on_for_device, print0
@@ -264,7 +264,8 @@ def rl_step(run: Run, step: int, prompt_cursor: int) -> tuple:
         kept += [g for g in new if g.keep]
         if global_sums(dict(kept=len(kept)), run.device)["kept"] >= cfg.prompts_per_step:
             break
-    log_samples(run, step + 1, sampled)
+    if run.samples_log is not None and run.rank == 0:  # --log_samples of them
+        log_samples(run.samples_log, sampled, step + 1, cfg, run.tokenizer)
     # training gets the engine's memory; step 7 gives its weights back, generate() its KV pool
     if run.free_engine:
         run.engine.cache.release()
@@ -367,35 +368,6 @@ class Group:
     advantages: torch.Tensor  # (group_size,)
     keep: bool               # False: all rewards equal, no signal (dropped when filter_zero_adv)
     # fmt: on
-
-
-def log_samples(run: Run, step: int, groups: list):
-    """cfg.log_samples of the step's responses on rank 0 (all rounds), drawn at random (seeded by
-    the step, so a resumed run draws the same), to samples.jsonl: what the policy writes, with its
-    reward and advantage."""
-    if run.samples_log is None or run.rank != 0:
-        return
-    responses = [(g, j) for g in groups for j in range(len(g.samples))]
-    drawn = random.Random(run.cfg.seed * 1_000_003 + step).sample(
-        responses, min(run.cfg.log_samples, len(responses))
-    )
-    for g, j in sorted(drawn, key=lambda pair: (pair[0].position, pair[1])):
-        s = g.samples[j]
-        run.samples_log.write(
-            dict(
-                step=step,
-                prompt_position=g.position,
-                sample=j,
-                reward=g.rewards[j],
-                advantage=float(g.advantages[j]),
-                correct=bool(g.correct[j]),
-                group_kept=g.keep,
-                finish_reason=s.finish_reason,
-                response_tokens=len(s.token_ids),
-                prompt=run.tokenizer.decode(g.task["prompt_ids"], skip_special_tokens=False),
-                response=run.tokenizer.decode(s.token_ids, skip_special_tokens=False),
-            )
-        )
 
 
 # ---------------------------------------------------------------------- 4. the survivors, re-packed
@@ -655,27 +627,6 @@ def step_metrics(
     return record, totals
 
 
-def print_step(record: dict, cfg, eta_s: float):
-    if record["updates"]:
-        trained = (
-            "loss {loss:.4f} ent {entropy:.3f} (clipped {entropy_clipped:.3f}) "
-            "clip_hi {clip_frac_high:.3f} clip_lo {clip_frac_low:.3f} kl {approx_kl:.2e} "
-            "gnorm {grad_norm:.2f} "
-        ).format(**record)
-    else:
-        trained = "no update this step (every group's rewards are equal) "
-    train_s = record["time_old_logprobs"] + record["time_train"]
-    print0(
-        f"step {record['step']}/{cfg.steps} reward {record['reward']:.3f} "
-        f"acc {record['accuracy']:.3f} "
-        f"kept {record['groups_trained']}/{record['prompts_sampled']} "
-        f"({record['gen_rounds']} round(s)) len {record['response_len_mean']:.0f} {trained}"
-        f"| gen+rew {record['time_generate_and_reward']:.1f}s train {train_s:.1f}s "
-        f"sync {record['time_sync']:.1f}s ({record['rollout_tok_s']:.0f} tok/s) "
-        f"eta {eta_s / 60:.1f}min"
-    )
-
-
 def evaluate(run: Run, problems: list, step: int) -> dict:
     """Held-out accuracy after `step` steps, by eval.py with the engine (the problems shared out
     among the ranks): greedy (eval_accuracy) and, with eval_k samples each at the RL temperature,
@@ -763,7 +714,7 @@ def main(cfg: GPPOConfig, reward_fn=None):
                 record, prompt_cursor = rl_step(run, step, prompt_cursor)
                 step += 1
                 eta_s = (time.time() - t_run) / (step - start_step) * (cfg.steps - step)
-                print_step(record, cfg, eta_s)
+                print0(step_line(record, cfg.steps, eta_s))
                 streak = 0 if record["updates"] else streak + 1
                 idle_steps += not record["updates"]
                 if streak == NO_UPDATE_WARNING_STEPS:
@@ -794,29 +745,6 @@ def main(cfg: GPPOConfig, reward_fn=None):
             "(every group's rewards were equal)"
         )
     print0(f"done: {step} steps, {idle}; Hugging Face export in {cfg.out_dir}/hf")
-
-
-# steps in a row without an update before the run says why and what to do
-NO_UPDATE_WARNING_STEPS = 3
-
-
-def no_update_warning(record: dict, streak: int, cfg: GPPOConfig) -> str:
-    """Why `streak` steps in a row updated nothing, and what to change: every group's rewards were
-    equal, so every advantage was 0 (GRPO compares a prompt's samples with each other) and the
-    filter dropped every group."""
-    accuracy = record["accuracy"]
-    if accuracy == 0:
-        cause = "The policy never solves these prompts: train the SFT model longer, or give easier prompts"
-    elif accuracy == 1:
-        cause = "The policy always solves these prompts: give harder prompts"
-    else:
-        cause = "Each prompt is solved by all of its samples or by none: give prompts of middling difficulty"
-    return (
-        f"warning: {streak} steps in a row without an update: every group's {cfg.group_size} rewards were equal "
-        f"(on-policy accuracy {accuracy:.3f}), so no advantage was nonzero. {cause}; a larger "
-        f"--group_size (now {cfg.group_size}) or --max_gen_rounds=3 (more prompts sampled until groups survive; "
-        f"now {cfg.max_gen_rounds}) finds more groups that differ."
-    )
 
 
 def build_run(cfg: GPPOConfig, reward_fn, rank: int, world: int, device) -> tuple:

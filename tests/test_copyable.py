@@ -102,6 +102,16 @@ CHECKS = {
         "print([line.split()[-1] for line in t.splitlines() if 'pass@4' in line])",
         "['100.00']",
     ),
+    # the warning's cause follows the accuracy; two of 2 groups x 2 responses drawn, in stream order
+    "rl_report": (
+        "import rl_report as r\nfrom types import SimpleNamespace as N\nc = N(group_size=8, max_gen_rounds=1, "
+        "log_samples=2, seed=0)\nprint('always solves' in r.no_update_warning({'accuracy': 1.0}, 3, c))\n"
+        "s = N(token_ids=[5], finish_reason='stop')\ngs = [N(position=p, task={'prompt_ids': [1]}, samples=[s, s], "
+        "rewards=[0.0, 1.0], advantages=[-1.0, 1.0], correct=[False, True], keep=True) for p in (7, 3)]\n"
+        "out = []\nr.log_samples(N(write=out.append), gs, 1, c, N(decode=lambda ids, **k: str(ids)))\n"
+        "print(len(out), sorted(out, key=lambda o: (o['prompt_position'], o['sample'])) == out)",
+        "True\n2 True",
+    ),
     # greedy: the argmax, logprob log_softmax([0, 1, 2])[2] = 2 - log(1 + e + e^2);
     # top-k 1: the top token, logprob 0
     "sampling": (

@@ -21,7 +21,7 @@ import data  # noqa: E402
 import gppo  # noqa: E402
 import gppo_loss  # noqa: E402
 import reward  # noqa: E402
-from parts import trainer  # noqa: E402
+from parts import rl_report, trainer  # noqa: E402
 from tools import filter_code  # noqa: E402
 from parts.cli import parse_config  # noqa: E402
 from model import from_pretrained  # noqa: E402
@@ -239,7 +239,7 @@ def test_all_equal_groups_skip_the_step(tiny_checkpoint, tmp_path):
     """Every response right: every group dropped, no step updates the policy; after
     NO_UPDATE_WARNING_STEPS such steps in a row one warning names the cause (always right) and the
     fixes, and the last line counts the idle steps."""
-    steps = gppo.NO_UPDATE_WARNING_STEPS
+    steps = rl_report.NO_UPDATE_WARNING_STEPS
     metrics, out = run(tmp_path / "const", tiny_checkpoint, f"--steps={steps}", task="constant")
     assert "no update this step" in out
     warnings = [line for line in out.splitlines() if line.startswith("warning:")]
@@ -260,7 +260,9 @@ def test_no_update_warning_names_the_cause():
     """The cause follows the on-policy accuracy of the step: never right, always right, or prompts
     all-or-nothing."""
     # noqa: E731
-    said = lambda accuracy: gppo.no_update_warning(dict(accuracy=accuracy), 3, gppo.GPPOConfig())
+    said = lambda accuracy: rl_report.no_update_warning(
+        dict(accuracy=accuracy), 3, gppo.GPPOConfig()
+    )
     assert "never solves these prompts: train the SFT model longer" in said(0.0)
     assert "always solves these prompts: give harder prompts" in said(1.0)
     assert "all of its samples or by none" in said(0.5)
@@ -310,7 +312,7 @@ def test_real_prompts_without_eval_data_evaluate_nothing_and_samples_are_logged(
 
 
 def test_log_samples_draws_a_fixed_number_per_step_the_same_on_resume(toy_files):
-    """log_samples: min(log_samples, responses) records per step, in stream order, drawn by a
+    """rl_report.log_samples: min(log_samples, responses) records per step, in stream order, drawn by a
     generator seeded by the step (a resumed run draws the same ones); another step draws others."""
     from types import SimpleNamespace
 
@@ -330,13 +332,8 @@ def test_log_samples_draws_a_fixed_number_per_step_the_same_on_resume(toy_files)
 
     def drawn(step, n):
         written = []
-        run = SimpleNamespace(
-            cfg=gppo.GPPOConfig(log_samples=n),
-            rank=0,
-            tokenizer=tok,
-            samples_log=SimpleNamespace(write=written.append),
-        )
-        gppo.log_samples(run, step, groups)
+        log = SimpleNamespace(write=written.append)
+        rl_report.log_samples(log, groups, step, gppo.GPPOConfig(log_samples=n), tok)
         return [(w["prompt_position"], w["sample"]) for w in written]
 
     assert (
