@@ -45,6 +45,7 @@ from parts import hf_checkpoint, math_checker, tracking, trainer
 from parts.hf_checkpoint import EXPORT_DTYPES, Export
 from parts.cli import parse_config
 from parts.rl_report import NO_UPDATE_WARNING_STEPS, log_samples, no_update_warning, step_line
+from parts.rl_rows import TrainSeq, hidden_at_targets, row_tensors
 from parts.trainer import Checkpointer, GracefulStop, InputError, MetricsLog, TrainingStopped
 from parts.trainer import agree_on_inputs, balance_ranks, check_run, copy_weights, cores_per_rank
 from parts.trainer import global_max, global_sums, init_distributed, lockstep, on_for_device, print0
@@ -385,25 +386,6 @@ def mini_batches_of(kept: list, cfg, world: int) -> list:
     return [[mine[p] for p in used[i : i + size] if p in mine] for i in range(0, len(used), size)]
 
 
-@dataclass
-class TrainSeq:
-    """One sampled response as a training sequence."""
-
-    # fmt: off
-    ids: list                # prompt + response token ids
-    prompt_len: int
-    group: int               # its prompt's stream position: responses of one group share the prompt in a row
-    advantage: float         # its group advantage, the same for each of its tokens
-    correct: bool            # fully correct: its tokens are the SFT term's
-    engine_logprobs: list    # per response token, the sampler's logprob
-    old_logprobs: list       # per response token, the trainer's (recomputed in step 5; the engine's until then)
-    # fmt: on
-
-    @property
-    def response_len(self) -> int:
-        return len(self.ids) - self.prompt_len
-
-
 def training_sequences(groups: list, cfg) -> list:
     """Every kept response of these groups as a TrainSeq (empty ones, and with mask_truncated cut
     ones, left out)."""
@@ -423,57 +405,6 @@ def training_sequences(groups: list, cfg) -> list:
     ]
 
 
-def row_tensors(row, device, share_prompts: bool = False) -> dict:
-    """One row of data.pack_in_order as tensors: its layout (data.shared_prompt_layout: input_ids,
-    position_ids, document_ids (1, T), kept on the CPU, prefix_docs; per response token
-    logit_positions and targets), then per response token its old logprob, advantage and SFT flag;
-    num_tokens (host). None: a dummy row of 2 tokens that adds nothing (lockstep's)."""
-    if row is None:
-        zeros = torch.zeros((1, 2), dtype=torch.long, device=device)
-        one = torch.zeros(1, device=device)
-        return dict(
-            input_ids=zeros,
-            position_ids=zeros,
-            document_ids=zeros.cpu(),
-            prefix_docs=None,
-            logit_positions=one.long(),
-            targets=one.long(),
-            old=one,
-            adv=one,
-            sft=one,
-            num_tokens=0,
-        )
-    layout = data.shared_prompt_layout(row, share_prompts)
-
-    def tensor(values):
-        return torch.tensor(values, device=device)
-
-    return dict(
-        input_ids=tensor([layout["input_ids"]]),
-        position_ids=tensor([layout["position_ids"]]),
-        document_ids=torch.tensor([layout["document_ids"]]),
-        prefix_docs=[layout["prefix_docs"]],
-        logit_positions=tensor(layout["logit_positions"]),
-        targets=tensor(layout["targets"]),
-        old=tensor([v for s in row for v in s.old_logprobs]),
-        adv=tensor([s.advantage for s in row for _ in range(s.response_len)]),
-        sft=tensor([float(s.correct) for s in row for _ in range(s.response_len)]),
-        num_tokens=len(layout["targets"]),
-    )
-
-
-def hidden_at_targets(policy, tensors: dict):
-    """The final hidden state before each response token of a row (row_tensors): (N, D)."""
-    hidden = policy(
-        tensors["input_ids"],
-        position_ids=tensors["position_ids"],
-        document_ids=tensors["document_ids"],
-        prefix_docs=tensors["prefix_docs"],
-        return_hidden=True,
-    )
-    return hidden[0, tensors["logit_positions"]]
-
-
 # ------------------------------------------------------------------ 5. old logprobs, by the trainer
 
 
@@ -485,7 +416,8 @@ def recompute_old_logprobs(run: Run, seqs: list) -> dict:
     cfg = run.cfg
     rows = data.pack_in_order(seqs, cfg.train_row_tokens, cfg.share_prompts)
     for row in lockstep(rows, run.device):
-        tensors = row_tensors(row, run.device, cfg.share_prompts)
+        layout = data.shared_prompt_layout(row, cfg.share_prompts) if row else None
+        tensors = row_tensors(row, layout, run.device)
         logprobs = row_logprobs(run.policy, tensors, cfg.temperature)
         start = 0
         for seq in row or []:
@@ -533,7 +465,8 @@ def train_mini_batch(run: Run, seqs: list):
         return None
     sums = dict.fromkeys(("loss", "weight") + METRICS, 0.0)
     for row in lockstep(data.pack_in_order(seqs, cfg.train_row_tokens, cfg.share_prompts), device):
-        tensors = row_tensors(row, device, cfg.share_prompts)
+        layout = data.shared_prompt_layout(row, cfg.share_prompts) if row else None
+        tensors = row_tensors(row, layout, device)
         mask = torch.full_like(tensors["adv"], row is not None, dtype=torch.bool)  # dummy: zero
         hidden = hidden_at_targets(run.policy, tensors)
         loss, metrics = rl_loss_from_hidden(

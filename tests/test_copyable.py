@@ -112,6 +112,16 @@ CHECKS = {
         "print(len(out), sorted(out, key=lambda o: (o['prompt_position'], o['sample'])) == out)",
         "True\n2 True",
     ),
+    # a row of one response (2 prompt + 2 response tokens); a policy whose hidden state is the token id: the
+    # states at the logit positions 1, 2 are those of tokens 2, 3; the dummy row adds no token
+    "rl_rows": (
+        "import torch, rl_rows as r\ns = r.TrainSeq([1, 2, 3, 4], 2, 0, 0.5, True, [0.0, 0.0], [-0.1, -0.2])\n"
+        "layout = dict(input_ids=[1, 2, 3, 4], position_ids=[0, 1, 2, 3], document_ids=[0] * 4, "
+        "prefix_docs=[-1], logit_positions=[1, 2], targets=[3, 4])\nt = r.row_tensors([s], layout, 'cpu')\n"
+        "policy = lambda ids, **k: ids[..., None].float()\nprint(t['adv'].tolist(), t['sft'].tolist(), "
+        "t['num_tokens'], r.hidden_at_targets(policy, t)[:, 0].tolist(), r.row_tensors(None, None, 'cpu')['num_tokens'])",
+        "[0.5, 0.5] [1.0, 1.0] 2 [2.0, 3.0] 0",
+    ),
     # greedy: the argmax, logprob log_softmax([0, 1, 2])[2] = 2 - log(1 + e + e^2);
     # top-k 1: the top token, logprob 0
     "sampling": (

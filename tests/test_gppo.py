@@ -22,6 +22,7 @@ import gppo  # noqa: E402
 import gppo_loss  # noqa: E402
 import reward  # noqa: E402
 from parts import rl_report, trainer  # noqa: E402
+from parts.rl_rows import TrainSeq, row_tensors  # noqa: E402
 from tools import filter_code  # noqa: E402
 from parts.cli import parse_config  # noqa: E402
 from model import from_pretrained  # noqa: E402
@@ -364,7 +365,7 @@ def test_group_advantages_by_hand():
 
 
 def seq(ids, prompt_len, old, advantage, correct=False, group=0):
-    return gppo.TrainSeq(
+    return TrainSeq(
         ids,
         prompt_len,
         group,
@@ -383,7 +384,7 @@ def test_packing_and_logit_positions():
     ]
     rows = data.pack_in_order(seqs, row_tokens=8)
     assert [len(r) for r in rows] == [2, 1]
-    t = gppo.row_tensors(rows[0], torch.device("cpu"))
+    t = row_tensors(rows[0], data.shared_prompt_layout(rows[0]), torch.device("cpu"))
     assert t["position_ids"].tolist() == [[0, 1, 2, 3, 4, 0, 1, 2]]
     assert t["document_ids"].tolist() == [[0, 0, 0, 0, 0, 1, 1, 1]]
     assert t["logit_positions"].tolist() == [2, 3, 5, 6] and t["targets"].tolist() == [4, 5, 7, 8]
@@ -407,7 +408,8 @@ def test_shared_prompt_packing_by_hand():
     assert [len(r) for r in data.pack_in_order(seqs, row_tokens=9, share_prompts=True)] == [3]
     # 5 + 4, 3
     assert [len(r) for r in data.pack_in_order(seqs, row_tokens=9)] == [2, 1]
-    t = gppo.row_tensors(seqs, torch.device("cpu"), share_prompts=True)
+    layout = data.shared_prompt_layout(seqs, share_prompts=True)
+    t = row_tensors(seqs, layout, torch.device("cpu"))
     assert t["input_ids"].tolist() == [[1, 2, 3, 4, 5, 6, 9, 8, 7]]
     assert t["position_ids"].tolist() == [[0, 1, 2, 3, 4, 3, 0, 1, 2]]
     assert t["document_ids"].tolist() == [[0, 0, 0, 1, 1, 2, 3, 3, 4]] and t["prefix_docs"] == [
@@ -418,7 +420,7 @@ def test_shared_prompt_packing_by_hand():
     assert t["logit_positions"].tolist() == [2, 3, 2, 7] and t["targets"].tolist() == [4, 5, 6, 7]
     assert t["adv"].tolist() == [1.0, 1.0, -1.0, 0.5]
     # what a rank without rows runs to keep FSDP in lockstep
-    dummy = gppo.row_tensors(None, torch.device("cpu"))
+    dummy = row_tensors(None, None, torch.device("cpu"))
     assert dummy["num_tokens"] == 0 and dummy["input_ids"].shape == (1, 2)
 
 
@@ -445,7 +447,9 @@ def test_shared_prompts_give_the_logprobs_of_separate_sequences():
                 lp
                 for row in data.pack_in_order(seqs, 64, share)
                 for lp in gppo.row_logprobs(
-                    model, gppo.row_tensors(row, torch.device("cpu"), share), 1.0
+                    model,
+                    row_tensors(row, data.shared_prompt_layout(row, share), torch.device("cpu")),
+                    1.0,
                 )
             ],
             dtype=torch.float64,
@@ -546,7 +550,7 @@ def _balance_worker(rank, store_path, results):
     dist.init_process_group("gloo", init_method=f"file://{store_path}", rank=rank, world_size=2)
     try:
         # noqa
-        seq = lambda n, tag: gppo.TrainSeq(
+        seq = lambda n, tag: TrainSeq(
             [tag] * n, 1, tag, 0.0, False, [0.0] * (n - 1), [0.0] * (n - 1)
         )
         mine = (
