@@ -698,6 +698,34 @@ def test_the_client_runs_alone_without_torch(server, tmp_path):
     assert proc.stdout.strip() == qwen3_content("What is 1 + 1?", 4).strip()
 
 
+def test_another_writer_or_other_settings_in_out_dir_are_refused_naming_why(tmp_path):
+    """A second run into an out_dir another process holds (its .lock file flocked), or with other
+    sampling settings than the samples there, stops with one line (an InputError) saying which; the
+    same settings run again."""
+    import fcntl
+
+    row = dict(
+        uuid="q",
+        problem="What is 1 + 1?",
+        generations=["<think>a</think>\\boxed{2}", "<think>b</think>\\boxed{3}"],
+        correctness_math_verify=[True, False],
+        answer="2",
+    )
+    (tmp_path / "rows.jsonl").write_text(json.dumps(row) + "\n")
+    cfg = dict(responses=str(tmp_path / "rows.jsonl"), out_dir=str(tmp_path / "out"), progress_s=0)
+    distill.main(distill.DistillConfig(**cfg))
+    with pytest.raises(InputError, match=r"other sampling settings \(temperature, top_p differ\)"):
+        distill.main(distill.DistillConfig(**cfg, temperature=0.7, top_p=0.9))
+    held = open(os.path.join(cfg["out_dir"], ".lock"), "w")
+    fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    try:
+        with pytest.raises(InputError, match="another distill.py is writing to"):
+            distill.main(distill.DistillConfig(**cfg))
+    finally:
+        held.close()
+    assert distill.main(distill.DistillConfig(**cfg))["sft_rows"] == 1  # easy: the right one
+
+
 def test_bad_input_is_one_line(tmp_path):
     proc = subprocess.run(
         [
