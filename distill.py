@@ -18,16 +18,12 @@ docs/distillation.md: every option, the outputs.
       --benchmarks=$T/test/countdown_3.jsonl,$T/test/countdown_4.jsonl      # the toy, as bash train.sh runs it
 """
 
-from __future__ import annotations  # Journal, the resumable store, is defined at the end
-
 import hashlib
 import json
 import os
 import random
-import re
 import threading
 import time
-import unicodedata
 from collections import Counter
 from dataclasses import dataclass
 from fractions import Fraction
@@ -35,9 +31,11 @@ from fractions import Fraction
 import data
 import reward
 from parts.chat_client import ChatRequest, ClientConfig, ServerRefused, assistant_turn, sample_chat
+from parts.decontamination import Decontaminator, PromptFilter
+from parts.journal import Journal, changed_settings, lock_folder
 
 # ============================================================================= 1. prompts:
-# duplicates, decontamination
+# duplicates, decontamination (parts/decontamination.py: n-gram overlap with the benchmarks)
 
 
 def read_benchmarks(paths: list) -> list:
@@ -52,88 +50,6 @@ def read_benchmarks(paths: list) -> list:
         name = os.path.basename(path)
         items += [(name, p["id"], prompt_text(p["prompt"])) for p in problems]
     return items
-
-
-class Decontaminator:
-    """Which benchmark items a prompt overlaps: they share a run of n words (n-grams as open-r1's
-    decontaminate.py builds them, on words normalised as words() does). An item shorter than n words
-    matches when all its words appear in a row in the prompt (otherwise a short item could never
-    match)."""
-
-    def __init__(self, items: list, n: int = 8):
-        """items: [(benchmark name, item id, text)]."""
-        self.n = n
-        self.ngrams = {}
-        self.short = {}
-        for bench, item, text in items:
-            w = words(text)
-            if len(w) < n:
-                self.short.setdefault(len(w), {}).setdefault(tuple(w), set()).add((bench, item))
-            for i in range(len(w) - n + 1):
-                self.ngrams.setdefault(" ".join(w[i : i + n]), set()).add((bench, item))
-
-    def matches(self, text: str, text_words: list | None = None) -> set:
-        """The (benchmark, item) pairs `text` overlaps (text_words: its words(), if already
-        computed)."""
-        text_words = text_words if text_words is not None else words(text)
-        hits = set()
-        for i in range(len(text_words) - self.n + 1):
-            found = self.ngrams.get(" ".join(text_words[i : i + self.n]))
-            if found:
-                hits |= found
-        for length, table in self.short.items():  # items shorter than n words, matched whole
-            for i in range(len(text_words) - length + 1) if length else ():
-                found = table.get(tuple(text_words[i : i + length]))
-                if found:
-                    hits |= found
-        return hits
-
-
-class PromptFilter:
-    """Keeps a prompt unless its normalised text was seen before (an exact duplicate) or it overlaps
-    a benchmark item; counts both per source and remembers which benchmark items matched which
-    prompts."""
-
-    def __init__(self, decontaminator: Decontaminator | None):
-        self.decontaminator = decontaminator
-        self.seen = set()
-        self.hits = {}
-        self.counts = {}
-
-    def keep(self, source: str, key: str, text: str) -> bool:
-        counts = self.counts.setdefault(source, Counter(read=0))
-        counts["read"] += 1
-        w = words(text)
-        digest = hashlib.blake2b(" ".join(w).encode(), digest_size=16).digest()
-        if digest in self.seen:
-            counts["duplicates"] += 1
-            return False
-        self.seen.add(digest)
-        matched = self.decontaminator.matches(text, w) if self.decontaminator else set()
-        for item in matched:
-            self.hits.setdefault(item, []).append(key)
-        if matched:
-            counts["contaminated"] += 1
-            return False
-        counts["kept"] += 1
-        return True
-
-    def report(self) -> dict:
-        hits = [
-            dict(benchmark=b, item=i, prompts=len(keys), examples=keys[:5])
-            for (b, i), keys in sorted(self.hits.items(), key=lambda kv: (kv[0][0], str(kv[0][1])))
-        ]
-        return dict(
-            sources={s: dict(c) for s, c in self.counts.items()},
-            benchmark_items_matched=len(hits),
-            hits=hits,
-        )
-
-
-def words(text: str) -> list:
-    """The words of a text after normalisation: NFKC, lower case, runs of letters and digits (so
-    punctuation, spacing and line breaks do not matter)."""
-    return re.findall(r"\w+", unicodedata.normalize("NFKC", text).lower())
 
 
 def prompt_text(prompt) -> str:
@@ -700,10 +616,21 @@ def keep_responses(
 def main(cfg: DistillConfig) -> dict:
     t0 = time.monotonic()
     os.makedirs(cfg.out_dir, exist_ok=True)
-    lock = _lock(cfg.out_dir)
+    try:  # two runs appending to one journal would write a sample twice
+        lock = lock_folder(cfg.out_dir)
+    except BlockingIOError:
+        _bad_input(
+            f"another distill.py is writing to {cfg.out_dir}; wait for it or use another --out_dir"
+        )
     journals = []
     try:
-        _check_same_run(os.path.join(cfg.out_dir, "run.json"), teacher_info(cfg))
+        # samples already there must come from the same teacher and sampling, or the rule would mix them
+        changed = changed_settings(os.path.join(cfg.out_dir, "run.json"), teacher_info(cfg))
+        if changed:
+            _bad_input(
+                f"{cfg.out_dir} holds samples of another teacher or other sampling settings "
+                f"({', '.join(changed)} differ); use another --out_dir"
+            )
         try:
             items = read_benchmarks(_files(cfg.benchmarks))
             prompt_filter = PromptFilter(Decontaminator(items, cfg.ngram) if items else None)
@@ -772,47 +699,6 @@ def main(cfg: DistillConfig) -> dict:
         for journal in journals:
             journal.close()
         lock.close()
-
-
-def _lock(out_dir: str):
-    """Hold out_dir for this process: two runs appending to one journal would write a sample
-    twice."""
-    import fcntl
-
-    handle = open(os.path.join(out_dir, ".lock"), "w")
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        _bad_input(
-            f"another distill.py is writing to {out_dir}; wait for it or use another --out_dir"
-        )
-    return handle
-
-
-def _check_same_run(path: str, info: dict) -> None:
-    """Samples already in out_dir must come from the same teacher and sampling settings, or the rule
-    would mix them."""
-    if os.path.exists(path):
-        with open(path) as f:
-            before = json.load(f)
-        if before != info:
-            changed = [
-                k
-                for k in set(before["teacher"]) | set(info["teacher"])
-                if before["teacher"].get(k) != info["teacher"].get(k)
-            ]
-            changed += [
-                k
-                for k in set(before["sampling"]) | set(info["sampling"])
-                if before["sampling"].get(k) != info["sampling"].get(k)
-            ]
-            _bad_input(
-                f"{os.path.dirname(path)} holds samples of another teacher or other sampling settings "
-                f"({', '.join(sorted(changed))} differ); use another --out_dir"
-            )
-    else:
-        with open(path, "w") as f:
-            json.dump(info, f, indent=2)
 
 
 def sample_missing(cfg: DistillConfig, prompts: list, samples: Journal) -> dict:
@@ -922,79 +808,6 @@ def _bad_input(message: str):
     from parts.trainer import InputError  # here, not at the top: distill.py itself needs no torch
 
     raise InputError(message)
-
-
-# ============================================================================= 7. the journal
-# (samples and verdicts, appended as they arrive)
-
-
-class Journal:
-    """An append-only JSON-lines file holding one record per key (prompt id, sample index), for work
-    that must survive a kill. Each record is written whole, by one write(), as soon as it exists.
-    Reopening the file drops a last line that has no newline (a kill tore it; that sample is asked
-    for again) and indexes the rest, so a rerun knows what is done; append() refuses a key already
-    there. Records are read back by offset: only the index stays in memory."""
-
-    def __init__(self, path: str):
-        self.path = path
-        self.index = {}
-        self.lock = threading.Lock()
-        self.torn = 0
-        size = 0
-        if os.path.exists(path):
-            with open(path, "rb") as f:
-                for n, line in enumerate(f, 1):
-                    if not line.endswith(b"\n"):
-                        self.torn = len(line)
-                        break
-                    try:
-                        record = json.loads(line)
-                        key = (record["id"], record["sample"])
-                    except (ValueError, KeyError, TypeError) as e:
-                        raise ValueError(
-                            f"{path}:{n}: not a record written by distill.py ({e}); move the file "
-                            "away or use another --out_dir"
-                        ) from None
-                    if key in self.index:
-                        raise ValueError(
-                            f"{path}:{n}: record {key} is there twice; this file was not written by "
-                            "distill.py alone"
-                        )
-                    self.index[key] = (size, len(line))
-                    size += len(line)
-            if self.torn:
-                os.truncate(path, size)
-        self.size = size
-        self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        self.read_fd = os.open(path, os.O_RDONLY)
-
-    def __contains__(self, key) -> bool:
-        return key in self.index
-
-    def __len__(self) -> int:
-        return len(self.index)
-
-    def append(self, record: dict) -> bool:
-        """Write one record (it must have "id" and "sample"); False if its key is already there."""
-        line = (json.dumps(record, ensure_ascii=False) + "\n").encode()
-        key = (record["id"], record["sample"])
-        with self.lock:
-            if key in self.index:
-                return False
-            view = memoryview(line)
-            while view:
-                view = view[os.write(self.fd, view) :]
-            self.index[key] = (self.size, len(line))
-            self.size += len(line)
-        return True
-
-    def read(self, key) -> dict:
-        offset, length = self.index[key]
-        return json.loads(os.pread(self.read_fd, length, offset))
-
-    def close(self):
-        os.close(self.fd)
-        os.close(self.read_fd)
 
 
 if __name__ == "__main__":

@@ -27,7 +27,6 @@ os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
 import dataclasses
 import functools
 import math
-import random
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -45,6 +44,8 @@ from model import check_checkpoint, from_pretrained, hf_name, logits_fp32, on_me
 from parts import hf_checkpoint, math_checker, tracking, trainer
 from parts.hf_checkpoint import EXPORT_DTYPES, Export
 from parts.cli import parse_config
+from parts.rl_report import NO_UPDATE_WARNING_STEPS, log_samples, no_update_warning, step_line
+from parts.rl_rows import TrainSeq, hidden_at_targets, row_tensors
 from parts.trainer import Checkpointer, GracefulStop, InputError, MetricsLog, TrainingStopped
 from parts.trainer import agree_on_inputs, balance_ranks, check_run, copy_weights, cores_per_rank
 from parts.trainer import global_max, global_sums, init_distributed, lockstep, on_for_device, print0
@@ -264,7 +265,8 @@ def rl_step(run: Run, step: int, prompt_cursor: int) -> tuple:
         kept += [g for g in new if g.keep]
         if global_sums(dict(kept=len(kept)), run.device)["kept"] >= cfg.prompts_per_step:
             break
-    log_samples(run, step + 1, sampled)
+    if run.samples_log is not None and run.rank == 0:  # --log_samples of them
+        log_samples(run.samples_log, sampled, step + 1, cfg, run.tokenizer)
     # training gets the engine's memory; step 7 gives its weights back, generate() its KV pool
     if run.free_engine:
         run.engine.cache.release()
@@ -369,35 +371,6 @@ class Group:
     # fmt: on
 
 
-def log_samples(run: Run, step: int, groups: list):
-    """cfg.log_samples of the step's responses on rank 0 (all rounds), drawn at random (seeded by
-    the step, so a resumed run draws the same), to samples.jsonl: what the policy writes, with its
-    reward and advantage."""
-    if run.samples_log is None or run.rank != 0:
-        return
-    responses = [(g, j) for g in groups for j in range(len(g.samples))]
-    drawn = random.Random(run.cfg.seed * 1_000_003 + step).sample(
-        responses, min(run.cfg.log_samples, len(responses))
-    )
-    for g, j in sorted(drawn, key=lambda pair: (pair[0].position, pair[1])):
-        s = g.samples[j]
-        run.samples_log.write(
-            dict(
-                step=step,
-                prompt_position=g.position,
-                sample=j,
-                reward=g.rewards[j],
-                advantage=float(g.advantages[j]),
-                correct=bool(g.correct[j]),
-                group_kept=g.keep,
-                finish_reason=s.finish_reason,
-                response_tokens=len(s.token_ids),
-                prompt=run.tokenizer.decode(g.task["prompt_ids"], skip_special_tokens=False),
-                response=run.tokenizer.decode(s.token_ids, skip_special_tokens=False),
-            )
-        )
-
-
 # ---------------------------------------------------------------------- 4. the survivors, re-packed
 
 
@@ -411,25 +384,6 @@ def mini_batches_of(kept: list, cfg, world: int) -> list:
     mine = {g.position: g for g in kept}
     size = cfg.mini_batch_prompts
     return [[mine[p] for p in used[i : i + size] if p in mine] for i in range(0, len(used), size)]
-
-
-@dataclass
-class TrainSeq:
-    """One sampled response as a training sequence."""
-
-    # fmt: off
-    ids: list                # prompt + response token ids
-    prompt_len: int
-    group: int               # its prompt's stream position: responses of one group share the prompt in a row
-    advantage: float         # its group advantage, the same for each of its tokens
-    correct: bool            # fully correct: its tokens are the SFT term's
-    engine_logprobs: list    # per response token, the sampler's logprob
-    old_logprobs: list       # per response token, the trainer's (recomputed in step 5; the engine's until then)
-    # fmt: on
-
-    @property
-    def response_len(self) -> int:
-        return len(self.ids) - self.prompt_len
 
 
 def training_sequences(groups: list, cfg) -> list:
@@ -451,57 +405,6 @@ def training_sequences(groups: list, cfg) -> list:
     ]
 
 
-def row_tensors(row, device, share_prompts: bool = False) -> dict:
-    """One row of data.pack_in_order as tensors: its layout (data.shared_prompt_layout: input_ids,
-    position_ids, document_ids (1, T), kept on the CPU, prefix_docs; per response token
-    logit_positions and targets), then per response token its old logprob, advantage and SFT flag;
-    num_tokens (host). None: a dummy row of 2 tokens that adds nothing (lockstep's)."""
-    if row is None:
-        zeros = torch.zeros((1, 2), dtype=torch.long, device=device)
-        one = torch.zeros(1, device=device)
-        return dict(
-            input_ids=zeros,
-            position_ids=zeros,
-            document_ids=zeros.cpu(),
-            prefix_docs=None,
-            logit_positions=one.long(),
-            targets=one.long(),
-            old=one,
-            adv=one,
-            sft=one,
-            num_tokens=0,
-        )
-    layout = data.shared_prompt_layout(row, share_prompts)
-
-    def tensor(values):
-        return torch.tensor(values, device=device)
-
-    return dict(
-        input_ids=tensor([layout["input_ids"]]),
-        position_ids=tensor([layout["position_ids"]]),
-        document_ids=torch.tensor([layout["document_ids"]]),
-        prefix_docs=[layout["prefix_docs"]],
-        logit_positions=tensor(layout["logit_positions"]),
-        targets=tensor(layout["targets"]),
-        old=tensor([v for s in row for v in s.old_logprobs]),
-        adv=tensor([s.advantage for s in row for _ in range(s.response_len)]),
-        sft=tensor([float(s.correct) for s in row for _ in range(s.response_len)]),
-        num_tokens=len(layout["targets"]),
-    )
-
-
-def hidden_at_targets(policy, tensors: dict):
-    """The final hidden state before each response token of a row (row_tensors): (N, D)."""
-    hidden = policy(
-        tensors["input_ids"],
-        position_ids=tensors["position_ids"],
-        document_ids=tensors["document_ids"],
-        prefix_docs=tensors["prefix_docs"],
-        return_hidden=True,
-    )
-    return hidden[0, tensors["logit_positions"]]
-
-
 # ------------------------------------------------------------------ 5. old logprobs, by the trainer
 
 
@@ -513,7 +416,8 @@ def recompute_old_logprobs(run: Run, seqs: list) -> dict:
     cfg = run.cfg
     rows = data.pack_in_order(seqs, cfg.train_row_tokens, cfg.share_prompts)
     for row in lockstep(rows, run.device):
-        tensors = row_tensors(row, run.device, cfg.share_prompts)
+        layout = data.shared_prompt_layout(row, cfg.share_prompts) if row else None
+        tensors = row_tensors(row, layout, run.device)
         logprobs = row_logprobs(run.policy, tensors, cfg.temperature)
         start = 0
         for seq in row or []:
@@ -561,7 +465,8 @@ def train_mini_batch(run: Run, seqs: list):
         return None
     sums = dict.fromkeys(("loss", "weight") + METRICS, 0.0)
     for row in lockstep(data.pack_in_order(seqs, cfg.train_row_tokens, cfg.share_prompts), device):
-        tensors = row_tensors(row, device, cfg.share_prompts)
+        layout = data.shared_prompt_layout(row, cfg.share_prompts) if row else None
+        tensors = row_tensors(row, layout, device)
         mask = torch.full_like(tensors["adv"], row is not None, dtype=torch.bool)  # dummy: zero
         hidden = hidden_at_targets(run.policy, tensors)
         loss, metrics = rl_loss_from_hidden(
@@ -655,27 +560,6 @@ def step_metrics(
     return record, totals
 
 
-def print_step(record: dict, cfg, eta_s: float):
-    if record["updates"]:
-        trained = (
-            "loss {loss:.4f} ent {entropy:.3f} (clipped {entropy_clipped:.3f}) "
-            "clip_hi {clip_frac_high:.3f} clip_lo {clip_frac_low:.3f} kl {approx_kl:.2e} "
-            "gnorm {grad_norm:.2f} "
-        ).format(**record)
-    else:
-        trained = "no update this step (every group's rewards are equal) "
-    train_s = record["time_old_logprobs"] + record["time_train"]
-    print0(
-        f"step {record['step']}/{cfg.steps} reward {record['reward']:.3f} "
-        f"acc {record['accuracy']:.3f} "
-        f"kept {record['groups_trained']}/{record['prompts_sampled']} "
-        f"({record['gen_rounds']} round(s)) len {record['response_len_mean']:.0f} {trained}"
-        f"| gen+rew {record['time_generate_and_reward']:.1f}s train {train_s:.1f}s "
-        f"sync {record['time_sync']:.1f}s ({record['rollout_tok_s']:.0f} tok/s) "
-        f"eta {eta_s / 60:.1f}min"
-    )
-
-
 def evaluate(run: Run, problems: list, step: int) -> dict:
     """Held-out accuracy after `step` steps, by eval.py with the engine (the problems shared out
     among the ranks): greedy (eval_accuracy) and, with eval_k samples each at the RL temperature,
@@ -763,7 +647,7 @@ def main(cfg: GPPOConfig, reward_fn=None):
                 record, prompt_cursor = rl_step(run, step, prompt_cursor)
                 step += 1
                 eta_s = (time.time() - t_run) / (step - start_step) * (cfg.steps - step)
-                print_step(record, cfg, eta_s)
+                print0(step_line(record, cfg.steps, eta_s))
                 streak = 0 if record["updates"] else streak + 1
                 idle_steps += not record["updates"]
                 if streak == NO_UPDATE_WARNING_STEPS:
@@ -794,29 +678,6 @@ def main(cfg: GPPOConfig, reward_fn=None):
             "(every group's rewards were equal)"
         )
     print0(f"done: {step} steps, {idle}; Hugging Face export in {cfg.out_dir}/hf")
-
-
-# steps in a row without an update before the run says why and what to do
-NO_UPDATE_WARNING_STEPS = 3
-
-
-def no_update_warning(record: dict, streak: int, cfg: GPPOConfig) -> str:
-    """Why `streak` steps in a row updated nothing, and what to change: every group's rewards were
-    equal, so every advantage was 0 (GRPO compares a prompt's samples with each other) and the
-    filter dropped every group."""
-    accuracy = record["accuracy"]
-    if accuracy == 0:
-        cause = "The policy never solves these prompts: train the SFT model longer, or give easier prompts"
-    elif accuracy == 1:
-        cause = "The policy always solves these prompts: give harder prompts"
-    else:
-        cause = "Each prompt is solved by all of its samples or by none: give prompts of middling difficulty"
-    return (
-        f"warning: {streak} steps in a row without an update: every group's {cfg.group_size} rewards were equal "
-        f"(on-policy accuracy {accuracy:.3f}), so no advantage was nonzero. {cause}; a larger "
-        f"--group_size (now {cfg.group_size}) or --max_gen_rounds=3 (more prompts sampled until groups survive; "
-        f"now {cfg.max_gen_rounds}) finds more groups that differ."
-    )
 
 
 def build_run(cfg: GPPOConfig, reward_fn, rank: int, world: int, device) -> tuple:

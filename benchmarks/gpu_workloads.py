@@ -279,7 +279,7 @@ def gppo_step_setup(dry: bool, device, config):
     metrics, seconds per part), gppo.Run, free bytes)."""
     import gppo
     import rollout
-    from parts import trainer
+    from parts import rl_rows, trainer
     from rollout import LLMEngine, SamplingParams
 
     policy = random_qwen3(config, torch.float32, device, seed=1)
@@ -334,7 +334,7 @@ def gppo_step_setup(dry: bool, device, config):
             ),
         )
         seqs = [
-            gppo.TrainSeq(
+            rl_rows.TrainSeq(
                 p + s.token_ids,
                 len(p),
                 group=i,
@@ -408,7 +408,7 @@ def logprob_gap(run, config, bf16_logits: bool) -> dict:
     output cast after (before)."""
     import gppo
     import rollout
-    from parts import trainer
+    from parts import rl_rows, trainer
     from rollout import SamplingParams
 
     saved = rollout.logits_fp32, gppo.logits_fp32
@@ -430,7 +430,7 @@ def logprob_gap(run, config, bf16_logits: bool) -> dict:
             ),
         )
         seqs = [
-            gppo.TrainSeq(
+            rl_rows.TrainSeq(
                 p + s.token_ids,
                 len(p),
                 group=i,

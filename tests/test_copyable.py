@@ -44,10 +44,26 @@ CHECKS = {
         "g.buffers['x'][:5].tolist())",
         "[1, 2, 4, 8, 16, 20] [2.0, 2.0, 2.0] [1.0, 1.0, 1.0, -1.0, 0.0]",
     ),
+    # a benchmark item of 3 words (shorter than n = 8) is matched whole; the same prompt twice is a duplicate
+    "decontamination": (
+        "import decontamination as d\nf = d.PromptFilter(d.Decontaminator([('b', 1, 'What is 2+3?')]))\n"
+        "print([f.keep('s', k, t) for k, t in (('1', 'Q: what is 2 + 3 ?'), ('2', 'Sum 4, 5'), "
+        "('3', 'sum 4 5'))], f.report()['sources'])",
+        "[False, True, False] {'s': {'read': 3, 'contaminated': 1, 'kept': 1, 'duplicates': 1}}",
+    ),
     "decode_kernels": (None, None),  # its own self-check: `python decode_kernels.py`, below
     "formats": (
         "import formats\nrows = formats.load('math', 'aime24.jsonl')\nprint(len(rows), rows[0]['answer'])",
         "1 ",
+    ),
+    # a record appended twice is written once; a torn last line (no newline) is dropped on reopening;
+    # a changed setting is named
+    "journal": (
+        "import journal as j\nJ = j.Journal('s.jsonl')\nprint(J.append({'id': 'p', 'sample': 0}), "
+        "J.append({'id': 'p', 'sample': 0}))\nJ.close()\nopen('s.jsonl', 'a').write('{\"id\"')\n"
+        "J = j.Journal('s.jsonl')\nprint(len(J), J.torn, J.read(('p', 0)), j.lock_folder('.') is not None)\n"
+        "print(j.changed_settings('r.json', {'s': {'t': 1}}), j.changed_settings('r.json', {'s': {'t': 2}}))",
+        "True False\n1 5 {'id': 'p', 'sample': 0} True\n[] ['t']",
     ),
     "memory_plan": (
         "import types, memory_plan\nc = types.SimpleNamespace(**memory_plan.QWEN3['8B'])\n"
@@ -72,12 +88,39 @@ CHECKS = {
         "import math_checker\nprint(math_checker.compare('\\\\frac12', '0.5'))",
         "(True, True)",
     ),
+    # 1 - C(3, 2) / C(5, 2) = 0.7; two problems, 1 and 0 of 2 samples correct: Avg@2 = 0.25, pass@2 = 0.5
+    "pass_at_k": (
+        "import pass_at_k as p\ns = [dict(problem_index=i, problem_id=i, correct=c, reward=float(c), "
+        "format_failure=False, length=3, finish_reason='stop') for i, c in ((0, 1), (0, 0), (1, 0), (1, 0))]\n"
+        "r = p.summarize(s, [1, 2])\nprint(round(p.pass_at_k(5, 2, 2), 12), r['avg_at_k'], r['pass_at_k'])",
+        "0.7 0.25 {'1': 0.25, '2': 0.5}",
+    ),
     "results_table": (
         "import results_table\nb = dict(problems=2, k=4, avg_at_k=0.5, pass_at_k={'1': 0.5, '4': 1.0}, "
         "mean_reward=0.5, format_failure_rate=0.0, mean_length=9.0, truncated_rate=0.0)\n"
         "t = results_table.format_table([{'model_label': 'm', 'benchmarks': {'b': b}}])\n"
         "print([line.split()[-1] for line in t.splitlines() if 'pass@4' in line])",
         "['100.00']",
+    ),
+    # the warning's cause follows the accuracy; two of 2 groups x 2 responses drawn, in stream order
+    "rl_report": (
+        "import rl_report as r\nfrom types import SimpleNamespace as N\nc = N(group_size=8, max_gen_rounds=1, "
+        "log_samples=2, seed=0)\nprint('always solves' in r.no_update_warning({'accuracy': 1.0}, 3, c))\n"
+        "s = N(token_ids=[5], finish_reason='stop')\ngs = [N(position=p, task={'prompt_ids': [1]}, samples=[s, s], "
+        "rewards=[0.0, 1.0], advantages=[-1.0, 1.0], correct=[False, True], keep=True) for p in (7, 3)]\n"
+        "out = []\nr.log_samples(N(write=out.append), gs, 1, c, N(decode=lambda ids, **k: str(ids)))\n"
+        "print(len(out), sorted(out, key=lambda o: (o['prompt_position'], o['sample'])) == out)",
+        "True\n2 True",
+    ),
+    # a row of one response (2 prompt + 2 response tokens); a policy whose hidden state is the token id: the
+    # states at the logit positions 1, 2 are those of tokens 2, 3; the dummy row adds no token
+    "rl_rows": (
+        "import torch, rl_rows as r\ns = r.TrainSeq([1, 2, 3, 4], 2, 0, 0.5, True, [0.0, 0.0], [-0.1, -0.2])\n"
+        "layout = dict(input_ids=[1, 2, 3, 4], position_ids=[0, 1, 2, 3], document_ids=[0] * 4, "
+        "prefix_docs=[-1], logit_positions=[1, 2], targets=[3, 4])\nt = r.row_tensors([s], layout, 'cpu')\n"
+        "policy = lambda ids, **k: ids[..., None].float()\nprint(t['adv'].tolist(), t['sft'].tolist(), "
+        "t['num_tokens'], r.hidden_at_targets(policy, t)[:, 0].tolist(), r.row_tensors(None, None, 'cpu')['num_tokens'])",
+        "[0.5, 0.5] [1.0, 1.0] 2 [2.0, 3.0] 0",
     ),
     # greedy: the argmax, logprob log_softmax([0, 1, 2])[2] = 2 - log(1 + e + e^2);
     # top-k 1: the top token, logprob 0

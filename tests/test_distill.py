@@ -26,6 +26,8 @@ sys.path.insert(0, os.path.join(ROOT, "tests"))
 
 import distill  # noqa: E402
 from parts import chat_client  # noqa: E402
+from parts.decontamination import Decontaminator  # noqa: E402
+from parts.pass_at_k import summarize  # noqa: E402
 from parts.trainer import InputError  # noqa: E402
 from chat_server import ChatServer, expected_turn, qwen3_content  # noqa: E402
 
@@ -351,7 +353,7 @@ def test_decontamination_and_duplicates_on_a_planted_benchmark_problem(tmp_path)
         ),
         tmp_path / "aime.parquet",
     )
-    decon = distill.Decontaminator(distill.read_benchmarks([str(tmp_path / "aime.parquet")]), n=8)
+    decon = Decontaminator(distill.read_benchmarks([str(tmp_path / "aime.parquet")]), n=8)
     reworded = (
         "let N be the greatest four digit positive integer, with the property that -- whenever one of its "
         "digits is changed to 1 -- the resulting number is divisible by 7 !"
@@ -361,7 +363,7 @@ def test_decontamination_and_duplicates_on_a_planted_benchmark_problem(tmp_path)
         decon.matches("Let N be the greatest three-digit integer whose digits sum to 7.") == set()
     )
     # shorter than n: matched whole
-    short = distill.Decontaminator([("toy", "t1", "What is 12 + 34?")], n=8)
+    short = Decontaminator([("toy", "t1", "What is 12 + 34?")], n=8)
     assert (
         short.matches("Q: what is 12+34 ?") == {("toy", "t1")}
         and short.matches("What is 12 + 345?") == set()
@@ -457,9 +459,7 @@ def test_eval_against_the_server_equals_the_same_responses_scored_offline(tmp_pa
     verdicts = [score(dict(problems[s["problem_id"]], kind="math"), s["response"]) for s in samples]
     offline = [dict(s, **verdict._asdict()) for s, verdict in zip(samples, verdicts)]
     bench = results["benchmarks"]["bench"]
-    assert ev.summarize(offline, [1, 2, 4]) == {
-        k: bench[k] for k in ev.summarize(offline, [1, 2, 4])
-    }
+    assert summarize(offline, [1, 2, 4]) == {k: bench[k] for k in summarize(offline, [1, 2, 4])}
     # and by hand: sample j of problem i is right unless its seed is divisible by 3
     correct = [
         sum(
@@ -696,6 +696,34 @@ def test_the_client_runs_alone_without_torch(server, tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip() == qwen3_content("What is 1 + 1?", 4).strip()
+
+
+def test_another_writer_or_other_settings_in_out_dir_are_refused_naming_why(tmp_path):
+    """A second run into an out_dir another process holds (its .lock file flocked), or with other
+    sampling settings than the samples there, stops with one line (an InputError) saying which; the
+    same settings run again."""
+    import fcntl
+
+    row = dict(
+        uuid="q",
+        problem="What is 1 + 1?",
+        generations=["<think>a</think>\\boxed{2}", "<think>b</think>\\boxed{3}"],
+        correctness_math_verify=[True, False],
+        answer="2",
+    )
+    (tmp_path / "rows.jsonl").write_text(json.dumps(row) + "\n")
+    cfg = dict(responses=str(tmp_path / "rows.jsonl"), out_dir=str(tmp_path / "out"), progress_s=0)
+    distill.main(distill.DistillConfig(**cfg))
+    with pytest.raises(InputError, match=r"other sampling settings \(temperature, top_p differ\)"):
+        distill.main(distill.DistillConfig(**cfg, temperature=0.7, top_p=0.9))
+    held = open(os.path.join(cfg["out_dir"], ".lock"), "w")
+    fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    try:
+        with pytest.raises(InputError, match="another distill.py is writing to"):
+            distill.main(distill.DistillConfig(**cfg))
+    finally:
+        held.close()
+    assert distill.main(distill.DistillConfig(**cfg))["sft_rows"] == 1  # easy: the right one
 
 
 def test_bad_input_is_one_line(tmp_path):

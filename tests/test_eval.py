@@ -19,6 +19,7 @@ sys.path.insert(0, ROOT)
 import data  # noqa: E402
 import eval as ev  # noqa: E402
 from rollout import Sample  # noqa: E402
+from parts.pass_at_k import pass_at_k, pass_ks, summarize  # noqa: E402
 from parts.trainer import InputError  # noqa: E402
 from tools.toy_tasks import countdown, programs, sums  # noqa: E402
 
@@ -75,22 +76,22 @@ def read_run(out_dir):
 
 
 def test_pass_at_k_hand_computed():
-    assert ev.pass_at_k(2, 1, 1) == pytest.approx(0.5)
-    assert ev.pass_at_k(5, 2, 2) == pytest.approx(1 - 3 / 10)  # 1 - C(3,2)/C(5,2)
-    assert ev.pass_at_k(10, 3, 5) == pytest.approx(1 - 21 / 252)  # 1 - C(7,5)/C(10,5)
-    assert ev.pass_at_k(4, 0, 2) == 0.0
+    assert pass_at_k(2, 1, 1) == pytest.approx(0.5)
+    assert pass_at_k(5, 2, 2) == pytest.approx(1 - 3 / 10)  # 1 - C(3,2)/C(5,2)
+    assert pass_at_k(10, 3, 5) == pytest.approx(1 - 21 / 252)  # 1 - C(7,5)/C(10,5)
+    assert pass_at_k(4, 0, 2) == 0.0
     # n - c < k: every pair has a hit
-    assert ev.pass_at_k(4, 3, 2) == 1.0
-    assert ev.pass_at_k(8, 8, 8) == 1.0
-    assert ev.pass_at_k(1000, 1, 1) == pytest.approx(0.001)
+    assert pass_at_k(4, 3, 2) == 1.0
+    assert pass_at_k(8, 8, 8) == 1.0
+    assert pass_at_k(1000, 1, 1) == pytest.approx(0.001)
     # large n where C(n, k) overflows a float: the product form stays exact to ~1e-12
     exact = 1 - Fraction(math.comb(5000, 100), math.comb(10000, 100))
-    assert ev.pass_at_k(10000, 5000, 100) == pytest.approx(float(exact), abs=1e-12)
+    assert pass_at_k(10000, 5000, 100) == pytest.approx(float(exact), abs=1e-12)
     exact = 1 - Fraction(math.comb(1990, 64), math.comb(2000, 64))
-    assert ev.pass_at_k(2000, 10, 64) == pytest.approx(float(exact), rel=1e-10)
+    assert pass_at_k(2000, 10, 64) == pytest.approx(float(exact), rel=1e-10)
     for bad in [(4, 5, 1), (4, 1, 5), (4, 1, 0), (4, -1, 1)]:
         with pytest.raises(ValueError):
-            ev.pass_at_k(*bad)
+            pass_at_k(*bad)
 
 
 def test_pass_at_k_equals_brute_force_over_subsets():
@@ -100,13 +101,13 @@ def test_pass_at_k_equals_brute_force_over_subsets():
             for k in range(1, n + 1):
                 subsets = list(itertools.combinations(outcomes, k))
                 brute = sum(any(s) for s in subsets) / len(subsets)
-                assert ev.pass_at_k(n, c, k) == pytest.approx(brute, abs=1e-12), (n, c, k)
+                assert pass_at_k(n, c, k) == pytest.approx(brute, abs=1e-12), (n, c, k)
 
 
 def test_default_pass_ks_and_bad_values():
-    assert ev.pass_ks(ev.EvalConfig(k=8)) == [1, 4, 8]
-    assert ev.pass_ks(ev.EvalConfig(k=64)) == [1, 4, 16, 64]
-    assert ev.pass_ks(ev.EvalConfig(k=3)) == [1, 3]
+    assert pass_ks(ev.EvalConfig(k=8)) == [1, 4, 8]
+    assert pass_ks(ev.EvalConfig(k=64)) == [1, 4, 16, 64]
+    assert pass_ks(ev.EvalConfig(k=3)) == [1, 3]
     with pytest.raises(ValueError, match="1..k=4"):
         ev.EvalConfig(k=4, pass_k="1,8")
     with pytest.raises(ValueError, match="integers"):
@@ -195,7 +196,7 @@ def test_avg_at_k_on_fake_engine_with_known_success(tokenizer):
     ]
     assert len(set(engine.seeds)) == 4 and ev.problem_seed(1, "m", 0) != engine.seeds[0]
     # the aggregation alone, from the records
-    summary = ev.summarize(samples, [1, 2, 4])
+    summary = summarize(samples, [1, 2, 4])
     assert summary == {k: b[k] for k in summary}
 
 
@@ -459,7 +460,7 @@ def test_end_to_end_files_are_complete_and_consistent(one_process_run, tiny_chec
             for x in mine
         )
         assert b["generated_tokens"] == sum(x["length"] for x in mine) and b["tokens_per_s"] > 0
-        summary = ev.summarize(mine, [1, 2, 3])
+        summary = summarize(mine, [1, 2, 3])
         assert {k: b[k] for k in summary} == summary
         assert set(b["pass_at_k"]) == {"1", "2", "3"}
     for metric in (

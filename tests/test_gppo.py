@@ -21,7 +21,8 @@ import data  # noqa: E402
 import gppo  # noqa: E402
 import gppo_loss  # noqa: E402
 import reward  # noqa: E402
-from parts import trainer  # noqa: E402
+from parts import rl_report, trainer  # noqa: E402
+from parts.rl_rows import TrainSeq, row_tensors  # noqa: E402
 from tools import filter_code  # noqa: E402
 from parts.cli import parse_config  # noqa: E402
 from model import from_pretrained  # noqa: E402
@@ -254,7 +255,7 @@ def test_all_equal_groups_skip_the_step(tiny_checkpoint, tmp_path):
     """Every response right: every group dropped, no step updates the policy; after
     NO_UPDATE_WARNING_STEPS such steps in a row one warning names the cause (always right) and the
     fixes, and the last line counts the idle steps."""
-    steps = gppo.NO_UPDATE_WARNING_STEPS
+    steps = rl_report.NO_UPDATE_WARNING_STEPS
     metrics, out = run(tmp_path / "const", tiny_checkpoint, f"--steps={steps}", task="constant")
     assert "no update this step" in out
     warnings = [line for line in out.splitlines() if line.startswith("warning:")]
@@ -275,7 +276,9 @@ def test_no_update_warning_names_the_cause():
     """The cause follows the on-policy accuracy of the step: never right, always right, or prompts
     all-or-nothing."""
     # noqa: E731
-    said = lambda accuracy: gppo.no_update_warning(dict(accuracy=accuracy), 3, gppo.GPPOConfig())
+    said = lambda accuracy: rl_report.no_update_warning(
+        dict(accuracy=accuracy), 3, gppo.GPPOConfig()
+    )
     assert "never solves these prompts: train the SFT model longer" in said(0.0)
     assert "always solves these prompts: give harder prompts" in said(1.0)
     assert "all of its samples or by none" in said(0.5)
@@ -325,7 +328,7 @@ def test_real_prompts_without_eval_data_evaluate_nothing_and_samples_are_logged(
 
 
 def test_log_samples_draws_a_fixed_number_per_step_the_same_on_resume(toy_files):
-    """log_samples: min(log_samples, responses) records per step, in stream order, drawn by a
+    """rl_report.log_samples: min(log_samples, responses) records per step, in stream order, drawn by a
     generator seeded by the step (a resumed run draws the same ones); another step draws others."""
     from types import SimpleNamespace
 
@@ -345,13 +348,8 @@ def test_log_samples_draws_a_fixed_number_per_step_the_same_on_resume(toy_files)
 
     def drawn(step, n):
         written = []
-        run = SimpleNamespace(
-            cfg=gppo.GPPOConfig(log_samples=n),
-            rank=0,
-            tokenizer=tok,
-            samples_log=SimpleNamespace(write=written.append),
-        )
-        gppo.log_samples(run, step, groups)
+        log = SimpleNamespace(write=written.append)
+        rl_report.log_samples(log, groups, step, gppo.GPPOConfig(log_samples=n), tok)
         return [(w["prompt_position"], w["sample"]) for w in written]
 
     assert (
@@ -382,7 +380,7 @@ def test_group_advantages_by_hand():
 
 
 def seq(ids, prompt_len, old, advantage, correct=False, group=0):
-    return gppo.TrainSeq(
+    return TrainSeq(
         ids,
         prompt_len,
         group,
@@ -401,7 +399,7 @@ def test_packing_and_logit_positions():
     ]
     rows = data.pack_in_order(seqs, row_tokens=8)
     assert [len(r) for r in rows] == [2, 1]
-    t = gppo.row_tensors(rows[0], torch.device("cpu"))
+    t = row_tensors(rows[0], data.shared_prompt_layout(rows[0]), torch.device("cpu"))
     assert t["position_ids"].tolist() == [[0, 1, 2, 3, 4, 0, 1, 2]]
     assert t["document_ids"].tolist() == [[0, 0, 0, 0, 0, 1, 1, 1]]
     assert t["logit_positions"].tolist() == [2, 3, 5, 6] and t["targets"].tolist() == [4, 5, 7, 8]
@@ -425,7 +423,8 @@ def test_shared_prompt_packing_by_hand():
     assert [len(r) for r in data.pack_in_order(seqs, row_tokens=9, share_prompts=True)] == [3]
     # 5 + 4, 3
     assert [len(r) for r in data.pack_in_order(seqs, row_tokens=9)] == [2, 1]
-    t = gppo.row_tensors(seqs, torch.device("cpu"), share_prompts=True)
+    layout = data.shared_prompt_layout(seqs, share_prompts=True)
+    t = row_tensors(seqs, layout, torch.device("cpu"))
     assert t["input_ids"].tolist() == [[1, 2, 3, 4, 5, 6, 9, 8, 7]]
     assert t["position_ids"].tolist() == [[0, 1, 2, 3, 4, 3, 0, 1, 2]]
     assert t["document_ids"].tolist() == [[0, 0, 0, 1, 1, 2, 3, 3, 4]] and t["prefix_docs"] == [
@@ -436,7 +435,7 @@ def test_shared_prompt_packing_by_hand():
     assert t["logit_positions"].tolist() == [2, 3, 2, 7] and t["targets"].tolist() == [4, 5, 6, 7]
     assert t["adv"].tolist() == [1.0, 1.0, -1.0, 0.5]
     # what a rank without rows runs to keep FSDP in lockstep
-    dummy = gppo.row_tensors(None, torch.device("cpu"))
+    dummy = row_tensors(None, None, torch.device("cpu"))
     assert dummy["num_tokens"] == 0 and dummy["input_ids"].shape == (1, 2)
 
 
@@ -463,7 +462,9 @@ def test_shared_prompts_give_the_logprobs_of_separate_sequences():
                 lp
                 for row in data.pack_in_order(seqs, 64, share)
                 for lp in gppo.row_logprobs(
-                    model, gppo.row_tensors(row, torch.device("cpu"), share), 1.0
+                    model,
+                    row_tensors(row, data.shared_prompt_layout(row, share), torch.device("cpu")),
+                    1.0,
                 )
             ],
             dtype=torch.float64,
@@ -564,7 +565,7 @@ def _balance_worker(rank, store_path, results):
     dist.init_process_group("gloo", init_method=f"file://{store_path}", rank=rank, world_size=2)
     try:
         # noqa
-        seq = lambda n, tag: gppo.TrainSeq(
+        seq = lambda n, tag: TrainSeq(
             [tag] * n, 1, tag, 0.0, False, [0.0] * (n - 1), [0.0] * (n - 1)
         )
         mine = (
