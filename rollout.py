@@ -2,8 +2,8 @@
   1. continuous batching: each step is a prefill (waiting prompts, all their tokens at once) or a
      decode (one token for every running sequence), flattened into one row; out of blocks, the
      youngest sequence is preempted and later recomputed (the bookkeeping: parts/scheduler.py);
-  2. a paged KV cache: token t of a sequence lives in slot
-         block_table[t // block_size] * block_size + t % block_size
+  2. a paged KV cache (the pools and their size: parts/kv_cache.py): token t of a sequence lives
+     in slot   block_table[t // block_size] * block_size + t % block_size
      of its layer's pool; the n samples of a prompt share its blocks (a shared one copied on write);
   3. attention on pages: causal inside each new sequence, then one query per sequence against its
      blocks, by the decode backend chosen once at start (paged_decode_reference: the formula;
@@ -33,6 +33,7 @@ from parts.cuda_graphs import DeviceDecode
 from parts.decode_kernels import CPU_KERNEL_HEAD_DIMS, cascade_batch, cascade_decode
 from parts.decode_kernels import cascade_workspace_size, load_cpu_kernel, paged_decode_cpu
 from parts.decode_kernels import paged_decode_triton, triton
+from parts.kv_cache import PagedKVCache, free_memory, kv_block_bytes, kv_cache_blocks
 from parts.memory_plan import rollout_margin
 from parts.sampling import sample
 from parts.scheduler import BlockManager, Scheduler, Sequence
@@ -416,52 +417,6 @@ def pool_blocks(engine) -> int:
     return num_blocks
 
 
-def free_memory(device) -> int:
-    """Bytes free on a CUDA device once PyTorch's caching allocator has returned the blocks it holds
-    unused (a model loaded and freed stays cached otherwise, invisible to mem_get_info)."""
-    torch.cuda.empty_cache()
-    return torch.cuda.mem_get_info(device)[0]
-
-
-def kv_cache_bytes(fraction: float, device, free: int | None = None) -> int | None:
-    """The engine's KV pool in bytes: `fraction` of the device memory still free once the policy and
-    the engine's weights are in place (free: given, or measured by free_memory); None on CPU (the
-    engine's default)."""
-    if device.type != "cuda" and free is None:
-        return None
-    return int(fraction * (free if free is not None else free_memory(device)))
-
-
-def kv_block_bytes(cfg, dtype: torch.dtype, block_size: int) -> int:
-    """Bytes of one KV block: K and V of block_size tokens in every layer, 2 x L x block_size x Hkv
-    x hd x itemsize."""
-    return (
-        2
-        * cfg.num_hidden_layers
-        * block_size
-        * cfg.num_key_value_heads
-        * cfg.head_dim
-        * dtype.itemsize
-    )
-
-
-def kv_cache_blocks(
-    cfg,
-    dtype: torch.dtype,
-    memory_bytes: int,
-    block_size: int,
-    max_num_seqs: int,
-    max_model_len: int,
-):
-    """The pool size in blocks that fits in memory_bytes (e.g. a fraction of the free GPU memory
-    once the weights are in place; bf16 blocks take half the bytes), capped at what max_num_seqs
-    sequences of max_model_len tokens use."""
-    return min(
-        int(memory_bytes) // kv_block_bytes(cfg, dtype, block_size),
-        max_num_seqs * -(-max_model_len // block_size),
-    )
-
-
 # ---------------------------------------------------------------------------- 3. attention on pages
 
 
@@ -531,77 +486,6 @@ def run_model(model, cache, step, input_ids, positions):
         )[0]
     finally:
         cache.step = None
-
-
-class PagedKVCache:
-    """The block pools of every layer (cfg: the model's config); model.py calls attend() in every
-    attention layer. kernels: parts/norm_kernels if the model's norms and RoPE run as its kernels
-    (model.py reads it once a forward), else None."""
-
-    def __init__(
-        self,
-        cfg,
-        num_blocks: int,
-        block_size: int,
-        *,
-        dtype,
-        device,
-        kernels=None,
-        allocate: bool = True,
-    ):
-        # head-major: gathering blocks of one head yields (Hkv, B, L, hd), ready for a batched
-        # matmul, no transpose
-        self.shape = (
-            cfg.num_hidden_layers,
-            cfg.num_key_value_heads,
-            num_blocks,
-            block_size,
-            cfg.head_dim,
-        )
-        self.block_size = block_size
-        self.dtype = dtype
-        self.device = device
-        self.kernels = kernels
-        self.step = None  # what the running forward's tokens are: a Prefill or the decode backend
-        self.k_pool = self.v_pool = self.workspace = None
-        if allocate:
-            self.allocate()
-
-    def allocate(self) -> None:
-        """The pools (again, after release()); zeros, not empty: padded slots are read (and masked)
-        by the PyTorch paths, and NaN * 0 would be NaN."""
-        if self.k_pool is None:
-            self.k_pool, self.v_pool = (
-                torch.zeros(self.shape, dtype=self.dtype, device=self.device) for _ in range(2)
-            )
-            # cascade_decode's gather buffer, grown on demand
-            self.workspace = self.k_pool.new_empty(0)
-
-    def release(self) -> None:
-        """Give the pools' memory back (a trainer between rollouts: its activations then have the
-        room); the next generate() allocates them again. Nothing survives between generate() calls,
-        so nothing is lost."""
-        self.k_pool = self.v_pool = self.workspace = None
-
-    @property
-    def nbytes(self) -> int:
-        return 2 * math.prod(self.shape) * self.dtype.itemsize
-
-    def copy_blocks(self, copies: list) -> None:  # copy-on-write, all layers at once
-        if copies:
-            src, dst = (torch.tensor(c, device=self.k_pool.device) for c in zip(*copies))
-            self.k_pool[:, :, dst] = self.k_pool[:, :, src]
-            self.v_pool[:, :, dst] = self.v_pool[:, :, src]
-
-    def write(self, layer_idx: int, slots, k, v) -> None:  # k/v (N, Hkv, hd) into slots (N,)
-        k_pool = self.k_pool[layer_idx]  # (Hkv, num_blocks, bs, hd)
-        v_pool = self.v_pool[layer_idx]
-        Hkv, _, _, hd = k_pool.shape
-        k_pool.view(Hkv, -1, hd).index_copy_(1, slots, k.transpose(0, 1).to(k_pool.dtype))
-        v_pool.view(Hkv, -1, hd).index_copy_(1, slots, v.transpose(0, 1).to(v_pool.dtype))
-
-    def attend(self, layer_idx, q, k, v):  # q (1, N, Hq, hd), k/v (1, N, Hkv, hd) -> like q
-        return self.step.attend(self, layer_idx, q[0], k[0], v[0]).unsqueeze(0)
 
 
 @dataclass

@@ -45,6 +45,7 @@ import data  # noqa: E402
 import gppo  # noqa: E402
 import model as model_py  # noqa: E402
 from model import from_pretrained  # noqa: E402
+from parts import kv_cache  # noqa: E402
 from parts.cli import parse_config  # noqa: E402
 import rollout  # noqa: E402
 from parts.trainer import run_entry_point  # noqa: E402
@@ -189,7 +190,7 @@ def split_timers():
         timed(torch.nn.Linear, "forward", "matmuls", shapes="linear")
         # the LM head: one GEMM with an fp32 output
         timed(rollout, "logits_fp32", "matmuls", shapes="logits")
-        timed(rollout.PagedKVCache, "attend", "attention")
+        timed(kv_cache.PagedKVCache, "attend", "attention")
         timed(model_py.RMSNorm, "forward", "norms")
         # Attention.forward looks it up in model.py's namespace
         timed(model_py, "apply_rope", "rotary")

@@ -68,6 +68,17 @@ CHECKS = {
         "m.weight.detach().bfloat16()))",
         "torch.float32 torch.bfloat16 True",
     ),
+    # a pool of 3 blocks of 2 tokens, 2 layers of 1 KV head of 4: slot 5 is block 2, offset 1;
+    # 2 x 48 fp32 values = 384 bytes; bf16 blocks of 64 bytes: 1000 // 64 = 15, capped at 4 x 3 = 12
+    "kv_cache": (
+        "import types, torch, kv_cache as c\n"
+        "cfg = types.SimpleNamespace(num_hidden_layers=2, num_key_value_heads=1, head_dim=4)\n"
+        "pool = c.PagedKVCache(cfg, 3, 2, dtype=torch.float32, device='cpu')\n"
+        "pool.write(1, torch.tensor([5]), torch.ones(1, 1, 4), 2 * torch.ones(1, 1, 4))\n"
+        "print(pool.nbytes, pool.k_pool[1, 0, 2, 1].tolist(), pool.v_pool.sum().item(),\n"
+        "      c.kv_cache_blocks(cfg, torch.bfloat16, 1000, 2, 4, 5))",
+        "384 [1.0, 1.0, 1.0, 1.0] 8.0 12",
+    ),
     "math_checker": (
         "import math_checker\nprint(math_checker.compare('\\\\frac12', '0.5'))",
         "(True, True)",

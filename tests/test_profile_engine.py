@@ -16,6 +16,7 @@ import model as model_py  # noqa: E402
 from model import from_pretrained  # noqa: E402
 import profile_engine  # noqa: E402
 import rollout  # noqa: E402
+from parts import kv_cache  # noqa: E402
 
 
 def test_split_counts_every_matmul_and_restores_what_it_patched(tiny_checkpoint):
@@ -24,7 +25,7 @@ def test_split_counts_every_matmul_and_restores_what_it_patched(tiny_checkpoint)
     engine = rollout.LLMEngine(model, max_num_seqs=8, max_model_len=64)
     originals = (
         torch.nn.Linear.forward,
-        rollout.PagedKVCache.attend,
+        kv_cache.PagedKVCache.attend,
         model_py.RMSNorm.forward,
         model_py.apply_rope,
         rollout.sample,
@@ -38,7 +39,7 @@ def test_split_counts_every_matmul_and_restores_what_it_patched(tiny_checkpoint)
         )
     assert originals == (
         torch.nn.Linear.forward,
-        rollout.PagedKVCache.attend,
+        kv_cache.PagedKVCache.attend,
         model_py.RMSNorm.forward,
         model_py.apply_rope,
         rollout.sample,

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import rollout
-from parts import decode_kernels, norm_kernels
+from parts import decode_kernels, kv_cache, norm_kernels
 from model import Qwen3, Qwen3Config
 from parts.sampling import inverse_cdf
 from rollout import LLMEngine, SamplingParams, Sequence, cascade_batch, cascade_decode
@@ -442,7 +442,7 @@ def test_pool_is_sized_again_at_each_generate_from_what_is_free(model):
     samples do not depend on the pool's size."""
     prompts = prompts_of([6, 20, 11], seed=8)
     params = SamplingParams(temperature=1.0, max_tokens=16, n=2, seed=5)
-    block_bytes = rollout.kv_block_bytes(model.config, torch.float32, 16)
+    block_bytes = kv_cache.kv_block_bytes(model.config, torch.float32, 16)
     asked = []
     # blocks' worth of bytes at each question: start, then three generate() calls
     free_now = iter([30, 12, 20, 9])
@@ -494,7 +494,7 @@ def test_cuda_pool_is_the_free_memory_less_the_rollout_margin(model, monkeypatch
         num_blocks=None,
         kv_cache_memory=None,
     )
-    block_bytes = rollout.kv_block_bytes(model.config, torch.float32, 4)
+    block_bytes = kv_cache.kv_block_bytes(model.config, torch.float32, 4)
     margin = rollout.rollout_margin(model.config, 4, 8, 64, 32)  # fp32: 4 bytes a value
     free = margin + 100 * block_bytes + 7
     monkeypatch.setattr(rollout, "free_memory", lambda device: free)
