@@ -6,9 +6,9 @@
      in slot   block_table[t // block_size] * block_size + t % block_size
      of its layer's pool; the n samples of a prompt share its blocks (a shared one copied on write);
   3. attention on pages: causal inside each new sequence, then one query per sequence against its
-     blocks, by the decode backend chosen once at start (paged_decode_reference: the formula;
-     parts/decode_kernels.py: a C++ kernel or PyTorch ops on CPU, Triton on CUDA, where a decode
-     step replays a CUDA graph: parts/cuda_graphs.py);
+     blocks, by the decode backend chosen once at start (parts/decode_kernels.py: the formula,
+     paged_decode_reference, and on CPU a C++ kernel or PyTorch ops; on CUDA Triton, where a
+     decode step replays a CUDA graph: parts/cuda_graphs.py);
   4. sampling (parts/sampling.py), each sample from its own seeded stream, with the logprobs of the
      distribution sampled from:   p = softmax(keep_top_k_top_p(logits / T)),  logprob = log p[token]
 The engine holds the trainer's model itself and no KV cache between generate() calls, so after an
@@ -30,9 +30,8 @@ import torch.nn.functional as F
 from model import logits_fp32
 from parts import norm_kernels
 from parts.cuda_graphs import DeviceDecode
-from parts.decode_kernels import CPU_KERNEL_HEAD_DIMS, cascade_batch, cascade_decode
-from parts.decode_kernels import cascade_workspace_size, load_cpu_kernel, paged_decode_cpu
-from parts.decode_kernels import paged_decode_triton, triton
+from parts.decode_kernels import CPU_KERNEL_HEAD_DIMS, CascadeDecode, CpuKernelDecode
+from parts.decode_kernels import load_cpu_kernel, paged_decode_triton, triton
 from parts.kv_cache import PagedKVCache, free_memory, kv_block_bytes, kv_cache_blocks
 from parts.memory_plan import rollout_margin
 from parts.sampling import sample
@@ -267,9 +266,8 @@ class LLMEngine:
             else:
                 self.stats.prefill_tokens += len(lead)
         step = Prefill(torch.tensor(slots, device=self.device), [0] + ends)
-        hidden = run_model(
+        hidden = self.cache.run(
             self.model,
-            self.cache,
             step,
             torch.tensor(ids, device=self.device),
             torch.tensor(positions, device=self.device),
@@ -427,7 +425,9 @@ def choose_decode(
     DeviceDecode, with cuda_graphs (None: on CUDA; True on a CPU runs the same padded buffers
     without capture, what tests compare with the plain step). Else on CPU CpuKernelDecode if
     cpu_kernel allows (None: if the model is fp32 with a supported head_dim and the kernel builds,
-    else with a one-line notice; False: never; True: required), else CascadeDecode."""
+    else with a one-line notice; False: never; True: required), else CascadeDecode. Each is one
+    object the decode step calls and each attention layer hands its q, k, v to (its methods:
+    parts/decode_kernels.py's DecodeBackend)."""
     param = next(model.parameters())
     device = param.device
     if use_triton is None:
@@ -475,19 +475,6 @@ def choose_norm_kernels(model, device_decode: bool, fused_norms):
     return norm_kernels if fused else None
 
 
-def run_model(model, cache, step, input_ids, positions):
-    """One flattened row of tokens (N,) at positions (N,) -> the final hidden states (N, D); each
-    attention layer calls cache.attend(), which hands q, k, v to step.attend() (a Prefill, or the
-    decode backend)."""
-    cache.step = step
-    try:
-        return model(
-            input_ids[None], position_ids=positions[None], kv_cache=cache, return_hidden=True
-        )[0]
-    finally:
-        cache.step = None
-
-
 @dataclass
 class Prefill:
     """A prefill step: the new sequences' tokens flattened into one row; no cached prefix, so
@@ -507,98 +494,3 @@ class Prefill:
             y = F.scaled_dot_product_attention(qi, ki, vi, is_causal=True, enable_gqa=gqa)
             outs.append(y[0].transpose(0, 1))
         return torch.cat(outs)
-
-
-class DecodeBackend:
-    """A decode step's attention on the pages, one of three chosen once at start (choose_decode):
-    the engine calls hidden(running, slots) -> (B, D), which runs the model for one step, and
-    each attention layer comes back to attend(cache, layer_idx, q, k, v) -> (B, Hq, hd).
-    new_pool(cache, num_blocks) and start() (each generate) reset what it keeps; tables: its own
-    copy of the block tables, kept by the scheduler (DeviceDecode's), or None."""
-
-    extra_blocks = 0  # blocks it needs in the pool besides the sequences' (a scratch block)
-    tables = None
-
-    def __init__(self, model):
-        self.model = model
-        self.cache = None
-
-    def new_pool(self, cache, num_blocks: int) -> None:
-        self.cache = cache
-
-    def start(self) -> None:
-        pass
-
-
-def last_tokens(running: list, device) -> tuple:
-    """A decode step's input: each sequence's last token (B,) and its position (B,)."""
-    ids = torch.tensor([seq.token_ids[-1] for seq in running], device=device)
-    positions = torch.tensor([len(seq) - 1 for seq in running], device=device)
-    return ids, positions
-
-
-class CascadeDecode(DecodeBackend):
-    """On CPU in PyTorch ops: shared-prefix ("cascade") attention, which reads a prompt's keys
-    once for all its samples (parts/decode_kernels.py); where the C++ kernel does not build."""
-
-    name = "PyTorch cascade"
-
-    def start(self) -> None:
-        self.batch = None  # the last step's CascadeBatch: reused while the tables stay the same
-
-    def hidden(self, running: list, slots: list):
-        device = self.cache.device
-        self.slots = torch.tensor(slots, device=device)
-        self.batch = cascade_batch(running, self.cache.block_size, device, self.batch)
-        return run_model(self.model, self.cache, self, *last_tokens(running, device))
-
-    def attend(self, cache, layer_idx, q, k, v):
-        cache.write(layer_idx, self.slots, k, v)
-        k_pool = cache.k_pool[layer_idx]
-        need = cascade_workspace_size(k_pool, self.batch)
-        if len(cache.workspace) < need:
-            cache.workspace = k_pool.new_empty(need * 5 // 4)
-        return cascade_decode(q, k_pool, cache.v_pool[layer_idx], self.batch, cache.workspace)
-
-
-class CpuKernelDecode(DecodeBackend):
-    """On CPU in the fused C++ kernel (paged_decode_cpu): it writes the step's new K/V at each
-    sequence's last position itself (no slots) and reads K/V in place."""
-
-    name = "C++ kernel"
-
-    def hidden(self, running: list, slots: list):
-        width = max(len(seq.block_table) for seq in running)
-        tables = [seq.block_table + [0] * (width - len(seq.block_table)) for seq in running]
-        self.block_tables = torch.tensor(tables, dtype=torch.int32)  # (B, width)
-        lengths = [len(seq) for seq in running]
-        self.context_lens = torch.tensor(lengths, dtype=torch.int32)  # (B,)
-        return run_model(self.model, self.cache, self, *last_tokens(running, self.cache.device))
-
-    def attend(self, cache, layer_idx, q, k, v):
-        k_pool = cache.k_pool[layer_idx]
-        v_pool = cache.v_pool[layer_idx]
-        return paged_decode_cpu(q, k_pool, v_pool, self.block_tables, self.context_lens, k, v)
-
-
-def paged_decode_reference(q, k_pool, v_pool, block_tables, context_lens):
-    """One query per sequence against its pages in plain PyTorch, the oracle of the faster paths:
-    gather each sequence's blocks into a padded copy, then masked SDPA. q (B, Hq, hd); k_pool/v_pool
-    (Hkv, num_blocks, bs, hd); block_tables (B, max_blocks) padded with any valid id; context_lens
-    (B,) -> (B, Hq, hd)."""
-    B, Hq, hd = q.shape
-    Hkv, _, bs, _ = k_pool.shape
-    L = block_tables.shape[1] * bs
-    blocks = block_tables.flatten().long()
-    # (B, Hkv, L, hd)
-    k, v = (
-        pool.index_select(1, blocks).view(Hkv, B, L, hd).transpose(0, 1).to(q.dtype)
-        for pool in (k_pool, v_pool)
-    )
-    visible = torch.arange(L, device=q.device) < context_lens[:, None]  # (B, L)
-    # GQA: the Hq/Hkv query heads of one KV head attend as that head's Hq/Hkv queries (heads h -> h
-    # // group)
-    out = F.scaled_dot_product_attention(
-        q.view(B, Hkv, Hq // Hkv, hd), k, v, attn_mask=visible[:, None, None, :]
-    )
-    return out.reshape(B, Hq, hd)

@@ -196,7 +196,7 @@ def split_timers():
         timed(model_py, "apply_rope", "rotary")
         # so does LLMEngine._append_tokens in rollout.py's
         timed(rollout, "sample", "sampling")
-        timed(rollout, "run_model", "forward")
+        timed(kv_cache.PagedKVCache, "run", "forward")
         timed(rollout, "logits_fp32", "lm_head")  # the rows sampled from: a forward ends there
         yield parts
     finally:
@@ -208,7 +208,7 @@ def split(parts, total: float) -> list:
     """(part, seconds) rows; the model's rest and the engine's own work are what the wrappers do not
     cover."""
     leaves = ["matmuls", "attention", "norms", "rotary"]
-    forward = parts["forward"] + parts["lm_head"]  # run_model, then the LM head on sampled rows
+    forward = parts["forward"] + parts["lm_head"]  # cache.run, then the LM head on sampled rows
     rest_of_model = forward - sum(parts[p] for p in leaves)
     engine = total - forward - parts["sampling"]
     return [(p, parts[p]) for p in leaves] + [

@@ -1,5 +1,5 @@
-"""The paged KV cache's memory: one pool of blocks per layer, and how many blocks fit in the bytes
-given.
+"""The paged KV cache: one pool of blocks per layer, how many blocks fit in the bytes given, and
+the forward that attends through it.
 
 Per layer a pool of num_blocks blocks of block_size tokens, head-major: k_pool[layer] is
 (Hkv, num_blocks, block_size, hd), so the blocks of one head gather into (Hkv, B, L, hd), ready for
@@ -7,12 +7,13 @@ a batched matmul. A sequence owns a block table (a list of block ids); its token
     block_table[t // block_size] * block_size + t % block_size
 of its layer's pool, and one block costs, K and V of every layer,
     2 x num_layers x block_size x Hkv x hd x itemsize   bytes.
-The pool is allocated once (or again after release()); the model calls cache.attend() in every
-attention layer, which hands q, k, v to whatever the running step is (cache.step: the caller's
-prefill or decode step, with an attend(cache, layer_idx, q, k, v) method). torch only; rollout.py's
-engine is the caller:
+The pool is allocated once (or again after release()); cache.run(model, step, ...) runs a forward
+in which the model calls cache.attend() in every attention layer, which hands q, k, v to the step
+(the caller's prefill or decode step, with an attend(cache, layer_idx, q, k, v) method). torch only;
+rollout.py's engine is the caller:
     cache = PagedKVCache(model.config, num_blocks=64, block_size=16, dtype=torch.float32, device="cpu")
     cache.write(layer_idx, slots, k, v)          # k/v (N, Hkv, hd) into slots (N,)
+    hidden = cache.run(model, step, input_ids, positions)     # (N,) tokens -> (N, D)
     kv_cache_blocks(model.config, torch.bfloat16, 2**30, 16, max_num_seqs=8, max_model_len=4096)
 """
 
@@ -88,6 +89,18 @@ class PagedKVCache:
         Hkv, _, _, hd = k_pool.shape
         k_pool.view(Hkv, -1, hd).index_copy_(1, slots, k.transpose(0, 1).to(k_pool.dtype))
         v_pool.view(Hkv, -1, hd).index_copy_(1, slots, v.transpose(0, 1).to(v_pool.dtype))
+
+    def run(self, model, step, input_ids, positions):
+        """One flattened row of tokens (N,) at positions (N,) through the model -> its final
+        hidden states (N, D); each attention layer calls attend(), which hands q, k, v to
+        step.attend() (the caller's prefill or decode step)."""
+        self.step = step
+        try:
+            return model(
+                input_ids[None], position_ids=positions[None], kv_cache=self, return_hidden=True
+            )[0]
+        finally:
+            self.step = None
 
     def attend(self, layer_idx, q, k, v):  # q (1, N, Hq, hd), k/v (1, N, Hkv, hd) -> like q
         return self.step.attend(self, layer_idx, q[0], k[0], v[0]).unsqueeze(0)

@@ -106,7 +106,7 @@ def test_paged_decode_kernel_matches_the_reference(case):
     fp32 rounding, far below that. A rounding is relative u to nearest (a GPU, the reference), 2u
     under Triton's
     interpreter, whose fp32 -> bf16 cast truncates: u + 2u of the largest output, 2u max|V|."""
-    from rollout import paged_decode_reference, paged_decode_triton
+    from parts.decode_kernels import paged_decode_reference, paged_decode_triton
 
     _, b, splits = case
     w = workloads.decode_workload(DRY, DEVICE)
