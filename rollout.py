@@ -128,13 +128,10 @@ class LLMEngine:
     """The model (the trainer's, not a copy; generation runs on its device), the KV pool, the
     scheduler (parts/scheduler.py) and the decode backend, chosen once here (choose_decode).
     max_num_seqs: sequences decoded together; max_model_len: prompt + output tokens of a sequence
-    (None: the model's max_position_embeddings); num_blocks: the pool's size, or None to derive it
-    from kv_cache_memory: bytes, or a function returning them, asked whenever the pool is allocated
-    (at start, and at the first generate() after a release()); None = on CUDA the memory then free
-    less rollout_margin() (a prefill's activations, sampling, CUDA graphs), on CPU 512 MiB or one
-    max_model_len sequence if that is more; capped at max_num_seqs full-length sequences.
-    admit_watermark: the share of the pool a group must leave free to join running sequences.
-    use_triton, cpu_kernel, cuda_graphs, fused_norms: see choose_decode (None: the device's)."""
+    (None: the model's max_position_embeddings); num_blocks, kv_cache_memory: the pool's size in
+    blocks, or in bytes (both None: the device's default; see pool_blocks). admit_watermark: the
+    share of the pool a group must leave free to join running sequences. use_triton, cpu_kernel,
+    cuda_graphs, fused_norms: see choose_decode (None: the device's)."""
 
     def __init__(
         self,
@@ -159,20 +156,8 @@ class LLMEngine:
         if max_model_len is None:
             max_model_len = model.config.max_position_embeddings
         self.max_model_len = max_model_len
-        for name, value in (
-            ("max_num_seqs", max_num_seqs),
-            ("max_model_len", max_model_len),
-            ("block_size", block_size),
-            ("max_num_batched_tokens", max_num_batched_tokens),
-        ):
-            _require(
-                _is_int(value) and value >= 1,
-                f"LLMEngine({name}={value!r}): must be a positive int",
-            )
-        _require(
-            isinstance(admit_watermark, (int, float)) and 0 <= admit_watermark < 1,
-            f"LLMEngine(admit_watermark={admit_watermark!r}): must be a fraction of the pool "
-            "in [0, 1)",
+        check_limits(
+            max_num_seqs, max_model_len, block_size, max_num_batched_tokens, admit_watermark
         )
         model.rotary.reserve(max_model_len)  # the RoPE table: positions on a GPU need no check
         self.max_num_seqs = max_num_seqs
@@ -187,11 +172,7 @@ class LLMEngine:
         )
         device_decode = isinstance(self.decode, DeviceDecode)
         self.norm_kernels = choose_norm_kernels(model, device_decode, fused_norms)
-        # a pool sized from the memory free is allocated by the first generate(): what the caller
-        # allocates before it (say, an optimizer's states read on resume) is then not counted in it
-        cuda = self.device.type == "cuda"
-        from_free = callable(kv_cache_memory) or (kv_cache_memory is None and cuda)
-        self._make_pool(pool_blocks(self), allocate=num_blocks is not None or not from_free)
+        self._make_pool(pool_blocks(self), allocate=not sized_when_used(self))
         self.stats = EngineStats()
 
     def _make_pool(self, num_blocks: int, allocate: bool = True) -> None:
@@ -256,22 +237,12 @@ class LLMEngine:
         """Each group's prompt computed once (its samples share its blocks); each sample's first
         token sampled."""
         leads = [group[0] for group in groups]
-        ids = [token for lead in leads for token in lead.token_ids]  # (N,)
-        positions = [t for lead in leads for t in range(len(lead))]
-        slots = [self.blocks.slot(lead, t) for lead in leads for t in range(len(lead))]
-        ends = list(itertools.accumulate(len(lead) for lead in leads))  # (G,)
-        for lead in leads:
-            if lead.preempted:
-                self.stats.recompute_tokens += len(lead)
-            else:
-                self.stats.prefill_tokens += len(lead)
-        step = Prefill(torch.tensor(slots, device=self.device), [0] + ends)
-        hidden = self.cache.run(
-            self.model,
-            step,
-            torch.tensor(ids, device=self.device),
-            torch.tensor(positions, device=self.device),
-        )  # (N, D)
+        recomputed = sum(len(lead) for lead in leads if lead.preempted)
+        step = Prefill.of(leads, self.blocks, self.device)
+        self.stats.recompute_tokens += recomputed
+        self.stats.prefill_tokens += len(step.input_ids) - recomputed
+        hidden = self.cache.run(self.model, step, step.input_ids, step.positions)  # (N, D)
+        ends = step.cu_seqlens[1:]  # (G,)
         logits = logits_fp32(hidden[[end - 1 for end in ends]], self.model.lm_head.weight)  # (G, V)
         seqs = [seq for group in groups for seq in group]
         self._append_tokens(seqs, logits[[g for g, group in enumerate(groups) for _ in group]])
@@ -301,6 +272,26 @@ class LLMEngine:
                 self.scheduler.finish(seq)  # its blocks free at once, for the waiting requests
                 if self.on_finish is not None:
                     self.on_finish(*seq.index, result(seq))
+
+
+def check_limits(
+    max_num_seqs, max_model_len, block_size, max_num_batched_tokens, admit_watermark
+) -> None:
+    """LLMEngine's sizes: positive ints; admit_watermark: a fraction of the pool in [0, 1)."""
+    for name, value in (
+        ("max_num_seqs", max_num_seqs),
+        ("max_model_len", max_model_len),
+        ("block_size", block_size),
+        ("max_num_batched_tokens", max_num_batched_tokens),
+    ):
+        _require(
+            _is_int(value) and value >= 1,
+            f"LLMEngine({name}={value!r}): must be a positive int",
+        )
+    _require(
+        isinstance(admit_watermark, (int, float)) and 0 <= admit_watermark < 1,
+        f"LLMEngine(admit_watermark={admit_watermark!r}): must be a fraction of the pool in [0, 1)",
+    )
 
 
 def make_groups(prompt_token_ids, params, engine) -> list:
@@ -381,9 +372,11 @@ def print_progress(engine, all_seqs: list, elapsed: float) -> None:
 
 
 def pool_blocks(engine) -> int:
-    """The engine's pool size in blocks now: num_blocks, or what kv_cache_memory holds (bytes, a
-    function returning them, or None: on CUDA the memory free less rollout_margin, on CPU 512 MiB or
-    one max_model_len sequence if that is more), capped at max_num_seqs full-length sequences."""
+    """The engine's pool size in blocks now: num_blocks, or what kv_cache_memory holds: bytes, or a
+    function returning them, asked whenever the pool is allocated (at start, and at the first
+    generate() after a release()), or None: on CUDA the memory then free less rollout_margin (a
+    prefill's activations, sampling, CUDA graphs), on CPU 512 MiB or one max_model_len sequence if
+    that is more; capped at max_num_seqs full-length sequences."""
     cfg = engine.model.config
     block_bytes = kv_block_bytes(cfg, engine.dtype, engine.block_size)
     blocks_per_seq = -(-engine.max_model_len // engine.block_size)
@@ -413,6 +406,16 @@ def pool_blocks(engine) -> int:
         "raise num_blocks / kv_cache_memory or lower max_model_len",
     )
     return num_blocks
+
+
+def sized_when_used(engine) -> bool:
+    """True if the pool is sized from the memory free, and so allocated by the first generate():
+    what the caller allocates before it (say, an optimizer's states read on resume) is then not
+    counted in it."""
+    memory = engine.kv_cache_memory
+    cuda = engine.device.type == "cuda"
+    from_free = callable(memory) or (memory is None and cuda)
+    return engine.num_blocks is None and from_free
 
 
 # ---------------------------------------------------------------------------- 3. attention on pages
@@ -481,9 +484,26 @@ class Prefill:
     causal attention inside each sequence."""
 
     # fmt: off
-    slots: torch.Tensor    # (N,) pool slot of each token's K/V
-    cu_seqlens: list       # sequence i is tokens cu_seqlens[i]:cu_seqlens[i+1]
+    input_ids: torch.Tensor   # (N,) the sequences' tokens, one after another
+    positions: torch.Tensor   # (N,) each token's position in its sequence
+    slots: torch.Tensor       # (N,) pool slot of each token's K/V
+    cu_seqlens: list          # sequence i is tokens cu_seqlens[i]:cu_seqlens[i+1]
     # fmt: on
+
+    @staticmethod
+    def of(seqs: list, blocks, device) -> "Prefill":
+        """The step of these sequences, each whole (blocks: the BlockManager that gave their
+        slots)."""
+        ids = [token for seq in seqs for token in seq.token_ids]
+        positions = [t for seq in seqs for t in range(len(seq))]
+        slots = [blocks.slot(seq, t) for seq in seqs for t in range(len(seq))]
+        ends = list(itertools.accumulate(len(seq) for seq in seqs))
+        return Prefill(
+            torch.tensor(ids, device=device),
+            torch.tensor(positions, device=device),
+            torch.tensor(slots, device=device),
+            [0] + ends,
+        )
 
     def attend(self, cache, layer_idx, q, k, v):  # q (N, Hq, hd), k/v (N, Hkv, hd) -> like q
         cache.write(layer_idx, self.slots, k, v)
