@@ -9,10 +9,10 @@ keeps a bounded gradient ∂ℓ_t/∂logπ_t = −F·A instead of 0 (token_losse
 GPPO, GRPO and CISPO). token_losses is the rule; policy_loss and sft_loss average it. What a
 training loop calls, rl_loss_from_hidden (and _from_logits), takes ∂L/∂logπ_t by autograd through
 that same rule on the N log-probabilities, then applies ∂logπ_t/∂z = (onehot(o_t) − softmax(z/T))/T
-a chunk of rows at a time (Triton on CUDA), z in fp32: no (N, V) tensor.
+a chunk of rows at a time (Triton on CUDA: parts/logit_kernels.py), z in fp32: no (N, V) tensor.
     loss, metrics = rl_loss_from_hidden(hidden, lm_head.weight, targets, old_logprobs, advantages, response_mask,
                                         sft_mask=sft_mask, cfg=LossConfig(mode="gppo", alpha=0.1))   # hidden: (N, D)
-Copy it alone: torch only (triton optional). Tests: tests/test_gppo_loss.py; speed:
+Copy it with parts/logit_kernels.py: torch only (triton optional). Tests: tests/test_gppo_loss.py; speed:
 benchmarks/bench_gppo_loss.py.
 """
 
@@ -20,11 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-try:  # CPU-only installs may lack triton: the PyTorch path then runs everywhere.
-    import triton
-    import triton.language as tl
-except ImportError:
-    triton = None
+from parts.logit_kernels import LogitKernels, triton
 
 MODES = ("gppo", "grpo", "cispo")
 
@@ -317,8 +313,7 @@ class _Fused:
 
     # fmt: off
     cfg: LossConfig
-    chunk_size: int                # rows of logits per chunk
-    use_triton: bool
+    kernels: LogitKernels          # logits -> logπ and back: T, rows per chunk, Triton or not
     # fmt: on
 
     @staticmethod
@@ -335,7 +330,8 @@ class _Fused:
         use_triton = backend == "triton" or (
             backend == "auto" and triton is not None and device.type == "cuda"
         )
-        return _Fused(cfg, chunk_size or _default_chunk(vocab, device), use_triton)
+        chunk_size = chunk_size or _default_chunk(vocab, device)
+        return _Fused(cfg, LogitKernels(cfg.temperature, chunk_size, use_triton))
 
 
 def _default_chunk(vocab: int, device) -> int:
@@ -352,7 +348,7 @@ class _LossFromLogits(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, logits, batch: TokenBatch, fused: _Fused, inplace: bool):
-        logprobs, lse, entropy = _logit_stats(logits, batch.targets, fused)
+        logprobs, lse, entropy = fused.kernels.stats(logits, batch.targets)
         loss, coef, policy, sft = objective(logprobs, batch, fused.cfg)
         ctx.save_for_backward(logits, batch.targets, lse, coef)
         ctx.fused = fused
@@ -365,7 +361,7 @@ class _LossFromLogits(torch.autograd.Function):
         logits, targets, lse, coef = ctx.saved_tensors
         fused = ctx.fused
         out = logits if ctx.inplace else torch.empty_like(logits)
-        _logit_grad(logits, out, targets, lse, coef * grad_loss, fused)
+        fused.kernels.grad(logits, out, targets, lse, coef * grad_loss)
         # any later reader of these logits now fails loudly instead of reading gradients
         if ctx.inplace:
             torch.autograd.graph.increment_version(logits)
@@ -380,11 +376,12 @@ class _LossFromHidden(torch.autograd.Function):
     @staticmethod
     def forward(ctx, hidden, weight, batch: TokenBatch, fused: _Fused):
         logprobs, lse, entropy = (torch.empty(len(hidden), device=hidden.device) for _ in range(3))
-        for i in range(0, len(hidden), fused.chunk_size):
-            rows = slice(i, i + fused.chunk_size)
+        chunk_size = fused.kernels.chunk_size
+        for i in range(0, len(hidden), chunk_size):
+            rows = slice(i, i + chunk_size)
             # (c, V) fp32, from the compute dtype's operands
             logits = _mm_fp32(hidden[rows], weight.T)
-            stats = _logit_stats(logits, batch.targets[rows], fused)
+            stats = fused.kernels.stats(logits, batch.targets[rows])
             logprobs[rows], lse[rows], entropy[rows] = stats
         loss, coef, policy, sft = objective(logprobs, batch, fused.cfg)
         ctx.save_for_backward(hidden, weight, batch.targets, lse, coef)
@@ -400,10 +397,11 @@ class _LossFromHidden(torch.autograd.Function):
         grad_hidden = torch.empty_like(hidden)
         # fp32 accumulator
         grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
-        for i in range(0, len(hidden), fused.chunk_size):
-            rows = slice(i, i + fused.chunk_size)
+        chunk_size = fused.kernels.chunk_size
+        for i in range(0, len(hidden), chunk_size):
+            rows = slice(i, i + chunk_size)
             logits = _mm_fp32(hidden[rows], weight.T)  # the forward's fp32 logits, recomputed
-            _logit_grad(logits, logits, targets[rows], lse[rows], coef[rows], fused)
+            fused.kernels.grad(logits, logits, targets[rows], lse[rows], coef[rows])
             # ∂L/∂z (c, V): the GEMMs take the compute dtype
             grad_logits = logits.to(weight.dtype)
             grad_hidden[rows] = grad_logits @ weight
@@ -544,174 +542,3 @@ def objective(logprobs, batch: TokenBatch, cfg: LossConfig) -> tuple:
         loss = policy + cfg.alpha * sft
         (coef,) = torch.autograd.grad(loss, logp)
     return loss.detach(), coef, policy.detach(), sft.detach()
-
-
-# ---------------------------------------------------------------------- 4. logits -> logπ, and back
-# Forward: per token, the log-sum-exp of z/T (online, one block of the vocabulary at a time), logπ
-# of its target and the entropy (logged). Backward: g_t·(onehot − softmax(z/T))/T written over the
-# logits. Two backends.
-
-_TRITON_BLOCK_V = 4096  # vocabulary columns per step; tests shrink it to exercise the ragged tail
-
-
-def _logit_stats(logits, targets, fused: _Fused):
-    """(n, V) logits -> logπ of targets, log-sum-exp, entropy: (n,) fp32 each."""
-    if not fused.use_triton:
-        return _stats_torch(logits, targets, fused)
-    N, V = logits.shape
-    grid, meta = _launch(*logits.shape, logits.device)
-    logprobs, lse, entropy = (torch.empty(N, device=logits.device) for _ in range(3))
-    _stats_kernel[grid](
-        logits,
-        logits.stride(0),
-        targets,
-        logprobs,
-        lse,
-        entropy,
-        N,
-        V,
-        1 / fused.cfg.temperature,
-        **meta,
-    )
-    return logprobs, lse, entropy
-
-
-def _logit_grad(logits, out, targets, lse, coef, fused: _Fused):
-    """out (may be logits itself) <- coef·(onehot − softmax(logits/T))/T, row by row."""
-    if not fused.use_triton:
-        return _grad_torch(logits, out, targets, lse, coef, fused)
-    N, V = logits.shape
-    grid, meta = _launch(*logits.shape, logits.device)
-    _grad_kernel[grid](
-        logits,
-        logits.stride(0),
-        out,
-        out.stride(0),
-        targets,
-        lse,
-        coef.contiguous(),
-        N,
-        V,
-        1 / fused.cfg.temperature,
-        **meta,
-    )
-
-
-def _launch(N, V, device):
-    """A fixed grid (8 programs per SM) whatever N, and the vocabulary block size."""
-    programs = (
-        8 * torch.cuda.get_device_properties(device).multi_processor_count
-        if device.type == "cuda"
-        else 4
-    )
-    block = min(_TRITON_BLOCK_V, triton.next_power_of_2(V))
-    return (max(1, min(N, programs)),), dict(BLOCK=block, num_warps=8 if block >= 2048 else 4)
-
-
-def _stats_torch(logits, targets, fused: _Fused):
-    """_logit_stats in PyTorch, fused.chunk_size rows at a time (the fp32 temporaries are that
-    many rows wide)."""
-    temperature = fused.cfg.temperature
-    chunk_size = fused.chunk_size
-    logprobs, lse, entropy = (torch.empty(len(logits), device=logits.device) for _ in range(3))
-    for i in range(0, len(logits), chunk_size):
-        # (c, V) fp32: temporaries are c rows wide
-        z = logits[i : i + chunk_size].float() / temperature
-        lse[i : i + chunk_size] = row_lse = torch.logsumexp(z, dim=-1)
-        logprobs[i : i + chunk_size] = (
-            z.gather(1, targets[i : i + chunk_size, None])[:, 0] - row_lse
-        )
-        log_p = z.sub_(row_lse[:, None])
-        entropy[i : i + chunk_size] = -log_p.exp().mul_(log_p).sum(-1)
-    return logprobs, lse, entropy
-
-
-def _grad_torch(logits, out, targets, lse, coef, fused: _Fused):
-    """_logit_grad in PyTorch, fused.chunk_size rows at a time."""
-    temperature = fused.cfg.temperature
-    chunk_size = fused.chunk_size
-    for i in range(0, len(logits), chunk_size):
-        c = coef[i : i + chunk_size, None] / temperature
-        g = (
-            (logits[i : i + chunk_size].float() / temperature)
-            .sub_(lse[i : i + chunk_size, None])
-            .exp_()
-            .mul_(-c)
-        )
-        g.scatter_add_(1, targets[i : i + chunk_size, None], c)
-        out[i : i + chunk_size] = g
-
-
-if triton is not None:
-
-    @triton.jit
-    def _stats_kernel(
-        logits_ptr,
-        stride,
-        targets_ptr,
-        logprobs_ptr,
-        lse_ptr,
-        entropy_ptr,
-        N,
-        V,
-        inv_temp,
-        BLOCK: tl.constexpr,
-    ):
-        # A fixed grid of programs loops over rows: no grid-size limit on N; int64 row offsets
-        # because N·V passes 2^31 (32,768 × 151,936).
-        offs = tl.arange(0, BLOCK)
-        for row in tl.range(tl.program_id(0).to(tl.int64), N, tl.num_programs(0)):
-            row_ptr = logits_ptr + row * stride
-            # Online softmax, one lane per column slot: running max m, Σ exp(z−m), Σ exp(z−m)·z.
-            m = tl.full([BLOCK], float("-inf"), tl.float32)
-            s = tl.zeros([BLOCK], tl.float32)
-            a = tl.zeros([BLOCK], tl.float32)
-            for start in tl.range(0, V, BLOCK):
-                cols = start + offs
-                z = (
-                    tl.load(row_ptr + cols, mask=cols < V, other=float("-inf")).to(tl.float32)
-                    * inv_temp
-                )
-                m_new = tl.maximum(m, z)
-                m_safe = tl.where(m_new > float("-inf"), m_new, 0.0)  # lanes that saw no column yet
-                correction = tl.exp(m - m_safe)
-                p = tl.exp(z - m_safe)
-                s = s * correction + p
-                a = a * correction + p * tl.where(p > 0, z, 0.0)
-                m = m_new
-            m_row = tl.max(m, 0)
-            lane_scale = tl.exp(m - m_row)
-            s_row = tl.sum(s * lane_scale, 0)
-            lse = m_row + tl.log(s_row)
-            z_target = tl.load(row_ptr + tl.load(targets_ptr + row)).to(tl.float32) * inv_temp
-            tl.store(logprobs_ptr + row, z_target - lse)
-            tl.store(lse_ptr + row, lse)
-            tl.store(entropy_ptr + row, lse - tl.sum(a * lane_scale, 0) / s_row)  # H = lse − E_p[z]
-
-    @triton.jit
-    def _grad_kernel(
-        logits_ptr,
-        stride,
-        out_ptr,
-        out_stride,
-        targets_ptr,
-        lse_ptr,
-        coef_ptr,
-        N,
-        V,
-        inv_temp,
-        BLOCK: tl.constexpr,
-    ):
-        # out may alias logits: each element is read, then written, by the same program.
-        offs = tl.arange(0, BLOCK)
-        for row in tl.range(tl.program_id(0).to(tl.int64), N, tl.num_programs(0)):
-            row_ptr = logits_ptr + row * stride
-            out_row_ptr = out_ptr + row * out_stride
-            c = tl.load(coef_ptr + row) * inv_temp
-            lse = tl.load(lse_ptr + row)
-            target = tl.load(targets_ptr + row)
-            for start in tl.range(0, V, BLOCK):
-                cols = start + offs
-                z = tl.load(row_ptr + cols, mask=cols < V, other=0.0).to(tl.float32) * inv_temp
-                g = tl.where(cols == target, c, 0.0) - c * tl.exp(z - lse)
-                tl.store(out_row_ptr + cols, g.to(out_ptr.dtype.element_ty), mask=cols < V)
