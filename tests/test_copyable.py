@@ -96,6 +96,15 @@ CHECKS = {
         "import math_checker\nprint(math_checker.compare('\\\\frac12', '0.5'))",
         "(True, True)",
     ),
+    # best-fit decreasing by hand: 5 opens row 0, 4 row 1, 3 fills row 1, 2 fills row 0; two
+    # documents of 3 and 2 tokens in a row of 6: positions restart, the padding is document 2
+    "packing": (
+        "import packing\n"
+        "print(packing.plan_packing([3, 5, 2, 4], 7))\n"
+        "rows = packing.pack_examples([([1, 2, 3], [0, 1, 1]), ([4, 5], [1, 1])], 6, pad_id=0)\n"
+        "print(rows[0]['position_ids'].tolist(), rows[0]['document_ids'].tolist())",
+        "[[1, 2], [3, 0]]\n[0, 1, 2, 0, 1, 0] [0, 0, 0, 1, 1, 2]",
+    ),
     "results_table": (
         "import results_table\nb = dict(problems=2, k=4, avg_at_k=0.5, pass_at_k={'1': 0.5, '4': 1.0}, "
         "mean_reward=0.5, format_failure_rate=0.0, mean_length=9.0, truncated_rate=0.0)\n"

@@ -20,7 +20,7 @@ import pytest
 import torch
 
 import data
-from parts import formats
+from parts import formats, packing
 import reward
 from tools import toy
 from tools.toy_tasks import programs, sums
@@ -915,7 +915,7 @@ def _random_examples(n, seed, lo=1, hi=300):
 
 def test_pack_examples_keeps_every_token_and_marks_documents():
     examples = _random_examples(200, 0)
-    rows = data.pack_examples(examples, row_tokens=512, pad_id=-7)
+    rows = packing.pack_examples(examples, row_tokens=512, pad_id=-7)
     seen = []
     for row in rows:
         assert all(v.shape == (512,) for v in row.values())
@@ -939,7 +939,7 @@ def test_pack_examples_keeps_every_token_and_marks_documents():
     efficiency = sum(len(x) for x, _ in examples) / (len(rows) * 512)
     assert efficiency >= 0.95, efficiency
     with pytest.raises(ValueError, match="do not fit"):
-        data.pack_examples(examples, row_tokens=100, pad_id=0)
+        packing.pack_examples(examples, row_tokens=100, pad_id=0)
 
 
 @pytest.mark.parametrize(
@@ -965,7 +965,7 @@ def test_pack_examples_keeps_every_token_and_marks_documents():
     ],
 )
 def test_packing_efficiency_on_realistic_mixes(name, lengths, row_tokens):
-    rows = data.plan_packing(lengths.tolist(), row_tokens)
+    rows = packing.plan_packing(lengths.tolist(), row_tokens)
     assert sorted(i for r in rows for i in r) == list(range(len(lengths)))
     assert all(sum(lengths[i] for i in r) <= row_tokens for r in rows)
     efficiency = lengths.sum() / (len(rows) * row_tokens)
@@ -975,7 +975,7 @@ def test_packing_efficiency_on_realistic_mixes(name, lengths, row_tokens):
 
 def test_packing_efficiency_on_toy_data(toy_tok):
     examples, _ = data.encode_sft_dataset(toy_tok, sums.sft_conversations(1500, 500, seed=1), 512)
-    loader = data.PackedLoader(examples, row_tokens=2048, rows_per_step=8, pad_id=0)
+    loader = packing.PackedLoader(examples, row_tokens=2048, rows_per_step=8, pad_id=0)
     print(f"packing efficiency toy: {loader.efficiency:.4f}")
     assert loader.efficiency >= 0.95
 
@@ -987,10 +987,12 @@ def _rows_key(rows):
 def test_packed_loader_shards_equal_steps_and_covers_each_row_once():
     examples = _random_examples(145, 4, hi=120)
     loaders = [
-        data.PackedLoader(examples, 256, rows_per_step=4, pad_id=-1, seed=7, rank=r, world_size=2)
+        packing.PackedLoader(
+            examples, 256, rows_per_step=4, pad_id=-1, seed=7, rank=r, world_size=2
+        )
         for r in range(2)
     ]
-    single = data.PackedLoader(examples, 256, rows_per_step=4, pad_id=-1, seed=7)
+    single = packing.PackedLoader(examples, 256, rows_per_step=4, pad_id=-1, seed=7)
     assert (
         loaders[0].steps_per_epoch
         == loaders[1].steps_per_epoch
@@ -1021,7 +1023,7 @@ def test_packed_loader_shards_equal_steps_and_covers_each_row_once():
 def test_packed_loader_resumes_mid_epoch():
     examples = _random_examples(120, 5, hi=100)
     # noqa
-    make = lambda: data.PackedLoader(
+    make = lambda: packing.PackedLoader(
         examples, 200, rows_per_step=2, pad_id=0, seed=3, rank=1, world_size=2
     )
     straight = make()
@@ -1034,11 +1036,22 @@ def test_packed_loader_resumes_mid_epoch():
     resumed = make()
     resumed.load_state_dict(state)
     assert [_rows_key(resumed.next_step()) for _ in range(len(reference) - k)] == reference[k:]
-    other = data.PackedLoader(examples, 200, rows_per_step=4, pad_id=0, seed=3)
+    other = packing.PackedLoader(examples, 200, rows_per_step=4, pad_id=0, seed=3)
     with pytest.raises(ValueError, match="rows_per_step"):
         other.load_state_dict(state)
     with pytest.raises(ValueError, match="multiple of world_size"):
-        data.PackedLoader(examples, 200, rows_per_step=3, pad_id=0, world_size=2)
+        packing.PackedLoader(examples, 200, rows_per_step=3, pad_id=0, world_size=2)
+
+
+def test_a_resume_with_other_batch_settings_is_one_input_error():
+    """sft.py restores its loader through data.read: a checkpoint's loader state from other batch
+    settings is the user's input (one line naming the option, exit status 2), not a bug."""
+    from parts.trainer import InputError
+
+    loader = packing.PackedLoader(_random_examples(40, 6, hi=100), 200, rows_per_step=4, pad_id=0)
+    state = dict(loader.state_dict(), rows_per_step=2)
+    with pytest.raises(InputError, match=r"^--resume: cannot resume: .* rows_per_step=2, now 4"):
+        data.read("--resume", loader.load_state_dict, state)
 
 
 # ----------------------------------------------------------------------------- toy math
