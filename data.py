@@ -1,6 +1,7 @@
 """Data for Klear-Reasoner: Qwen3's chat format, the loaders of public data sets as published, and
 packing.
-1. Chat format, identical to Qwen3's chat template (tools left out); SFT trains on the final assistant turn only:
+1. Chat format, identical to Qwen3's chat template (tools left out; parts/chat_template.py renders it);
+   SFT trains on the final assistant turn only:
        <|im_start|>user\n{question}<|im_end|>\n<|im_start|>assistant\n<think>\n{reasoning}\n</think>\n\n{answer}<|im_end|>\n
 2. Loaders: SFT conversations, responses with verdicts, math problems, code problems with tests, from JSON lines, a
    .json array or .parquet as published (the adapters: parts/formats.py; the sets: docs/data_formats.md).
@@ -20,6 +21,7 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from parts import formats
+from parts.chat_template import render, render_chat
 from parts.formats import INPUT_ERRORS, DataError, Records, hub_hint
 from parts.packing import PackingError
 
@@ -104,7 +106,7 @@ def encode_sft_dataset(tok: Tokenizer, conversations, max_len: int, overlong: st
     (print it: nothing vanishes silently)."""
     if overlong not in ("truncate", "drop", "error"):
         raise ValueError(f"overlong={overlong!r}: use truncate, drop or error")
-    rendered = [_render(c, False, True) for c in conversations]
+    rendered = [render(c) for c in conversations]
     encodings = tok.encode_batch([text for text, _ in rendered], add_special_tokens=False)
     examples = []
     report = dict(
@@ -188,7 +190,7 @@ def encode_chat(tok: Tokenizer, messages) -> tuple:
     (think block, answer, <|im_end|>). The ids are those of tokenizing render_chat(messages) whole."""
     if messages[-1].get("role") != "assistant":
         raise ValueError("encode_chat needs a conversation that ends with an assistant turn")
-    text, span = _render(messages, False, True)
+    text, span = render(messages)
     enc = tok.encode(text, add_special_tokens=False)
     return enc.ids, _loss_mask(enc.offsets, span)
 
@@ -197,75 +199,6 @@ def _loss_mask(offsets, span) -> list:
     # a token is trained if any of its characters lies in the final assistant turn's span
     start, end = span
     return [int(e > start and s < end) for s, e in offsets]
-
-
-def render_chat(messages, add_generation_prompt: bool = False, enable_thinking: bool = True) -> str:
-    """The text Qwen3's chat template renders for these messages (no tools)."""
-    return _render(messages, add_generation_prompt, enable_thinking)[0]
-
-
-def _render(messages, add_generation_prompt: bool, enable_thinking: bool):
-    """Qwen3's chat template in Python. Returns (text, (start, end)): the character span of the last
-    assistant turn's generated part, from just after `<|im_start|>assistant\\n` through `<|im_end|>`."""
-    _check_messages(messages)
-    parts = []
-    span = None
-    if messages[0]["role"] == "system":
-        parts.append(f"<|im_start|>system\n{messages[0]['content']}<|im_end|>\n")
-    # the last "real" user query; assistant turns after it keep their reasoning
-    last_query = len(messages) - 1
-    for i in range(len(messages) - 1, -1, -1):
-        c = messages[i]["content"]
-        if messages[i]["role"] == "user" and not (
-            c.startswith("<tool_response>") and c.endswith("</tool_response>")
-        ):
-            last_query = i
-            break
-    for i, message in enumerate(messages):
-        role = message["role"]
-        content = message["content"]
-        if role == "user" or (role == "system" and i > 0):
-            parts.append(f"<|im_start|>{role}\n{content}<|im_end|>\n")
-        elif role == "assistant":
-            reasoning = message.get("reasoning_content")
-            if reasoning is None:
-                reasoning = ""
-                if "</think>" in content:
-                    reasoning = (
-                        content.split("</think>")[0].rstrip("\n").split("<think>")[-1].lstrip("\n")
-                    )
-                    content = content.split("</think>")[-1].lstrip("\n")
-            if i > last_query and (i == len(messages) - 1 or reasoning):
-                body = "<think>\n" + reasoning.strip("\n") + "\n</think>\n\n" + content.lstrip("\n")
-            else:
-                body = content
-            head = "<|im_start|>assistant\n"
-            start = sum(map(len, parts)) + len(head)
-            parts.append(head + body + "<|im_end|>\n")
-            span = (start, start + len(body) + len("<|im_end|>"))
-    if add_generation_prompt:
-        parts.append(
-            "<|im_start|>assistant\n" + ("" if enable_thinking else "<think>\n\n</think>\n\n")
-        )
-    return "".join(parts), span
-
-
-def _check_messages(messages) -> None:
-    if not isinstance(messages, list) or not messages:
-        raise ValueError("messages must be a non-empty list of {'role', 'content'} dicts")
-    for i, message in enumerate(messages):
-        roles = ("system", "user", "assistant")
-        if not isinstance(message, dict) or message.get("role") not in roles:
-            role = message.get("role") if isinstance(message, dict) else message
-            raise ValueError(
-                f"messages[{i}]: role {role!r} is not supported (system, user, assistant; "
-                "tool calls are not supported by this implementation)"
-            )
-        if not isinstance(message.get("content"), str):
-            content_type = type(message.get("content")).__name__
-            raise ValueError(f"messages[{i}].content must be a string, got {content_type}")
-        if message.get("tool_calls"):
-            raise ValueError(f"messages[{i}]: tool_calls are not supported by this implementation")
 
 
 # ----------------------------------------------------------------------------- 2. the loaders

@@ -24,6 +24,16 @@ STORIES = sorted(f for f in os.listdir(ROOT) if f.endswith(".py"))
 # One small real call per part, run in the folder that holds only that part. fp32 decode attention over <= 64 tokens
 # of values |v| < 5: 64 additions, each off by at most 2^-24 of a partial sum < 5, bound the error by 64 * 5 * 2^-24.
 CHECKS = {
+    # the last assistant turn's span: its reasoning in a think block, through <|im_end|>; the
+    # generation prompt with thinking off ends in an empty think block
+    "chat_template": (
+        "import chat_template as c\n"
+        "m = [{'role': 'user', 'content': 'Hi'}, {'role': 'assistant', 'content': '<think>r</think>ok'}]\n"
+        "text, (s, e) = c.render(m)\n"
+        "print(repr(text[s:e]), repr(c.render_chat(m[:1], True, False)))",
+        "'<think>\\nr\\n</think>\\n\\nok<|im_end|>' "
+        "'<|im_start|>user\\nHi<|im_end|>\\n<|im_start|>assistant\\n<think>\\n\\n</think>\\n\\n'",
+    ),
     "cli": (
         "from dataclasses import dataclass\nfrom cli import parse_config\n@dataclass\nclass C:\n"
         "    steps: int = 1   # how many\nprint(parse_config(C, ['--steps=3']).steps)",

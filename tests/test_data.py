@@ -20,7 +20,7 @@ import pytest
 import torch
 
 import data
-from parts import formats, packing
+from parts import chat_template, formats, packing
 import reward
 from tools import toy
 from tools.toy_tasks import programs, sums
@@ -105,17 +105,18 @@ CHAT_CASES = [
 @pytest.mark.parametrize("messages,agp,thinking,expected", CHAT_CASES)
 def test_render_chat_hand_written(messages, agp, thinking, expected):
     assert (
-        data.render_chat(messages, add_generation_prompt=agp, enable_thinking=thinking) == expected
+        chat_template.render_chat(messages, add_generation_prompt=agp, enable_thinking=thinking)
+        == expected
     )
 
 
 def test_render_chat_rejects_what_it_does_not_support():
     with pytest.raises(ValueError, match="tool"):
-        data.render_chat([U("a"), {"role": "tool", "content": "x"}])
+        chat_template.render_chat([U("a"), {"role": "tool", "content": "x"}])
     with pytest.raises(ValueError, match="tool_calls"):
-        data.render_chat([U("a"), A("", tool_calls=[{"name": "f"}])])
+        chat_template.render_chat([U("a"), A("", tool_calls=[{"name": "f"}])])
     with pytest.raises(ValueError, match=r"messages\[0\].content"):
-        data.render_chat([{"role": "user", "content": [{"type": "text"}]}])
+        chat_template.render_chat([{"role": "user", "content": [{"type": "text"}]}])
     with pytest.raises(ValueError, match="assistant"):
         data.encode_chat(None, [U("a")])
 
@@ -154,7 +155,7 @@ def _all_renders(render):
 def test_toy_chat_template_equals_render_chat():
     template = _jinja(qwen3_tokenizer.CHAT_TEMPLATE)
     for messages, agp, thinking, text in _all_renders(template.render):
-        assert text == data.render_chat(messages, agp, thinking is not False), (
+        assert text == chat_template.render_chat(messages, agp, thinking is not False), (
             messages,
             agp,
             thinking,
@@ -165,7 +166,7 @@ def test_real_qwen3_template_equals_render_chat(qwen3_tokenizer_dir):
     with open(os.path.join(qwen3_tokenizer_dir, "tokenizer_config.json")) as f:
         template = _jinja(json.load(f)["chat_template"])
     for messages, agp, thinking, text in _all_renders(template.render):
-        assert text == data.render_chat(messages, agp, thinking is not False), (
+        assert text == chat_template.render_chat(messages, agp, thinking is not False), (
             messages,
             agp,
             thinking,
@@ -253,7 +254,7 @@ def test_encode_chat_real_qwen3_ids(qwen_tok):
 
 def _check_loss_mask(tok, messages):
     ids, mask = data.encode_chat(tok, messages)
-    text = data.render_chat(messages)
+    text = chat_template.render_chat(messages)
     assert ids == tok.encode(text, add_special_tokens=False).ids
     # trained part = the final assistant turn (after its header) through <|im_end|>; the rest is
     # context
@@ -317,7 +318,9 @@ def test_toy_tokenizer_shape_and_determinism(toy_tok, tmp_path):
 
 def test_toy_tokenizer_matches_qwen_pre_tokenization(toy_tok, qwen_tok):
     # same normaliser and split regex: the pieces before BPE are the same for both tokenizers
-    text = data.render_chat(sums.sft_conversations(3, 3, seed=5)[0]) + "it's  x\r\n\n  y 2024"
+    text = (
+        chat_template.render_chat(sums.sft_conversations(3, 3, seed=5)[0]) + "it's  x\r\n\n  y 2024"
+    )
     # noqa
     pieces = lambda tok: [
         p for p, _ in tok.pre_tokenizer.pre_tokenize_str(tok.normalizer.normalize_str(text))
