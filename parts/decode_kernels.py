@@ -837,7 +837,7 @@ def last_tokens(running: list, device) -> tuple:
 
 class CascadeDecode(DecodeBackend):
     """On CPU in PyTorch ops: shared-prefix ("cascade") attention, which reads a prompt's keys
-    once for all its samples (parts/decode_kernels.py); where the C++ kernel does not build."""
+    once for all its samples (cascade_decode, above); where the C++ kernel does not build."""
 
     name = "PyTorch cascade"
 
