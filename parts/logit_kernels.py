@@ -1,16 +1,20 @@
-"""Log-softmax rows of logits and their gradient, with no (n, V) temporary wider than a chunk.
-Per row t of logits z (n, V), its target o_t and the temperature T:
+"""A loss of per-token log-probabilities, fused with the logits: no (N, V) tensor wider than a
+chunk of rows. Per row t of logits z (N, V), its target o_t and the temperature T:
     lse_t = log Σ_v exp(z_tv / T),   logπ_t = z_t,o_t / T − lse_t,   H_t = lse_t − Σ_v p_tv z_tv / T
 (p_t = softmax(z_t / T), H_t its entropy), and back, given coef_t = ∂L/∂logπ_t:
     ∂L/∂z_t = coef_t · (onehot(o_t) − p_t) / T
-written into `out`, which may be the logits themselves (no second (n, V) buffer). Two backends, the
-same numbers: a Triton kernel per direction (online softmax over one block of the vocabulary at a
-time, a fixed grid of programs looping over rows; on CUDA, or on a CPU with TRITON_INTERPRET=1), and
-PyTorch ops chunk_size rows at a time (their fp32 temporaries are that many rows wide). torch (and
-triton, optional) only; gppo_loss.py's fused loss is the caller:
+LogitKernels computes both, the gradient written into `out`, which may be the logits themselves (no
+second (N, V) buffer); two backends, the same numbers: a Triton kernel per direction (online
+softmax over one block of the vocabulary at a time, a fixed grid of programs looping over rows; on
+CUDA, or on a CPU with TRITON_INTERPRET=1), and PyTorch ops chunk_size rows at a time. The autograd
+Functions LossFromLogits and LossFromHidden (logits = hidden @ lm_head.T in fp32, recomputed chunk
+by chunk in the backward) take any loss of the N log-probabilities, objective(logπ) -> (loss,
+coef = ∂loss/∂logπ, *parts), and carry its gradient to the logits (or to hidden and the head) by
+the rule above. torch (and triton, optional) only; gppo_loss.py's fused loss is the caller:
     kernels = LogitKernels(temperature=0.7, chunk_size=256, use_triton=False)
-    logprobs, lse, entropy = kernels.stats(logits, targets)   # logits (n, V), targets (n,) int64 -> (n,) fp32 each
-    kernels.grad(logits, logits, targets, lse, coef)          # logits <- coef·(onehot − softmax(logits/T))/T
+    logprobs, lse, entropy = kernels.stats(logits, targets)   # (N, V), (N,) int64 -> (N,) fp32 each
+    kernels.grad(logits, logits, targets, lse, coef)          # logits <- coef·(onehot − p)/T
+    loss, logprobs, entropy, *parts = LossFromHidden.apply(hidden, weight, targets, objective, kernels)
 """
 
 from dataclasses import dataclass
@@ -120,6 +124,114 @@ def _launch(N, V, device):
     )
     block = min(_TRITON_BLOCK_V, triton.next_power_of_2(V))
     return (max(1, min(N, programs)),), dict(BLOCK=block, num_warps=8 if block >= 2048 else 4)
+
+
+# ------------------------------------------- a loss of logπ, with autograd, from logits or hidden
+
+
+class LossFromLogits(torch.autograd.Function):
+    """logits (N, V), targets (N,) -> (loss, logπ (N,), entropy (N,), *parts) where
+    (loss, coef, *parts) = objective(logπ) and coef = ∂loss/∂logπ (N,): the caller's loss of the N
+    log-probabilities, differentiated on them. The backward writes ∂L/∂logits into the logits
+    buffer itself when inplace (no second (N, V) buffer); the logits are garbage after backward."""
+
+    @staticmethod
+    def forward(ctx, logits, targets, objective, kernels: LogitKernels, inplace: bool):
+        logprobs, lse, entropy = kernels.stats(logits, targets)
+        loss, coef, *parts = objective(logprobs)
+        ctx.save_for_backward(logits, targets, lse, coef)
+        ctx.kernels = kernels
+        ctx.inplace = inplace
+        ctx.mark_non_differentiable(logprobs, entropy, *parts)
+        return loss, logprobs, entropy, *parts
+
+    @staticmethod
+    def backward(ctx, grad_loss, *unused):
+        logits, targets, lse, coef = ctx.saved_tensors
+        out = logits if ctx.inplace else torch.empty_like(logits)
+        ctx.kernels.grad(logits, out, targets, lse, coef * grad_loss)
+        # any later reader of these logits now fails loudly instead of reading gradients
+        if ctx.inplace:
+            torch.autograd.graph.increment_version(logits)
+        return out, None, None, None, None
+
+
+class LossFromHidden(torch.autograd.Function):
+    """hidden (N, D), lm_head weight (V, D), targets (N,) -> (loss, logπ, entropy, *parts), as
+    LossFromLogits with logits = hidden @ weight.T in fp32; the logits exist one chunk of
+    kernels.chunk_size rows at a time, in the forward and again (recomputed) in the backward."""
+
+    @staticmethod
+    def forward(ctx, hidden, weight, targets, objective, kernels: LogitKernels):
+        logprobs, lse, entropy = (torch.empty(len(hidden), device=hidden.device) for _ in range(3))
+        chunk_size = kernels.chunk_size
+        for i in range(0, len(hidden), chunk_size):
+            rows = slice(i, i + chunk_size)
+            # (c, V) fp32, from the compute dtype's operands
+            logits = _mm_fp32(hidden[rows], weight.T)
+            stats = kernels.stats(logits, targets[rows])
+            logprobs[rows], lse[rows], entropy[rows] = stats
+        loss, coef, *parts = objective(logprobs)
+        ctx.save_for_backward(hidden, weight, targets, lse, coef)
+        ctx.kernels = kernels
+        ctx.mark_non_differentiable(logprobs, entropy, *parts)
+        return loss, logprobs, entropy, *parts
+
+    @staticmethod
+    def backward(ctx, grad_loss, *unused):
+        hidden, weight, targets, lse, coef = ctx.saved_tensors
+        kernels = ctx.kernels
+        coef = coef * grad_loss
+        grad_hidden = torch.empty_like(hidden)
+        # fp32 accumulator
+        grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
+        chunk_size = kernels.chunk_size
+        for i in range(0, len(hidden), chunk_size):
+            rows = slice(i, i + chunk_size)
+            logits = _mm_fp32(hidden[rows], weight.T)  # the forward's fp32 logits, recomputed
+            kernels.grad(logits, logits, targets[rows], lse[rows], coef[rows])
+            # ∂L/∂z (c, V): the GEMMs take the compute dtype
+            grad_logits = logits.to(weight.dtype)
+            grad_hidden[rows] = grad_logits @ weight
+            # in place: no (V, D) temporary per chunk
+            _addmm_fp32_(grad_weight, grad_logits.T, hidden[rows])
+        return grad_hidden, grad_weight.to(weight.dtype), None, None, None
+
+
+def _addmm_fp32_(acc, a, b):
+    """acc += a @ b, acc fp32 (V, D), the sum taken in fp32 and written into acc itself: a product
+    the size of acc (2.5 GB for Qwen3-8B's head) is never allocated. bf16 on CUDA: one GEMM that
+    adds into acc (addmm with out_dtype=float32); a torch without it takes acc's rows _ACC_SLAB at a
+    time (a slab x D temporary). Elsewhere addmm_ on fp32 operands (copies of a (V, c) and b (c, D)
+    when they are bf16, never of acc)."""
+    if a.is_cuda and a.dtype == b.dtype != torch.float32:
+        try:
+            torch.addmm(acc, a, b, out_dtype=torch.float32, out=acc)
+            return
+        except (TypeError, RuntimeError):
+            pass  # a torch whose addmm(out_dtype=) wants acc in a's dtype, or has no out_dtype
+        for i in range(0, len(a), _ACC_SLAB):
+            acc[i : i + _ACC_SLAB] += _mm_fp32(a[i : i + _ACC_SLAB], b)
+        return
+    acc.addmm_(a.float(), b.float())
+
+
+# rows of the head's gradient per GEMM where the GEMM cannot add into acc (256 MB fp32 at D=8192)
+_ACC_SLAB = 8192
+
+
+def _mm_fp32(a, b):
+    """a @ b with an fp32 result, accumulated in fp32 (model.logits_fp32's rule, repeated so this
+    file stands alone): bf16 logits would move logπ by up to a few hundredths, the size of the
+    ratio's clip band's noise."""
+    if a.dtype == torch.float32 and b.dtype == torch.float32:
+        return a @ b
+    if a.is_cuda and a.dtype == b.dtype:
+        try:
+            return torch.mm(a, b, out_dtype=torch.float32)
+        except (TypeError, RuntimeError, NotImplementedError):
+            pass  # a torch without mm(out_dtype=): the same values through fp32 copies
+    return a.float() @ b.float()
 
 
 if triton is not None:

@@ -89,18 +89,18 @@ CHECKS = {
         "      c.kv_cache_blocks(cfg, torch.bfloat16, 1000, 2, 4, 5))",
         "384 [1.0, 1.0, 1.0, 1.0] 8.0 12",
     ),
-    # logits (0, 1, 2), target 2: logπ = 2 - log(1 + e + e^2); its gradient at coef 1 is
-    # onehot - softmax = (-0.0900, -0.2447, 0.3348)
+    # logits (0, 1, 2), target 2: logπ = 2 - log(1 + e + e^2); the loss -logπ (coef -1) has the
+    # gradient softmax - onehot = (0.0900, 0.2447, -0.3348) at the logits
     "logit_kernels": (
         "import torch, logit_kernels as k\n"
-        "z = torch.tensor([[0.0, 1.0, 2.0]])\n"
+        "z = torch.tensor([[0.0, 1.0, 2.0]], requires_grad=True)\n"
         "t = torch.tensor([2])\n"
         "kernels = k.LogitKernels(chunk_size=1)\n"
-        "logprobs, lse, entropy = kernels.stats(z, t)\n"
-        "g = torch.empty_like(z)\n"
-        "kernels.grad(z, g, t, lse, torch.ones(1))\n"
-        "print(round(logprobs.item(), 4), [round(x, 4) for x in g[0].tolist()])",
-        "-0.4076 [-0.09, -0.2447, 0.3348]",
+        "nll = lambda logprobs: (-logprobs.sum(), -torch.ones_like(logprobs))\n"
+        "loss, logprobs, entropy = k.LossFromLogits.apply(z, t, nll, kernels, False)\n"
+        "loss.backward()\n"
+        "print(round(logprobs.item(), 4), [round(x, 4) for x in z.grad[0].tolist()])",
+        "-0.4076 [0.09, 0.2447, -0.3348]",
     ),
     "math_checker": (
         "import math_checker\nprint(math_checker.compare('\\\\frac12', '0.5'))",

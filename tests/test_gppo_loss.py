@@ -484,7 +484,9 @@ def test_head_gradient_is_accumulated_in_place(dtype, monkeypatch):
         "the accumulator and no other fp32 (V, D) tensor"
     )
     # the old rule
-    monkeypatch.setattr(gppo, "_addmm_fp32_", lambda acc, a, b: acc.add_(gppo._mm_fp32(a, b)))
+    monkeypatch.setattr(
+        logit_kernels, "_addmm_fp32_", lambda acc, a, b: acc.add_(logit_kernels._mm_fp32(a, b))
+    )
     before, _ = head_gradient()
     grad_logits = naive_grads(hidden.float(), weight.float(), targets, old, A, mask, sft_mask, 1.0)[
         2

@@ -22,6 +22,7 @@ sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 
 import gpu_workloads as workloads  # noqa: E402
 import gppo_loss  # noqa: E402
+from parts import logit_kernels  # noqa: E402
 
 INTERPRETED = os.environ.get("TRITON_INTERPRET", "").lower() in ("1", "true", "on", "yes")
 ON_GPU = torch.cuda.is_available() and not INTERPRETED
@@ -221,7 +222,7 @@ def test_head_gradient_accumulates_in_place():
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
         before = torch.cuda.memory_allocated()
-    gppo_loss._addmm_fp32_(acc, a, b)
+    logit_kernels._addmm_fp32_(acc, a, b)
     if ON_GPU:
         torch.cuda.synchronize()
         assert torch.cuda.max_memory_allocated() - before < V * D * 4 // 2, (
