@@ -1,18 +1,19 @@
 """Data for Klear-Reasoner: Qwen3's chat format, the loaders of public data sets as published, and
 packing.
-1. Chat format, identical to Qwen3's chat template (tools left out); SFT trains on the final assistant turn only:
+1. Chat format, identical to Qwen3's chat template (tools left out; parts/chat_template.py renders it);
+   SFT trains on the final assistant turn only:
        <|im_start|>user\n{question}<|im_end|>\n<|im_start|>assistant\n<think>\n{reasoning}\n</think>\n\n{answer}<|im_end|>\n
 2. Loaders: SFT conversations, responses with verdicts, math problems, code problems with tests, from JSON lines, a
    .json array or .parquet as published (the adapters: parts/formats.py; the sets: docs/data_formats.md).
-3. Packing: documents go into rows of row_tokens tokens by best-fit decreasing; positions restart per document and
-   attention never crosses one:  mask[i, j] = (doc[i] == doc[j]) and (j <= i).
-   RL packs in order instead, a group's prompt once per row and its responses attending to it.
+3. Packing: SFT's documents go into rows of row_tokens tokens by best-fit decreasing
+   (parts/packing.py); positions restart per document and attention never crosses one:
+       mask[i, j] = (doc[i] == doc[j]) and (j <= i)
+   RL packs in order instead (here): a group's prompt once per row, its responses attending to it.
 Bad input is an error naming file:row and field.
     python tools/data_stats.py FILE          # what a data file holds: records, lengths, packing (streamed)
     python tools/toy.py --task=countdown     # the toy's tokenizer and data files (the last section)
 """
 
-import bisect
 import datetime
 import os
 
@@ -20,7 +21,9 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from parts import formats
+from parts.chat_template import render, render_chat
 from parts.formats import INPUT_ERRORS, DataError, Records, hub_hint
+from parts.packing import PackingError
 
 # what the tools and tests reach through data.py as well
 from parts.formats import UngradableRow, copy_rows, guess_kind, read_rows  # noqa: F401
@@ -28,15 +31,15 @@ from parts.formats import UngradableRow, copy_rows, guess_kind, read_rows  # noq
 
 def read(option: str, load, *args, **kwargs):
     """load(*args, **kwargs) for an entry point: what it raises for bad input (INPUT_ERRORS: a bad
-    data file, a missing path; a checkpoint's CheckpointError) becomes one InputError naming the
-    option, which the entry point prints as one line (exit status 2). Anything else is a bug and
-    keeps its traceback."""
+    data file, a missing path; a checkpoint's CheckpointError; a packed loader's PackingError)
+    becomes one InputError naming the option, which the entry point prints as one line (exit status
+    2). Anything else is a bug and keeps its traceback."""
     # here, not at the top: reading data needs no torch
     from parts.hf_checkpoint import CheckpointError
 
     try:
         return load(*args, **kwargs)
-    except (*INPUT_ERRORS, CheckpointError) as e:
+    except (*INPUT_ERRORS, CheckpointError, PackingError) as e:
         raise input_error(f"{option}: {e}") from None
 
 
@@ -103,7 +106,7 @@ def encode_sft_dataset(tok: Tokenizer, conversations, max_len: int, overlong: st
     (print it: nothing vanishes silently)."""
     if overlong not in ("truncate", "drop", "error"):
         raise ValueError(f"overlong={overlong!r}: use truncate, drop or error")
-    rendered = [_render(c, False, True) for c in conversations]
+    rendered = [render(c) for c in conversations]
     encodings = tok.encode_batch([text for text, _ in rendered], add_special_tokens=False)
     examples = []
     report = dict(
@@ -187,7 +190,7 @@ def encode_chat(tok: Tokenizer, messages) -> tuple:
     (think block, answer, <|im_end|>). The ids are those of tokenizing render_chat(messages) whole."""
     if messages[-1].get("role") != "assistant":
         raise ValueError("encode_chat needs a conversation that ends with an assistant turn")
-    text, span = _render(messages, False, True)
+    text, span = render(messages)
     enc = tok.encode(text, add_special_tokens=False)
     return enc.ids, _loss_mask(enc.offsets, span)
 
@@ -196,75 +199,6 @@ def _loss_mask(offsets, span) -> list:
     # a token is trained if any of its characters lies in the final assistant turn's span
     start, end = span
     return [int(e > start and s < end) for s, e in offsets]
-
-
-def render_chat(messages, add_generation_prompt: bool = False, enable_thinking: bool = True) -> str:
-    """The text Qwen3's chat template renders for these messages (no tools)."""
-    return _render(messages, add_generation_prompt, enable_thinking)[0]
-
-
-def _render(messages, add_generation_prompt: bool, enable_thinking: bool):
-    """Qwen3's chat template in Python. Returns (text, (start, end)): the character span of the last
-    assistant turn's generated part, from just after `<|im_start|>assistant\\n` through `<|im_end|>`."""
-    _check_messages(messages)
-    parts = []
-    span = None
-    if messages[0]["role"] == "system":
-        parts.append(f"<|im_start|>system\n{messages[0]['content']}<|im_end|>\n")
-    # the last "real" user query; assistant turns after it keep their reasoning
-    last_query = len(messages) - 1
-    for i in range(len(messages) - 1, -1, -1):
-        c = messages[i]["content"]
-        if messages[i]["role"] == "user" and not (
-            c.startswith("<tool_response>") and c.endswith("</tool_response>")
-        ):
-            last_query = i
-            break
-    for i, message in enumerate(messages):
-        role = message["role"]
-        content = message["content"]
-        if role == "user" or (role == "system" and i > 0):
-            parts.append(f"<|im_start|>{role}\n{content}<|im_end|>\n")
-        elif role == "assistant":
-            reasoning = message.get("reasoning_content")
-            if reasoning is None:
-                reasoning = ""
-                if "</think>" in content:
-                    reasoning = (
-                        content.split("</think>")[0].rstrip("\n").split("<think>")[-1].lstrip("\n")
-                    )
-                    content = content.split("</think>")[-1].lstrip("\n")
-            if i > last_query and (i == len(messages) - 1 or reasoning):
-                body = "<think>\n" + reasoning.strip("\n") + "\n</think>\n\n" + content.lstrip("\n")
-            else:
-                body = content
-            head = "<|im_start|>assistant\n"
-            start = sum(map(len, parts)) + len(head)
-            parts.append(head + body + "<|im_end|>\n")
-            span = (start, start + len(body) + len("<|im_end|>"))
-    if add_generation_prompt:
-        parts.append(
-            "<|im_start|>assistant\n" + ("" if enable_thinking else "<think>\n\n</think>\n\n")
-        )
-    return "".join(parts), span
-
-
-def _check_messages(messages) -> None:
-    if not isinstance(messages, list) or not messages:
-        raise ValueError("messages must be a non-empty list of {'role', 'content'} dicts")
-    for i, message in enumerate(messages):
-        roles = ("system", "user", "assistant")
-        if not isinstance(message, dict) or message.get("role") not in roles:
-            role = message.get("role") if isinstance(message, dict) else message
-            raise ValueError(
-                f"messages[{i}]: role {role!r} is not supported (system, user, assistant; "
-                "tool calls are not supported by this implementation)"
-            )
-        if not isinstance(message.get("content"), str):
-            content_type = type(message.get("content")).__name__
-            raise ValueError(f"messages[{i}].content must be a string, got {content_type}")
-        if message.get("tool_calls"):
-            raise ValueError(f"messages[{i}]: tool_calls are not supported by this implementation")
 
 
 # ----------------------------------------------------------------------------- 2. the loaders
@@ -401,131 +335,7 @@ def rl_prompts(cfg, tok: Tokenizer) -> tuple:
     return tasks, held_out, report
 
 
-# ----------------------------------------------------------------------------- 3. packing
-
-
-class PackedLoader:
-    """Packed rows for SFT, the same on every rank: shuffled by (seed, epoch), each optimizer step
-    takes rows_per_step rows, rank r gets the r-th contiguous slice of them. The last step of an
-    epoch is filled with all-padding rows (no loss), so every rank runs the same number of steps.
-    state_dict() holds the epoch and step, so a restart continues with the next unseen step."""
-
-    def __init__(
-        self,
-        examples,
-        row_tokens: int,
-        rows_per_step: int,
-        pad_id: int,
-        *,
-        seed: int = 0,
-        rank: int = 0,
-        world_size: int = 1,
-    ):
-        if rows_per_step % world_size:
-            raise ValueError(
-                f"rows_per_step={rows_per_step} must be a multiple of world_size={world_size}"
-            )
-        if not examples:
-            raise ValueError("PackedLoader got no examples")
-        self.examples = examples
-        self.row_tokens = row_tokens
-        self.pad_id = pad_id
-        self.rows_per_step = rows_per_step
-        self.seed = seed
-        self.rank = rank
-        self.world_size = world_size
-        self.rows = plan_packing([len(x) for x, _ in examples], row_tokens)
-        self.num_rows = len(self.rows)
-        self.steps_per_epoch = -(-self.num_rows // rows_per_step)
-        self.empty_rows_per_epoch = self.steps_per_epoch * rows_per_step - self.num_rows
-        # real / packed tokens
-        self.efficiency = sum(len(x) for x, _ in examples) / (self.num_rows * row_tokens)
-        self.epoch = 0
-        self.step = 0
-        self._order_epoch = None
-        self._order = None
-
-    def __len__(self):
-        return self.steps_per_epoch
-
-    def _epoch_order(self, epoch: int) -> list:
-        if self._order_epoch != epoch:
-            perm = np.random.default_rng([self.seed, epoch]).permutation(self.num_rows).tolist()
-            self._order = perm + [None] * self.empty_rows_per_epoch
-            self._order_epoch = epoch
-        return self._order
-
-    def rows_for(self, epoch: int, step: int) -> list:
-        """This rank's rows of one step: a list of rows_per_step / world_size dicts of (row_tokens,)
-        tensors."""
-        per_rank = self.rows_per_step // self.world_size
-        start = step * self.rows_per_step + self.rank * per_rank
-        picked = self._epoch_order(epoch)[start : start + per_rank]
-        rows = [None if r is None else self.rows[r] for r in picked]
-        return _build_rows(self.examples, rows, self.row_tokens, self.pad_id)
-
-    def next_step(self) -> list:
-        """The rows of the next step, advancing (and wrapping into the next epoch at the end)."""
-        rows = self.rows_for(self.epoch, self.step)
-        self.step += 1
-        if self.step == self.steps_per_epoch:
-            self.epoch += 1
-            self.step = 0
-        return rows
-
-    def state_dict(self) -> dict:
-        return dict(
-            epoch=self.epoch,
-            step=self.step,
-            seed=self.seed,
-            rows_per_step=self.rows_per_step,
-            num_rows=self.num_rows,
-        )
-
-    def load_state_dict(self, state: dict) -> None:
-        for key in ("seed", "rows_per_step", "num_rows"):
-            if state[key] != getattr(self, key):
-                raise DataError(
-                    f"cannot resume: the checkpoint's data loader had {key}={state[key]}, now "
-                    f"{getattr(self, key)}; resume with the same data, seed and batch settings"
-                )
-        self.epoch = int(state["epoch"])
-        self.step = int(state["step"])
-
-
-def pack_examples(examples, row_tokens: int, pad_id: int) -> list:
-    """Pack (input_ids, loss_mask) pairs into rows: a list of dicts of (row_tokens,) tensors
-    input_ids, loss_mask (bool), position_ids (restart at 0 per document) and document_ids (0, 1,
-    ... per row)."""
-    return _build_rows(
-        examples, plan_packing([len(x) for x, _ in examples], row_tokens), row_tokens, pad_id
-    )
-
-
-def plan_packing(lengths, row_tokens: int) -> list:
-    """Best-fit decreasing: longest document first, into the row whose free space fits it most
-    tightly. Returns rows as lists of document indices. Deterministic (ties broken by index)."""
-    too_long = [i for i, n in enumerate(lengths) if n > row_tokens or n <= 0]
-    if too_long:
-        i = too_long[0]
-        raise DataError(
-            f"{len(too_long)} documents do not fit a row (e.g. #{i}: {lengths[i]} tokens, row_tokens="
-            f"{row_tokens}); cut or drop them first (encode_sft_dataset's max_len <= row_tokens)"
-        )
-    rows = []
-    free = []  # sorted (space left, row index)
-    for i in sorted(range(len(lengths)), key=lambda i: (-lengths[i], i)):
-        j = bisect.bisect_left(free, (lengths[i], -1))  # smallest space that still fits
-        if j < len(free):
-            space, r = free.pop(j)
-        else:
-            space = row_tokens
-            r = len(rows)
-            rows.append([])
-        rows[r].append(i)
-        if space - lengths[i] > 0:
-            bisect.insort(free, (space - lengths[i], r))
-    return rows
+# ---------------------------------------------- 3. RL's rows: the prompt stream, packed in order
 
 
 def stream(items: list, first: int, count: int, seed: int) -> list:
@@ -602,37 +412,6 @@ def shared_prompt_layout(row: list, share_prompts: bool = False) -> dict:
             layout["logit_positions"].extend([prompt_last, *range(start, start + response_len - 1)])
         layout["targets"].extend(s.ids[prompt_len:])
     return layout
-
-
-def _build_rows(examples, rows, row_tokens: int, pad_id: int) -> list:
-    """Materialise rows (lists of example indices, or None for an all-padding row): one dict of
-    (row_tokens,) tensors per row, views of (B, row_tokens) tensors built at once."""
-    B = len(rows)
-    ids = np.full((B, row_tokens), pad_id, dtype=np.int64)
-    mask = np.zeros((B, row_tokens), dtype=bool)
-    pos = np.zeros((B, row_tokens), dtype=np.int64)
-    doc = np.zeros((B, row_tokens), dtype=np.int64)
-    for b, row in enumerate(rows):
-        start = 0  # where the row's next document goes
-        for d, i in enumerate(row or []):
-            input_ids, loss_mask = examples[i]
-            end = start + len(input_ids)
-            ids[b, start:end] = input_ids
-            mask[b, start:end] = loss_mask
-            pos[b, start:end] = np.arange(end - start)
-            doc[b, start:end] = d
-            start = end
-        pos[b, start:] = np.arange(row_tokens - start)  # padding: one more document of its own
-        doc[b, start:] = len(row or [])
-    import torch  # here, not at the top: reading data (tools/data_stats.py) needs no torch
-
-    batch = dict(
-        input_ids=torch.from_numpy(ids),
-        loss_mask=torch.from_numpy(mask),
-        position_ids=torch.from_numpy(pos),
-        document_ids=torch.from_numpy(doc),
-    )
-    return [{k: v[b] for k, v in batch.items()} for b in range(B)]
 
 
 # ----------------------------------------------------------------------------- the toy's files

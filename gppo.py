@@ -50,7 +50,8 @@ from parts.trainer import Checkpointer, GracefulStop, InputError, MetricsLog, Tr
 from parts.trainer import agree_on_inputs, balance_ranks, check_run, copy_weights, cores_per_rank
 from parts.trainer import global_max, global_sums, init_distributed, lockstep, on_for_device, print0
 from parts.trainer import record_run, run_entry_point, set_threads
-from rollout import LLMEngine, SamplingParams, kv_cache_bytes
+from parts.kv_cache import kv_cache_bytes
+from rollout import LLMEngine, SamplingParams
 
 
 @dataclass

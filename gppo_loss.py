@@ -8,23 +8,21 @@ r/sg(r) is 1 in value, so the forward is PPO with Clip-Higher and dual-clip c, b
 keeps a bounded gradient ∂ℓ_t/∂logπ_t = −F·A instead of 0 (token_losses: the per-case table of F for
 GPPO, GRPO and CISPO). token_losses is the rule; policy_loss and sft_loss average it. What a
 training loop calls, rl_loss_from_hidden (and _from_logits), takes ∂L/∂logπ_t by autograd through
-that same rule on the N log-probabilities, then applies ∂logπ_t/∂z = (onehot(o_t) − softmax(z/T))/T
-a chunk of rows at a time (Triton on CUDA), z in fp32: no (N, V) tensor.
+that same rule on the N log-probabilities (objective), then applies ∂logπ_t/∂z = (onehot(o_t) −
+softmax(z/T))/T a chunk of rows at a time (Triton on CUDA), z in fp32: no (N, V) tensor (the
+fused logits: parts/logit_kernels.py).
     loss, metrics = rl_loss_from_hidden(hidden, lm_head.weight, targets, old_logprobs, advantages, response_mask,
                                         sft_mask=sft_mask, cfg=LossConfig(mode="gppo", alpha=0.1))   # hidden: (N, D)
-Copy it alone: torch only (triton optional). Tests: tests/test_gppo_loss.py; speed:
+Copy it with parts/logit_kernels.py: torch only (triton optional). Tests: tests/test_gppo_loss.py; speed:
 benchmarks/bench_gppo_loss.py.
 """
 
+import functools
 from dataclasses import dataclass
 
 import torch
 
-try:  # CPU-only installs may lack triton: the PyTorch path then runs everywhere.
-    import triton
-    import triton.language as tl
-except ImportError:
-    triton = None
+from parts.logit_kernels import LogitKernels, LossFromHidden, LossFromLogits, triton
 
 MODES = ("gppo", "grpo", "cispo")
 
@@ -213,9 +211,11 @@ def rl_loss_from_logits(
     batch = TokenBatch(
         target_ids, old_logprobs, advantages, response_mask, sft_mask, num_tokens, num_sft_tokens
     ).checked(*logits.shape)
-    fused = _Fused.choose(cfg, chunk_size, backend, logits.shape[1], logits.device)
+    kernels = _kernels(cfg, chunk_size, backend, logits.shape[1], logits.device)
     inplace = inplace_backward and not logits.is_leaf  # a leaf's .grad would alias its own data
-    return _with_metrics(_LossFromLogits.apply(logits, batch, fused, inplace), batch, cfg)
+    rule = functools.partial(objective, batch=batch, cfg=cfg)
+    outputs = LossFromLogits.apply(logits, batch.targets, rule, kernels, inplace)
+    return _with_metrics(outputs, batch, cfg)
 
 
 def rl_loss_from_hidden(
@@ -245,8 +245,10 @@ def rl_loss_from_hidden(
     batch = TokenBatch(
         target_ids, old_logprobs, advantages, response_mask, sft_mask, num_tokens, num_sft_tokens
     ).checked(len(hidden), len(lm_head_weight))
-    fused = _Fused.choose(cfg, chunk_size, backend, len(lm_head_weight), hidden.device)
-    return _with_metrics(_LossFromHidden.apply(hidden, lm_head_weight, batch, fused), batch, cfg)
+    kernels = _kernels(cfg, chunk_size, backend, len(lm_head_weight), hidden.device)
+    rule = functools.partial(objective, batch=batch, cfg=cfg)
+    outputs = LossFromHidden.apply(hidden, lm_head_weight, batch.targets, rule, kernels)
+    return _with_metrics(outputs, batch, cfg)
 
 
 @dataclass
@@ -310,32 +312,21 @@ class TokenBatch:
         )
 
 
-@dataclass(frozen=True)
-class _Fused:
-    """What the autograd Functions need besides tensors: the loss's definition and how to compute
-    it."""
-
-    # fmt: off
-    cfg: LossConfig
-    chunk_size: int                # rows of logits per chunk
-    use_triton: bool
-    # fmt: on
-
-    @staticmethod
-    def choose(cfg: LossConfig, chunk_size, backend: str, vocab: int, device) -> "_Fused":
-        """Triton on CUDA (backend="auto"), chunked PyTorch elsewhere; chunk_size None =
-        _default_chunk."""
-        if not isinstance(cfg, LossConfig):
-            raise TypeError(f"gppo_loss: cfg must be a LossConfig, got {type(cfg).__name__}")
-        if backend not in ("auto", "torch", "triton") or (backend == "triton" and triton is None):
-            raise ValueError(
-                f"gppo_loss: backend={backend!r} must be 'auto', 'torch' or 'triton' (triton "
-                f"{'not ' if triton is None else ''}installed)"
-            )
-        use_triton = backend == "triton" or (
-            backend == "auto" and triton is not None and device.type == "cuda"
+def _kernels(cfg: LossConfig, chunk_size, backend: str, vocab: int, device) -> LogitKernels:
+    """How logits become logπ and back: Triton on CUDA (backend="auto"), chunked PyTorch
+    elsewhere; chunk_size None = _default_chunk."""
+    if not isinstance(cfg, LossConfig):
+        raise TypeError(f"gppo_loss: cfg must be a LossConfig, got {type(cfg).__name__}")
+    if backend not in ("auto", "torch", "triton") or (backend == "triton" and triton is None):
+        raise ValueError(
+            f"gppo_loss: backend={backend!r} must be 'auto', 'torch' or 'triton' (triton "
+            f"{'not ' if triton is None else ''}installed)"
         )
-        return _Fused(cfg, chunk_size or _default_chunk(vocab, device), use_triton)
+    use_triton = backend == "triton" or (
+        backend == "auto" and triton is not None and device.type == "cuda"
+    )
+    chunk_size = chunk_size or _default_chunk(vocab, device)
+    return LogitKernels(cfg.temperature, chunk_size, use_triton)
 
 
 def _default_chunk(vocab: int, device) -> int:
@@ -343,109 +334,6 @@ def _default_chunk(vocab: int, device) -> int:
     151,936, the whole batch of a toy's 583-token vocabulary: each chunk costs a dozen small ops, so
     a tiny vocabulary wants few)."""
     return 2048 if device.type == "cuda" else max(256, 2**22 // vocab)
-
-
-class _LossFromLogits(torch.autograd.Function):
-    """logits (N, V) -> (loss, logπ (N,), entropy (N,), policy part, sft part). The backward writes
-    ∂L/∂logits into the logits buffer itself when inplace (no second (N, V) buffer); the logits are
-    garbage after backward."""
-
-    @staticmethod
-    def forward(ctx, logits, batch: TokenBatch, fused: _Fused, inplace: bool):
-        logprobs, lse, entropy = _logit_stats(logits, batch.targets, fused)
-        loss, coef, policy, sft = objective(logprobs, batch, fused.cfg)
-        ctx.save_for_backward(logits, batch.targets, lse, coef)
-        ctx.fused = fused
-        ctx.inplace = inplace
-        ctx.mark_non_differentiable(logprobs, entropy, policy, sft)
-        return loss, logprobs, entropy, policy, sft
-
-    @staticmethod
-    def backward(ctx, grad_loss, *unused):
-        logits, targets, lse, coef = ctx.saved_tensors
-        fused = ctx.fused
-        out = logits if ctx.inplace else torch.empty_like(logits)
-        _logit_grad(logits, out, targets, lse, coef * grad_loss, fused)
-        # any later reader of these logits now fails loudly instead of reading gradients
-        if ctx.inplace:
-            torch.autograd.graph.increment_version(logits)
-        return out, None, None, None
-
-
-class _LossFromHidden(torch.autograd.Function):
-    """hidden (N, D), lm_head weight (V, D) -> (loss, logπ, entropy, policy part, sft part); the
-    logits exist one chunk of rows at a time, in the forward and again (recomputed) in the
-    backward."""
-
-    @staticmethod
-    def forward(ctx, hidden, weight, batch: TokenBatch, fused: _Fused):
-        logprobs, lse, entropy = (torch.empty(len(hidden), device=hidden.device) for _ in range(3))
-        for i in range(0, len(hidden), fused.chunk_size):
-            rows = slice(i, i + fused.chunk_size)
-            # (c, V) fp32, from the compute dtype's operands
-            logits = _mm_fp32(hidden[rows], weight.T)
-            stats = _logit_stats(logits, batch.targets[rows], fused)
-            logprobs[rows], lse[rows], entropy[rows] = stats
-        loss, coef, policy, sft = objective(logprobs, batch, fused.cfg)
-        ctx.save_for_backward(hidden, weight, batch.targets, lse, coef)
-        ctx.fused = fused
-        ctx.mark_non_differentiable(logprobs, entropy, policy, sft)
-        return loss, logprobs, entropy, policy, sft
-
-    @staticmethod
-    def backward(ctx, grad_loss, *unused):
-        hidden, weight, targets, lse, coef = ctx.saved_tensors
-        fused = ctx.fused
-        coef = coef * grad_loss
-        grad_hidden = torch.empty_like(hidden)
-        # fp32 accumulator
-        grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
-        for i in range(0, len(hidden), fused.chunk_size):
-            rows = slice(i, i + fused.chunk_size)
-            logits = _mm_fp32(hidden[rows], weight.T)  # the forward's fp32 logits, recomputed
-            _logit_grad(logits, logits, targets[rows], lse[rows], coef[rows], fused)
-            # ∂L/∂z (c, V): the GEMMs take the compute dtype
-            grad_logits = logits.to(weight.dtype)
-            grad_hidden[rows] = grad_logits @ weight
-            # in place: no (V, D) temporary per chunk
-            _addmm_fp32_(grad_weight, grad_logits.T, hidden[rows])
-        return grad_hidden, grad_weight.to(weight.dtype), None, None
-
-
-def _addmm_fp32_(acc, a, b):
-    """acc += a @ b, acc fp32 (V, D), the sum taken in fp32 and written into acc itself: a product
-    the size of acc (2.5 GB for Qwen3-8B's head) is never allocated. bf16 on CUDA: one GEMM that
-    adds into acc (addmm with out_dtype=float32); a torch without it takes acc's rows _ACC_SLAB at a
-    time (a slab x D temporary). Elsewhere addmm_ on fp32 operands (copies of a (V, c) and b (c, D)
-    when they are bf16, never of acc)."""
-    if a.is_cuda and a.dtype == b.dtype != torch.float32:
-        try:
-            torch.addmm(acc, a, b, out_dtype=torch.float32, out=acc)
-            return
-        except (TypeError, RuntimeError):
-            pass  # a torch whose addmm(out_dtype=) wants acc in a's dtype, or has no out_dtype
-        for i in range(0, len(a), _ACC_SLAB):
-            acc[i : i + _ACC_SLAB] += _mm_fp32(a[i : i + _ACC_SLAB], b)
-        return
-    acc.addmm_(a.float(), b.float())
-
-
-# rows of the head's gradient per GEMM where the GEMM cannot add into acc (256 MB fp32 at D=8192)
-_ACC_SLAB = 8192
-
-
-def _mm_fp32(a, b):
-    """a @ b with an fp32 result, accumulated in fp32 (model.logits_fp32's rule, repeated so this
-    file stands alone): bf16 logits would move logπ by up to a few hundredths, the size of the
-    ratio's clip band's noise."""
-    if a.dtype == torch.float32 and b.dtype == torch.float32:
-        return a @ b
-    if a.is_cuda and a.dtype == b.dtype:
-        try:
-            return torch.mm(a, b, out_dtype=torch.float32)
-        except (TypeError, RuntimeError, NotImplementedError):
-            pass  # a torch without mm(out_dtype=): the same values through fp32 copies
-    return a.float() @ b.float()
 
 
 def _with_metrics(outputs, batch: TokenBatch, cfg: LossConfig):
@@ -544,174 +432,3 @@ def objective(logprobs, batch: TokenBatch, cfg: LossConfig) -> tuple:
         loss = policy + cfg.alpha * sft
         (coef,) = torch.autograd.grad(loss, logp)
     return loss.detach(), coef, policy.detach(), sft.detach()
-
-
-# ---------------------------------------------------------------------- 4. logits -> logπ, and back
-# Forward: per token, the log-sum-exp of z/T (online, one block of the vocabulary at a time), logπ
-# of its target and the entropy (logged). Backward: g_t·(onehot − softmax(z/T))/T written over the
-# logits. Two backends.
-
-_TRITON_BLOCK_V = 4096  # vocabulary columns per step; tests shrink it to exercise the ragged tail
-
-
-def _logit_stats(logits, targets, fused: _Fused):
-    """(n, V) logits -> logπ of targets, log-sum-exp, entropy: (n,) fp32 each."""
-    if not fused.use_triton:
-        return _stats_torch(logits, targets, fused)
-    N, V = logits.shape
-    grid, meta = _launch(*logits.shape, logits.device)
-    logprobs, lse, entropy = (torch.empty(N, device=logits.device) for _ in range(3))
-    _stats_kernel[grid](
-        logits,
-        logits.stride(0),
-        targets,
-        logprobs,
-        lse,
-        entropy,
-        N,
-        V,
-        1 / fused.cfg.temperature,
-        **meta,
-    )
-    return logprobs, lse, entropy
-
-
-def _logit_grad(logits, out, targets, lse, coef, fused: _Fused):
-    """out (may be logits itself) <- coef·(onehot − softmax(logits/T))/T, row by row."""
-    if not fused.use_triton:
-        return _grad_torch(logits, out, targets, lse, coef, fused)
-    N, V = logits.shape
-    grid, meta = _launch(*logits.shape, logits.device)
-    _grad_kernel[grid](
-        logits,
-        logits.stride(0),
-        out,
-        out.stride(0),
-        targets,
-        lse,
-        coef.contiguous(),
-        N,
-        V,
-        1 / fused.cfg.temperature,
-        **meta,
-    )
-
-
-def _launch(N, V, device):
-    """A fixed grid (8 programs per SM) whatever N, and the vocabulary block size."""
-    programs = (
-        8 * torch.cuda.get_device_properties(device).multi_processor_count
-        if device.type == "cuda"
-        else 4
-    )
-    block = min(_TRITON_BLOCK_V, triton.next_power_of_2(V))
-    return (max(1, min(N, programs)),), dict(BLOCK=block, num_warps=8 if block >= 2048 else 4)
-
-
-def _stats_torch(logits, targets, fused: _Fused):
-    """_logit_stats in PyTorch, fused.chunk_size rows at a time (the fp32 temporaries are that
-    many rows wide)."""
-    temperature = fused.cfg.temperature
-    chunk_size = fused.chunk_size
-    logprobs, lse, entropy = (torch.empty(len(logits), device=logits.device) for _ in range(3))
-    for i in range(0, len(logits), chunk_size):
-        # (c, V) fp32: temporaries are c rows wide
-        z = logits[i : i + chunk_size].float() / temperature
-        lse[i : i + chunk_size] = row_lse = torch.logsumexp(z, dim=-1)
-        logprobs[i : i + chunk_size] = (
-            z.gather(1, targets[i : i + chunk_size, None])[:, 0] - row_lse
-        )
-        log_p = z.sub_(row_lse[:, None])
-        entropy[i : i + chunk_size] = -log_p.exp().mul_(log_p).sum(-1)
-    return logprobs, lse, entropy
-
-
-def _grad_torch(logits, out, targets, lse, coef, fused: _Fused):
-    """_logit_grad in PyTorch, fused.chunk_size rows at a time."""
-    temperature = fused.cfg.temperature
-    chunk_size = fused.chunk_size
-    for i in range(0, len(logits), chunk_size):
-        c = coef[i : i + chunk_size, None] / temperature
-        g = (
-            (logits[i : i + chunk_size].float() / temperature)
-            .sub_(lse[i : i + chunk_size, None])
-            .exp_()
-            .mul_(-c)
-        )
-        g.scatter_add_(1, targets[i : i + chunk_size, None], c)
-        out[i : i + chunk_size] = g
-
-
-if triton is not None:
-
-    @triton.jit
-    def _stats_kernel(
-        logits_ptr,
-        stride,
-        targets_ptr,
-        logprobs_ptr,
-        lse_ptr,
-        entropy_ptr,
-        N,
-        V,
-        inv_temp,
-        BLOCK: tl.constexpr,
-    ):
-        # A fixed grid of programs loops over rows: no grid-size limit on N; int64 row offsets
-        # because N·V passes 2^31 (32,768 × 151,936).
-        offs = tl.arange(0, BLOCK)
-        for row in tl.range(tl.program_id(0).to(tl.int64), N, tl.num_programs(0)):
-            row_ptr = logits_ptr + row * stride
-            # Online softmax, one lane per column slot: running max m, Σ exp(z−m), Σ exp(z−m)·z.
-            m = tl.full([BLOCK], float("-inf"), tl.float32)
-            s = tl.zeros([BLOCK], tl.float32)
-            a = tl.zeros([BLOCK], tl.float32)
-            for start in tl.range(0, V, BLOCK):
-                cols = start + offs
-                z = (
-                    tl.load(row_ptr + cols, mask=cols < V, other=float("-inf")).to(tl.float32)
-                    * inv_temp
-                )
-                m_new = tl.maximum(m, z)
-                m_safe = tl.where(m_new > float("-inf"), m_new, 0.0)  # lanes that saw no column yet
-                correction = tl.exp(m - m_safe)
-                p = tl.exp(z - m_safe)
-                s = s * correction + p
-                a = a * correction + p * tl.where(p > 0, z, 0.0)
-                m = m_new
-            m_row = tl.max(m, 0)
-            lane_scale = tl.exp(m - m_row)
-            s_row = tl.sum(s * lane_scale, 0)
-            lse = m_row + tl.log(s_row)
-            z_target = tl.load(row_ptr + tl.load(targets_ptr + row)).to(tl.float32) * inv_temp
-            tl.store(logprobs_ptr + row, z_target - lse)
-            tl.store(lse_ptr + row, lse)
-            tl.store(entropy_ptr + row, lse - tl.sum(a * lane_scale, 0) / s_row)  # H = lse − E_p[z]
-
-    @triton.jit
-    def _grad_kernel(
-        logits_ptr,
-        stride,
-        out_ptr,
-        out_stride,
-        targets_ptr,
-        lse_ptr,
-        coef_ptr,
-        N,
-        V,
-        inv_temp,
-        BLOCK: tl.constexpr,
-    ):
-        # out may alias logits: each element is read, then written, by the same program.
-        offs = tl.arange(0, BLOCK)
-        for row in tl.range(tl.program_id(0).to(tl.int64), N, tl.num_programs(0)):
-            row_ptr = logits_ptr + row * stride
-            out_row_ptr = out_ptr + row * out_stride
-            c = tl.load(coef_ptr + row) * inv_temp
-            lse = tl.load(lse_ptr + row)
-            target = tl.load(targets_ptr + row)
-            for start in tl.range(0, V, BLOCK):
-                cols = start + offs
-                z = tl.load(row_ptr + cols, mask=cols < V, other=0.0).to(tl.float32) * inv_temp
-                g = tl.where(cols == target, c, 0.0) - c * tl.exp(z - lse)
-                tl.store(out_row_ptr + cols, g.to(out_ptr.dtype.element_ty), mask=cols < V)

@@ -2,13 +2,13 @@
   1. continuous batching: each step is a prefill (waiting prompts, all their tokens at once) or a
      decode (one token for every running sequence), flattened into one row; out of blocks, the
      youngest sequence is preempted and later recomputed (the bookkeeping: parts/scheduler.py);
-  2. a paged KV cache: token t of a sequence lives in slot
-         block_table[t // block_size] * block_size + t % block_size
+  2. a paged KV cache (the pools and their size: parts/kv_cache.py): token t of a sequence lives
+     in slot   block_table[t // block_size] * block_size + t % block_size
      of its layer's pool; the n samples of a prompt share its blocks (a shared one copied on write);
   3. attention on pages: causal inside each new sequence, then one query per sequence against its
-     blocks, by the decode backend chosen once at start (paged_decode_reference: the formula;
-     parts/decode_kernels.py: a C++ kernel or PyTorch ops on CPU, Triton on CUDA, where a decode
-     step replays a CUDA graph: parts/cuda_graphs.py);
+     blocks, by the decode backend chosen once at start (parts/decode_kernels.py: the formula,
+     paged_decode_reference, and on CPU a C++ kernel or PyTorch ops; on CUDA Triton, where a
+     decode step replays a CUDA graph: parts/cuda_graphs.py);
   4. sampling (parts/sampling.py), each sample from its own seeded stream, with the logprobs of the
      distribution sampled from:   p = softmax(keep_top_k_top_p(logits / T)),  logprob = log p[token]
 The engine holds the trainer's model itself and no KV cache between generate() calls, so after an
@@ -30,9 +30,9 @@ import torch.nn.functional as F
 from model import logits_fp32
 from parts import norm_kernels
 from parts.cuda_graphs import DeviceDecode
-from parts.decode_kernels import CPU_KERNEL_HEAD_DIMS, cascade_batch, cascade_decode
-from parts.decode_kernels import cascade_workspace_size, load_cpu_kernel, paged_decode_cpu
-from parts.decode_kernels import paged_decode_triton, triton
+from parts.decode_kernels import CPU_KERNEL_HEAD_DIMS, CascadeDecode, CpuKernelDecode
+from parts.decode_kernels import load_cpu_kernel, paged_decode_triton, triton
+from parts.kv_cache import PagedKVCache, free_memory, kv_block_bytes, kv_cache_blocks
 from parts.memory_plan import rollout_margin
 from parts.sampling import sample
 from parts.scheduler import BlockManager, Scheduler, Sequence
@@ -128,13 +128,10 @@ class LLMEngine:
     """The model (the trainer's, not a copy; generation runs on its device), the KV pool, the
     scheduler (parts/scheduler.py) and the decode backend, chosen once here (choose_decode).
     max_num_seqs: sequences decoded together; max_model_len: prompt + output tokens of a sequence
-    (None: the model's max_position_embeddings); num_blocks: the pool's size, or None to derive it
-    from kv_cache_memory: bytes, or a function returning them, asked whenever the pool is allocated
-    (at start, and at the first generate() after a release()); None = on CUDA the memory then free
-    less rollout_margin() (a prefill's activations, sampling, CUDA graphs), on CPU 512 MiB or one
-    max_model_len sequence if that is more; capped at max_num_seqs full-length sequences.
-    admit_watermark: the share of the pool a group must leave free to join running sequences.
-    use_triton, cpu_kernel, cuda_graphs, fused_norms: see choose_decode (None: the device's)."""
+    (None: the model's max_position_embeddings); num_blocks, kv_cache_memory: the pool's size in
+    blocks, or in bytes (both None: the device's default; see pool_blocks). admit_watermark: the
+    share of the pool a group must leave free to join running sequences. use_triton, cpu_kernel,
+    cuda_graphs, fused_norms: see choose_decode (None: the device's)."""
 
     def __init__(
         self,
@@ -159,20 +156,8 @@ class LLMEngine:
         if max_model_len is None:
             max_model_len = model.config.max_position_embeddings
         self.max_model_len = max_model_len
-        for name, value in (
-            ("max_num_seqs", max_num_seqs),
-            ("max_model_len", max_model_len),
-            ("block_size", block_size),
-            ("max_num_batched_tokens", max_num_batched_tokens),
-        ):
-            _require(
-                _is_int(value) and value >= 1,
-                f"LLMEngine({name}={value!r}): must be a positive int",
-            )
-        _require(
-            isinstance(admit_watermark, (int, float)) and 0 <= admit_watermark < 1,
-            f"LLMEngine(admit_watermark={admit_watermark!r}): must be a fraction of the pool "
-            "in [0, 1)",
+        check_limits(
+            max_num_seqs, max_model_len, block_size, max_num_batched_tokens, admit_watermark
         )
         model.rotary.reserve(max_model_len)  # the RoPE table: positions on a GPU need no check
         self.max_num_seqs = max_num_seqs
@@ -187,11 +172,7 @@ class LLMEngine:
         )
         device_decode = isinstance(self.decode, DeviceDecode)
         self.norm_kernels = choose_norm_kernels(model, device_decode, fused_norms)
-        # a pool sized from the memory free is allocated by the first generate(): what the caller
-        # allocates before it (say, an optimizer's states read on resume) is then not counted in it
-        cuda = self.device.type == "cuda"
-        from_free = callable(kv_cache_memory) or (kv_cache_memory is None and cuda)
-        self._make_pool(pool_blocks(self), allocate=num_blocks is not None or not from_free)
+        self._make_pool(pool_blocks(self), allocate=not sized_when_used(self))
         self.stats = EngineStats()
 
     def _make_pool(self, num_blocks: int, allocate: bool = True) -> None:
@@ -256,23 +237,12 @@ class LLMEngine:
         """Each group's prompt computed once (its samples share its blocks); each sample's first
         token sampled."""
         leads = [group[0] for group in groups]
-        ids = [token for lead in leads for token in lead.token_ids]  # (N,)
-        positions = [t for lead in leads for t in range(len(lead))]
-        slots = [self.blocks.slot(lead, t) for lead in leads for t in range(len(lead))]
-        ends = list(itertools.accumulate(len(lead) for lead in leads))  # (G,)
-        for lead in leads:
-            if lead.preempted:
-                self.stats.recompute_tokens += len(lead)
-            else:
-                self.stats.prefill_tokens += len(lead)
-        step = Prefill(torch.tensor(slots, device=self.device), [0] + ends)
-        hidden = run_model(
-            self.model,
-            self.cache,
-            step,
-            torch.tensor(ids, device=self.device),
-            torch.tensor(positions, device=self.device),
-        )  # (N, D)
+        recomputed = sum(len(lead) for lead in leads if lead.preempted)
+        step = Prefill.of(leads, self.blocks, self.device)
+        self.stats.recompute_tokens += recomputed
+        self.stats.prefill_tokens += len(step.input_ids) - recomputed
+        hidden = self.cache.run(self.model, step, step.input_ids, step.positions)  # (N, D)
+        ends = step.cu_seqlens[1:]  # (G,)
         logits = logits_fp32(hidden[[end - 1 for end in ends]], self.model.lm_head.weight)  # (G, V)
         seqs = [seq for group in groups for seq in group]
         self._append_tokens(seqs, logits[[g for g, group in enumerate(groups) for _ in group]])
@@ -302,6 +272,26 @@ class LLMEngine:
                 self.scheduler.finish(seq)  # its blocks free at once, for the waiting requests
                 if self.on_finish is not None:
                     self.on_finish(*seq.index, result(seq))
+
+
+def check_limits(
+    max_num_seqs, max_model_len, block_size, max_num_batched_tokens, admit_watermark
+) -> None:
+    """LLMEngine's sizes: positive ints; admit_watermark: a fraction of the pool in [0, 1)."""
+    for name, value in (
+        ("max_num_seqs", max_num_seqs),
+        ("max_model_len", max_model_len),
+        ("block_size", block_size),
+        ("max_num_batched_tokens", max_num_batched_tokens),
+    ):
+        _require(
+            _is_int(value) and value >= 1,
+            f"LLMEngine({name}={value!r}): must be a positive int",
+        )
+    _require(
+        isinstance(admit_watermark, (int, float)) and 0 <= admit_watermark < 1,
+        f"LLMEngine(admit_watermark={admit_watermark!r}): must be a fraction of the pool in [0, 1)",
+    )
 
 
 def make_groups(prompt_token_ids, params, engine) -> list:
@@ -382,9 +372,11 @@ def print_progress(engine, all_seqs: list, elapsed: float) -> None:
 
 
 def pool_blocks(engine) -> int:
-    """The engine's pool size in blocks now: num_blocks, or what kv_cache_memory holds (bytes, a
-    function returning them, or None: on CUDA the memory free less rollout_margin, on CPU 512 MiB or
-    one max_model_len sequence if that is more), capped at max_num_seqs full-length sequences."""
+    """The engine's pool size in blocks now: num_blocks, or what kv_cache_memory holds: bytes, or a
+    function returning them, asked whenever the pool is allocated (at start, and at the first
+    generate() after a release()), or None: on CUDA the memory then free less rollout_margin (a
+    prefill's activations, sampling, CUDA graphs), on CPU 512 MiB or one max_model_len sequence if
+    that is more; capped at max_num_seqs full-length sequences."""
     cfg = engine.model.config
     block_bytes = kv_block_bytes(cfg, engine.dtype, engine.block_size)
     blocks_per_seq = -(-engine.max_model_len // engine.block_size)
@@ -416,50 +408,14 @@ def pool_blocks(engine) -> int:
     return num_blocks
 
 
-def free_memory(device) -> int:
-    """Bytes free on a CUDA device once PyTorch's caching allocator has returned the blocks it holds
-    unused (a model loaded and freed stays cached otherwise, invisible to mem_get_info)."""
-    torch.cuda.empty_cache()
-    return torch.cuda.mem_get_info(device)[0]
-
-
-def kv_cache_bytes(fraction: float, device, free: int | None = None) -> int | None:
-    """The engine's KV pool in bytes: `fraction` of the device memory still free once the policy and
-    the engine's weights are in place (free: given, or measured by free_memory); None on CPU (the
-    engine's default)."""
-    if device.type != "cuda" and free is None:
-        return None
-    return int(fraction * (free if free is not None else free_memory(device)))
-
-
-def kv_block_bytes(cfg, dtype: torch.dtype, block_size: int) -> int:
-    """Bytes of one KV block: K and V of block_size tokens in every layer, 2 x L x block_size x Hkv
-    x hd x itemsize."""
-    return (
-        2
-        * cfg.num_hidden_layers
-        * block_size
-        * cfg.num_key_value_heads
-        * cfg.head_dim
-        * dtype.itemsize
-    )
-
-
-def kv_cache_blocks(
-    cfg,
-    dtype: torch.dtype,
-    memory_bytes: int,
-    block_size: int,
-    max_num_seqs: int,
-    max_model_len: int,
-):
-    """The pool size in blocks that fits in memory_bytes (e.g. a fraction of the free GPU memory
-    once the weights are in place; bf16 blocks take half the bytes), capped at what max_num_seqs
-    sequences of max_model_len tokens use."""
-    return min(
-        int(memory_bytes) // kv_block_bytes(cfg, dtype, block_size),
-        max_num_seqs * -(-max_model_len // block_size),
-    )
+def sized_when_used(engine) -> bool:
+    """True if the pool is sized from the memory free, and so allocated by the first generate():
+    what the caller allocates before it (say, an optimizer's states read on resume) is then not
+    counted in it."""
+    memory = engine.kv_cache_memory
+    cuda = engine.device.type == "cuda"
+    from_free = callable(memory) or (memory is None and cuda)
+    return engine.num_blocks is None and from_free
 
 
 # ---------------------------------------------------------------------------- 3. attention on pages
@@ -472,7 +428,9 @@ def choose_decode(
     DeviceDecode, with cuda_graphs (None: on CUDA; True on a CPU runs the same padded buffers
     without capture, what tests compare with the plain step). Else on CPU CpuKernelDecode if
     cpu_kernel allows (None: if the model is fp32 with a supported head_dim and the kernel builds,
-    else with a one-line notice; False: never; True: required), else CascadeDecode."""
+    else with a one-line notice; False: never; True: required), else CascadeDecode. Each is one
+    object the decode step calls and each attention layer hands its q, k, v to (its methods:
+    parts/decode_kernels.py's DecodeBackend)."""
     param = next(model.parameters())
     device = param.device
     if use_triton is None:
@@ -520,99 +478,32 @@ def choose_norm_kernels(model, device_decode: bool, fused_norms):
     return norm_kernels if fused else None
 
 
-def run_model(model, cache, step, input_ids, positions):
-    """One flattened row of tokens (N,) at positions (N,) -> the final hidden states (N, D); each
-    attention layer calls cache.attend(), which hands q, k, v to step.attend() (a Prefill, or the
-    decode backend)."""
-    cache.step = step
-    try:
-        return model(
-            input_ids[None], position_ids=positions[None], kv_cache=cache, return_hidden=True
-        )[0]
-    finally:
-        cache.step = None
-
-
-class PagedKVCache:
-    """The block pools of every layer (cfg: the model's config); model.py calls attend() in every
-    attention layer. kernels: parts/norm_kernels if the model's norms and RoPE run as its kernels
-    (model.py reads it once a forward), else None."""
-
-    def __init__(
-        self,
-        cfg,
-        num_blocks: int,
-        block_size: int,
-        *,
-        dtype,
-        device,
-        kernels=None,
-        allocate: bool = True,
-    ):
-        # head-major: gathering blocks of one head yields (Hkv, B, L, hd), ready for a batched
-        # matmul, no transpose
-        self.shape = (
-            cfg.num_hidden_layers,
-            cfg.num_key_value_heads,
-            num_blocks,
-            block_size,
-            cfg.head_dim,
-        )
-        self.block_size = block_size
-        self.dtype = dtype
-        self.device = device
-        self.kernels = kernels
-        self.step = None  # what the running forward's tokens are: a Prefill or the decode backend
-        self.k_pool = self.v_pool = self.workspace = None
-        if allocate:
-            self.allocate()
-
-    def allocate(self) -> None:
-        """The pools (again, after release()); zeros, not empty: padded slots are read (and masked)
-        by the PyTorch paths, and NaN * 0 would be NaN."""
-        if self.k_pool is None:
-            self.k_pool, self.v_pool = (
-                torch.zeros(self.shape, dtype=self.dtype, device=self.device) for _ in range(2)
-            )
-            # cascade_decode's gather buffer, grown on demand
-            self.workspace = self.k_pool.new_empty(0)
-
-    def release(self) -> None:
-        """Give the pools' memory back (a trainer between rollouts: its activations then have the
-        room); the next generate() allocates them again. Nothing survives between generate() calls,
-        so nothing is lost."""
-        self.k_pool = self.v_pool = self.workspace = None
-
-    @property
-    def nbytes(self) -> int:
-        return 2 * math.prod(self.shape) * self.dtype.itemsize
-
-    def copy_blocks(self, copies: list) -> None:  # copy-on-write, all layers at once
-        if copies:
-            src, dst = (torch.tensor(c, device=self.k_pool.device) for c in zip(*copies))
-            self.k_pool[:, :, dst] = self.k_pool[:, :, src]
-            self.v_pool[:, :, dst] = self.v_pool[:, :, src]
-
-    def write(self, layer_idx: int, slots, k, v) -> None:  # k/v (N, Hkv, hd) into slots (N,)
-        k_pool = self.k_pool[layer_idx]  # (Hkv, num_blocks, bs, hd)
-        v_pool = self.v_pool[layer_idx]
-        Hkv, _, _, hd = k_pool.shape
-        k_pool.view(Hkv, -1, hd).index_copy_(1, slots, k.transpose(0, 1).to(k_pool.dtype))
-        v_pool.view(Hkv, -1, hd).index_copy_(1, slots, v.transpose(0, 1).to(v_pool.dtype))
-
-    def attend(self, layer_idx, q, k, v):  # q (1, N, Hq, hd), k/v (1, N, Hkv, hd) -> like q
-        return self.step.attend(self, layer_idx, q[0], k[0], v[0]).unsqueeze(0)
-
-
 @dataclass
 class Prefill:
     """A prefill step: the new sequences' tokens flattened into one row; no cached prefix, so
     causal attention inside each sequence."""
 
     # fmt: off
-    slots: torch.Tensor    # (N,) pool slot of each token's K/V
-    cu_seqlens: list       # sequence i is tokens cu_seqlens[i]:cu_seqlens[i+1]
+    input_ids: torch.Tensor   # (N,) the sequences' tokens, one after another
+    positions: torch.Tensor   # (N,) each token's position in its sequence
+    slots: torch.Tensor       # (N,) pool slot of each token's K/V
+    cu_seqlens: list          # sequence i is tokens cu_seqlens[i]:cu_seqlens[i+1]
     # fmt: on
+
+    @staticmethod
+    def of(seqs: list, blocks, device) -> "Prefill":
+        """The step of these sequences, each whole (blocks: the BlockManager that gave their
+        slots)."""
+        ids = [token for seq in seqs for token in seq.token_ids]
+        positions = [t for seq in seqs for t in range(len(seq))]
+        slots = [blocks.slot(seq, t) for seq in seqs for t in range(len(seq))]
+        ends = list(itertools.accumulate(len(seq) for seq in seqs))
+        return Prefill(
+            torch.tensor(ids, device=device),
+            torch.tensor(positions, device=device),
+            torch.tensor(slots, device=device),
+            [0] + ends,
+        )
 
     def attend(self, cache, layer_idx, q, k, v):  # q (N, Hq, hd), k/v (N, Hkv, hd) -> like q
         cache.write(layer_idx, self.slots, k, v)
@@ -623,98 +514,3 @@ class Prefill:
             y = F.scaled_dot_product_attention(qi, ki, vi, is_causal=True, enable_gqa=gqa)
             outs.append(y[0].transpose(0, 1))
         return torch.cat(outs)
-
-
-class DecodeBackend:
-    """A decode step's attention on the pages, one of three chosen once at start (choose_decode):
-    the engine calls hidden(running, slots) -> (B, D), which runs the model for one step, and
-    each attention layer comes back to attend(cache, layer_idx, q, k, v) -> (B, Hq, hd).
-    new_pool(cache, num_blocks) and start() (each generate) reset what it keeps; tables: its own
-    copy of the block tables, kept by the scheduler (DeviceDecode's), or None."""
-
-    extra_blocks = 0  # blocks it needs in the pool besides the sequences' (a scratch block)
-    tables = None
-
-    def __init__(self, model):
-        self.model = model
-        self.cache = None
-
-    def new_pool(self, cache, num_blocks: int) -> None:
-        self.cache = cache
-
-    def start(self) -> None:
-        pass
-
-
-def last_tokens(running: list, device) -> tuple:
-    """A decode step's input: each sequence's last token (B,) and its position (B,)."""
-    ids = torch.tensor([seq.token_ids[-1] for seq in running], device=device)
-    positions = torch.tensor([len(seq) - 1 for seq in running], device=device)
-    return ids, positions
-
-
-class CascadeDecode(DecodeBackend):
-    """On CPU in PyTorch ops: shared-prefix ("cascade") attention, which reads a prompt's keys
-    once for all its samples (parts/decode_kernels.py); where the C++ kernel does not build."""
-
-    name = "PyTorch cascade"
-
-    def start(self) -> None:
-        self.batch = None  # the last step's CascadeBatch: reused while the tables stay the same
-
-    def hidden(self, running: list, slots: list):
-        device = self.cache.device
-        self.slots = torch.tensor(slots, device=device)
-        self.batch = cascade_batch(running, self.cache.block_size, device, self.batch)
-        return run_model(self.model, self.cache, self, *last_tokens(running, device))
-
-    def attend(self, cache, layer_idx, q, k, v):
-        cache.write(layer_idx, self.slots, k, v)
-        k_pool = cache.k_pool[layer_idx]
-        need = cascade_workspace_size(k_pool, self.batch)
-        if len(cache.workspace) < need:
-            cache.workspace = k_pool.new_empty(need * 5 // 4)
-        return cascade_decode(q, k_pool, cache.v_pool[layer_idx], self.batch, cache.workspace)
-
-
-class CpuKernelDecode(DecodeBackend):
-    """On CPU in the fused C++ kernel (paged_decode_cpu): it writes the step's new K/V at each
-    sequence's last position itself (no slots) and reads K/V in place."""
-
-    name = "C++ kernel"
-
-    def hidden(self, running: list, slots: list):
-        width = max(len(seq.block_table) for seq in running)
-        tables = [seq.block_table + [0] * (width - len(seq.block_table)) for seq in running]
-        self.block_tables = torch.tensor(tables, dtype=torch.int32)  # (B, width)
-        lengths = [len(seq) for seq in running]
-        self.context_lens = torch.tensor(lengths, dtype=torch.int32)  # (B,)
-        return run_model(self.model, self.cache, self, *last_tokens(running, self.cache.device))
-
-    def attend(self, cache, layer_idx, q, k, v):
-        k_pool = cache.k_pool[layer_idx]
-        v_pool = cache.v_pool[layer_idx]
-        return paged_decode_cpu(q, k_pool, v_pool, self.block_tables, self.context_lens, k, v)
-
-
-def paged_decode_reference(q, k_pool, v_pool, block_tables, context_lens):
-    """One query per sequence against its pages in plain PyTorch, the oracle of the faster paths:
-    gather each sequence's blocks into a padded copy, then masked SDPA. q (B, Hq, hd); k_pool/v_pool
-    (Hkv, num_blocks, bs, hd); block_tables (B, max_blocks) padded with any valid id; context_lens
-    (B,) -> (B, Hq, hd)."""
-    B, Hq, hd = q.shape
-    Hkv, _, bs, _ = k_pool.shape
-    L = block_tables.shape[1] * bs
-    blocks = block_tables.flatten().long()
-    # (B, Hkv, L, hd)
-    k, v = (
-        pool.index_select(1, blocks).view(Hkv, B, L, hd).transpose(0, 1).to(q.dtype)
-        for pool in (k_pool, v_pool)
-    )
-    visible = torch.arange(L, device=q.device) < context_lens[:, None]  # (B, L)
-    # GQA: the Hq/Hkv query heads of one KV head attend as that head's Hq/Hkv queries (heads h -> h
-    # // group)
-    out = F.scaled_dot_product_attention(
-        q.view(B, Hkv, Hq // Hkv, hd), k, v, attn_mask=visible[:, None, None, :]
-    )
-    return out.reshape(B, Hq, hd)

@@ -4,11 +4,11 @@ teacher's reasoning.
 For every assistant token t of every conversation in the global batch (all ranks, all
 micro-batches):
     L = (1 / N_assistant_tokens) * sum_t -log p_theta(x_t | x_<t)
-Conversations are packed into rows of row_tokens (data.py: attention never crosses a document), the
-LM head runs in chunks of tokens (no tokens x vocabulary fp32 logits), checkpoints are sharded (DCP)
-and resume exactly. The paper (§2, §4.1): LR 8e-5 cosine to 4e-5, 4 epochs, 32K context, loss on
-assistant tokens only; on hard prompts keep the teacher's incorrect responses too ("mixed" data,
-distill.py).
+Conversations are packed into rows of row_tokens (parts/packing.py: attention never crosses a
+document), the LM head runs in chunks of tokens (no tokens x vocabulary fp32 logits), checkpoints
+are sharded (DCP) and resume exactly. The paper (§2, §4.1): LR 8e-5 cosine to 4e-5, 4 epochs, 32K
+context, loss on assistant tokens only; on hard prompts keep the teacher's incorrect responses too
+("mixed" data, distill.py).
 Run:
   python sft.py                                   # the toy on CPU (train.sh's data): a tiny model from scratch
   torchrun --nproc_per_node=8 sft.py --init_from=/ckpt/Qwen3-8B-Base --tokenizer=/ckpt/Qwen3-8B-Base \
@@ -35,7 +35,7 @@ import torch.nn.functional as F
 import data
 from data import read
 from model import Qwen3, Qwen3Config, check_checkpoint, hf_name, on_meta
-from parts import hf_checkpoint, tracking, trainer
+from parts import hf_checkpoint, packing, tracking, trainer
 from parts.hf_checkpoint import EXPORT_DTYPES, Export
 from parts.cli import parse_config
 from parts.trainer import Checkpointer, GracefulStop, InputError, MetricsLog, TrainingStopped
@@ -304,7 +304,7 @@ def load_sft_data(cfg: SFTConfig, rank: int, world: int):
     print0(f"data: {report}")
     if not examples:
         raise InputError(f"--data={sft_data}: no conversation left to train on ({report})")
-    loader = data.PackedLoader(
+    loader = packing.PackedLoader(
         examples,
         row_tokens=cfg.row_tokens,
         rows_per_step=cfg.rows_per_step,

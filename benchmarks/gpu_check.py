@@ -238,7 +238,7 @@ def _matmul_flops(device, D) -> float:
 
 def section_decode(dry: bool, emit):
     from parts.decode_kernels import decode_splits, paged_decode_triton
-    from rollout import paged_decode_reference
+    from parts.decode_kernels import paged_decode_reference
 
     device = torch.device("cpu" if dry else "cuda")
     w = decode_workload(dry, device)

@@ -278,8 +278,7 @@ def gppo_step_setup(dry: bool, device, config):
     (rl_loss_from_hidden, Triton on CUDA), trainer.copy_weights. Returns (step() -> (sequences,
     metrics, seconds per part), gppo.Run, free bytes)."""
     import gppo
-    import rollout
-    from parts import rl_rows, trainer
+    from parts import kv_cache, rl_rows, trainer
     from rollout import LLMEngine, SamplingParams
 
     policy = random_qwen3(config, torch.float32, device, seed=1)
@@ -296,13 +295,13 @@ def gppo_step_setup(dry: bool, device, config):
         kv_cache_fraction=0.3,
     )
     # CPU: a given 256 MiB "free"
-    free = rollout.free_memory(device) if device.type == "cuda" else 2**28
+    free = kv_cache.free_memory(device) if device.type == "cuda" else 2**28
     engine = LLMEngine(
         engine_model,
         max_num_seqs=256,
         max_model_len=gcfg.max_prompt_len + gcfg.max_response_len,
         # engine kept
-        kv_cache_memory=rollout.kv_cache_bytes(gcfg.kv_cache_fraction, device, free),
+        kv_cache_memory=kv_cache.kv_cache_bytes(gcfg.kv_cache_fraction, device, free),
     )
     run = gppo.Run(
         gcfg,
@@ -363,18 +362,17 @@ def gppo_step_setup(dry: bool, device, config):
 def load_path(dry: bool, device, config, directory: str, fraction: float = 0.3) -> dict:
     """gppo.py's start on this device, from a bf16 checkpoint on disk: the policy read into fp32
     FSDP2 shards (trainer.load_sharded, as gppo.py), the engine's bf16 copy (from_pretrained), then
-    the KV pool from the memory left (rollout.kv_cache_bytes after emptying the allocator's cache);
+    the KV pool from the memory left (kv_cache.kv_cache_bytes after emptying the allocator's cache);
     measured, and planned by parts/memory_plan.py."""
     import functools
 
-    import rollout
     from model import from_pretrained, hf_name, on_meta, save_pretrained
-    from parts import hf_checkpoint, trainer
+    from parts import hf_checkpoint, kv_cache, trainer
     from parts.memory_plan import load_phases, peak_phase
 
     save_pretrained(random_qwen3(config, torch.bfloat16, device), directory)
     cuda = device.type == "cuda"
-    free_before = rollout.free_memory(device) if cuda else 2**30  # CPU: a given 1 GiB "free"
+    free_before = kv_cache.free_memory(device) if cuda else 2**30  # CPU: a given 1 GiB "free"
     base = torch.cuda.memory_allocated(device) if cuda else 0
     if cuda:
         torch.cuda.reset_peak_memory_stats(device)
@@ -386,8 +384,8 @@ def load_path(dry: bool, device, config, directory: str, fraction: float = 0.3) 
         p.numel() * p.element_size() for m in (policy, engine_model) for p in m.parameters()
     )
     peak = torch.cuda.max_memory_allocated(device) - base if cuda else None
-    free = rollout.free_memory(device) if cuda else free_before - loaded
-    pool = rollout.kv_cache_bytes(fraction, device, None if cuda else free)
+    free = kv_cache.free_memory(device) if cuda else free_before - loaded
+    pool = kv_cache.kv_cache_bytes(fraction, device, None if cuda else free)
     phases = load_phases(config, world=1)
     plan_free = free_before - sum(phases["engine copy"].values())
     del policy, engine_model
@@ -533,13 +531,14 @@ def pool_from_free_memory(dry: bool, device, config) -> dict:
     generate() of the engine workload's prompts into it: does what the margin leaves suffice?
     Returns the numbers."""
     import rollout
+    from parts import kv_cache
     from rollout import LLMEngine, SamplingParams
 
     model = random_qwen3(config, torch.bfloat16, device)
     max_model_len = 64 if dry else 4096 + 32768
     margin = rollout.rollout_margin(config, 2, 256, max_model_len, 16384)  # bf16
     # CPU: 100 blocks' worth "free"
-    given = margin + 100 * rollout.kv_block_bytes(config, torch.bfloat16, 16) + 7
+    given = margin + 100 * kv_cache.kv_block_bytes(config, torch.bfloat16, 16) + 7
     engine = LLMEngine(
         model,
         max_num_seqs=256,
@@ -549,7 +548,7 @@ def pool_from_free_memory(dry: bool, device, config) -> dict:
     )
     # allocated by generate(), not here
     assert engine.cache.k_pool is None
-    free = rollout.free_memory(device) if device.type == "cuda" else given
+    free = kv_cache.free_memory(device) if device.type == "cuda" else given
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     prompts, n, _, _ = engine_workload(config, dry)
@@ -564,7 +563,7 @@ def pool_from_free_memory(dry: bool, device, config) -> dict:
         pool_GB=engine.cache.nbytes / 1e9,
         # (+1 scratch block)
         pool_over_free_less_margin=engine.blocks.num_blocks
-        * rollout.kv_block_bytes(config, torch.bfloat16, 16)
+        * kv_cache.kv_block_bytes(config, torch.bfloat16, 16)
         / (free - margin),
         tokens=sum(len(s.token_ids) for o in outs for s in o),
         peak_GB=None if peak is None else peak / 1e9,

@@ -45,6 +45,7 @@ import data  # noqa: E402
 import gppo  # noqa: E402
 import model as model_py  # noqa: E402
 from model import from_pretrained  # noqa: E402
+from parts import kv_cache  # noqa: E402
 from parts.cli import parse_config  # noqa: E402
 import rollout  # noqa: E402
 from parts.trainer import run_entry_point  # noqa: E402
@@ -189,13 +190,13 @@ def split_timers():
         timed(torch.nn.Linear, "forward", "matmuls", shapes="linear")
         # the LM head: one GEMM with an fp32 output
         timed(rollout, "logits_fp32", "matmuls", shapes="logits")
-        timed(rollout.PagedKVCache, "attend", "attention")
+        timed(kv_cache.PagedKVCache, "attend", "attention")
         timed(model_py.RMSNorm, "forward", "norms")
         # Attention.forward looks it up in model.py's namespace
         timed(model_py, "apply_rope", "rotary")
         # so does LLMEngine._append_tokens in rollout.py's
         timed(rollout, "sample", "sampling")
-        timed(rollout, "run_model", "forward")
+        timed(kv_cache.PagedKVCache, "run", "forward")
         timed(rollout, "logits_fp32", "lm_head")  # the rows sampled from: a forward ends there
         yield parts
     finally:
@@ -207,7 +208,7 @@ def split(parts, total: float) -> list:
     """(part, seconds) rows; the model's rest and the engine's own work are what the wrappers do not
     cover."""
     leaves = ["matmuls", "attention", "norms", "rotary"]
-    forward = parts["forward"] + parts["lm_head"]  # run_model, then the LM head on sampled rows
+    forward = parts["forward"] + parts["lm_head"]  # cache.run, then the LM head on sampled rows
     rest_of_model = forward - sum(parts[p] for p in leaves)
     engine = total - forward - parts["sampling"]
     return [(p, parts[p]) for p in leaves] + [

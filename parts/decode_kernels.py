@@ -4,13 +4,16 @@ in place.
     out = paged_decode_triton(q, k_pool, v_pool, block_tables, context_lens)   # CUDA (or TRITON_INTERPRET=1)
     out = paged_decode_cpu(q, k_pool, v_pool, block_tables, context_lens)      # a C++ kernel, built on first use
     out = cascade_decode(q, k_pool, v_pool, cascade_batch(seqs, block_size, device))   # PyTorch ops, shared prompts
+    out = paged_decode_reference(q, k_pool, v_pool, block_tables, context_lens)   # the formula: gather, masked SDPA
 q (B, Hq, hd); k_pool/v_pool (Hkv, num_blocks, block_size, hd); block_tables (B, max_blocks) int32;
 context_lens (B,) int32: out[b] = softmax(q[b] K_b^T / sqrt(hd)) V_b over the first context_lens[b]
 tokens of sequence b's blocks (GQA: query head h reads KV head h // (Hq / Hkv)). Triton:
 flash-decoding, each KV head's K/V read once for its whole query group, long contexts split over
 programs. C++: one task per (sequence, KV head), fp32, OpenMP threads. Cascade: the n samples of a
-prompt meet its keys in one matmul. torch (and triton, optional) only; `python decode_kernels.py`
-checks every path available here against masked SDPA.
+prompt meet its keys in one matmul. CascadeDecode and CpuKernelDecode (the last section) are
+rollout.py's decode steps on CPU built on them (on CUDA: parts/cuda_graphs.py's DeviceDecode). torch
+(and triton, optional) only; `python decode_kernels.py` checks every path available here against
+paged_decode_reference.
 """
 
 import dataclasses
@@ -34,6 +37,32 @@ except ImportError:
 def _require(ok, message: str) -> None:  # a check of the caller's input in one line
     if not ok:
         raise ValueError(message)
+
+
+# ----------------------------------------------------------------------------- the formula
+
+
+def paged_decode_reference(q, k_pool, v_pool, block_tables, context_lens):
+    """One query per sequence against its pages in plain PyTorch, the oracle of the faster paths:
+    gather each sequence's blocks into a padded copy, then masked SDPA. q (B, Hq, hd); k_pool/v_pool
+    (Hkv, num_blocks, bs, hd); block_tables (B, max_blocks) padded with any valid id; context_lens
+    (B,) -> (B, Hq, hd)."""
+    B, Hq, hd = q.shape
+    Hkv, _, bs, _ = k_pool.shape
+    L = block_tables.shape[1] * bs
+    blocks = block_tables.flatten().long()
+    # (B, Hkv, L, hd)
+    k, v = (
+        pool.index_select(1, blocks).view(Hkv, B, L, hd).transpose(0, 1).to(q.dtype)
+        for pool in (k_pool, v_pool)
+    )
+    visible = torch.arange(L, device=q.device) < context_lens[:, None]  # (B, L)
+    # GQA: the Hq/Hkv query heads of one KV head attend as that head's Hq/Hkv queries (heads h -> h
+    # // group)
+    out = F.scaled_dot_product_attention(
+        q.view(B, Hkv, Hq // Hkv, hd), k, v, attn_mask=visible[:, None, None, :]
+    )
+    return out.reshape(B, Hq, hd)
 
 
 # ------------------------------------------------------------------- shared prompts, in PyTorch ops
@@ -772,6 +801,84 @@ if triton is not None:
         )
 
 
+# ------------------------------------------------------------- the engine's decode steps on CPU
+
+
+class DecodeBackend:
+    """A decode step's attention on the pages, one of three that rollout.py's engine chooses once
+    at start (on CUDA: parts/cuda_graphs.py's DeviceDecode, with the same methods): the engine
+    calls hidden(running, slots) -> (B, D), which runs the model for one step (cache.run), and
+    each attention layer comes back to attend(cache, layer_idx, q, k, v) -> (B, Hq, hd).
+    new_pool(cache, num_blocks) and start() (each generate) reset what it keeps; tables: its own
+    copy of the block tables, kept by the scheduler (DeviceDecode's), or None. running: the
+    engine's sequences (token_ids, block_table, prefix_id, prefix_blocks); cache: the engine's
+    paged KV cache (k_pool, v_pool, block_size, device, workspace, write, run)."""
+
+    extra_blocks = 0  # blocks it needs in the pool besides the sequences' (a scratch block)
+    tables = None
+
+    def __init__(self, model):
+        self.model = model
+        self.cache = None
+
+    def new_pool(self, cache, num_blocks: int) -> None:
+        self.cache = cache
+
+    def start(self) -> None:
+        pass
+
+
+def last_tokens(running: list, device) -> tuple:
+    """A decode step's input: each sequence's last token (B,) and its position (B,)."""
+    ids = torch.tensor([seq.token_ids[-1] for seq in running], device=device)
+    positions = torch.tensor([len(seq) - 1 for seq in running], device=device)
+    return ids, positions
+
+
+class CascadeDecode(DecodeBackend):
+    """On CPU in PyTorch ops: shared-prefix ("cascade") attention, which reads a prompt's keys
+    once for all its samples (cascade_decode, above); where the C++ kernel does not build."""
+
+    name = "PyTorch cascade"
+
+    def start(self) -> None:
+        self.batch = None  # the last step's CascadeBatch: reused while the tables stay the same
+
+    def hidden(self, running: list, slots: list):
+        device = self.cache.device
+        self.slots = torch.tensor(slots, device=device)
+        self.batch = cascade_batch(running, self.cache.block_size, device, self.batch)
+        return self.cache.run(self.model, self, *last_tokens(running, device))
+
+    def attend(self, cache, layer_idx, q, k, v):
+        cache.write(layer_idx, self.slots, k, v)
+        k_pool = cache.k_pool[layer_idx]
+        need = cascade_workspace_size(k_pool, self.batch)
+        if len(cache.workspace) < need:
+            cache.workspace = k_pool.new_empty(need * 5 // 4)
+        return cascade_decode(q, k_pool, cache.v_pool[layer_idx], self.batch, cache.workspace)
+
+
+class CpuKernelDecode(DecodeBackend):
+    """On CPU in the fused C++ kernel (paged_decode_cpu): it writes the step's new K/V at each
+    sequence's last position itself (no slots) and reads K/V in place."""
+
+    name = "C++ kernel"
+
+    def hidden(self, running: list, slots: list):
+        width = max(len(seq.block_table) for seq in running)
+        tables = [seq.block_table + [0] * (width - len(seq.block_table)) for seq in running]
+        self.block_tables = torch.tensor(tables, dtype=torch.int32)  # (B, width)
+        lengths = [len(seq) for seq in running]
+        self.context_lens = torch.tensor(lengths, dtype=torch.int32)  # (B,)
+        return self.cache.run(self.model, self, *last_tokens(running, self.cache.device))
+
+    def attend(self, cache, layer_idx, q, k, v):
+        k_pool = cache.k_pool[layer_idx]
+        v_pool = cache.v_pool[layer_idx]
+        return paged_decode_cpu(q, k_pool, v_pool, self.block_tables, self.context_lens, k, v)
+
+
 # ----------------------------------------------------------------------------- self-check
 
 # every path available here against gather + masked SDPA, on scattered blocks
@@ -787,15 +894,7 @@ if __name__ == "__main__":
     k_pool, v_pool = (torch.randn(Hkv, blocks, bs, hd, generator=gen) for _ in range(2))
     tables = torch.randperm(blocks, generator=gen)[: B * 4].view(B, 4).int()
     lengths = torch.tensor([5, 40, 64], dtype=torch.int32)
-    k, v = (
-        pool.index_select(1, tables.flatten().long()).view(Hkv, B, 4 * bs, hd).transpose(0, 1)
-        for pool in (k_pool, v_pool)
-    )
-    visible = torch.arange(4 * bs) < lengths[:, None]
-    reference = F.scaled_dot_product_attention(
-        q.view(B, Hkv, Hq // Hkv, hd), k, v, attn_mask=visible[:, None, None, :]
-    )
-    reference = reference.reshape(B, Hq, hd)
+    reference = paged_decode_reference(q, k_pool, v_pool, tables, lengths)
     paths = {
         "cpu kernel": lambda: (
             paged_decode_cpu(q, k_pool, v_pool, tables, lengths) if load_cpu_kernel() else None

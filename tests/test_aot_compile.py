@@ -4,7 +4,7 @@ triton.compile(ASTSource(...), target=GPUTarget(...)) runs the whole CUDA backen
 IR -> LLVM -> PTX -> cubin through ptxas), so a kernel that the backend rejects (an unsupported op,
 a layout it cannot lower, too much shared memory) fails here, not on the first GPU.
 
-The launch configurations come from the launchers themselves (gppo_loss._launch,
+The launch configurations come from the launchers themselves (logit_kernels._launch,
 decode_kernels.decode_kernel_meta), at Qwen3-8B's shapes: vocabulary 151,936; 32 query / 8 KV heads
 of 128; KV blocks of 16 tokens. The compiles run in a child process without TRITON_INTERPRET (the
 tests' conftest sets it, and interpreted kernels cannot be compiled), with Triton's cache in the
@@ -26,12 +26,11 @@ def kernels():
     """[(name, JITFunction, signature, constexprs, num_warps)] at the project's launch
     configurations."""
     import torch
-    import gppo_loss
-    from parts import decode_kernels
+    from parts import decode_kernels, logit_kernels
 
     cpu = torch.device("cpu")
     # BLOCK, num_warps at V = 151,936
-    loss_meta = gppo_loss._launch(32768, 151936, cpu)[1]
+    loss_meta = logit_kernels._launch(32768, 151936, cpu)[1]
     warps = loss_meta.pop("num_warps")
     out = []
     for dtype in ("bf16", "fp32"):  # the logits' dtype
@@ -61,8 +60,20 @@ def kernels():
             BLOCK="constexpr",
         )
         out += [
-            (f"gppo_loss._stats_kernel {dtype}", gppo_loss._stats_kernel, stats, loss_meta, warps),
-            (f"gppo_loss._grad_kernel {dtype}", gppo_loss._grad_kernel, grad, loss_meta, warps),
+            (
+                f"logit_kernels._stats_kernel {dtype}",
+                logit_kernels._stats_kernel,
+                stats,
+                loss_meta,
+                warps,
+            ),
+            (
+                f"logit_kernels._grad_kernel {dtype}",
+                logit_kernels._grad_kernel,
+                grad,
+                loss_meta,
+                warps,
+            ),
         ]
     # 4 sequences of 16K tokens
     splits = decode_kernels.decode_splits(4, 8, 1024, cpu)
@@ -262,10 +273,10 @@ def test_every_triton_kernel_compiles_for_sm80_and_sm90(tmp_path):
     assert {(r["kernel"], r["sm"]) for r in results} == {
         (name, sm)
         for name in (
-            "gppo_loss._stats_kernel bf16",
-            "gppo_loss._grad_kernel bf16",
-            "gppo_loss._stats_kernel fp32",
-            "gppo_loss._grad_kernel fp32",
+            "logit_kernels._stats_kernel bf16",
+            "logit_kernels._grad_kernel bf16",
+            "logit_kernels._stats_kernel fp32",
+            "logit_kernels._grad_kernel fp32",
             "decode_kernels._paged_decode_kernel bf16",
             "decode_kernels._paged_decode_kernel bf16 unaligned",
             "decode_kernels._combine_splits_kernel bf16",

@@ -23,7 +23,8 @@ import sft  # noqa: E402
 from parts import trainer  # noqa: E402
 from model import Qwen3, Qwen3Config  # noqa: E402
 from model import from_pretrained, save_pretrained  # noqa: E402
-from rollout import LLMEngine, SamplingParams, kv_block_bytes, kv_cache_blocks  # noqa: E402
+from parts.kv_cache import kv_block_bytes, kv_cache_blocks  # noqa: E402
+from rollout import LLMEngine, SamplingParams  # noqa: E402
 
 U_BF16 = 2.0**-8  # unit roundoff of bf16 (8 significant bits, round to nearest even)
 
@@ -133,7 +134,7 @@ def test_pool_is_sized_from_free_memory_after_emptying_the_cache(monkeypatch):
     the caching allocator has returned what it holds (a model loaded and dropped stays in its cache,
     unseen by mem_get_info). The GPU check's workload sizes its pool through the same function (it
     once took the tuple as a number)."""
-    import rollout
+    from parts import kv_cache
 
     calls = []
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: calls.append("empty_cache"))
@@ -143,18 +144,18 @@ def test_pool_is_sized_from_free_memory_after_emptying_the_cache(monkeypatch):
         lambda device=None: calls.append("mem_get_info") or (10_000, 80_000),
     )
     cuda = torch.device("cuda", 0)  # only a name here: nothing is allocated on it
-    assert rollout.free_memory(cuda) == 10_000 and calls == ["empty_cache", "mem_get_info"]
+    assert kv_cache.free_memory(cuda) == 10_000 and calls == ["empty_cache", "mem_get_info"]
     assert (
-        rollout.kv_cache_bytes(0.3, cuda) == 3_000
-        and rollout.kv_cache_bytes(0.3, torch.device("cpu")) is None
+        kv_cache.kv_cache_bytes(0.3, cuda) == 3_000
+        and kv_cache.kv_cache_bytes(0.3, torch.device("cpu")) is None
     )
-    assert rollout.kv_cache_bytes(0.3, torch.device("cpu"), free=2**28) == int(0.3 * 2**28)
+    assert kv_cache.kv_cache_bytes(0.3, torch.device("cpu"), free=2**28) == int(0.3 * 2**28)
     sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
     import gpu_workloads
 
     sized = []
-    real = rollout.kv_cache_bytes
-    monkeypatch.setattr(rollout, "kv_cache_bytes", lambda *args: sized.append(args) or real(*args))
+    real = kv_cache.kv_cache_bytes
+    monkeypatch.setattr(kv_cache, "kv_cache_bytes", lambda *args: sized.append(args) or real(*args))
     gpu_workloads.process_group(dry=True)
     _, run, free = gpu_workloads.gppo_step_setup(
         True, torch.device("cpu"), gpu_workloads.model_config(True)

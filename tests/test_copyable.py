@@ -24,6 +24,16 @@ STORIES = sorted(f for f in os.listdir(ROOT) if f.endswith(".py"))
 # One small real call per part, run in the folder that holds only that part. fp32 decode attention over <= 64 tokens
 # of values |v| < 5: 64 additions, each off by at most 2^-24 of a partial sum < 5, bound the error by 64 * 5 * 2^-24.
 CHECKS = {
+    # the last assistant turn's span: its reasoning in a think block, through <|im_end|>; the
+    # generation prompt with thinking off ends in an empty think block
+    "chat_template": (
+        "import chat_template as c\n"
+        "m = [{'role': 'user', 'content': 'Hi'}, {'role': 'assistant', 'content': '<think>r</think>ok'}]\n"
+        "text, (s, e) = c.render(m)\n"
+        "print(repr(text[s:e]), repr(c.render_chat(m[:1], True, False)))",
+        "'<think>\\nr\\n</think>\\n\\nok<|im_end|>' "
+        "'<|im_start|>user\\nHi<|im_end|>\\n<|im_start|>assistant\\n<think>\\n\\n</think>\\n\\n'",
+    ),
     "cli": (
         "from dataclasses import dataclass\nfrom cli import parse_config\n@dataclass\nclass C:\n"
         "    steps: int = 1   # how many\nprint(parse_config(C, ['--steps=3']).steps)",
@@ -84,6 +94,30 @@ CHECKS = {
         "m.weight.detach().bfloat16()))",
         "torch.float32 torch.bfloat16 True",
     ),
+    # a pool of 3 blocks of 2 tokens, 2 layers of 1 KV head of 4: slot 5 is block 2, offset 1;
+    # 2 x 48 fp32 values = 384 bytes; bf16 blocks of 64 bytes: 1000 // 64 = 15, capped at 4 x 3 = 12
+    "kv_cache": (
+        "import types, torch, kv_cache as c\n"
+        "cfg = types.SimpleNamespace(num_hidden_layers=2, num_key_value_heads=1, head_dim=4)\n"
+        "pool = c.PagedKVCache(cfg, 3, 2, dtype=torch.float32, device='cpu')\n"
+        "pool.write(1, torch.tensor([5]), torch.ones(1, 1, 4), 2 * torch.ones(1, 1, 4))\n"
+        "print(pool.nbytes, pool.k_pool[1, 0, 2, 1].tolist(), pool.v_pool.sum().item(),\n"
+        "      c.kv_cache_blocks(cfg, torch.bfloat16, 1000, 2, 4, 5))",
+        "384 [1.0, 1.0, 1.0, 1.0] 8.0 12",
+    ),
+    # logits (0, 1, 2), target 2: logπ = 2 - log(1 + e + e^2); the loss -logπ (coef -1) has the
+    # gradient softmax - onehot = (0.0900, 0.2447, -0.3348) at the logits
+    "logit_kernels": (
+        "import torch, logit_kernels as k\n"
+        "z = torch.tensor([[0.0, 1.0, 2.0]], requires_grad=True)\n"
+        "t = torch.tensor([2])\n"
+        "kernels = k.LogitKernels(chunk_size=1)\n"
+        "nll = lambda logprobs: (-logprobs.sum(), -torch.ones_like(logprobs))\n"
+        "loss, logprobs, entropy = k.LossFromLogits.apply(z, t, nll, kernels, False)\n"
+        "loss.backward()\n"
+        "print(round(logprobs.item(), 4), [round(x, 4) for x in z.grad[0].tolist()])",
+        "-0.4076 [0.09, 0.2447, -0.3348]",
+    ),
     "math_checker": (
         "import math_checker\nprint(math_checker.compare('\\\\frac12', '0.5'))",
         "(True, True)",
@@ -94,6 +128,15 @@ CHECKS = {
         "format_failure=False, length=3, finish_reason='stop') for i, c in ((0, 1), (0, 0), (1, 0), (1, 0))]\n"
         "r = p.summarize(s, [1, 2])\nprint(round(p.pass_at_k(5, 2, 2), 12), r['avg_at_k'], r['pass_at_k'])",
         "0.7 0.25 {'1': 0.25, '2': 0.5}",
+    ),
+    # best-fit decreasing by hand: 5 opens row 0, 4 row 1, 3 fills row 1, 2 fills row 0; two
+    # documents of 3 and 2 tokens in a row of 6: positions restart, the padding is document 2
+    "packing": (
+        "import packing\n"
+        "print(packing.plan_packing([3, 5, 2, 4], 7))\n"
+        "rows = packing.pack_examples([([1, 2, 3], [0, 1, 1]), ([4, 5], [1, 1])], 6, pad_id=0)\n"
+        "print(rows[0]['position_ids'].tolist(), rows[0]['document_ids'].tolist())",
+        "[[1, 2], [3, 0]]\n[0, 1, 2, 0, 1, 0] [0, 0, 0, 1, 1, 2]",
     ),
     "results_table": (
         "import results_table\nb = dict(problems=2, k=4, avg_at_k=0.5, pass_at_k={'1': 0.5, '4': 1.0}, "

@@ -20,7 +20,7 @@ import pytest
 import torch
 
 import data
-from parts import formats
+from parts import chat_template, formats, packing
 import reward
 from tools import toy
 from tools.toy_tasks import programs, sums
@@ -105,17 +105,18 @@ CHAT_CASES = [
 @pytest.mark.parametrize("messages,agp,thinking,expected", CHAT_CASES)
 def test_render_chat_hand_written(messages, agp, thinking, expected):
     assert (
-        data.render_chat(messages, add_generation_prompt=agp, enable_thinking=thinking) == expected
+        chat_template.render_chat(messages, add_generation_prompt=agp, enable_thinking=thinking)
+        == expected
     )
 
 
 def test_render_chat_rejects_what_it_does_not_support():
     with pytest.raises(ValueError, match="tool"):
-        data.render_chat([U("a"), {"role": "tool", "content": "x"}])
+        chat_template.render_chat([U("a"), {"role": "tool", "content": "x"}])
     with pytest.raises(ValueError, match="tool_calls"):
-        data.render_chat([U("a"), A("", tool_calls=[{"name": "f"}])])
+        chat_template.render_chat([U("a"), A("", tool_calls=[{"name": "f"}])])
     with pytest.raises(ValueError, match=r"messages\[0\].content"):
-        data.render_chat([{"role": "user", "content": [{"type": "text"}]}])
+        chat_template.render_chat([{"role": "user", "content": [{"type": "text"}]}])
     with pytest.raises(ValueError, match="assistant"):
         data.encode_chat(None, [U("a")])
 
@@ -154,7 +155,7 @@ def _all_renders(render):
 def test_toy_chat_template_equals_render_chat():
     template = _jinja(qwen3_tokenizer.CHAT_TEMPLATE)
     for messages, agp, thinking, text in _all_renders(template.render):
-        assert text == data.render_chat(messages, agp, thinking is not False), (
+        assert text == chat_template.render_chat(messages, agp, thinking is not False), (
             messages,
             agp,
             thinking,
@@ -165,7 +166,7 @@ def test_real_qwen3_template_equals_render_chat(qwen3_tokenizer_dir):
     with open(os.path.join(qwen3_tokenizer_dir, "tokenizer_config.json")) as f:
         template = _jinja(json.load(f)["chat_template"])
     for messages, agp, thinking, text in _all_renders(template.render):
-        assert text == data.render_chat(messages, agp, thinking is not False), (
+        assert text == chat_template.render_chat(messages, agp, thinking is not False), (
             messages,
             agp,
             thinking,
@@ -253,7 +254,7 @@ def test_encode_chat_real_qwen3_ids(qwen_tok):
 
 def _check_loss_mask(tok, messages):
     ids, mask = data.encode_chat(tok, messages)
-    text = data.render_chat(messages)
+    text = chat_template.render_chat(messages)
     assert ids == tok.encode(text, add_special_tokens=False).ids
     # trained part = the final assistant turn (after its header) through <|im_end|>; the rest is
     # context
@@ -317,7 +318,9 @@ def test_toy_tokenizer_shape_and_determinism(toy_tok, tmp_path):
 
 def test_toy_tokenizer_matches_qwen_pre_tokenization(toy_tok, qwen_tok):
     # same normaliser and split regex: the pieces before BPE are the same for both tokenizers
-    text = data.render_chat(sums.sft_conversations(3, 3, seed=5)[0]) + "it's  x\r\n\n  y 2024"
+    text = (
+        chat_template.render_chat(sums.sft_conversations(3, 3, seed=5)[0]) + "it's  x\r\n\n  y 2024"
+    )
     # noqa
     pieces = lambda tok: [
         p for p, _ in tok.pre_tokenizer.pre_tokenize_str(tok.normalizer.normalize_str(text))
@@ -915,7 +918,7 @@ def _random_examples(n, seed, lo=1, hi=300):
 
 def test_pack_examples_keeps_every_token_and_marks_documents():
     examples = _random_examples(200, 0)
-    rows = data.pack_examples(examples, row_tokens=512, pad_id=-7)
+    rows = packing.pack_examples(examples, row_tokens=512, pad_id=-7)
     seen = []
     for row in rows:
         assert all(v.shape == (512,) for v in row.values())
@@ -939,7 +942,7 @@ def test_pack_examples_keeps_every_token_and_marks_documents():
     efficiency = sum(len(x) for x, _ in examples) / (len(rows) * 512)
     assert efficiency >= 0.95, efficiency
     with pytest.raises(ValueError, match="do not fit"):
-        data.pack_examples(examples, row_tokens=100, pad_id=0)
+        packing.pack_examples(examples, row_tokens=100, pad_id=0)
 
 
 @pytest.mark.parametrize(
@@ -965,7 +968,7 @@ def test_pack_examples_keeps_every_token_and_marks_documents():
     ],
 )
 def test_packing_efficiency_on_realistic_mixes(name, lengths, row_tokens):
-    rows = data.plan_packing(lengths.tolist(), row_tokens)
+    rows = packing.plan_packing(lengths.tolist(), row_tokens)
     assert sorted(i for r in rows for i in r) == list(range(len(lengths)))
     assert all(sum(lengths[i] for i in r) <= row_tokens for r in rows)
     efficiency = lengths.sum() / (len(rows) * row_tokens)
@@ -975,7 +978,7 @@ def test_packing_efficiency_on_realistic_mixes(name, lengths, row_tokens):
 
 def test_packing_efficiency_on_toy_data(toy_tok):
     examples, _ = data.encode_sft_dataset(toy_tok, sums.sft_conversations(1500, 500, seed=1), 512)
-    loader = data.PackedLoader(examples, row_tokens=2048, rows_per_step=8, pad_id=0)
+    loader = packing.PackedLoader(examples, row_tokens=2048, rows_per_step=8, pad_id=0)
     print(f"packing efficiency toy: {loader.efficiency:.4f}")
     assert loader.efficiency >= 0.95
 
@@ -987,10 +990,12 @@ def _rows_key(rows):
 def test_packed_loader_shards_equal_steps_and_covers_each_row_once():
     examples = _random_examples(145, 4, hi=120)
     loaders = [
-        data.PackedLoader(examples, 256, rows_per_step=4, pad_id=-1, seed=7, rank=r, world_size=2)
+        packing.PackedLoader(
+            examples, 256, rows_per_step=4, pad_id=-1, seed=7, rank=r, world_size=2
+        )
         for r in range(2)
     ]
-    single = data.PackedLoader(examples, 256, rows_per_step=4, pad_id=-1, seed=7)
+    single = packing.PackedLoader(examples, 256, rows_per_step=4, pad_id=-1, seed=7)
     assert (
         loaders[0].steps_per_epoch
         == loaders[1].steps_per_epoch
@@ -1021,7 +1026,7 @@ def test_packed_loader_shards_equal_steps_and_covers_each_row_once():
 def test_packed_loader_resumes_mid_epoch():
     examples = _random_examples(120, 5, hi=100)
     # noqa
-    make = lambda: data.PackedLoader(
+    make = lambda: packing.PackedLoader(
         examples, 200, rows_per_step=2, pad_id=0, seed=3, rank=1, world_size=2
     )
     straight = make()
@@ -1034,11 +1039,22 @@ def test_packed_loader_resumes_mid_epoch():
     resumed = make()
     resumed.load_state_dict(state)
     assert [_rows_key(resumed.next_step()) for _ in range(len(reference) - k)] == reference[k:]
-    other = data.PackedLoader(examples, 200, rows_per_step=4, pad_id=0, seed=3)
+    other = packing.PackedLoader(examples, 200, rows_per_step=4, pad_id=0, seed=3)
     with pytest.raises(ValueError, match="rows_per_step"):
         other.load_state_dict(state)
     with pytest.raises(ValueError, match="multiple of world_size"):
-        data.PackedLoader(examples, 200, rows_per_step=3, pad_id=0, world_size=2)
+        packing.PackedLoader(examples, 200, rows_per_step=3, pad_id=0, world_size=2)
+
+
+def test_a_resume_with_other_batch_settings_is_one_input_error():
+    """sft.py restores its loader through data.read: a checkpoint's loader state from other batch
+    settings is the user's input (one line naming the option, exit status 2), not a bug."""
+    from parts.trainer import InputError
+
+    loader = packing.PackedLoader(_random_examples(40, 6, hi=100), 200, rows_per_step=4, pad_id=0)
+    state = dict(loader.state_dict(), rows_per_step=2)
+    with pytest.raises(InputError, match=r"^--resume: cannot resume: .* rows_per_step=2, now 4"):
+        data.read("--resume", loader.load_state_dict, state)
 
 
 # ----------------------------------------------------------------------------- toy math

@@ -17,7 +17,7 @@ import pytest
 
 import data
 from tools import data_stats, filter_code
-from parts import formats
+from parts import chat_template, formats
 from parts.cli import parse_config
 import reward
 
@@ -106,7 +106,7 @@ SFT_SETS = [
 def test_sft_sets_render_their_reasoning_inside_think(name, row, expected):
     conversations = data.load_sft_jsonl(fixture(name))
     assert len(conversations) == len(jsonl_rows(name))
-    text = data.render_chat(conversations[row])
+    text = chat_template.render_chat(conversations[row])
     assert text == expected
     assert "<|begin_of_thought|>" not in text and "<|end_of_solution|>" not in text
 

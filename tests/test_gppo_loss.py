@@ -15,6 +15,7 @@ import pytest
 import torch
 
 import gppo_loss as gppo
+from parts import logit_kernels
 
 EPS_LOW = 0.2
 EPS_HIGH = 0.28
@@ -328,7 +329,9 @@ def test_not_inplace_keeps_logits_and_bf16_torch_path():
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("mode", ["gppo", "cispo"])
 def test_triton_kernel_matches_reference(dtype, mode, monkeypatch):
-    monkeypatch.setattr(gppo, "_TRITON_BLOCK_V", 128)  # V = 300: two full blocks and a ragged one
+    monkeypatch.setattr(
+        logit_kernels, "_TRITON_BLOCK_V", 128
+    )  # V = 300: two full blocks and a ragged one
     N = 16
     V = 300
     T = 0.7
@@ -373,7 +376,7 @@ def test_triton_kernel_matches_reference(dtype, mode, monkeypatch):
 
 @pytest.mark.skipif(gppo.triton is None, reason="triton is not installed")
 def test_triton_from_hidden_matches_torch_path(monkeypatch):
-    monkeypatch.setattr(gppo, "_TRITON_BLOCK_V", 64)
+    monkeypatch.setattr(logit_kernels, "_TRITON_BLOCK_V", 64)
     batch = rl_batch(11, 100, seed=6, temperature=1.3)
     hidden, weight, targets, old, A, mask, sft_mask = batch
     results = []
@@ -481,7 +484,9 @@ def test_head_gradient_is_accumulated_in_place(dtype, monkeypatch):
         "the accumulator and no other fp32 (V, D) tensor"
     )
     # the old rule
-    monkeypatch.setattr(gppo, "_addmm_fp32_", lambda acc, a, b: acc.add_(gppo._mm_fp32(a, b)))
+    monkeypatch.setattr(
+        logit_kernels, "_addmm_fp32_", lambda acc, a, b: acc.add_(logit_kernels._mm_fp32(a, b))
+    )
     before, _ = head_gradient()
     grad_logits = naive_grads(hidden.float(), weight.float(), targets, old, A, mask, sft_mask, 1.0)[
         2

@@ -22,6 +22,7 @@ sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 
 import gpu_workloads as workloads  # noqa: E402
 import gppo_loss  # noqa: E402
+from parts import logit_kernels  # noqa: E402
 
 INTERPRETED = os.environ.get("TRITON_INTERPRET", "").lower() in ("1", "true", "on", "yes")
 ON_GPU = torch.cuda.is_available() and not INTERPRETED
@@ -106,7 +107,7 @@ def test_paged_decode_kernel_matches_the_reference(case):
     fp32 rounding, far below that. A rounding is relative u to nearest (a GPU, the reference), 2u
     under Triton's
     interpreter, whose fp32 -> bf16 cast truncates: u + 2u of the largest output, 2u max|V|."""
-    from rollout import paged_decode_reference, paged_decode_triton
+    from parts.decode_kernels import paged_decode_reference, paged_decode_triton
 
     _, b, splits = case
     w = workloads.decode_workload(DRY, DEVICE)
@@ -221,7 +222,7 @@ def test_head_gradient_accumulates_in_place():
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
         before = torch.cuda.memory_allocated()
-    gppo_loss._addmm_fp32_(acc, a, b)
+    logit_kernels._addmm_fp32_(acc, a, b)
     if ON_GPU:
         torch.cuda.synchronize()
         assert torch.cuda.max_memory_allocated() - before < V * D * 4 // 2, (

@@ -16,6 +16,7 @@ import model as model_py  # noqa: E402
 from model import from_pretrained  # noqa: E402
 import profile_engine  # noqa: E402
 import rollout  # noqa: E402
+from parts import kv_cache  # noqa: E402
 
 
 def test_split_counts_every_matmul_and_restores_what_it_patched(tiny_checkpoint):
@@ -24,11 +25,11 @@ def test_split_counts_every_matmul_and_restores_what_it_patched(tiny_checkpoint)
     engine = rollout.LLMEngine(model, max_num_seqs=8, max_model_len=64)
     originals = (
         torch.nn.Linear.forward,
-        rollout.PagedKVCache.attend,
+        kv_cache.PagedKVCache.attend,
         model_py.RMSNorm.forward,
         model_py.apply_rope,
         rollout.sample,
-        rollout.run_model,
+        kv_cache.PagedKVCache.run,
         rollout.logits_fp32,
     )
     prompts = [[1, 2, 3, 4, 5], list(range(3, 23))]
@@ -38,11 +39,11 @@ def test_split_counts_every_matmul_and_restores_what_it_patched(tiny_checkpoint)
         )
     assert originals == (
         torch.nn.Linear.forward,
-        rollout.PagedKVCache.attend,
+        kv_cache.PagedKVCache.attend,
         model_py.RMSNorm.forward,
         model_py.apply_rope,
         rollout.sample,
-        rollout.run_model,
+        kv_cache.PagedKVCache.run,
         rollout.logits_fp32,
     )
     # by hand: every token the layers computed meets each layer's 7 projections; lm_head meets each
@@ -94,14 +95,19 @@ def test_split_counts_every_matmul_and_restores_what_it_patched(tiny_checkpoint)
 
 
 def test_split_restores_the_patched_functions_after_an_error():
-    originals = (torch.nn.Linear.forward, model_py.apply_rope, rollout.sample, rollout.run_model)
+    originals = (
+        torch.nn.Linear.forward,
+        model_py.apply_rope,
+        rollout.sample,
+        kv_cache.PagedKVCache.run,
+    )
     try:
         with profile_engine.split_timers():
             assert torch.nn.Linear.forward is not originals[0]
             raise KeyError("inside")
     except KeyError:
         pass
-    now = (torch.nn.Linear.forward, model_py.apply_rope, rollout.sample, rollout.run_model)
+    now = (torch.nn.Linear.forward, model_py.apply_rope, rollout.sample, kv_cache.PagedKVCache.run)
     assert now == originals
 
 

@@ -13,12 +13,12 @@ import pytest
 import torch
 
 import rollout
-from parts import decode_kernels, norm_kernels
+from parts import decode_kernels, kv_cache, norm_kernels
 from model import Qwen3, Qwen3Config
 from parts.sampling import inverse_cdf
-from rollout import LLMEngine, SamplingParams, Sequence, cascade_batch, cascade_decode
-from rollout import cascade_workspace_size, paged_decode_cpu, paged_decode_reference
-from rollout import paged_decode_triton
+from parts.decode_kernels import cascade_batch, cascade_decode, cascade_workspace_size
+from parts.decode_kernels import paged_decode_cpu, paged_decode_reference, paged_decode_triton
+from rollout import LLMEngine, SamplingParams, Sequence
 
 V = 97
 
@@ -139,7 +139,7 @@ def test_greedy_equals_no_cache_reference_mixed_lengths(model, cpu_kernel):
             teacher_forced_logprobs(model, prompt, ref, 1.0), abs=1e-4
         )
     assert engine.stats.prefill_tokens == sum(map(len, prompts)) and engine.stats.preemptions == 0
-    assert isinstance(engine.decode, rollout.CpuKernelDecode) == cpu_kernel
+    assert isinstance(engine.decode, decode_kernels.CpuKernelDecode) == cpu_kernel
     assert_no_leaks(engine)
 
 
@@ -162,7 +162,7 @@ def test_greedy_under_preemption(model, cpu_kernel):
     for prompt, samples in zip(prompts, out):
         ref = reference_greedy(model, prompt, min(25, max_model_len - len(prompt)))
         assert [s.token_ids for s in samples] == [ref, ref]
-    assert isinstance(engine.decode, rollout.CpuKernelDecode) == cpu_kernel
+    assert isinstance(engine.decode, decode_kernels.CpuKernelDecode) == cpu_kernel
     assert_no_leaks(engine)
 
 
@@ -247,7 +247,7 @@ def test_n_samples_share_the_prompt(model, cpu_kernel):
             assert s.logprobs == pytest.approx(
                 teacher_forced_logprobs(model, prompt, s.token_ids, 1.0), abs=1e-4
             )
-    assert isinstance(engine.decode, rollout.CpuKernelDecode) == cpu_kernel
+    assert isinstance(engine.decode, decode_kernels.CpuKernelDecode) == cpu_kernel
     assert_no_leaks(engine)
 
 
@@ -277,7 +277,7 @@ def test_groups_that_shrink_unevenly_stay_exact(model, cpu_kernel):
             assert s.logprobs == pytest.approx(
                 teacher_forced_logprobs(model, prompt, s.token_ids, 1.0), abs=1e-4
             )
-    assert isinstance(engine.decode, rollout.CpuKernelDecode) == cpu_kernel
+    assert isinstance(engine.decode, decode_kernels.CpuKernelDecode) == cpu_kernel
     assert_no_leaks(engine)
 
 
@@ -442,7 +442,7 @@ def test_pool_is_sized_again_at_each_generate_from_what_is_free(model):
     samples do not depend on the pool's size."""
     prompts = prompts_of([6, 20, 11], seed=8)
     params = SamplingParams(temperature=1.0, max_tokens=16, n=2, seed=5)
-    block_bytes = rollout.kv_block_bytes(model.config, torch.float32, 16)
+    block_bytes = kv_cache.kv_block_bytes(model.config, torch.float32, 16)
     asked = []
     # blocks' worth of bytes at each question: start, then three generate() calls
     free_now = iter([30, 12, 20, 9])
@@ -494,7 +494,7 @@ def test_cuda_pool_is_the_free_memory_less_the_rollout_margin(model, monkeypatch
         num_blocks=None,
         kv_cache_memory=None,
     )
-    block_bytes = rollout.kv_block_bytes(model.config, torch.float32, 4)
+    block_bytes = kv_cache.kv_block_bytes(model.config, torch.float32, 4)
     margin = rollout.rollout_margin(model.config, 4, 8, 64, 32)  # fp32: 4 bytes a value
     free = margin + 100 * block_bytes + 7
     monkeypatch.setattr(rollout, "free_memory", lambda device: free)
@@ -772,7 +772,7 @@ def test_cpu_kernel_fallback_and_errors(model, monkeypatch, capsys, tmp_path):
     prompts = prompts_of([5, 18], seed=11)
     params = SamplingParams(temperature=0, max_tokens=6)
     with_kernel = LLMEngine(model, max_num_seqs=4, max_model_len=32)
-    assert isinstance(with_kernel.decode, rollout.CpuKernelDecode)
+    assert isinstance(with_kernel.decode, decode_kernels.CpuKernelDecode)
     expected = with_kernel.generate(prompts, params)
     # a kernel copied elsewhere checks what it is given
     pool = torch.zeros(1, 2, 4, 16)
@@ -803,7 +803,7 @@ def test_cpu_kernel_fallback_and_errors(model, monkeypatch, capsys, tmp_path):
     monkeypatch.setattr(decode_kernels, "_cpu_kernel_notice_shown", False)
     engine = LLMEngine(model, max_num_seqs=4, max_model_len=32)
     err = capsys.readouterr().err
-    assert isinstance(engine.decode, rollout.CascadeDecode)
+    assert isinstance(engine.decode, decode_kernels.CascadeDecode)
     assert err.count("\n") == 1 and "no-such-c++ is not on PATH" in err, err
     out = engine.generate(prompts, params)
     assert [[s.token_ids for s in g] for g in out] == [[s.token_ids for s in g] for g in expected]

@@ -15,7 +15,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import data  # noqa: E402
-from parts import formats  # noqa: E402
+from parts import formats, packing  # noqa: E402
 from parts.cli import parse_config  # noqa: E402
 
 
@@ -102,7 +102,7 @@ def _print_lengths(lengths, trained: int | None, row_tokens: int) -> None:
     print("tokens per record: min {:.0f} median {:.0f} p90 {:.0f} p99 {:.0f} max {:.0f}".format(*q))
     if trained is not None:
         fits = [k for k in lengths if k <= row_tokens]
-        rows = data.plan_packing(fits, row_tokens)
+        rows = packing.plan_packing(fits, row_tokens)
         print(
             f"packed into {len(rows)} rows of {row_tokens}: {sum(fits) / (len(rows) * row_tokens):.2%} real "
             f"tokens ({len(lengths) - len(fits)} records longer than a row left out)"

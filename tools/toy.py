@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-import data  # noqa: E402  (the chat format the tokenizer is trained on)
+from parts import chat_template  # noqa: E402  (the chat format the tokenizer is trained on)
 from parts.cli import parse_config  # noqa: E402
 from tools.toy_tasks import countdown, programs, sums, tokenizer  # noqa: E402
 
@@ -267,7 +267,7 @@ def build_tokenizer(task: str, vocab_size: int = 0):
     else:
         conversations = sums.sft_conversations(3000, 1500, seed=20250807, wrong_fraction=0.3)
     vocab_size = vocab_size or TASK_DEFAULTS[task]["vocab_size"]
-    return tokenizer.train([data.render_chat(c) for c in conversations], vocab_size)
+    return tokenizer.train([chat_template.render_chat(c) for c in conversations], vocab_size)
 
 
 if __name__ == "__main__":
