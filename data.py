@@ -231,14 +231,14 @@ def load_responses(path: str, skip_bad_rows: bool = False) -> Records:
 
 
 def load_math_jsonl(path: str, skip_bad_rows: bool = False) -> Records:
-    """Math problems {id, prompt, answer[, answers]} from the math formats above (`messages` +
-    `meta.solution`: the authors' AIME files; `messages` + `answer`: their HMMT file); a numeric
-    answer becomes a string. `answers` (all acceptable answers, answer = answers[0]) is there only
-    when a row gives more than one (Skywork-OR1's lists): a response is right if it matches any of
-    them. A row whose answer cannot be graded (empty, a placeholder such as NuminaMath-1.5's "proof"
-    / "notfound", question_type "proof") is an UngradableRow. A Countdown row (TinyZero's {target,
-    nums}) is {id, prompt, numbers, target, kind: "countdown"}: reward.py grades it with Countdown's
-    checker, not math-verify."""
+    """Math problems {id, prompt, answer[, answers]} from the math formats (docs/data_formats.md;
+    `messages` + `meta.solution`: the authors' AIME files; `messages` + `answer`: their HMMT file);
+    a numeric answer becomes a string. `answers` (all acceptable answers, answer = answers[0]) is
+    there only when a row gives more than one (Skywork-OR1's lists): a response is right if it
+    matches any of them. A row whose answer cannot be graded (empty, a placeholder such as
+    NuminaMath-1.5's "proof" / "notfound", question_type "proof") is an UngradableRow. A Countdown
+    row (TinyZero's {target, nums}) is {id, prompt, numbers, target, kind: "countdown"}: reward.py
+    grades it with Countdown's checker, not math-verify."""
     return formats.load("math", path, skip_bad_rows)
 
 
@@ -246,8 +246,8 @@ def load_code_jsonl(
     path: str, min_tests: int = 1, pass_rate_field: str = "", skip_bad_rows: bool = False
 ) -> Records:
     """Code problems {id, line, prompt, tests[, solutions][, pass_rate][, contest_date]} (line: n of
-    the row in the file) from the code formats above. The prompt is the question plus its starter
-    code in a ```python block (verl: the `prompt` messages as they are).
+    the row in the file) from the code formats (docs/data_formats.md). The prompt is the question
+    plus its starter code in a ```python block (verl: the `prompt` messages as they are).
     - Problems with fewer than `min_tests` tests are dropped and counted in the report (the paper keeps only
       those with >= 16). A row whose tests cannot be run (all its asserts unconvertible, another language than
       Python, pytest files) is an UngradableRow.

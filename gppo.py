@@ -44,13 +44,13 @@ from model import check_checkpoint, from_pretrained, hf_name, logits_fp32, on_me
 from parts import hf_checkpoint, math_checker, tracking, trainer
 from parts.hf_checkpoint import EXPORT_DTYPES, Export
 from parts.cli import parse_config
+from parts.kv_cache import kv_cache_bytes
 from parts.rl_report import NO_UPDATE_WARNING_STEPS, log_samples, no_update_warning, step_line
 from parts.rl_rows import TrainSeq, hidden_at_targets, row_tensors
 from parts.trainer import Checkpointer, GracefulStop, InputError, MetricsLog, TrainingStopped
 from parts.trainer import agree_on_inputs, balance_ranks, check_run, copy_weights, cores_per_rank
 from parts.trainer import global_max, global_sums, init_distributed, lockstep, on_for_device, print0
 from parts.trainer import record_run, run_entry_point, set_threads
-from parts.kv_cache import kv_cache_bytes
 from rollout import LLMEngine, SamplingParams
 
 
@@ -412,8 +412,8 @@ def training_sequences(groups: list, cfg) -> list:
 @torch.no_grad()
 def recompute_old_logprobs(run: Run, seqs: list) -> dict:
     """Old logprobs from the trainer's forward, before any update of the step; returns the sum,
-    count and max of
-    |trainer − engine| over the tokens, a check of the engine (it should sample exactly what the trainer scores)."""
+    count and max of |trainer − engine| over the tokens, a check of the engine (it should sample
+    exactly what the trainer scores)."""
     cfg = run.cfg
     rows = data.pack_in_order(seqs, cfg.train_row_tokens, cfg.share_prompts)
     for row in lockstep(rows, run.device):

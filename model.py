@@ -8,7 +8,7 @@ models tie lm_head to embed_tokens. Three seams for the rest of the project:
   - packed rows: document_ids (B, T) and position_ids restarting per document; attention never crosses documents
     (one causal SDPA call each, no (T, T) mask); prefix_docs lets a document continue another (an RL group's prompt
     packed once, each response attending to it, then to itself);
-  - an external KV cache: kv_cache= any object with attend(layer_idx, q, k, v) -> out (rollout.py's paged engine);
+  - an external KV cache: kv_cache= any object with attend(layer_idx, q, k, v) -> out (parts/kv_cache.py's pool);
     if its `kernels` is set (parts/norm_kernels.py), norms and RoPE run as those (same roundings);
   - return_hidden=True: the final normed hidden states, so a loss applies the LM head itself, in chunks.
 Checkpoints are Hugging Face directories; from_pretrained builds the model on the meta device and

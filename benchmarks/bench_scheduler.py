@@ -14,12 +14,13 @@ An 8B decode step reads all weights whatever the batch (bandwidth-bound), so dec
 time; a prefill step is counted apart (its cost grows with its tokens, which are printed).
 
 The stub: the next token is a function of the current one, and LLMEngine runs as it does on a GPU
-(rollout.py's _admit, _prefill, _decode, BlockManager, preemption, sample(); the Triton path's
-device block tables, without launching a kernel). The prompt ends with a START token whose logits
-are the log-probabilities of the response lengths: each sample draws its own from its seeded stream
-(temperature 1). A token k > 0 is followed by k - 1 and 0 is the stop token, so the response is k, k
-- 1, ..., 1, 0: k + 1 tokens. The logits of a token k are 2000 at k - 1 (two coordinates of a
-one-hot code agree) and at most 1000 elsewhere, so its successor has probability 1 in fp32.
+(rollout.py's _prefill, _decode, sample(); parts/scheduler.py's admit, BlockManager, preemption; the
+Triton path's device block tables, without launching a kernel). The prompt ends with a START token
+whose logits are the log-probabilities of the response lengths: each sample draws its own from its
+seeded stream (temperature 1). A token k > 0 is followed by k - 1 and 0 is the stop token, so the
+response is k, k - 1, ..., 1, 0: k + 1 tokens. The logits of a token k are 2000 at k - 1 (two
+coordinates of a one-hot code agree) and at most 1000 elsewhere, so its successor has probability 1
+in fp32.
 
 Pools, in sequences of max_model_len tokens per rank (Qwen3-8B, 8 x H100 80 GB;
 tools/memory_plan.py): 3.5 was 0.3 of the memory free at start, 9.0 is what is free during rollout

@@ -11,9 +11,10 @@ script; each of the two commands fits in 6 minutes (docs/gpu_check.md).
              (autograd) and against the bandwidth floor (three passes over the logits at the measured copy
              bandwidth), peak memory; the kernel's goals: >= 10x the reference, <= 1.5x the floor. Also
              rl_loss_from_hidden, the path training takes, at Qwen3-0.6B's hidden size
-  2. decode  the paged-decode kernel (rollout.py) on realistic block tables: 64 sequences of 1K-16K tokens, GQA 32:8,
-             head_dim 128, bf16 pool: time per step against the K/V bytes read, with its context splits
-             (flash-decoding) and with one split, also for 4 long sequences alone and 8 of 32K tokens
+  2. decode  the paged-decode kernel (parts/decode_kernels.py) on realistic block tables: 64 sequences of
+             1K-16K tokens, GQA 32:8, head_dim 128, bf16 pool: time per step against the K/V bytes read, with
+             its context splits (flash-decoding) and with one split, also for 4 long sequences alone and 8 of
+             32K tokens
   3. engine  Qwen3-0.6B's exact shape, random bf16 weights: 64 prompts x 8 samples x 512 new tokens, tokens/s, with
              the defaults (CUDA-graph decode steps, fused norm/RoPE kernels) and each turned off, each timed after a
              warm-up (kernels compiled, every graph captured); greedy tokens of 8 prompts compared as numbers (how

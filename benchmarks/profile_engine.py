@@ -11,7 +11,8 @@ wrappers around the model's modules and the engine's functions, which split its
 wall clock into:
   matmuls        every nn.Linear call (q/k/v/o, the MLP, lm_head)
   attention      PagedKVCache.attend: writing the step's K/V into the pool, then the decode (or prefill) attention
-                 (decode: rollout.py's C++ kernel, or with --cpu_kernel=False its PyTorch cascade path)
+                 (decode: the C++ kernel of parts/decode_kernels.py, or with --cpu_kernel=False the PyTorch
+                 cascade path)
   norms, rotary  the RMSNorm calls; apply_rope
   rest of model  the forward minus the above: the input tensors, embedding, the cos/sin lookup, residual adds,
                  SiLU * up, reshapes, the logits' rows
@@ -63,7 +64,7 @@ class ProfileConfig:
     threads: int = 1              # torch threads (bench_vs_trl.py's default)
     repeat: int = 4               # timed batches per side, after one untimed warm-up batch
     skip_hf: bool = False         # leave transformers' generate out even if it is importable
-    cpu_kernel: bool = True       # decode attention in rollout.py's C++ kernel if it builds; False: the cascade path
+    cpu_kernel: bool = True       # decode attention in the engine's C++ kernel if it builds; False: the cascade path
     # fmt: on
 
     def __post_init__(self):

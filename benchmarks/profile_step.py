@@ -2,8 +2,8 @@
 median over the timed steps, on bench_vs_trl.py's toy workload (the sums toy's SFT checkpoint, 32
 prompts x 8, 8 updates, <= 192 new tokens, the zero-advantage filter off, 1 thread).
 
-Parts, timed by wrappers around gppo.py's and rollout.py's own functions (nested parts are
-indented):
+Parts, timed by wrappers around gppo.py's and rollout.py's own functions and the engine's
+forward through its KV cache (parts/kv_cache.py's PagedKVCache.run; nested parts are indented):
   sample_groups    generate() and the wait for the last rewards (math-verify runs in processes meanwhile);
   old logprobs     the trainer's forward over every response (gppo.recompute_old_logprobs);
   8 updates        gppo.train_mini_batch: the trainer's forward, the loss, the backward, AdamW;
@@ -26,7 +26,7 @@ import torch  # noqa: E402
 
 import gppo  # noqa: E402
 import rollout  # noqa: E402
-from parts import trainer  # noqa: E402
+from parts import kv_cache, trainer  # noqa: E402
 from parts.cli import parse_config  # noqa: E402
 
 
@@ -75,7 +75,7 @@ def main(cfg: ProfileConfig):
     parts = [
         (gppo, "sample_groups", "sample_groups (generate + reward)"),
         (rollout.LLMEngine, "generate", "  generate()"),
-        (rollout.LLMEngine, "_forward", "    engine forward (prefill + decode)"),
+        (kv_cache.PagedKVCache, "run", "    engine forward (prefill + decode)"),
         (rollout, "sample", "    sample()"),
         (gppo, "recompute_old_logprobs", "old logprobs"),
         (gppo, "train_mini_batch", "8 updates"),

@@ -10,10 +10,10 @@ context_lens (B,) int32: out[b] = softmax(q[b] K_b^T / sqrt(hd)) V_b over the fi
 tokens of sequence b's blocks (GQA: query head h reads KV head h // (Hq / Hkv)). Triton:
 flash-decoding, each KV head's K/V read once for its whole query group, long contexts split over
 programs. C++: one task per (sequence, KV head), fp32, OpenMP threads. Cascade: the n samples of a
-prompt meet its keys in one matmul. CascadeDecode and CpuKernelDecode (the last section) are
-rollout.py's decode steps on CPU built on them (on CUDA: parts/cuda_graphs.py's DeviceDecode). torch
-(and triton, optional) only; `python decode_kernels.py` checks every path available here against
-paged_decode_reference.
+prompt meet its keys in one matmul. CascadeDecode and CpuKernelDecode (the section before the
+self-check) are rollout.py's decode steps on CPU built on them (on CUDA: parts/cuda_graphs.py's
+DeviceDecode). torch (and triton, optional) only; `python decode_kernels.py` checks every path
+available here against paged_decode_reference.
 """
 
 import dataclasses

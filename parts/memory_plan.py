@@ -116,9 +116,9 @@ def rope_table_bytes(c) -> int:
 
 
 def kv_pool_bytes(c, itemsize: int, memory: float, max_num_seqs: int, max_model_len: int) -> int:
-    """rollout.kv_cache_blocks in bytes: whole blocks of 16 tokens that fit in `memory`, capped by
-    max_num_seqs. memory=None: the engine's CPU default, 512 MiB or one max_model_len sequence if
-    that is more."""
+    """parts/kv_cache.py's kv_cache_blocks in bytes: whole blocks of 16 tokens that fit in
+    `memory`, capped by max_num_seqs. memory=None: the engine's CPU default, 512 MiB or one
+    max_model_len sequence if that is more."""
     block = 2 * c.num_hidden_layers * 16 * c.num_key_value_heads * c.head_dim * itemsize
     per_seq = -(-max_model_len // 16)
     memory = max(512 * 2**20, per_seq * block) if memory is None else memory

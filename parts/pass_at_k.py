@@ -7,6 +7,7 @@ coefficient overflows. Python only:
     pass_at_k(n=16, c=3, k=4)          # 1 - C(13, 4) / C(16, 4)
     summarize(samples, ks=[1, 4, 16])  # samples of one benchmark: {problem_index, problem_id,
                                        # correct, reward, format_failure, length, finish_reason}
+    pass_ks(cfg)                       # which pass@k to report, from cfg.k and cfg.pass_k ("1,4,8")
 """
 
 
@@ -50,8 +51,9 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 
 def pass_ks(cfg) -> list:
-    """The j of the reported pass@j, each <= k (EvalConfig calls it: a bad --pass_k is a ValueError
-    at once)."""
+    """The j of the reported pass@j: cfg.pass_k's comma-separated values, each in 1..cfg.k (empty:
+    1, the powers of 4 below k, and k). eval.py's EvalConfig calls it, so a bad --pass_k is a
+    ValueError at once."""
     if not cfg.pass_k:
         return sorted({1, cfg.k} | {4**i for i in range(1, 8) if 4**i < cfg.k})
     try:

@@ -155,9 +155,9 @@ def tiny_checkpoint(tmp_path_factory, toy_files):
 
 @pytest.fixture(scope="session", autouse=True)
 def cpu_kernel_built():
-    """Build rollout.py's C++ decode kernel (or learn that it cannot be built) once, before any
-    test: the first build takes ~40 s, and a test's subprocess with its own timeout should not be
-    the one that pays it."""
+    """Build the engine's C++ decode kernel (parts/decode_kernels.py), or learn that it cannot be
+    built, once, before any test: the first build takes ~40 s, and a test's subprocess with its own
+    timeout should not be the one that pays it."""
     import rollout
 
     rollout.load_cpu_kernel()

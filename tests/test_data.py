@@ -1,9 +1,9 @@
-"""Tests for data.py: chat format (hand-written strings, real Qwen3 ids, the official Jinja
-template), loaders and their errors, public data formats (hand-made rows in tests/fixtures/data:
-their references pass their converted tests in reward.py's sandbox and wrong programs do not; their
-answers verify with math-verify), packing, the sharded resumable loader, and the toy tasks' content
-(tools/toy_tasks: math answers checked with math-verify, code solutions run in a subprocess against
-their tests)."""
+"""Tests for data.py and the parts it delegates to: chat format (parts/chat_template.py against
+hand-written strings, real Qwen3 ids, the official Jinja template), loaders and their errors, public
+data formats (hand-made rows in tests/fixtures/data: their references pass their converted tests in
+reward.py's sandbox and wrong programs do not; their answers verify with math-verify), packing and
+the sharded resumable loader (parts/packing.py), and the toy tasks' content (tools/toy_tasks: math
+answers checked with math-verify, code solutions run in a subprocess against their tests)."""
 
 import base64
 import inspect

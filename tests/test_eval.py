@@ -1,7 +1,7 @@
-"""eval.py: pass@k against exact binomials and a brute-force count over subsets; Avg@k, pass@k and
-the other metrics on a fake engine whose per-problem success is known; clear errors for bad
-benchmark files; an end-to-end run on a tiny random Qwen3 (files and fields consistent); 1 process
-== 2 processes."""
+"""eval.py: pass@k (parts/pass_at_k.py) against exact binomials and a brute-force count over
+subsets; Avg@k, pass@k and the other metrics on a fake engine whose per-problem success is known;
+clear errors for bad benchmark files; an end-to-end run on a tiny random Qwen3 (files and fields
+consistent); 1 process == 2 processes."""
 
 import itertools
 import json
