@@ -34,6 +34,7 @@ from parts.cli import parse_config  # noqa: E402
 class ProfileConfig:
     # fmt: off
     init_from: str = "out/sums/sft/hf"   # the sums toy's SFT checkpoint (bench_vs_trl.py's)
+    math_data: str = ""                  # RL prompts; empty = the sums toy's (python tools/toy.py --task=sums)
     steps: int = 4                       # timed RL steps, after one warm-up step
     threads: int = 1
     out_dir: str = "out/profile_step"
@@ -65,7 +66,8 @@ def main(cfg: ProfileConfig):
         "--ckpt_every=0",
         "--ckpt_minutes=0",
         f"--threads={cfg.threads}",
-        "--toy_task=sums",
+        "--toy=sums",
+        *([f"--math_data={cfg.math_data}"] if cfg.math_data else []),
         "--lr=2e-5",
         "--max_response_len=192",
         f"--out_dir={cfg.out_dir}",

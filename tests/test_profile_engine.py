@@ -146,3 +146,41 @@ def test_script_runs_on_a_tiny_checkpoint(tiny_checkpoint, toy_files):
             and message in bad.stderr + bad.stdout
             and "Traceback" not in bad.stderr
         )
+
+
+def test_profile_step_times_every_part_of_a_step(tiny_checkpoint, toy_files, tmp_path):
+    """benchmarks/profile_step.py, one timed step on a tiny checkpoint: every part it wraps was
+    called (a part it no longer reaches, or an option gppo.py renamed, once broke the script
+    silently or loudly), and the whole step is printed."""
+    out = subprocess.run(
+        [
+            sys.executable,
+            os.path.join(ROOT, "benchmarks", "profile_step.py"),
+            f"--init_from={tiny_checkpoint}",
+            f"--math_data={toy_files['sums']}/rl/toy_math.jsonl",
+            "--steps=1",
+            f"--out_dir={tmp_path}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+        env=dict(os.environ, OMP_NUM_THREADS="1"),
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    table = out.stdout.split("profile_step: median of 1 steps")[-1].splitlines()[2:]
+    rows = [line[:45].strip() for line in table]
+    assert rows == [
+        "sample_groups (generate + reward)",
+        "generate()",
+        "engine forward (prefill + decode)",
+        "sample()",
+        "old logprobs",
+        "8 updates",
+        "trainer forward (old logprobs + updates)",
+        "loss forward",
+        "backward",
+        "AdamW step",
+        "sync",
+        "whole step",
+    ], out.stdout
