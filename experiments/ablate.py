@@ -8,7 +8,7 @@ seeds, so two variants are compared seed by seed. Per step gppo.py logs the on-p
 fresh prompts and the treatment checks (approx KL, clip fractions by side, the share of the
 gradient's per-token coefficients on clipped tokens, the grad norm and whether the clip at grad_clip
 acted, the entropy of all and of the clipped tokens); after the last step eval.py scores the final
-model on final_eval_problems held-out problems x 4 samples at T = 1. Protocol
+model on final_eval_problems held-out problems x eval_k samples at T = 1. Protocol
 (benchmarks/RESULTS.md, committed before the runs): per claim ONE metric (--metric): the mean
 on-policy accuracy over the steps after the warmup, one value per seed; a paired t test per claim
 and Holm's correction over the report's claims (experiments/verdicts.py); a claim about the clipping
@@ -228,12 +228,13 @@ class AblateConfig:
     ckpt_every: int = 10               # gppo.py's checkpoint (exact resume) every k steps
     eval_problems: int = 100           # held-out problems per gppo.py eval
     rl_eval_k: int = 4                 # gppo.py --eval_k: samples per held-out problem at T = 1 (Avg@k, pass@k)
-    final_eval_problems: int = 500     # eval.py on each final math RL model (T = 1, 4 samples) and on the sft arm's
-    #   models (T = 0.6): 500 x 4 puts the eval's own sampling SD under 0.01; 0 = no final eval
+    final_eval_problems: int = 400     # eval.py on each final math RL model (T = 1, eval_k samples) and on the sft
+    #   arm's models (T = 0.6): 400 x 5 puts the eval's own sampling SD at about 0.01 (the toy's test split
+    #   holds 439 distinct 3-number problems, so not 500); 0 = no final eval
     code_steps: int = 20               # the code arm: each sample runs its tests in the sandbox
     code_prompts_per_step: int = 8
     code_prompts: int = 200            # toy code RL prompts (programs with partial credit)
-    eval_k: int = 4                    # eval.py samples per problem
+    eval_k: int = 5                    # eval.py samples per problem
     eval_code_problems: int = 200      # held-out toy code problems (the code arm's final eval)
     max_gen_rounds: int = 3            # runs refill dropped groups, so every rollout batch trains prompts_per_step
     #   groups and u updates per batch is what it says
@@ -865,7 +866,7 @@ CLAIMS = [
 # effects stated before the runs, from the committed 3-number run
 # (experiments/results/verdicts_corrected.json, family countdown3_all): RL claims, pooled over its 7
 # RL claims' on_policy_after_warmup; code, its 2 steps after the warmup; sft, the endpoint's
-# (eval.py Avg@4 on 100 problems; 500 now, so these overstate its sampling part).
+# (eval.py Avg@4 on 100 problems; 400 x 5 now, so these overstate its sampling part).
 PLANNING_SD = {"rl": 0.0127, "code": 0.0119, "sft_easy": 0.104, "sft_hard": 0.009}
 
 

@@ -85,7 +85,7 @@ def test_plan_shares_runs_one_sft_checkpoint_and_orders_seed_by_seed(tmp_path):
         names[:3] == ["toy-s0", "distill-sft-mixed-s0", "sft-mixed-s0"]
         and "--keep=difficulty" in jobs[1]["cmd"]
     )
-    assert {"--seed=0", "--rl_seed=0", "--test_problems=500", f"--out={runs}/toy-s0"} <= set(
+    assert {"--seed=0", "--rl_seed=0", "--test_problems=400", f"--out={runs}/toy-s0"} <= set(
         jobs[0]["cmd"]
     )
     assert (
@@ -130,11 +130,11 @@ def test_plan_shares_runs_one_sft_checkpoint_and_orders_seed_by_seed(tmp_path):
     assert [a for a in rl[0]["cmd"] if a.startswith("--beta1")] == [] and "--beta1=0.25" in jobs[
         names.index("gppo-b0.25-s1")
     ]["cmd"]
-    # every math RL run ends with a held-out eval of 500 problems x 4 at the RL temperature
+    # every math RL run ends with a held-out eval of 400 problems x 5 at the RL temperature
     final = {j["name"]: j for j in jobs if j["cmd"][0] == "eval.py"}
     assert set(final) == {f"eval_final:{j['name']}" for j in rl}
     sets = f"--math_data={runs}/toy-s1/test/countdown_3.jsonl,{runs}/toy-s1/test/countdown_4.jsonl"
-    assert {sets, "--k=4", "--temperature=1.0", "--top_p=1.0"} <= set(
+    assert {sets, "--k=5", "--temperature=1.0", "--top_p=1.0"} <= set(
         final["eval_final:gppo-s1"]["cmd"]
     )
     # seed by seed: every seed-0 job before any seed-1 job, a seed's toy files first
@@ -614,3 +614,23 @@ def test_every_planned_command_parses_with_its_entry_points_config(tmp_path):
     assert {j["cmd"][0] for j in jobs} == set(configs) and any("-off-" in j["name"] for j in jobs)
     for j in jobs:
         parse_config(configs[j["cmd"][0]], j["cmd"][1:])
+
+
+def test_the_default_plan_asks_the_toy_for_problems_it_has(tmp_path):
+    """Every tools/toy.py command of the default plan asks for held-out problems the toy's test
+    split holds (its 3-number problems in 1..12 number 439: a plan asking for 500 failed at its
+    first job)."""
+    from parts.cli import parse_config
+    from tools import toy
+    from tools.toy_tasks import countdown
+
+    jobs = [
+        j
+        for j in ablate.plan(ablate.AblateConfig(out_dir=str(tmp_path)))
+        if j["cmd"][0] == "tools/toy.py"
+    ]
+    assert jobs
+    for job in jobs:
+        asked = parse_config(toy.ToyConfig, job["cmd"][1:]).test_problems
+        for numbers in (3, 4):
+            assert len(countdown.problems(asked, numbers, toy.TEST_SEED, "test")) == asked
