@@ -16,8 +16,8 @@ import pytest  # noqa: E402
 
 @pytest.fixture
 def run_here(monkeypatch):
-    """`python SCRIPT ARGS...` run in this process (runpy, as __main__), for the many bad-input
-    checks that end before any work: a CompletedProcess-like (returncode, stdout, stderr), without
+    """`python SCRIPT ARGS...` run in this process (runpy, as __main__), for the many --help and
+    bad-input checks that end before any work: a CompletedProcess-like (returncode, stdout, stderr), without
     a torch import (~3 s) per case. What the script changes in the process (argv, sys.path, the
     environment it setdefaults, torch's thread count, the working directory) is put back after.
     An exception that leaves the script (a bug) is exit status 1 with its traceback on stderr, as

@@ -4,7 +4,6 @@ file:line:field or the option (exit status 2, no traceback), from every entry po
 import inspect
 import os
 import re
-import runpy
 import subprocess
 import sys
 
@@ -55,31 +54,18 @@ BENCHMARKS = [
 ]
 
 
-def help_text(command: str, monkeypatch, capsys) -> str:
-    """`python SCRIPT [COMMAND] --help` run in this process (runpy, as __main__): exit status 0, the
-    text it printed. In-process so that ~20 scripts cost a second, not a torch import each."""
-    script, *words = command.split()
-    path = os.path.join(ROOT, script)
-    monkeypatch.setattr(sys, "argv", [path, *words, "--help"])
-    # the scripts put their own folders first
-    monkeypatch.setattr(sys, "path", list(sys.path))
-    # setdefault'ed by some scripts: keep this process's
-    for name in ("OMP_WAIT_POLICY", "TRITON_INTERPRET"):
-        monkeypatch.setenv(
-            name, os.environ.get(name, "")
-        ) if name in os.environ else monkeypatch.delenv(name, False)
-    with pytest.raises(SystemExit) as stop:
-        runpy.run_path(path, run_name="__main__")
-    out = capsys.readouterr()
-    assert stop.value.code in (0, None), (command, stop.value.code, out.err[-2000:])
-    return out.out
-
-
 @pytest.mark.parametrize("command,expect", ENTRY_POINTS + BENCHMARKS)
-def test_every_entry_point_and_benchmark_answers_help(command, expect, monkeypatch, capsys):
+def test_every_entry_point_and_benchmark_answers_help(command, expect, run_here):
     """Every script parses its command line with parts.cli.parse_config and answers --help with its
-    usage and options, exit status 0."""
-    assert expect in help_text(command, monkeypatch, capsys)
+    usage and options, exit status 0 (in this process: ~20 scripts cost a second, not a torch
+    import each)."""
+    script, *words = command.split()
+    proc = run_here(script, *words, "--help")
+    assert proc.returncode == 0 and expect in proc.stdout, (
+        command,
+        proc.returncode,
+        proc.stderr[-2000:],
+    )
 
 
 def test_help_from_the_shell():
