@@ -160,6 +160,8 @@ def option_help(cls) -> list:
     lines = []
     last = None
     for number, line in enumerate(source.splitlines(), 1):
+        if re.match(r"\s+(def|@)\b", line):  # the fields end where the methods begin
+            break
         field = re.match(r"\s+(\w+)\s*:", line)
         if field and field.group(1) in defaults:
             last = f"  --{field.group(1)}={defaults[field.group(1)]!r}"
@@ -175,4 +177,6 @@ def option_help(cls) -> list:
             else:  # a heading for the fields below it
                 lines.append(comments[number])
                 last = None
+    while lines and not lines[-1].startswith("  --"):  # a comment above no field heads nothing
+        lines.pop()
     return lines

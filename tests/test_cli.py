@@ -6,6 +6,7 @@ import os
 import re
 import subprocess
 import sys
+from dataclasses import dataclass
 
 import pytest
 
@@ -109,6 +110,22 @@ def test_help_describes_every_option(config):
     assert len(lines) == len(config.__dataclass_fields__)
     undescribed = [line.split("=")[0].strip() for line in lines if len(line.split(None, 1)) < 2]
     assert not undescribed, f"options without a description: {undescribed}"
+
+
+@dataclass
+class Checked:
+    # a heading
+    steps: int = 3  # how many
+
+    # the checks below are code, not options: not headings
+    def __post_init__(self):
+        # a comment in a method
+        if self.steps < 1:
+            raise ValueError("Checked: steps must be >= 1")
+
+
+def test_comments_in_a_configs_methods_are_not_help():
+    assert option_help(Checked) == ["a heading", "  --steps=3".ljust(34) + "  how many"]
 
 
 def test_help_text_is_the_comment_beside_the_field():
