@@ -315,6 +315,40 @@ def evaluate(engine, tokenizer, benchmarks: list, cfg, rank: int = 0, world: int
     )
 
 
+def during_training(
+    engine, tokenizer, problems: list, cfg, step: int, rank: int, world: int
+) -> dict:
+    """A training run's held-out accuracy after `step` steps (gppo.py's --eval_every), on its
+    engine, the problems shared out among the ranks: greedy (eval_accuracy) and, with cfg.eval_k
+    samples each at the run's temperature and top-p, Avg@k (eval_avg_k) and pass@k (eval_pass_k);
+    printed. cfg: the run's (GPPOConfig's sampling, eval_* and sandbox fields)."""
+    held_out = [dict(name="held_out", kind=problems[0]["kind"], problems=problems)]
+    settings = dict(
+        max_tokens=cfg.max_response_len,
+        max_prompt_len=cfg.max_prompt_len,
+        seed=cfg.eval_seed,
+        reward_workers=cfg.reward_workers,
+        sandbox_cores=cfg.sandbox_cores,
+        sandbox_python=cfg.sandbox_python,
+    )
+
+    def results(**sampling) -> dict:
+        eval_cfg = EvalConfig(**settings, **sampling)
+        found, _ = evaluate(engine, tokenizer, held_out, eval_cfg, rank, world)
+        return found["benchmarks"]["held_out"]
+
+    greedy = results(k=1, temperature=0.0, top_p=1.0)
+    metrics = dict(eval_accuracy=greedy["avg_at_k"])
+    line = f"step {step} held-out greedy {metrics['eval_accuracy']:.3f}"
+    k = cfg.eval_k
+    if k:
+        sampled = results(k=k, temperature=cfg.temperature, top_p=cfg.top_p)
+        metrics.update(eval_avg_k=sampled["avg_at_k"], eval_pass_k=sampled["pass_at_k"][str(k)])
+        line += f" Avg@{k} {metrics['eval_avg_k']:.3f} pass@{k} {metrics['eval_pass_k']:.3f}"
+    print0(line)
+    return metrics
+
+
 def evaluate_served(benchmarks: list, cfg):
     """--server: sample k responses per problem from a served model (parts/chat_client.py: many
     requests in flight, retries), each sample with the seed the engine would use, then score and

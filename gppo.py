@@ -31,9 +31,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-import numpy as np
 import torch
-import torch.distributed as dist
 
 import data
 import eval as ev  # held-out evaluation is eval.py's (the name `eval` alone is Python's builtin)
@@ -45,8 +43,10 @@ from parts import hf_checkpoint, math_checker, tracking, trainer
 from parts.hf_checkpoint import EXPORT_DTYPES, Export
 from parts.cli import parse_config
 from parts.kv_cache import kv_cache_bytes
-from parts.rl_report import NO_UPDATE_WARNING_STEPS, log_samples, no_update_warning, step_line
-from parts.rl_rows import TrainSeq, hidden_at_targets, row_tensors
+from parts.rl_report import NO_UPDATE_WARNING_STEPS, grad_clip_metrics, log_samples
+from parts.rl_report import no_update_warning, step_counts, step_line, step_record
+from parts.rl_rows import hidden_at_targets, logprob_gap, mini_batches_of, row_tensors
+from parts.rl_rows import training_sequences
 from parts.trainer import Checkpointer, GracefulStop, InputError, MetricsLog, TrainingStopped
 from parts.trainer import agree_on_inputs, balance_ranks, check_run, copy_weights, cores_per_rank
 from parts.trainer import global_max, global_sums, init_distributed, lockstep, on_for_device, print0
@@ -134,47 +134,26 @@ class GPPOConfig:
     # fmt: on
 
     def __post_init__(self):
-        checks = [
-            (self.loss_mode in MODES, f"loss_mode must be one of {MODES}"),
-            (
-                self.old_logprobs in ("recompute", "engine"),
-                "old_logprobs must be recompute or engine",
-            ),
-            (self.code_reward in ("soft", "binary"), "code_reward must be soft or binary"),
-            (
-                self.reward_scale in ("default", "authors"),
-                "reward_scale must be default or authors",
-            ),
-            (
-                self.prompts_per_step % self.mini_batch_prompts == 0,
-                "prompts_per_step % mini_batch_prompts != 0",
-            ),
-            (
-                self.oversample >= 1 and self.max_gen_rounds >= 1,
-                "oversample and max_gen_rounds must be >= 1",
-            ),
-            (
-                self.group_size >= 2,
-                "group_size must be >= 2 (GRPO advantages compare the samples of a prompt)",
-            ),
-            (
-                self.math_workers >= 0,
-                "math_workers must be >= 0 (0: the cores this rank's threads leave)",
-            ),
-            (self.log_samples >= 0, "log_samples must be >= 0 (0: none)"),
-            (self.toy in data.TOY_TASKS, f"toy must be one of {', '.join(data.TOY_TASKS)}"),
-            (
-                {self.activation_checkpointing, self.free_engine} <= {"auto", "true", "false"},
-                "activation_checkpointing and free_engine must be auto, true or false",
-            ),
-            (
-                self.export_dtype in EXPORT_DTYPES,
-                f"export_dtype must be one of {', '.join(EXPORT_DTYPES)}",
-            ),
-        ]
-        for ok, why in checks:
-            if not ok:
-                raise ValueError(f"GPPOConfig: {why}")
+        switch = ("auto", "true", "false")
+        choices = dict(
+            loss_mode=MODES,
+            old_logprobs=("recompute", "engine"),
+            code_reward=("soft", "binary"),
+            reward_scale=("default", "authors"),
+            toy=data.TOY_TASKS,
+            export_dtype=tuple(EXPORT_DTYPES),
+            activation_checkpointing=switch,
+            free_engine=switch,
+        )
+        wrong = [k for k, allowed in choices.items() if getattr(self, k) not in allowed]
+        why = [f"{k} must be one of {', '.join(choices[k])}" for k in wrong]
+        # group_size: GRPO's advantages compare a prompt's samples; math_workers 0: automatic
+        least = dict(oversample=1, max_gen_rounds=1, group_size=2, math_workers=0, log_samples=0)
+        why += [f"{k} must be >= {low}" for k, low in least.items() if getattr(self, k) < low]
+        if self.prompts_per_step % self.mini_batch_prompts:
+            why.append("prompts_per_step must be a multiple of mini_batch_prompts")
+        if why:
+            raise ValueError(f"GPPOConfig: {why[0]}")
         tracking.backends(self.report_to)  # a missing package: one line now, not after loading
         self.loss = LossConfig(
             mode=self.loss_mode,
@@ -193,30 +172,13 @@ class GPPOConfig:
 # runs (train_row_tokens and balance_ranks change the order of float sums only). Any other option
 # must be the run's own (trainer.check_run): a changed loss, model, data or sampling setting is
 # another run.
-RESUME_MAY_CHANGE = (
-    "steps",
-    "eval_every",
-    "log_samples",
-    "report_to",
-    "ckpt_every",
-    "ckpt_minutes",
-    "ckpt_background",
-    "export_every",
-    "export_dtype",
-    "keep_exports",
-    "resume",
-    "out_dir",
-    "device",
-    "threads",
-    "dist_timeout_minutes",
-    "kv_cache_fraction",
-    "free_engine",
-    "activation_checkpointing",
-    "train_row_tokens",
-    "balance_ranks",
-    "reward_workers",
-    "math_workers",
-    "sandbox_cores",
+RESUME_MAY_CHANGE = tuple(
+    (
+        "steps eval_every log_samples report_to ckpt_every ckpt_minutes ckpt_background "
+        "export_every export_dtype keep_exports resume out_dir device threads dist_timeout_minutes "
+        "kv_cache_fraction free_engine activation_checkpointing train_row_tokens balance_ranks "
+        "reward_workers math_workers sandbox_cores"
+    ).split()
 )
 
 
@@ -273,8 +235,10 @@ def rl_step(run: Run, step: int, prompt_cursor: int) -> tuple:
         run.engine.cache.release()
         for p in run.engine_model.parameters():
             p.data = p.data.new_empty(0)
-    groups_by_batch = mini_batches_of(kept, cfg, run.world)  # 4. the survivors, re-packed
-    mini_batches = [training_sequences(groups, cfg) for groups in groups_by_batch]
+    # 4. the survivors, re-packed (parts/rl_rows.py)
+    size = cfg.mini_batch_prompts
+    groups_by_batch = mini_batches_of(kept, size, cfg.prompts_per_step, run.world)
+    mini_batches = [training_sequences(groups, cfg.mask_truncated) for groups in groups_by_batch]
     if cfg.balance_ranks:  # a rank trains what it sampled; the others would wait for the busiest
         mini_batches = balance_ranks(mini_batches, lambda seq: len(seq.ids), run.rank, run.world)
     t1 = time.time()
@@ -326,18 +290,11 @@ def sample_groups(run: Run, first: int, count: int) -> tuple:
     groups = []
     for p, (position, task, samples) in enumerate(zip(positions, chosen, outs)):
         scored = [jobs[p, j].result() for j in range(len(samples))]
-        advantages, keep = group_advantages([[r for r, _ in scored]])
-        groups.append(
-            Group(
-                position,
-                task,
-                samples,
-                [r for r, _ in scored],
-                [c for _, c in scored],
-                advantages[0],
-                bool(keep[0]) or not cfg.filter_zero_adv,
-            )
-        )
+        rewards = [r for r, _ in scored]
+        correct = [c for _, c in scored]
+        advantages, keep = group_advantages([rewards])
+        keep = bool(keep[0]) or not cfg.filter_zero_adv
+        groups.append(Group(position, task, samples, rewards, correct, advantages[0], keep))
     return groups, engine_s
 
 
@@ -372,40 +329,6 @@ class Group:
     # fmt: on
 
 
-# ---------------------------------------------------------------------- 4. the survivors, re-packed
-
-
-def mini_batches_of(kept: list, cfg, world: int) -> list:
-    """The surviving groups of all ranks in mini-batches of mini_batch_prompts (the last may be
-    partial), in stream order, at most prompts_per_step in all: per mini-batch, this rank's groups
-    (only positions travel)."""
-    positions = [None] * world
-    dist.all_gather_object(positions, [g.position for g in kept])
-    used = sorted(p for ps in positions for p in ps)[: cfg.prompts_per_step]
-    mine = {g.position: g for g in kept}
-    size = cfg.mini_batch_prompts
-    return [[mine[p] for p in used[i : i + size] if p in mine] for i in range(0, len(used), size)]
-
-
-def training_sequences(groups: list, cfg) -> list:
-    """Every kept response of these groups as a TrainSeq (empty ones, and with mask_truncated cut
-    ones, left out)."""
-    return [
-        TrainSeq(
-            g.task["prompt_ids"] + s.token_ids,
-            len(g.task["prompt_ids"]),
-            g.position,
-            advantage,
-            correct,
-            s.logprobs,
-            s.logprobs,
-        )
-        for g in groups
-        for s, advantage, correct in zip(g.samples, g.advantages.tolist(), g.correct)
-        if s.token_ids and not (cfg.mask_truncated and s.finish_reason == "length")
-    ]
-
-
 # ------------------------------------------------------------------ 5. old logprobs, by the trainer
 
 
@@ -424,12 +347,7 @@ def recompute_old_logprobs(run: Run, seqs: list) -> dict:
         for seq in row or []:
             seq.old_logprobs = logprobs[start : start + seq.response_len]
             start += seq.response_len
-    gaps = [np.abs(np.asarray(s.old_logprobs) - np.asarray(s.engine_logprobs)) for s in seqs]
-    return dict(
-        gap_sum=sum(float(g.sum()) for g in gaps),
-        gap_tokens=sum(len(g) for g in gaps),
-        gap_max=max((float(g.max()) for g in gaps if len(g)), default=0.0),
-    )
+    return logprob_gap(seqs)
 
 
 @torch.no_grad()
@@ -455,13 +373,9 @@ def train_mini_batch(run: Run, seqs: list):
     rank has a token."""
     cfg = run.cfg
     device = run.device
-    counts = global_sums(
-        dict(
-            tokens=sum(s.response_len for s in seqs),
-            sft_tokens=sum(s.response_len for s in seqs if s.correct),
-        ),
-        device,
-    )
+    tokens = sum(s.response_len for s in seqs)
+    sft_tokens = sum(s.response_len for s in seqs if s.correct)
+    counts = global_sums(dict(tokens=tokens, sft_tokens=sft_tokens), device)
     if counts["tokens"] == 0:
         return None
     sums = dict.fromkeys(("loss", "weight") + METRICS, 0.0)
@@ -511,90 +425,16 @@ def step_metrics(
     run: Run, sampled: list, kept: list, mini_batches: list, gap: dict, updates: list
 ) -> tuple:
     """The step's record over all ranks (every sampled response, all rounds; the groups kept; the
-    engine-trainer logprob gap; the updates' means), and the summed totals."""
-    cfg = run.cfg
-    samples = [s for g in sampled for s in g.samples]
-    lengths = [len(s.token_ids) for s in samples]
-    trained = sum(len(seq.ids) for seqs in mini_batches for seq in seqs)  # this rank's tokens
-    totals = global_sums(
-        dict(
-            reward=sum(r for g in sampled for r in g.rewards),
-            correct=sum(c for g in sampled for c in g.correct),
-            responses=len(samples),
-            tokens=sum(lengths),
-            truncated=sum(s.finish_reason == "length" for s in samples),
-            kept=len(kept),
-            sampled=len(sampled),
-            gap_sum=gap["gap_sum"],
-            gap_tokens=gap["gap_tokens"],
-            train_tokens=trained,
-        ),
-        run.device,
-    )
-    busiest = global_max(trained, run.device)
-    responses = max(totals["responses"], 1)
-    groups = int(totals["sampled"])
-    survived = int(totals["kept"])
-    record = dict(
-        reward=totals["reward"] / responses,
-        accuracy=totals["correct"] / responses,
-        prompts_sampled=groups,
-        groups_kept=survived / max(groups, 1),
-        groups_dropped=groups - survived,
-        groups_trained=min(survived, cfg.prompts_per_step),
-        response_len_mean=totals["tokens"] / responses,
-        response_len_max=int(global_max(max(lengths, default=0), run.device)),
-        truncated=int(totals["truncated"]),
-        rank_load_max=busiest * run.world / max(totals["train_tokens"], 1),
-        logprob_diff_mean=totals["gap_sum"] / max(totals["gap_tokens"], 1),
-        logprob_diff_max=global_max(gap["gap_max"], run.device),
-        updates=len(updates),
-        lr=run.optimizer.param_groups[0]["lr"],
-    )
+    engine-trainer logprob gap; the updates' means), and the summed totals (parts/rl_report.py)."""
+    counts, highest = step_counts(sampled, kept, mini_batches, gap)
+    totals = global_sums(counts, run.device)
+    highest = {key: global_max(value, run.device) for key, value in highest.items()}
+    lr = run.optimizer.param_groups[0]["lr"]
+    record = step_record(totals, highest, run.world, run.cfg.prompts_per_step, len(updates), lr)
     if updates:  # the loss's metrics (gppo_loss.step_means); how often the grad-norm clip acted
         norms = [update["grad_norm"] for update in updates]
-        record.update(
-            step_means(updates),
-            grad_clipped_frac=sum(n > cfg.grad_clip for n in norms) / len(norms),
-            grad_norm_max=max(norms),
-        )
+        record.update(step_means(updates), **grad_clip_metrics(norms, run.cfg.grad_clip))
     return record, totals
-
-
-def evaluate(run: Run, problems: list, step: int) -> dict:
-    """Held-out accuracy after `step` steps, by eval.py with the engine (the problems shared out
-    among the ranks): greedy (eval_accuracy) and, with eval_k samples each at the RL temperature,
-    Avg@k (their mean accuracy, pass@1) and pass@k (any right); printed."""
-    cfg = run.cfg
-    held_out = [dict(name="held_out", kind=problems[0]["kind"], problems=problems)]
-    settings = dict(
-        max_tokens=cfg.max_response_len,
-        max_prompt_len=cfg.max_prompt_len,
-        seed=cfg.eval_seed,
-        reward_workers=cfg.reward_workers,
-        sandbox_cores=cfg.sandbox_cores,
-        sandbox_python=cfg.sandbox_python,
-    )
-
-    def results(**sampling) -> dict:
-        eval_cfg = ev.EvalConfig(**settings, **sampling)
-        found, _ = ev.evaluate(run.engine, run.tokenizer, held_out, eval_cfg, run.rank, run.world)
-        return found["benchmarks"]["held_out"]
-
-    greedy = results(k=1, temperature=0.0, top_p=1.0)
-    metrics = dict(eval_accuracy=greedy["avg_at_k"])
-    line = f"step {step} held-out greedy {metrics['eval_accuracy']:.3f}"
-    if cfg.eval_k:
-        sampled = results(k=cfg.eval_k, temperature=cfg.temperature, top_p=cfg.top_p)
-        metrics.update(
-            eval_avg_k=sampled["avg_at_k"], eval_pass_k=sampled["pass_at_k"][str(cfg.eval_k)]
-        )
-        line += (
-            f" Avg@{cfg.eval_k} {metrics['eval_avg_k']:.3f}"
-            f" pass@{cfg.eval_k} {metrics['eval_pass_k']:.3f}"
-        )
-    print0(line)
-    return metrics
 
 
 # ----------------------------------------------------------------------------- main
@@ -623,19 +463,22 @@ def main(cfg: GPPOConfig, reward_fn=None):
     prompt_cursor = state.get("prompt_cursor", step * cfg.prompts_per_step) if state else 0
     if state:
         copy_weights(run.policy, run.engine_model)
-    tracker = (
-        tracking.Tracker(cfg.report_to, cfg.out_dir, dataclasses.asdict(cfg), step)
-        if rank == 0
-        else None
-    )
+    tracker = None
+    if rank == 0:
+        tracker = tracking.Tracker(cfg.report_to, cfg.out_dir, dataclasses.asdict(cfg), step)
     metrics = MetricsLog(os.path.join(cfg.out_dir, "metrics.jsonl"), step, mirror=tracker)
-    run.samples_log = (
-        MetricsLog(os.path.join(cfg.out_dir, "samples.jsonl"), step) if cfg.log_samples else None
-    )
+    if cfg.log_samples:
+        run.samples_log = MetricsLog(os.path.join(cfg.out_dir, "samples.jsonl"), step)
     stop = GracefulStop(cfg.ckpt_minutes, device)
     evaluating = bool(cfg.eval_every and eval_problems)
+
+    def evaluate(at_step: int) -> dict:  # held-out accuracy: eval.py's, on the run's engine
+        return ev.during_training(
+            run.engine, run.tokenizer, eval_problems, cfg, at_step, rank, world
+        )
+
     if evaluating and step == 0:
-        metrics.write({"step": 0, **evaluate(run, eval_problems, 0)})
+        metrics.write({"step": 0, **evaluate(0)})
     t_run = time.time()
     start_step = step
     streak = 0  # steps without an update, in a row
@@ -654,7 +497,7 @@ def main(cfg: GPPOConfig, reward_fn=None):
                 if streak == NO_UPDATE_WARNING_STEPS:
                     print0(no_update_warning(record, streak, cfg))
                 if evaluating and (step % cfg.eval_every == 0 or step == cfg.steps):
-                    record.update(evaluate(run, eval_problems, step))
+                    record.update(evaluate(step))
                 metrics.write(record)
                 state = dict(step=step, prompt_cursor=prompt_cursor)
                 stop.step_done(
@@ -672,12 +515,9 @@ def main(cfg: GPPOConfig, reward_fn=None):
         metrics.close()
         if run.samples_log:
             run.samples_log.close()
-    idle = "every step of this command updated the policy"
+    idle = f"{idle_steps} of the {step - start_step} steps of this command updated nothing"
     if idle_steps:
-        idle = (
-            f"{idle_steps} of the {step - start_step} steps of this command updated nothing "
-            "(every group's rewards were equal)"
-        )
+        idle += " (every group's rewards were equal)"
     print0(f"done: {step} steps, {idle}; Hugging Face export in {cfg.out_dir}/hf")
 
 
@@ -692,26 +532,15 @@ def build_run(cfg: GPPOConfig, reward_fn, rank: int, world: int, device) -> tupl
                 "sft.py` first (or `bash train.sh`), or pass --init_from=DIR (a Hugging Face directory)"
                 + data.hub_hint(cfg.init_from, "model")
             )
-        tokenizer = read(
-            f"--init_from={cfg.init_from} (its tokenizer)", data.load_tokenizer, cfg.init_from
-        )
+        where = f"--init_from={cfg.init_from}"
+        tokenizer = read(f"{where} (its tokenizer)", data.load_tokenizer, cfg.init_from)
         tasks, eval_problems, report = data.rl_prompts(cfg, tokenizer)
         print0("\n".join(report))
-        stored = read(f"--init_from={cfg.init_from}", check_checkpoint, cfg.init_from)
-        generation = read(
-            f"--init_from={cfg.init_from}",
-            hf_checkpoint.generation_config,
-            data.stop_token_ids(tokenizer),
-            cfg.init_from,
-        )
-        export = Export(
-            cfg.out_dir,
-            cfg.init_from,
-            EXPORT_DTYPES[cfg.export_dtype] or stored,
-            generation,
-            hf_name,
-            cfg.keep_exports,
-        )
+        stop_ids = data.stop_token_ids(tokenizer)
+        stored = read(where, check_checkpoint, cfg.init_from)
+        generation = read(where, hf_checkpoint.generation_config, stop_ids, cfg.init_from)
+        dtype = EXPORT_DTYPES[cfg.export_dtype] or stored
+        export = Export(cfg.out_dir, cfg.init_from, dtype, generation, hf_name, cfg.keep_exports)
         return tokenizer, tasks, eval_problems, export
 
     tokenizer, tasks, eval_problems, export = agree_on_inputs(load)
@@ -726,11 +555,8 @@ def build_run(cfg: GPPOConfig, reward_fn, rank: int, world: int, device) -> tupl
     )
     # RoPE table: no position check on a GPU
     policy.rotary.reserve(cfg.max_prompt_len + cfg.max_response_len)
-    engine_model = from_pretrained(
-        cfg.init_from,
-        dtype=torch.bfloat16 if device.type == "cuda" else torch.float32,
-        device=device,
-    )
+    engine_dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    engine_model = from_pretrained(cfg.init_from, dtype=engine_dtype, device=device)
     optimizer = torch.optim.AdamW(
         policy.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.999)
     )
@@ -751,9 +577,7 @@ def build_run(cfg: GPPOConfig, reward_fn, rank: int, world: int, device) -> tupl
     engine_cores = torch.get_num_threads() if device.type == "cpu" else 1
     math_workers = cfg.math_workers or max(1, cores_per_rank() - engine_cores)
     math_checker.set_workers(math_workers)
-    print0(
-        f"reward: {cfg.reward_workers} scoring threads, at most {math_workers} math-verify processes at once"
-    )
+    print0(f"reward: {cfg.reward_workers} scoring threads, {math_workers} math-verify processes")
 
     score = reward.scorer(cfg, cfg.reward_scale, cfg.code_reward)
 

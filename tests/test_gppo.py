@@ -22,7 +22,7 @@ import gppo  # noqa: E402
 import gppo_loss  # noqa: E402
 import reward  # noqa: E402
 from parts import rl_report, trainer  # noqa: E402
-from parts.rl_rows import TrainSeq, row_tensors  # noqa: E402
+from parts.rl_rows import TrainSeq, mini_batches_of, row_tensors, training_sequences  # noqa: E402
 from tools import filter_code  # noqa: E402
 from parts.cli import parse_config  # noqa: E402
 from model import from_pretrained  # noqa: E402
@@ -158,7 +158,7 @@ def test_freeing_the_engine_while_training_changes_nothing(tiny_checkpoint, tmp_
         k: v for k, v in rec.items() if not k.startswith("time_") and not k.endswith("tok_s")
     }
     assert [strip(r) for r in freed] == [strip(r) for r in kept] and len(freed) == 2
-    with pytest.raises(SystemExit, match="free_engine must be auto, true or false"):
+    with pytest.raises(SystemExit, match="free_engine must be one of auto, true, false"):
         parse_config(gppo.GPPOConfig, ["--free_engine=yes"])
 
 
@@ -522,12 +522,10 @@ def test_mini_batches_are_full_and_in_stream_order():
     if not dist.is_initialized():
         dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     groups = [gppo.Group(p, {}, [], [], [], torch.zeros(2), True) for p in (9, 1, 7, 2, 5, 12)]
-    cfg = gppo.GPPOConfig(prompts_per_step=6, mini_batch_prompts=3)
-    batches = gppo.mini_batches_of(groups[:5], cfg, world=1)
+    batches = mini_batches_of(groups[:5], size=3, limit=6, world=1)
     assert [[g.position for g in b] for b in batches] == [[1, 2, 5], [7, 9]]
     # more survivors than a step trains on
-    cfg = gppo.GPPOConfig(prompts_per_step=4, mini_batch_prompts=2)
-    assert [[g.position for g in b] for b in gppo.mini_batches_of(groups, cfg, world=1)] == [
+    assert [[g.position for g in b] for b in mini_batches_of(groups, 2, 4, world=1)] == [
         [1, 2],
         [5, 7],
     ]
@@ -627,13 +625,13 @@ def test_truncated_responses_can_be_left_out_of_the_loss():
         torch.tensor([-0.7, 0.7]),
         True,
     )
-    every = gppo.training_sequences([group], gppo.GPPOConfig())
+    every = training_sequences([group], mask_truncated=False)
     assert [s.ids for s in every] == [[1, 2, 5, 6, 7], [1, 2, 5, 2]]
     assert (
         every[1].advantage == pytest.approx(0.7) and every[1].correct and every[1].prompt_len == 2
     )
     assert every[1].old_logprobs == every[1].engine_logprobs == [-0.5, -0.5]
-    masked = gppo.training_sequences([group], gppo.GPPOConfig(mask_truncated=True))
+    masked = training_sequences([group], mask_truncated=True)
     assert [s.ids for s in masked] == [[1, 2, 5, 2]]
 
 
@@ -791,13 +789,13 @@ def test_the_rl_loop_drops_code_prompts_with_fewer_than_min_tests(tmp_path, toy_
 
 
 def test_held_out_greedy_avg_at_k_and_pass_at_k_by_hand(toy_files):
-    """evaluate(): eval.py's evaluation on the engine, one greedy and eval_k sampled responses per
-    held-out problem, each problem seeded as eval.py seeds it (by --eval_seed, the set's name and
-    the problem's index); three Countdown problems whose responses are right 1/4, 0/4 and 4/4 times
-    (greedy right only on the first): greedy 1/3, Avg@4 (1/4 + 0 + 1) / 3, pass@4 2/3."""
+    """eval.during_training() with a GPPOConfig, as gppo.py evaluates: one greedy and eval_k sampled
+    responses per held-out problem, each problem seeded as eval.py seeds it (by --eval_seed, the
+    set's name and the problem's index); three Countdown problems whose responses are right 1/4,
+    0/4 and 4/4 times (greedy right only on the first): greedy 1/3, Avg@4 (1/4 + 0 + 1) / 3,
+    pass@4 2/3."""
     if not dist.is_initialized():
         dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    from types import SimpleNamespace
     import eval as ev
     from tools.toy_tasks import countdown
 
@@ -832,10 +830,7 @@ def test_held_out_greedy_avg_at_k_and_pass_at_k_by_hand(toy_files):
                 out.append([Sample(tok.encode(t).ids, [0.0], "stop") for t in texts])
             return out
 
-    run = SimpleNamespace(
-        cfg=cfg, rank=0, world=1, tokenizer=tok, engine=Engine(), device=torch.device("cpu")
-    )
-    got = gppo.evaluate(run, held_out, step=0)
+    got = ev.during_training(Engine(), tok, held_out, cfg, step=0, rank=0, world=1)
     assert got == pytest.approx(
         dict(eval_accuracy=1 / 3, eval_avg_k=(0.25 + 0 + 1) / 3, eval_pass_k=2 / 3)
     )
