@@ -515,8 +515,9 @@ def main(cfg: GPPOConfig, reward_fn=None):
         metrics.close()
         if run.samples_log:
             run.samples_log.close()
-    idle = f"{idle_steps} of the {step - start_step} steps of this command updated nothing"
+    idle = "every step of this command updated the policy"
     if idle_steps:
+        idle = f"{idle_steps} of the {step - start_step} steps of this command updated nothing"
         idle += " (every group's rewards were equal)"
     print0(f"done: {step} steps, {idle}; Hugging Face export in {cfg.out_dir}/hf")
 
@@ -577,7 +578,8 @@ def build_run(cfg: GPPOConfig, reward_fn, rank: int, world: int, device) -> tupl
     engine_cores = torch.get_num_threads() if device.type == "cpu" else 1
     math_workers = cfg.math_workers or max(1, cores_per_rank() - engine_cores)
     math_checker.set_workers(math_workers)
-    print0(f"reward: {cfg.reward_workers} scoring threads, {math_workers} math-verify processes")
+    scorers = f"{cfg.reward_workers} scoring threads, at most {math_workers} math-verify processes"
+    print0(f"reward: {scorers}")
 
     score = reward.scorer(cfg, cfg.reward_scale, cfg.code_reward)
 

@@ -129,7 +129,11 @@ def test_one_process_equals_two_processes(tiny_checkpoint, tmp_path, task, run_o
     unevenly across ranks; every rank must still run the same collectives, and the survivors form
     the same mini-batches."""
     extra = ["--max_gen_rounds=3"] if task == "half" else []
-    one, _ = run(tmp_path / "one", tiny_checkpoint, "--steps=2", "--sgd", *extra, task=task)
+    one, out = run(tmp_path / "one", tiny_checkpoint, "--steps=2", "--sgd", *extra, task=task)
+    # the last line says whether every step updated the policy, and only then
+    every_step_updated = all(record["updates"] for record in one)
+    said = "every step of this command updated the policy" in out
+    assert said == every_step_updated, out[-1000:]
     # shared with test_balancing_ranks_changes_no_gradient
     two, _, two_dir = run_once(tiny_checkpoint, "--steps=2", "--sgd", *extra, nproc=2, task=task)
     assert len(one) == len(two) == 2
