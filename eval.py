@@ -9,7 +9,8 @@ problems:
 Problem i of benchmark B samples with seed sha256(seed, B, i): results do not depend on ranks or
 batching; results.json records every setting, samples.jsonl every response with its verdict.
 Sampling as the paper's: T 0.6, top-p 0.95 (the authors' script also top-k 20 and a repetition
-penalty of 1.05, which the engine does not have).
+penalty of 1.05, which the engine does not have). during_training is gppo.py's held-out evaluation
+every --eval_every steps, on the run's own engine.
 Run:  python eval.py --model=out/gppo/hf               # the toy's held-out sets (python tools/toy.py), CPU
   torchrun --nproc_per_node=8 eval.py --model=CKPT --math_data=aime24.jsonl,aime25.jsonl --k=64 --max_tokens=32768
   python eval.py --server=http://localhost:8000/v1 --served_model=NAME --math_data=aime24.jsonl   # a served model

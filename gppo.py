@@ -428,9 +428,9 @@ def step_metrics(
     engine-trainer logprob gap; the updates' means), and the summed totals (parts/rl_report.py)."""
     counts, highest = step_counts(sampled, kept, mini_batches, gap)
     totals = global_sums(counts, run.device)
-    highest = {key: global_max(value, run.device) for key, value in highest.items()}
+    maxima = {key: global_max(value, run.device) for key, value in highest.items()}
     lr = run.optimizer.param_groups[0]["lr"]
-    record = step_record(totals, highest, run.world, run.cfg.prompts_per_step, len(updates), lr)
+    record = step_record(totals, maxima, run.world, run.cfg.prompts_per_step, len(updates), lr)
     if updates:  # the loss's metrics (gppo_loss.step_means); how often the grad-norm clip acted
         norms = [update["grad_norm"] for update in updates]
         record.update(step_means(updates), **grad_clip_metrics(norms, run.cfg.grad_clip))
@@ -533,13 +533,13 @@ def build_run(cfg: GPPOConfig, reward_fn, rank: int, world: int, device) -> tupl
                 "sft.py` first (or `bash train.sh`), or pass --init_from=DIR (a Hugging Face directory)"
                 + data.hub_hint(cfg.init_from, "model")
             )
-        where = f"--init_from={cfg.init_from}"
-        tokenizer = read(f"{where} (its tokenizer)", data.load_tokenizer, cfg.init_from)
+        label = f"--init_from={cfg.init_from}"
+        tokenizer = read(f"{label} (its tokenizer)", data.load_tokenizer, cfg.init_from)
         tasks, eval_problems, report = data.rl_prompts(cfg, tokenizer)
         print0("\n".join(report))
         stop_ids = data.stop_token_ids(tokenizer)
-        stored = read(where, check_checkpoint, cfg.init_from)
-        generation = read(where, hf_checkpoint.generation_config, stop_ids, cfg.init_from)
+        stored = read(label, check_checkpoint, cfg.init_from)
+        generation = read(label, hf_checkpoint.generation_config, stop_ids, cfg.init_from)
         dtype = EXPORT_DTYPES[cfg.export_dtype] or stored
         export = Export(cfg.out_dir, cfg.init_from, dtype, generation, hf_name, cfg.keep_exports)
         return tokenizer, tasks, eval_problems, export
@@ -578,8 +578,8 @@ def build_run(cfg: GPPOConfig, reward_fn, rank: int, world: int, device) -> tupl
     engine_cores = torch.get_num_threads() if device.type == "cpu" else 1
     math_workers = cfg.math_workers or max(1, cores_per_rank() - engine_cores)
     math_checker.set_workers(math_workers)
-    scorers = f"{cfg.reward_workers} scoring threads, at most {math_workers} math-verify processes"
-    print0(f"reward: {scorers}")
+    scorers = f"{cfg.reward_workers} scoring threads"
+    print0(f"reward: {scorers}, at most {math_workers} math-verify processes at once")
 
     score = reward.scorer(cfg, cfg.reward_scale, cfg.code_reward)
 

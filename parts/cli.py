@@ -15,6 +15,7 @@ import io
 import os
 import re
 import sys
+import textwrap
 import tokenize
 from dataclasses import fields
 
@@ -148,7 +149,7 @@ def option_help(cls) -> list:
     """--help text of a config dataclass: every field with its default and the comment written
     beside it; a full-line comment above fields is a section heading. Read from the class's source,
     so the comments in the code are the documentation and cannot drift from it."""
-    source = inspect.getsource(cls)
+    source = textwrap.dedent(inspect.getsource(cls))  # a class nested in another: indented
     comments = {
         tok.start[0]: tok.string.lstrip("#").strip()
         for tok in tokenize.generate_tokens(io.StringIO(source).readline)

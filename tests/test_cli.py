@@ -124,8 +124,29 @@ class Checked:
             raise ValueError("Checked: steps must be >= 1")
 
 
+@dataclass
+class Deep:
+    steps: int = 3  # how many
+
+    def __post_init__(self):
+        if self.steps < 1:
+            # a comment in a method, not --steps's help
+            raise ValueError("Deep: steps must be >= 1")
+
+
+class Outer:
+    @dataclass
+    class Nested:
+        # a heading
+        steps: int = 3  # how many
+
+
 def test_comments_in_a_configs_methods_are_not_help():
-    assert option_help(Checked) == ["a heading", "  --steps=3".ljust(34) + "  how many"]
+    steps = "  --steps=3".ljust(34) + "  how many"
+    assert option_help(Checked) == ["a heading", steps]
+    assert option_help(Deep) == [steps]
+    # a config nested in a class: its source is indented
+    assert option_help(Outer.Nested) == ["a heading", steps]
 
 
 def test_help_text_is_the_comment_beside_the_field():

@@ -1,6 +1,7 @@
 """Treatment checks of the RL loop: the share of the gradient's per-token coefficients |∂L/∂logπ_t| that falls on
 clipped tokens (gppo_loss metrics, by hand from the per-case table of F), and the step record's
-shares, grad-clip rate and largest grad norm (gppo.step_metrics)."""
+shares, grad-clip rate and largest grad norm (gppo.step_metrics, whose arithmetic is parts/rl_report.py's
+step_record and grad_clip_metrics)."""
 
 import math
 import os
