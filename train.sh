@@ -53,7 +53,15 @@ stage() {  # stage NAME command...: run it, time it, stop the pipeline with a cl
   local name=$1; shift
   echo "=== [$name] $*"
   local start=$SECONDS
-  if ! "$@"; then
+  local status=0
+  "$@" || status=$?
+  # 128 + SIGINT or SIGTERM: a stop asked for (Ctrl-C, kill), not a failure
+  if [ "$status" -eq 130 ] || [ "$status" -eq 143 ]; then
+    echo "train.sh: stage '$name' stopped by a signal (exit $status); rerun the same command to go on" \
+      "(sft.py, gppo.py and the ablation continue from their checkpoints)." >&2
+    exit "$status"
+  fi
+  if [ "$status" -ne 0 ]; then
     echo "train.sh: stage '$name' failed (command: $*); stopping. Its output is above; fix it and rerun." >&2
     exit 1
   fi

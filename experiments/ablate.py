@@ -722,6 +722,13 @@ def eta(running, pending, durations, parallel):
     )
 
 
+def stop_on_sigterm(*_):
+    """SIGTERM: say how to go on, then exit 128 + SIGTERM, as a stopped job does (train.sh tells a
+    stop from a failure by it); run_jobs' finally stops the running jobs at their checkpoints."""
+    print("ablate: terminated; rerun the same command to resume", file=sys.stderr, flush=True)
+    sys.exit(128 + signal.SIGTERM)
+
+
 def run_jobs(jobs, cfg, deadline=None, replan=None):
     """Start ready jobs (every `after` finished) in list order, cfg.parallel at once, none after
     `deadline` (a time.time(); the running ones finish). replan(): the plan again, asked after each
@@ -736,9 +743,7 @@ def run_jobs(jobs, cfg, deadline=None, replan=None):
     print(
         f"ablate: {len(jobs)} runs, {len(finished)} already done, {len(pending)} to run, {cfg.parallel} at once"
     )
-    signal.signal(
-        signal.SIGTERM, lambda *_: sys.exit("ablate: terminated; rerun the same command to resume")
-    )
+    signal.signal(signal.SIGTERM, stop_on_sigterm)
     t0 = time.time()
     last_print = time.time()
     try:

@@ -634,3 +634,12 @@ def test_the_default_plan_asks_the_toy_for_problems_it_has(tmp_path):
         asked = parse_config(toy.ToyConfig, job["cmd"][1:]).test_problems
         for numbers in (3, 4):
             assert len(countdown.problems(asked, numbers, toy.TEST_SEED, "test")) == asked
+
+
+def test_sigterm_exits_as_a_stop_not_a_failure(capsys):
+    """SIGTERM's handler says how to go on and exits 128 + SIGTERM, the status train.sh reads as a
+    stop (it would call exit 1 a failure)."""
+    with pytest.raises(SystemExit) as stop:
+        ablate.stop_on_sigterm(15, None)
+    assert stop.value.code == 143
+    assert "rerun the same command to resume" in capsys.readouterr().err

@@ -125,3 +125,29 @@ def test_quick_runs_every_stage_on_the_toy(tmp_path):
 
 def test_train_sh_syntax():
     assert subprocess.run(["bash", "-n", os.path.join(ROOT, "train.sh")]).returncode == 0
+
+
+def stage_function() -> str:
+    """train.sh's own stage() function, as its text."""
+    text = open(os.path.join(ROOT, "train.sh")).read()
+    return re.search(r"^stage\(\) \{.*?^\}\n", text, flags=re.S | re.M).group(0)
+
+
+@pytest.mark.parametrize(
+    "exit_status,said,status",
+    [
+        (143, "stopped by a signal (exit 143)", 143),
+        (130, "stopped by a signal", 130),
+        (3, "failed", 1),
+    ],
+)
+def test_a_stopped_stage_is_not_called_a_failure(exit_status, said, status):
+    """A stage that exits 128 + SIGTERM or SIGINT (gppo.py, sft.py and ablate.py after a graceful
+    stop) was stopped: train.sh says so and how to go on, and keeps its status; any other nonzero
+    status is a failure (exit 1)."""
+    script = f"set -euo pipefail\n{stage_function()}stage demo bash -c 'exit {exit_status}'\n"
+    proc = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == status and said in proc.stderr, (proc.returncode, proc.stderr)
+    stopped = exit_status in (130, 143)
+    assert ("rerun the same command to go on" in proc.stderr) == stopped, proc.stderr
+    assert ("fix it and rerun" in proc.stderr) == (not stopped), proc.stderr
