@@ -76,6 +76,22 @@ def strict_jsonl(path):
         return [json.loads(line, parse_constant=no_constant) for line in fh]
 
 
+def test_ci_runs_the_readmes_test_command_with_what_it_needs():
+    """CI must run the suite exactly as the README tells a user to, and requirements.txt must install
+    the plugin that command's `-n` needs."""
+    readme = open(os.path.join(ROOT, "README.md")).read()
+    lines = [line.split("#")[0].strip() for line in readme.splitlines()]
+    suite = [
+        line for line in lines if line.startswith("python -m pytest") and line.endswith(" tests")
+    ]
+    assert len(suite) == 1, suite
+    ci = [line.strip() for line in open(os.path.join(ROOT, ".ci", "run")).read().splitlines()]
+    assert suite[0] in ci
+    requirements = open(os.path.join(ROOT, "requirements.txt")).read()
+    if re.search(r"\s-n\s", suite[0]):
+        assert re.search(r"^pytest-xdist\b", requirements, re.M)
+
+
 @pytest.mark.skipif(
     os.environ.get("TRAIN_SH_QUICK") != "1",
     reason="bash train.sh quick takes about 3 minutes on 2 "
