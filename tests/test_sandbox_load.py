@@ -345,7 +345,21 @@ HONEST = {  # name: (program, expected output)
         "# the first line",
     ),
     "oom_score_adj": ("print(open('/proc/self/oom_score_adj').read())", "1000"),
+    # the builtins site adds, though the harness starts without site (-S)
+    "exit()": ("print('done')\nexit()\nprint('not reached')", "done"),
+    "help and quit": ("print(type(help).__name__, type(quit).__name__)", "_Helper Quitter"),
 }
+
+
+def test_a_candidate_sees_the_interpreters_own_sys_path_and_builtins(namespaced):
+    """What `python -I` would give a program: sys.path (site-packages and what .pth files add),
+    sys.prefix and the names of the builtins, though the harness starts without site."""
+    look = "import sys; print(sys.path, sys.prefix, sys.exec_prefix, sorted(dir(__builtins__)))"
+    outside = subprocess.run(
+        [namespaced["python"], "-I", "-c", look], capture_output=True, text=True, check=True
+    ).stdout
+    result = run_tests(look, [{"input": "", "output": outside}], SandboxConfig(timeout_s=10))
+    assert result[0].passed, result
 
 
 @pytest.mark.parametrize("cgroup", ["auto", "off"], ids=["cgroup", "polled"])
@@ -360,8 +374,9 @@ def test_honest_programs_work_as_outside_a_sandbox(namespaced, name, cgroup):
 
 def test_a_virtualenv_chosen_as_the_candidates_interpreter(namespaced):
     """SandboxConfig.python: a virtualenv outside /tmp that the sandbox user can read (here with a
-    module of its own, as it would have numpy) serves candidates; the default interpreter does not
-    have that module."""
+    module of its own, as it would have numpy, and a .pth file) serves candidates; the default
+    interpreter does not have that module. The .pth file's directory is on the candidate's path;
+    its import line, code of the host's, runs outside the test only."""
     base = "/usr/bin/python3"
     if not os.path.exists(base):
         pytest.skip("needs /usr/bin/python3 to make a virtualenv from")
@@ -388,9 +403,21 @@ def test_a_virtualenv_chosen_as_the_candidates_interpreter(namespaced):
         ).stdout
         with open(os.path.join(site.strip(), "reward_test_extra.py"), "w") as file:
             file.write("VALUE = 'from the virtualenv'\n")
+        # a .pth file: its directory line is the interpreter's sys.path, its import line a host
+        # startup hook that must not run inside a test
+        os.makedirs(os.path.join(top, "added"))
+        with open(os.path.join(top, "added", "reward_test_added.py"), "w") as file:
+            file.write("VALUE = 'from a .pth directory'\n")
+        with open(os.path.join(site.strip(), "reward_test.pth"), "w") as file:
+            file.write(os.path.join(top, "added") + "\n")
+            file.write("import os; os.environ['REWARD_TEST_HOOK'] = 'ran'\n")
         subprocess.run(["chmod", "-R", "a+rX", top], check=True)
-        program = "import reward_test_extra\nprint(reward_test_extra.VALUE)"
-        test = {"input": "", "output": "from the virtualenv"}
+        program = (
+            "import os, reward_test_extra, reward_test_added\n"
+            "print(reward_test_extra.VALUE)\nprint(reward_test_added.VALUE)\n"
+            "print(os.environ.get('REWARD_TEST_HOOK', 'no hook'))"
+        )
+        test = {"input": "", "output": "from the virtualenv\nfrom a .pth directory\nno hook"}
         config = SandboxConfig(timeout_s=10, python=os.path.join(top, "venv/bin/python"))
         chosen = run_tests(program, [test], config)
         assert chosen[0].passed, chosen
