@@ -420,9 +420,11 @@ def test_a_trainer_killed_in_its_own_pid_namespace_leaves_nothing(root_namespace
             time.sleep(0.02)
         assert leftovers(f"sleep\0{marker}", harness=False), "the candidate never started"
         trainer = int(open(f"/proc/{launcher.pid}/task/{launcher.pid}/children").read().split()[0])
+        # read before the kill: once the trainer is dead, any other trainer on the machine (a test
+        # running beside this one) may sweep its cgroups before we look
+        assert parents_named(prefix), "the trainer made no cgroups: nothing to test"
         os.kill(trainer, 9)  # pid 1 of its namespace: the kernel kills everything in it
         launcher.wait(timeout=30)
-        assert parents_named(prefix), "the killed trainer left no cgroups: nothing to test"
         clean_up_as_a_new_trainer()
         assert not parents_named(prefix), "a dead trainer's cgroups were left behind"
     finally:
