@@ -243,16 +243,13 @@ def _choose_plan(cfg: SandboxConfig) -> "_Plan":
     no_cgroup = no_cgroup or "the probe failed with cgroups under " + " ".join(
         cgroups.directories()
     )
-    sites = {python: _interpreter_site(python) for python in pythons}
-    attempts += [f"{python}: {site}" for python, site in sites.items() if isinstance(site, str)]
     for mode, test_cgroups, python in [
         (mode, test_cgroups, python)
         for mode in modes
         for test_cgroups in (choices if mode != PLAIN else [None])
         for python in pythons
-        if not isinstance(sites[python], str)
     ]:
-        plan = _make_plan(mode, python, cfg, test_cgroups, no_cgroup, sites[python])
+        plan = _make_plan(mode, python, cfg, test_cgroups, no_cgroup)
         result = _run_one_test(
             plan,
             SandboxConfig(timeout_s=30, cores=_cores(cfg)),
@@ -283,13 +280,15 @@ def _choose_plan(cfg: SandboxConfig) -> "_Plan":
 
 # The trusted start of every test, run by the candidate's interpreter as `python -I -S -c _HARNESS
 # SETTINGS` (SETTINGS: a dict in marshal's format 4, as hex; json and the `re` it imports would
-# cost every test ~7 ms of CPU). -S: the host's startup hooks (import lines of .pth files,
-# sitecustomize) do not run inside a test; the harness puts back what they would have left a
-# candidate: sys.path and the prefixes of `python -I` (the plan's `site`, read once outside) and
-# the builtins site adds (exit, quit, help). Processes a candidate starts with the interpreter's own
-# flags (multiprocessing's spawn and forkserver) get sys.path from multiprocessing, but not those
-# builtins. The harness reads the program from an inherited descriptor, closes every other
-# one and writes the program to solution.py in its working directory (a real __file__); joins a
+# cost every test ~7 ms of CPU). -S, then site.main() called by the harness with two steps made
+# no-ops: the host's startup hooks (the import lines of .pth files, sitecustomize) run in no test,
+# while sys.path (with the directories .pth files add), a virtualenv's prefixes and the builtins
+# site adds (exit, quit, help) are what `python -I` gives. (A Python whose site ran import lines
+# other than by exec(line) would run them, inside the test, as without -S.) Processes a candidate
+# starts with the interpreter's flags (multiprocessing's spawn and forkserver) start with -S too:
+# sys.path comes from multiprocessing, the builtins do not. The harness reads the program from an
+# inherited descriptor, closes every other one and writes the program to solution.py in its
+# working directory (a real __file__); joins a
 # fresh session keyring; volunteers for the OOM killer; sets the rlimits (soft and hard, so they
 # cannot be raised again); turns file locks into no-ops (below); then runs the program as __main__
 # (stdin tests) or calls `fn_name` with one JSON argument per input line and writes the JSON result
@@ -331,11 +330,13 @@ def _seccomp_filter(audit_arch, flock, fcntl, refused):
 
 def _prepare():
     settings = marshal.loads(bytes.fromhex(sys.argv[1]))
-    sys.path[:], sys.prefix, sys.exec_prefix = settings["site"]
-    import site  # under -S, importing it runs none of its main()
-    site.setquit()
-    site.setcopyright()
-    site.sethelper()
+    import site  # under -S importing it runs nothing; its main() runs here, minus the host's hooks:
+    customize = site.execsitecustomize
+    site.exec = lambda line: None  # a .pth file's import line (site.addpackage: exec(line))
+    site.execsitecustomize = lambda: None
+    site.main()
+    del site.exec
+    site.execsitecustomize = customize
     if settings["cgroup"]:  # wait until the namespace's init has moved us into the test's cgroups
         import time
         name, count = settings["cgroup"]
@@ -522,7 +523,6 @@ class _Plan:
     no_cgroup: str = ""      # why there are none
     host_uids: range | None = None  # as root: the host uids tests lease, one per test running on the machine
     no_host_uids: str = ""   # why there are none (then every test runs as uid)
-    site: tuple = ()         # (sys.path, sys.prefix, sys.exec_prefix) of `python -I`, for a harness started with -S
     # fmt: on
 
     def argv(
@@ -556,7 +556,6 @@ class _Plan:
             "keyctl": _KEYCTL.get(os.uname().machine),
             "seccomp": _SECCOMP.get(os.uname().machine),
             "limits": _limits(cfg, per_test_pids=bool(cgroup), memory_cgroup=bool(cgroup)),
-            "site": list(self.site),
         }
         return [
             *self.launcher,
@@ -632,32 +631,8 @@ def _write(path: str, value) -> None:
 _HOST_UID = "{host uid}"
 
 
-def _interpreter_site(python: str) -> tuple | str:
-    """(sys.path, sys.prefix, sys.exec_prefix) as `python -I` starts, site and all (a virtualenv's
-    site-packages, the directories .pth files add), or why it cannot tell. Read once, outside the
-    sandbox, as the trainer's user: the interpreter and its .pth files are the operator's."""
-    code = "import json, sys; print(json.dumps([sys.path, sys.prefix, sys.exec_prefix]))"
-    try:
-        proc = subprocess.run(
-            [python, "-I", "-c", code],
-            capture_output=True,
-            text=True,
-            env=_CANDIDATE_ENV,
-            timeout=60,
-        )
-        path, prefix, exec_prefix = json.loads(proc.stdout.strip().splitlines()[-1])
-    except (OSError, subprocess.SubprocessError, ValueError, IndexError) as e:
-        return f"cannot read its sys.path ({type(e).__name__}: {e})"
-    return tuple(path), prefix, exec_prefix
-
-
 def _make_plan(
-    mode: str,
-    python: str,
-    cfg: SandboxConfig,
-    cgroups: "_Cgroups | None",
-    no_cgroup: str,
-    site: tuple,
+    mode: str, python: str, cfg: SandboxConfig, cgroups: "_Cgroups | None", no_cgroup: str
 ) -> _Plan:
     """The plan of one mode: the commands that isolate a test (namespaces), then make it the
     candidate."""
@@ -690,7 +665,6 @@ def _make_plan(
             no_cgroup="plain mode",
             host_uids=host_uids,
             no_host_uids=no_host_uids,
-            site=site,
         )
     own_user_namespace = mode != NAMESPACES_NO_USER_NAMESPACE
     # root: as the host uid, enter a user namespace of the test's own where it is `uid`,
@@ -750,7 +724,6 @@ def _make_plan(
         no_cgroup,
         host_uids,
         no_host_uids,
-        site,
     )
 
 

@@ -353,8 +353,12 @@ HONEST = {  # name: (program, expected output)
 
 def test_a_candidate_sees_the_interpreters_own_sys_path_and_builtins(namespaced):
     """What `python -I` would give a program: sys.path (site-packages and what .pth files add),
-    sys.prefix and the names of the builtins, though the harness starts without site."""
-    look = "import sys; print(sys.path, sys.prefix, sys.exec_prefix, sorted(dir(__builtins__)))"
+    the prefixes, site's own state and the names of the builtins, though the harness starts
+    without site."""
+    look = (
+        "import site, sys; print(sys.path, sys.prefix, sys.exec_prefix, site.ENABLE_USER_SITE, "
+        "site.getsitepackages(), sorted(dir(__builtins__)))"
+    )
     outside = subprocess.run(
         [namespaced["python"], "-I", "-c", look], capture_output=True, text=True, check=True
     ).stdout
@@ -413,11 +417,12 @@ def test_a_virtualenv_chosen_as_the_candidates_interpreter(namespaced):
             file.write("import os; os.environ['REWARD_TEST_HOOK'] = 'ran'\n")
         subprocess.run(["chmod", "-R", "a+rX", top], check=True)
         program = (
-            "import os, reward_test_extra, reward_test_added\n"
+            "import os, sys, reward_test_extra, reward_test_added\n"
             "print(reward_test_extra.VALUE)\nprint(reward_test_added.VALUE)\n"
-            "print(os.environ.get('REWARD_TEST_HOOK', 'no hook'))"
+            "print(os.environ.get('REWARD_TEST_HOOK', 'no hook'))\nprint(sys.prefix)"
         )
-        test = {"input": "", "output": "from the virtualenv\nfrom a .pth directory\nno hook"}
+        expected = ["from the virtualenv", "from a .pth directory", "no hook", f"{top}/venv"]
+        test = {"input": "", "output": "\n".join(expected)}
         config = SandboxConfig(timeout_s=10, python=os.path.join(top, "venv/bin/python"))
         chosen = run_tests(program, [test], config)
         assert chosen[0].passed, chosen
