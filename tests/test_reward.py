@@ -993,6 +993,8 @@ def test_without_a_cgroup_a_watchdog_process_of_its_own_reads_the_memory(namespa
         assert "memory limit" in run_tests(MEMORY_BOMB, bomb, config)[0].reason
     finally:
         sandbox._WATCHDOG_REPLY_S = real
+        # the replacement had 0.5 s to answer; if load made it miss that, no wait for the next test
+        sandbox._WATCHDOG.retry_at = 0.0
     assert stopped.poll() is not None
 
     unable = sandbox._Watchdog()  # cannot start at all: no interpreter where sys.executable says
@@ -1005,6 +1007,16 @@ def test_without_a_cgroup_a_watchdog_process_of_its_own_reads_the_memory(namespa
     assert_no_leftovers()
 
 
+def a_running_watchdog(config) -> subprocess.Popen:
+    """The watchdog process, started if need be: an earlier failed start (under load, within a
+    shortened reply time) would leave the next tests without one for _WATCHDOG_RETRY_S."""
+    with sandbox._WATCHDOG.lock:
+        sandbox._WATCHDOG.retry_at = 0.0
+    assert run_tests("print(sum(map(int, input().split())))", ADD, config)[0].passed
+    assert sandbox._WATCHDOG.alive()
+    return sandbox._WATCHDOG.proc
+
+
 def test_a_test_whose_watchdog_was_replaced_during_it_is_read_by_the_trainer(namespaced):
     """The watchdog dies while a test runs, and another test starts its replacement, which does not
     know the first: the first test's memory is read by the trainer from then on. The bomb allocates
@@ -1014,9 +1026,7 @@ def test_a_test_whose_watchdog_was_replaced_during_it_is_read_by_the_trainer(nam
     late_bomb = (
         "import time\ntime.sleep(3)\nblock = bytearray(600 << 20)\ntime.sleep(2)\nprint('done')"
     )
-    # a watchdog is running
-    assert run_tests("print(sum(map(int, input().split())))", ADD, config)[0].passed
-    first = sandbox._WATCHDOG.proc
+    first = a_running_watchdog(config)
     result = []
     thread = threading.Thread(
         target=lambda: result.extend(
@@ -1045,9 +1055,7 @@ def test_a_test_whose_watchdog_is_stopped_during_it_is_read_by_the_trainer(names
     late_bomb = (
         "import time\ntime.sleep(3)\nblock = bytearray(600 << 20)\ntime.sleep(2)\nprint('done')"
     )
-    # a watchdog is running
-    assert run_tests("print(sum(map(int, input().split())))", ADD, config)[0].passed
-    watchdog = sandbox._WATCHDOG.proc
+    watchdog = a_running_watchdog(config)
     result = []
     # the stopped one's forget() times out
     real, sandbox._WATCHDOG_REPLY_S = sandbox._WATCHDOG_REPLY_S, 0.5
@@ -1139,10 +1147,8 @@ def test_a_forked_child_judges_tests_even_while_the_parent_held_every_lock_and_s
     nothing would ever release them there. The child must judge a test with a watchdog of its own,
     the parent's pipes closed in it."""
     config = dataclasses.replace(FAST, cgroup="off")
-    # a watchdog is running
-    assert run_tests("print(sum(map(int, input().split())))", ADD, config)[0].passed
+    parent_watchdog = a_running_watchdog(config)
     watchdog = sandbox._WATCHDOG
-    parent_watchdog = watchdog.proc
     inherited = (parent_watchdog.stdin.fileno(), parent_watchdog.stdout.fileno())
     with watchdog.lock, sandbox._PLANS.lock, sandbox._PROCESS_CGROUPS.lock:
         sandbox._SLOTS.busy += 1000  # as if 1,000 tests of the parent's threads were running
@@ -1191,9 +1197,7 @@ def test_a_watchdog_that_cannot_open_files_stops_instead_of_reading_zero(namespa
     of /proc fails with EMFILE: read as "that process exited", the test would hold 0 bytes. The
     watchdog ends instead, and the trainer reads the memory: the 600 MB bomb is killed."""
     config = dataclasses.replace(FAST, cgroup="off", wall_timeout_s=30)
-    # a watchdog is running
-    assert run_tests("print(sum(map(int, input().split())))", ADD, config)[0].passed
-    watchdog = sandbox._WATCHDOG.proc
+    watchdog = a_running_watchdog(config)
     resource.prlimit(watchdog.pid, resource.RLIMIT_NOFILE, (3, 3))
     holder = "import time\nblock = bytearray(600 << 20)\ntime.sleep(8)\nprint('done')"
     assert "memory limit" in run_tests(holder, [{"input": "", "output": "done"}], config)[0].reason
