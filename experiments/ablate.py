@@ -349,27 +349,41 @@ def pilot_lrs(cfg) -> list:
 
 
 def off_policy_lr(cfg) -> tuple:
-    """loss_off's lr from the finished pilot: (lr, {candidate lr: clipped fraction}); lr None while
-    a pilot run is unfinished. The clipped fraction (low + high) is each run's mean over its steps
-    after the warmup; the rule picks the smallest candidate that reaches off_clip_target, else the
-    largest. Process metrics only."""
+    """loss_off's lr from the finished pilot: (lr, {candidate lr: clipped fraction}, {candidate lr:
+    steps after the warmup with an update}); lr None while a pilot run is unfinished. The clipped
+    fraction (low + high) is each run's mean over its steps after the warmup that made an update
+    (a step without one logs none), None if none did; the rule picks the smallest candidate that
+    reaches off_clip_target, else the largest. Process metrics only."""
     clipped = {}
+    updated = {}
     for lr in pilot_lrs(cfg):
         records = read_metrics(
             os.path.join(cfg.out_dir, "runs", f"pilot-lr{lr:g}-s{cfg.pilot_seed}", "metrics.jsonl"),
             cfg.pilot_steps,
         )
         if max(records, default=0) < cfg.pilot_steps:
-            return None, clipped
+            return None, clipped, updated
         after = [
             r["clip_frac_low"] + r["clip_frac_high"]
             for s, r in records.items()
             if s > cfg.warmup_steps and "clip_frac_low" in r
         ]
-        clipped[lr] = statistics.fmean(after) if after else 0.0
-    return next(
-        (lr for lr in sorted(clipped) if clipped[lr] >= cfg.off_clip_target), max(clipped)
-    ), clipped
+        clipped[lr] = statistics.fmean(after) if after else None
+        updated[lr] = len(after)
+    reached = [lr for lr in sorted(clipped) if (clipped[lr] or 0.0) >= cfg.off_clip_target]
+    return (reached[0] if reached else max(clipped)), clipped, updated
+
+
+def pilot_text(cfg, clipped: dict, updated: dict) -> str:
+    """One candidate's pilot result: its clipped %, and how many steps after the warmup updated
+    (one update per batch is on-policy and cannot clip; a collapsed run updates on none)."""
+    after = cfg.pilot_steps - cfg.warmup_steps
+    return ", ".join(
+        f"lr {lr:g}: "
+        + ("no update" if v is None else f"{100 * v:.2f}%")
+        + ("" if updated[lr] == after else f" ({updated[lr]} of {after} steps updated)")
+        for lr, v in clipped.items()
+    )
 
 
 # ---- the runs: jobs {name, dir, cmd, done(), after, steps}, run by a small scheduler
@@ -983,22 +997,32 @@ def clipped_share(stats: dict) -> float:
 
 
 def verdict_lines(verdicts: list) -> list:
-    """Markdown lines of the family's verdicts: effect, unadjusted and Holm-adjusted 95% intervals,
-    the word."""
+    """Markdown lines of the family's verdicts: pairs and degrees of freedom, effect, the unadjusted
+    95% interval, the interval at the Holm level that decided the claim (the level of its minimum
+    detectable effect too), the word."""
+    family = max((v.get("family_size", 0) for v in verdicts), default=0)
     lines = [
         "",
-        "## Verdicts: paired t per claim, Holm over the tested claims (experiments/verdicts.py)",
-        "| claim | effect | 95% CI | Holm-adjusted 95% CI | p (Holm) | verdict |",
-        "|---|---|---|---|---|---|",
+        f"## Verdicts: paired t per claim, Holm over the {family} testable claims (experiments/verdicts.py)",
+        "Holm-level CI: the interval at the level of the Holm step that decided the claim (shown as its "
+        "coverage); it excludes 0 exactly when the claim is resolved, and a minimum detectable effect is "
+        "at that level. A claim with missing runs stays in the family (p = 1).",
+        "| claim | seeds (df) | effect | 95% CI | Holm-level CI | p (Holm) | verdict |",
+        "|---|---|---|---|---|---|---|",
     ]
     for v in verdicts:
         if "effect" not in v:
-            lines.append(f"| {v['claim']} | — | — | — | — | {v['verdict']} |")
+            lines.append(f"| {v['claim']} | — | — | — | — | — | {v['verdict']} |")
             continue
-        holm = "—" if "ci_holm" not in v else f"[{v['ci_holm'][0]:+.3f}, {v['ci_holm'][1]:+.3f}]"
+        holm = (
+            "—"
+            if "ci_holm" not in v
+            else f"[{v['ci_holm'][0]:+.3f}, {v['ci_holm'][1]:+.3f}] at {100 * (1 - v['level']):.2f}%"
+        )
         p_holm = f" ({v['p_holm']:.3g})" if "p_holm" in v else ""
         lines.append(
-            f"| {v['claim']} | {v['effect']:+.3f} | [{v['ci95'][0]:+.3f}, {v['ci95'][1]:+.3f}] | {holm} | "
+            f"| {v['claim']} | {v['n']} ({v['df']:g}) | {v['effect']:+.3f} | "
+            f"[{v['ci95'][0]:+.3f}, {v['ci95'][1]:+.3f}] | {holm} | "
             f"{v['p']:.3g}{p_holm} | **{v['verdict']}** |"
         )
     return lines
@@ -1030,8 +1054,13 @@ def judge(cfg, finals: dict, shares: dict) -> list:
     by_name = {v["claim"]: v for v in tested}
     out = []
     for c in claims:
+        paired = [
+            s
+            for s, (a, b) in enumerate(zip(c.favoured, c.other))
+            if a is not None and b is not None
+        ]
         if c.name in by_name:
-            out.append(by_name[c.name])
+            out.append(dict(by_name[c.name], seeds_paired=paired))
             continue
         v = compare(c) or {}
         if v:
@@ -1040,8 +1069,11 @@ def judge(cfg, finals: dict, shares: dict) -> list:
             dict(
                 v,
                 claim=c.name,
+                seeds_paired=paired,
                 verdict=f"untestable in this regime (clipped tokens carry "
                 f"{100 * untestable[c.name]:.2f}% of the gradient's coefficients)",
+                share=untestable[c.name],
+                threshold=cfg.untestable_share,
             )
         )
     return out
@@ -1051,10 +1083,60 @@ def avg_at_k(path, bench):
     return json.load(open(path))["benchmarks"][bench]["avg_at_k"] if os.path.exists(path) else None
 
 
-def report(cfg, wall_minutes):
+def git_commit() -> str:
+    """The commit of the checkout this script runs from, '+' if tracked files differ from it; ''
+    where there is no git."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    try:
+        head = subprocess.run(
+            ["git", "-C", here, "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+        )
+        changed = subprocess.run(
+            ["git", "-C", here, "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+        )
+    except OSError:
+        return ""
+    if head.returncode != 0:
+        return ""
+    return head.stdout.strip() + ("+" if changed.stdout.strip() else "")
+
+
+def invocation_lines(cfg, invocations: list) -> tuple:
+    """-> (markdown lines, core-minutes): the commits the invocations ran from, the cost in
+    core-minutes (wall time x runs at once, one thread each), and a warning where the analysis
+    settings (metric, untestable_share), which may change between invocations, did."""
+    unknown = [i for i in invocations if "commit" not in i]
+    core_minutes = sum(i["wall_minutes"] * i.get("parallel", cfg.parallel) for i in invocations)
+    commits = {}
+    for i in invocations:
+        if "commit" in i:
+            commits[i["commit"] or "unknown"] = commits.get(i["commit"] or "unknown", 0) + 1
+    lines = [
+        f"Cost: {core_minutes:.0f} core-minutes (wall time x runs at once)"
+        + (
+            f", {len(unknown)} invocation(s) recorded no settings (counted at --parallel={cfg.parallel})"
+            if unknown
+            else ""
+        )
+        + ". Commits: "
+        + (", ".join(f"{c} ({n})" for c, n in commits.items()) or "not recorded")
+        + "."
+    ]
+    for key in ("metric", "untestable_share"):
+        used = sorted({str(i[key]) for i in invocations if key in i} | {str(getattr(cfg, key))})
+        if len(used) > 1:
+            lines.append(f"**Warning: --{key} differed between invocations: {', '.join(used)}.**")
+    return lines, core_minutes
+
+
+def report(cfg, wall_minutes, invocations=None):
     run_file = lambda *p: os.path.join(cfg.out_dir, "runs", *p)  # noqa: E731
     seeds = range(cfg.seeds)
     kind = f"{cfg.toy_numbers}-number"
+    invocations = invocations or [dict(wall_minutes=w) for w in wall_minutes]
+    cost, core_minutes = invocation_lines(cfg, invocations)
     after = f"steps {cfg.warmup_steps + 1}-{cfg.steps}"
     metric = (
         f"on-policy accuracy, mean over {after}"
@@ -1069,24 +1151,41 @@ def report(cfg, wall_minutes):
         f"passing every test). Held-out (final): eval.py Avg@{cfg.eval_k} at T = 1 on {cfg.final_eval_problems} "
         f"{kind} problems (code: {cfg.eval_code_problems} programs). Wall time: {sum(wall_minutes):.0f} min in "
         f"{len(wall_minutes)} invocation(s). Command: `{shlex.join(sys.argv)}`",
+        *cost,
+        "Treatment checks (entropy of clipped tokens, approx KL, clipped %, gradient share on clipped tokens, "
+        "grad norm, grad clip acts): each run's mean over its steps that made an update (a step without one "
+        "logs none), the warmup included. A clipping-rule claim is untestable in this regime where both arms "
+        f"put under {100 * cfg.untestable_share:g}% of the gradient's coefficients on clipped tokens (low + high).",
         "",
         "## Design: minimum detectable effects at these seeds (stated before the runs)",
         *design_lines(design(cfg)),
     ]
-    out = dict(config=asdict(cfg), wall_minutes=wall_minutes, design=design(cfg), arms={})
+    out = dict(
+        config=asdict(cfg),
+        wall_minutes=wall_minutes,
+        invocations=invocations,
+        core_minutes=core_minutes,
+        design=design(cfg),
+        arms={},
+    )
     if "loss_off" in cfg.arms.split(","):
-        off_lr, clipped = off_policy_lr(cfg)
-        out["pilot"] = dict(lr=off_lr, clipped={f"{lr:g}": v for lr, v in clipped.items()})
+        off_lr, clipped, updated = off_policy_lr(cfg)
+        out["pilot"] = dict(
+            lr=off_lr,
+            clipped={f"{lr:g}": v for lr, v in clipped.items()},
+            steps_updated={f"{lr:g}": k for lr, k in updated.items()},
+        )
         md += [
             "",
             f"Pilot (GPPO, {cfg.off_updates} updates per batch, seed {cfg.pilot_seed}, {cfg.pilot_steps} "
-            "steps): tokens clipped after the warmup "
-            + ", ".join(f"lr {lr:g}: {100 * v:.2f}%" for lr, v in clipped.items())
+            "steps): tokens clipped after the warmup, mean over the steps that updated: "
+            + pilot_text(cfg, clipped, updated)
             + f"; loss_off runs at lr {off_lr if off_lr is None else f'{off_lr:g}'} (the smallest reaching "
             f"{100 * cfg.off_clip_target:g}%, else the largest).",
         ]
     plots = {}
     sweep = []
+    missing = []  # runs of the plan without a metric value: unfinished or failed
     finals = {}
     secondary = {}
     shares = {}
@@ -1109,6 +1208,11 @@ def report(cfg, wall_minutes):
                     ]
                     for p, n in (("easy", 3), ("hard", 4))
                 }
+                missing += [
+                    f"{name}-s{s}"
+                    for s in range(cfg.sft_seeds)
+                    if None in (scores["easy"][s], scores["hard"][s])
+                ]
                 out["arms"][arm][label] = dict(run=name, per_seed=scores)
                 finals.setdefault("sft_easy", {})[label] = scores["easy"]
                 finals.setdefault("sft_hard", {})[label] = scores["hard"]
@@ -1119,8 +1223,8 @@ def report(cfg, wall_minutes):
         code = arm == "code"
         steps = cfg.code_steps if code else cfg.steps
         rows = [
-            "| variant | metric | held-out (final) | " + " | ".join(RL_COLUMNS) + " |",
-            "|---" * (3 + len(RL_COLUMNS)) + "|",
+            "| variant | seeds | metric | held-out (final) | " + " | ".join(RL_COLUMNS) + " |",
+            "|---" * (4 + len(RL_COLUMNS)) + "|",
         ]
         for label, name in variants:
             name = run_name(name, cfg)
@@ -1136,10 +1240,12 @@ def report(cfg, wall_minutes):
                 )
                 for s in seeds
             ]
+            missing += [f"{name}-s{s}" for s in seeds if values[s] is None]
             series = {k: [curve(r, k) for r in records] for k in SWEEP_METRICS}
             stats = run_stats(series)
+            done = sum(v is not None for v in values)
             rows.append(
-                f"| {label} | {fmt(*mean_std(values))} | {fmt(*mean_std(held_out))} | "
+                f"| {label} | {done} | {fmt(*mean_std(values))} | {fmt(*mean_std(held_out))} | "
                 + " | ".join(rl_cells(stats))
                 + " |"
             )
@@ -1155,6 +1261,12 @@ def report(cfg, wall_minutes):
             if arm.startswith("offpolicy"):
                 sweep.append((label, series, series["eval_avg_k"]))
         md += rows
+    out["missing_runs"] = missing
+    if missing:
+        md[2:2] = [
+            f"**Incomplete: {len(missing)} run(s) without a result (unfinished or failed), so this is not a "
+            f"result**: {', '.join(missing)}",
+        ]
     out["verdicts"] = judge(cfg, finals, shares)
     md += verdict_lines(out["verdicts"])
     held = [
@@ -1221,7 +1333,8 @@ def plot(plots, path):
         ax_entropy.set_title(f"{arm}: token entropy")
         for ax in (ax_acc, ax_entropy):
             ax.set_xlabel("RL step")
-            ax.legend(fontsize=8)
+            if ax.get_legend_handles_labels()[0]:  # no curve yet: nothing to label
+                ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     print(f"wrote {path}")
@@ -1355,14 +1468,27 @@ def main(cfg):
             f"error: {cfg.out_dir} holds runs made with other settings, {{option: (old, new)}} = {diff}; "
             "use another --out_dir or the old values"
         )
+    # states written before invocations were recorded: their wall minutes only
+    state.setdefault("invocations", [dict(wall_minutes=w) for w in state["wall_minutes"]])
     t0 = time.time()
     deadline = t0 + 60 * cfg.stop_after_minutes if cfg.stop_after_minutes else None
     try:  # planned again after each finished run: the pilot's choice adds the loss_off runs
         failed = run_jobs(plan(cfg), cfg, deadline, replan=lambda: plan(cfg))
     finally:
-        state["wall_minutes"].append(round((time.time() - t0) / 60, 2))
+        wall = round((time.time() - t0) / 60, 2)
+        state["wall_minutes"].append(wall)
+        state["invocations"].append(
+            dict(
+                wall_minutes=wall,
+                parallel=cfg.parallel,
+                commit=git_commit(),
+                metric=cfg.metric,
+                untestable_share=cfg.untestable_share,
+                argv=sys.argv[1:],
+            )
+        )
         json.dump(state, open(state_path, "w"), indent=1)
-    report(cfg, state["wall_minutes"])
+    report(cfg, state["wall_minutes"], state["invocations"])
     if failed:
         raise SystemExit(
             f"error: {len(failed)} run(s) failed or were skipped: {sorted(failed)}; rerun to retry them"

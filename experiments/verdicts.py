@@ -205,13 +205,17 @@ def holm_levels(p_values: list, alpha: float = ALPHA) -> list:
 def family_verdicts(claims: list, alpha: float = ALPHA) -> list:
     """One dict per claim, in order: the comparison, the unadjusted 95% interval, the Holm-adjusted
     interval and its level, the minimum detectable effect at that level, and the verdict word that
-    the adjusted interval gives."""
+    the adjusted interval gives; "missing runs" for a claim with too few, counted in the family."""
     stats = [compare(c) for c in claims]
-    tested = [i for i, s in enumerate(stats) if s is not None]
-    holm = holm_levels([stats[i]["p"] for i in tested], alpha)
-    out = [dict(claim=c.name, verdict="missing runs", family_size=len(tested)) for c in claims]
-    for i, (rejected, level, p_holm) in zip(tested, holm):
+    # A claim with too few runs stays in the family as p = 1: it cannot be rejected, and leaving it
+    # out would loosen every other claim's level (the family is what was registered, not what ran).
+    holm = holm_levels([1.0 if s is None else s["p"] for s in stats], alpha)
+    out = [dict(claim=c.name, verdict="missing runs", family_size=len(claims)) for c in claims]
+    for i, (rejected, level, p_holm) in enumerate(holm):
         s = stats[i]
+        if s is None:
+            out[i].update(level=level)
+            continue
         ci_adj = interval(s["effect"], s["se"], s["df"], level)
         detectable = mde(s["se"], s["df"], level)
         if rejected:

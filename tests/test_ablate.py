@@ -5,6 +5,7 @@ with stand-in scripts."""
 import importlib.util
 import json
 import os
+import subprocess
 import textwrap
 
 import pytest
@@ -235,9 +236,9 @@ def test_the_pilot_picks_the_off_policy_lr_from_clip_fractions_only(tmp_path):
     )
     assert ablate.off_policy_lr(c)[0] is None
     pilot_metrics(c.out_dir, {1e-4: 0.005, 2e-4: 0.03, 4e-4: 0.09})
-    lr, clipped = ablate.off_policy_lr(c)
+    lr, clipped, updated = ablate.off_policy_lr(c)
     # the smallest reaching 2% after the warmup
-    assert lr == 2e-4 and clipped[2e-4] == pytest.approx(0.03)
+    assert lr == 2e-4 and clipped[2e-4] == pytest.approx(0.03) and updated[2e-4] == 5
     off = {
         j["name"]: dict(a[2:].split("=", 1) for a in j["cmd"][1:])
         for j in ablate.plan(c)
@@ -257,6 +258,29 @@ def test_the_pilot_picks_the_off_policy_lr_from_clip_fractions_only(tmp_path):
     assert ablate.off_policy_lr(cfg(tmp_path / "none", pilot_lrs="1e-4,2e-4,4e-4"))[0] == 4e-4
     with pytest.raises(ValueError, match="pilot_steps=10 must exceed warmup_steps=10"):
         ablate.AblateConfig(pilot_steps=10)
+
+
+def test_a_pilot_step_without_an_update_is_not_counted_as_clipping_nothing(tmp_path):
+    """A step that made no update (every group filtered, e.g. a collapsed run) logs no clipped
+    fraction: the candidate's mean is over the steps that updated, and a candidate with none is
+    "no update", not 0% (its run could not clip). The rule is the protocol's: the smallest reaching
+    the target, else the largest."""
+    c = cfg(tmp_path, arms="loss_off", seeds=2, pilot_lrs="1e-4,2e-4,4e-4")
+    pilot_metrics(c.out_dir, {1e-4: 0.01, 2e-4: 0.03, 4e-4: 0.05})
+    for lr, kept in ((2e-4, (11, 14)), (4e-4, ())):
+        path = os.path.join(c.out_dir, "runs", f"pilot-lr{lr:g}-s100", "metrics.jsonl")
+        records = [json.loads(line) for line in open(path)]
+        for r in records:
+            if r["step"] > 10 and r["step"] not in kept:
+                del r["clip_frac_low"], r["clip_frac_high"]
+        write_jsonl(path, records)
+    lr, clipped, updated = ablate.off_policy_lr(c)
+    assert clipped == {1e-4: pytest.approx(0.01), 2e-4: pytest.approx(0.03), 4e-4: None}
+    assert updated == {1e-4: 5, 2e-4: 2, 4e-4: 0} and lr == 2e-4
+    assert ablate.pilot_text(c, clipped, updated) == (
+        "lr 0.0001: 1.00%, lr 0.0002: 3.00% (2 of 5 steps updated), lr 0.0004: no update (0 of 5 "
+        "steps updated)"
+    )
 
 
 def test_sweep_plan_sets_updates_per_batch_rule_and_beta1(tmp_path):
@@ -449,7 +473,7 @@ def test_report_on_synthetic_runs(tmp_path, capsys):
     md = open(os.path.join(c.out_dir, "ablation.md")).read()
     # the metric: steps 11-20 only (the warmup's +0.2 left out); per seed 0.3, 0.4, 0.5 for GPPO
     # step 1 is in the warmup (+0.2)
-    assert "| GPPO | 0.400 ± 0.100 | 0.500 ± 0.000 | 0.600 ± 0.100 → 0.400 ± 0.100 |" in md
+    assert "| GPPO | 3 | 0.400 ± 0.100 | 0.500 ± 0.000 | 0.600 ± 0.100 → 0.400 ± 0.100 |" in md
     # entropy (last 5), entropy of clipped tokens (none logged), KL, clipped % and gradient shares %
     # by side
     shown = "| 1.000 ± 0.000 | — | 0.0010 ± 0.0000 | 1.00 ± 0.00 / 0.00 ± 0.00 | 5.00 ± 0.00 / 0.00 ± 0.00 |"
@@ -467,7 +491,13 @@ def test_report_on_synthetic_runs(tmp_path, capsys):
     assert v["loss: GPPO > CISPO"]["verdict"].startswith("not resolved (minimum detectable effect")
     code = v["code: soft > binary"]
     assert code["effect"] == pytest.approx(-0.02) and code["verdict"] == "reversed"
-    assert "| loss: GPPO > GRPO | +0.050 | [+0.050, +0.050] | [+0.050, +0.050] |" in md
+    # pairs (df), effect, 95% CI, the interval at the deciding Holm step's level (1 − 0.05/7)
+    assert (
+        "| loss: GPPO > GRPO | 3 (2) | +0.050 | [+0.050, +0.050] | [+0.050, +0.050] at 99.29% |"
+        in md
+    )
+    assert "Incomplete" not in md and out["missing_runs"] == []
+    assert v["loss: GPPO > GRPO"]["seeds_paired"] == [0, 1, 2]
     # the held-out eval, beside it: paired effects with 95% intervals, no words
     held = {h["claim"]: h for h in out["held_out"]}
     assert (
@@ -511,6 +541,36 @@ def test_a_clipping_claim_where_clipped_tokens_carry_no_gradient_is_untestable(t
     assert v["loss: GPPO β1=0.5 > GPPO"]["verdict"].startswith("untestable")
     # CISPO's 2% share: tested, alone in the family
     assert v["loss: GPPO > CISPO"]["family_size"] == 1
+    assert v["loss: GPPO > GRPO"]["share"] == pytest.approx(0.004)
+    assert v["loss: GPPO > GRPO"]["threshold"] == 0.01
+
+
+def test_a_missing_run_is_named_and_its_claim_stays_in_the_family(tmp_path):
+    """A run that failed or has not finished: the report says it is incomplete and names the run,
+    the arm's row counts the seeds it has, and the claim keeps its place in Holm's family."""
+    c = cfg(tmp_path, arms="loss", seeds=3, steps=20)
+    runs = os.path.join(c.out_dir, "runs")
+    for s in range(3):
+        for name, d in (
+            ("gppo", 0.0),
+            ("grpo", -0.05),
+            ("cispo", 0.0),
+            ("gppo-b0.5", 0.0),
+            ("gppo-b0.25", 0.0),
+        ):
+            if (name, s) in (("cispo", 1), ("cispo", 2)):
+                continue  # two CISPO runs never finished: one pair left, too few to test
+            synthetic_run(runs, name, s, lambda k, s=s, d=d: 0.3 + s / 10 + d)
+    ablate.report(c, [1.0])
+    md = open(os.path.join(c.out_dir, "ablation.md")).read()
+    out = json.load(open(os.path.join(c.out_dir, "ablation.json")))
+    assert out["missing_runs"] == ["cispo-s1", "cispo-s2"]
+    assert "**Incomplete: 2 run(s) without a result" in md and "cispo-s1, cispo-s2" in md
+    assert "| CISPO | 1 | 0.300 ± 0.000 |" in md
+    v = {x["claim"]: x for x in out["verdicts"]}
+    assert v["loss: GPPO > CISPO"]["verdict"] == "missing runs"
+    # four claims in the family although one cannot be tested
+    assert v["loss: GPPO > GRPO"]["family_size"] == 4 and v["loss: GPPO > GRPO"]["level"] == 0.0125
 
 
 STAND_IN = textwrap.dedent("""
@@ -643,3 +703,49 @@ def test_sigterm_exits_as_a_stop_not_a_failure(capsys):
         ablate.stop_on_sigterm(15, None)
     assert stop.value.code == 143
     assert "rerun the same command to resume" in capsys.readouterr().err
+
+
+def test_the_report_names_commits_cost_and_a_changed_analysis_setting(tmp_path):
+    """Invocations recorded before commits were (wall minutes only) count at --parallel; a change of
+    the metric or the untestable threshold between invocations is printed as a warning."""
+    c = cfg(tmp_path, arms="loss", seeds=2)
+    invocations = [
+        dict(wall_minutes=10.0),
+        dict(
+            wall_minutes=5.0,
+            parallel=1,
+            commit="abc1234",
+            metric="on_policy",
+            untestable_share=0.01,
+        ),
+        dict(
+            wall_minutes=2.5,
+            parallel=2,
+            commit="abc1234+",
+            metric="held_out",
+            untestable_share=0.01,
+        ),
+    ]
+    lines, core = ablate.invocation_lines(c, invocations)
+    assert core == pytest.approx(10 * 2 + 5 * 1 + 2.5 * 2)
+    assert lines[0] == (
+        "Cost: 30 core-minutes (wall time x runs at once), 1 invocation(s) recorded no settings "
+        "(counted at --parallel=2). Commits: abc1234 (1), abc1234+ (1)."
+    )
+    assert lines[1:] == ["**Warning: --metric differed between invocations: held_out, on_policy.**"]
+    same = [
+        dict(wall_minutes=1.0, parallel=2, commit="", metric="on_policy", untestable_share=0.01)
+    ]
+    assert ablate.invocation_lines(c, same)[0] == [
+        "Cost: 2 core-minutes (wall time x runs at once). Commits: unknown (1)."
+    ]
+    os.makedirs(c.out_dir)
+    ablate.report(c, [10.0, 5.0, 2.5], invocations)
+    out = json.load(open(os.path.join(c.out_dir, "ablation.json")))
+    assert out["core_minutes"] == pytest.approx(30) and out["invocations"] == invocations
+    assert (
+        ablate.git_commit().rstrip("+")
+        == subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
+        ).stdout.strip()
+    )

@@ -169,3 +169,31 @@ def test_seeds_needed_for_a_target_mde():
         <= 0.03
         < v.mde(0.012 / math.sqrt(n - 1), n - 2, level)
     )
+
+
+def test_a_claim_with_missing_runs_keeps_its_place_in_the_family():
+    """A claim whose runs are missing cannot be rejected, but it was registered: Holm corrects the
+    others for it (p = 1), so a p of 0.03 that would pass alone at α = 0.05 fails in a family of 2."""
+    # paired differences 0.1, 0.12, 0.08, 0.11, 0.09: t = 0.1 / (0.0158 / √5) = 14.1, p ≈ 1.5e-4
+    strong = v.Claim("strong", [0.6, 0.62, 0.58, 0.61, 0.59], [0.5] * 5, paired=True)
+    # differences 0.1, 0.0, 0.2, 0.1, 0.15: effect 0.11, SE 0.0332, t 3.31, df 4: p ≈ 0.030
+    middling = v.Claim("middling", [0.6, 0.5, 0.7, 0.6, 0.65], [0.5] * 5, paired=True)
+    p = v.compare(middling)["p"]
+    assert 0.025 < p < 0.05  # alone at 0.05: rejected
+    missing = v.Claim("missing", [0.5, None, None], [0.4, None, None], paired=True)
+    out = v.family_verdicts([strong, middling, missing])
+    by = {x["claim"]: x for x in out}
+    assert by["missing"]["verdict"] == "missing runs" and by["missing"]["family_size"] == 3
+    # Holm, m = 3: strong at 0.05/3, then middling at 0.05/2 = 0.025 < p: not resolved; the
+    # missing claim (p = 1) at the same failed level
+    assert by["strong"]["verdict"] == "reproduced" and by["strong"]["level"] == pytest.approx(
+        0.05 / 3
+    )
+    assert by["middling"]["verdict"].startswith("not resolved")
+    assert by["middling"]["level"] == pytest.approx(0.025)
+    assert by["middling"]["p_holm"] == pytest.approx(2 * p)
+    # without the missing claim the same two are both resolved
+    assert [x["verdict"] for x in v.family_verdicts([strong, middling])] == [
+        "reproduced",
+        "reproduced",
+    ]
