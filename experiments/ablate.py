@@ -1427,16 +1427,11 @@ def dry_run(cfg):
     print("\n".join(["", "design (stated before the runs):", *design_lines(design(cfg))]))
 
 
-def main(cfg):
-    if cfg.dry_run:
-        return dry_run(cfg)
-    os.makedirs(cfg.out_dir, exist_ok=True)
-    if cfg.sft_from and not os.path.exists(os.path.join(cfg.sft_from, "config.json")):
-        raise SystemExit(
-            f"error: --sft_from={cfg.sft_from!r} has no config.json (give an sft.py out_dir/hf)"
-        )
-    # runs made with other settings must not be mixed in; only these may change between invocations
-    fixed = {
+def fixed_settings(cfg) -> dict:
+    """The settings every invocation on one out_dir must share: runs made with other settings must
+    not be mixed in. Only the excluded ones may change between invocations (the analysis settings,
+    metric and untestable_share, are recorded per invocation)."""
+    return {
         k: v
         for k, v in asdict(cfg).items()
         if k
@@ -1454,6 +1449,17 @@ def main(cfg):
             "untestable_share",
         )
     }
+
+
+def main(cfg):
+    if cfg.dry_run:
+        return dry_run(cfg)
+    os.makedirs(cfg.out_dir, exist_ok=True)
+    if cfg.sft_from and not os.path.exists(os.path.join(cfg.sft_from, "config.json")):
+        raise SystemExit(
+            f"error: --sft_from={cfg.sft_from!r} has no config.json (give an sft.py out_dir/hf)"
+        )
+    fixed = fixed_settings(cfg)
     state_path = os.path.join(cfg.out_dir, "ablate_state.json")
     state = (
         json.load(open(state_path))

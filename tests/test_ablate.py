@@ -749,3 +749,26 @@ def test_the_report_names_commits_cost_and_a_changed_analysis_setting(tmp_path):
             ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
         ).stdout.strip()
     )
+
+
+def test_an_invocation_on_a_state_from_before_the_record_keeps_it_and_adds_its_own(
+    tmp_path, monkeypatch
+):
+    """A state file written before invocations were recorded (wall minutes only) resumes: its
+    invocations are kept as wall minutes, and the new one adds its commit, --parallel and the
+    analysis settings."""
+    c = cfg(tmp_path, arms="alpha", seeds=1, parallel=1)
+    os.makedirs(c.out_dir)
+    fixed = ablate.fixed_settings(c)
+    path = os.path.join(c.out_dir, "ablate_state.json")
+    json.dump(dict(settings=fixed, wall_minutes=[50.0, 40.0]), open(path, "w"))
+    monkeypatch.setattr(ablate, "run_jobs", lambda *a, **k: set())
+    reported = []
+    monkeypatch.setattr(ablate, "report", lambda cfg, wall, inv: reported.append((wall, inv)))
+    ablate.main(c)
+    state = json.load(open(path))
+    assert state["wall_minutes"][:2] == [50.0, 40.0] and len(state["wall_minutes"]) == 3
+    old, older, new = state["invocations"]
+    assert old == {"wall_minutes": 50.0} and older == {"wall_minutes": 40.0}
+    assert (new["parallel"], new["metric"], new["untestable_share"]) == (1, "on_policy", 0.01)
+    assert new["commit"] == ablate.git_commit() and reported[0][1] == state["invocations"]
