@@ -1003,7 +1003,7 @@ def verdict_lines(verdicts: list) -> list:
     family = max((v.get("family_size", 0) for v in verdicts), default=0)
     lines = [
         "",
-        f"## Verdicts: paired t per claim, Holm over the {family} testable claims (experiments/verdicts.py)",
+        f"## Verdicts: paired t per claim, Holm over a family of {family} (the untestable claims left out)",
         "Holm-level CI: the interval at the level of the Holm step that decided the claim (shown as its "
         "coverage); it excludes 0 exactly when the claim is resolved, and a minimum detectable effect is "
         "at that level. A claim with missing runs stays in the family (p = 1).",
@@ -1105,8 +1105,9 @@ def git_commit() -> str:
 
 def invocation_lines(cfg, invocations: list) -> tuple:
     """-> (markdown lines, core-minutes): the commits the invocations ran from, the cost in
-    core-minutes (wall time x runs at once, one thread each), and a warning where the analysis
-    settings (metric, untestable_share), which may change between invocations, did."""
+    core-minutes (wall time x --parallel, the runs' reward workers not counted), and a warning
+    where the analysis settings (metric, untestable_share), which may change between invocations,
+    did."""
     unknown = [i for i in invocations if "commit" not in i]
     core_minutes = sum(i["wall_minutes"] * i.get("parallel", cfg.parallel) for i in invocations)
     commits = {}
@@ -1114,7 +1115,7 @@ def invocation_lines(cfg, invocations: list) -> tuple:
         if "commit" in i:
             commits[i["commit"] or "unknown"] = commits.get(i["commit"] or "unknown", 0) + 1
     lines = [
-        f"Cost: {core_minutes:.0f} core-minutes (wall time x runs at once)"
+        f"Cost: {core_minutes:.0f} core-minutes (wall time x --parallel; reward workers not counted)"
         + (
             f", {len(unknown)} invocation(s) recorded no settings (counted at --parallel={cfg.parallel})"
             if unknown
@@ -1151,11 +1152,14 @@ def report(cfg, wall_minutes, invocations=None):
         f"passing every test). Held-out (final): eval.py Avg@{cfg.eval_k} at T = 1 on {cfg.final_eval_problems} "
         f"{kind} problems (code: {cfg.eval_code_problems} programs). Wall time: {sum(wall_minutes):.0f} min in "
         f"{len(wall_minutes)} invocation(s). Command: `{shlex.join(sys.argv)}`",
+        "",
         *cost,
-        "Treatment checks (entropy of clipped tokens, approx KL, clipped %, gradient share on clipped tokens, "
-        "grad norm, grad clip acts): each run's mean over its steps that made an update (a step without one "
-        "logs none), the warmup included. A clipping-rule claim is untestable in this regime where both arms "
-        f"put under {100 * cfg.untestable_share:g}% of the gradient's coefficients on clipped tokens (low + high).",
+        "",
+        "Treatment checks (approx KL, clipped %, gradient share on clipped tokens, grad norm, grad clip acts): "
+        "each run's mean over its steps that made an update (a step without one logs none), the warmup "
+        "included; the entropy of clipped tokens over the steps that clipped some. A clipping-rule claim is "
+        "untestable in this regime where both arms put under "
+        f"{100 * cfg.untestable_share:g}% of the gradient's coefficients on clipped tokens (low + high).",
         "",
         "## Design: minimum detectable effects at these seeds (stated before the runs)",
         *design_lines(design(cfg)),
@@ -1241,6 +1245,7 @@ def report(cfg, wall_minutes, invocations=None):
                 for s in seeds
             ]
             missing += [f"{name}-s{s}" for s in seeds if values[s] is None]
+            missing += [f"{name}-s{s} (held-out eval)" for s in seeds if held_out[s] is None]
             series = {k: [curve(r, k) for r in records] for k in SWEEP_METRICS}
             stats = run_stats(series)
             done = sum(v is not None for v in values)
@@ -1261,11 +1266,14 @@ def report(cfg, wall_minutes, invocations=None):
             if arm.startswith("offpolicy"):
                 sweep.append((label, series, series["eval_avg_k"]))
         md += rows
+    # a run shared by arms (loss's GPPO is alpha's α=0.1 and filter's "on") is named once
+    missing = list(dict.fromkeys(missing))
     out["missing_runs"] = missing
     if missing:
         md[2:2] = [
-            f"**Incomplete: {len(missing)} run(s) without a result (unfinished or failed), so this is not a "
-            f"result**: {', '.join(missing)}",
+            "",
+            f"**Incomplete: {len(missing)} runs or evaluations without a result (unfinished or "
+            f"failed), so this is not a result**: {', '.join(missing)}",
         ]
     out["verdicts"] = judge(cfg, finals, shares)
     md += verdict_lines(out["verdicts"])
@@ -1475,7 +1483,12 @@ def main(cfg):
             "use another --out_dir or the old values"
         )
     # states written before invocations were recorded: their wall minutes only
-    state.setdefault("invocations", [dict(wall_minutes=w) for w in state["wall_minutes"]])
+    # wall minutes that no record has (states from before the record, or written by older code)
+    state.setdefault("invocations", [])
+    state["invocations"] += [
+        dict(wall_minutes=w) for w in state["wall_minutes"][len(state["invocations"]) :]
+    ]
+    commit = git_commit()  # the code that runs now, even if the checkout changes meanwhile
     t0 = time.time()
     deadline = t0 + 60 * cfg.stop_after_minutes if cfg.stop_after_minutes else None
     try:  # planned again after each finished run: the pilot's choice adds the loss_off runs
@@ -1487,13 +1500,15 @@ def main(cfg):
             dict(
                 wall_minutes=wall,
                 parallel=cfg.parallel,
-                commit=git_commit(),
+                commit=commit,
                 metric=cfg.metric,
                 untestable_share=cfg.untestable_share,
                 argv=sys.argv[1:],
             )
         )
-        json.dump(state, open(state_path, "w"), indent=1)
+        with open(state_path + ".tmp", "w") as f:  # a stop mid-write leaves the old state whole
+            json.dump(state, f, indent=1)
+        os.replace(state_path + ".tmp", state_path)
     report(cfg, state["wall_minutes"], state["invocations"])
     if failed:
         raise SystemExit(

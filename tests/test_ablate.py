@@ -548,7 +548,7 @@ def test_a_clipping_claim_where_clipped_tokens_carry_no_gradient_is_untestable(t
 def test_a_missing_run_is_named_and_its_claim_stays_in_the_family(tmp_path):
     """A run that failed or has not finished: the report says it is incomplete and names the run,
     the arm's row counts the seeds it has, and the claim keeps its place in Holm's family."""
-    c = cfg(tmp_path, arms="loss", seeds=3, steps=20)
+    c = cfg(tmp_path, arms="loss,alpha,filter", seeds=3, steps=20)
     runs = os.path.join(c.out_dir, "runs")
     for s in range(3):
         for name, d in (
@@ -557,20 +557,38 @@ def test_a_missing_run_is_named_and_its_claim_stays_in_the_family(tmp_path):
             ("cispo", 0.0),
             ("gppo-b0.5", 0.0),
             ("gppo-b0.25", 0.0),
+            ("alpha0", 0.0),
+            ("alpha0.2", 0.0),
+            ("nofilter", 0.0),
         ):
-            if (name, s) in (("cispo", 1), ("cispo", 2)):
-                continue  # two CISPO runs never finished: one pair left, too few to test
-            synthetic_run(runs, name, s, lambda k, s=s, d=d: 0.3 + s / 10 + d)
+            if (name, s) in (("cispo", 1), ("cispo", 2), ("gppo", 2)):
+                continue  # runs that never finished: CISPO keeps one pair, too few to test
+            synthetic_run(
+                runs, name, s, lambda k, s=s, d=d: 0.3 + s / 10 + d, held_out=None if s else 0.5
+            )
     ablate.report(c, [1.0])
     md = open(os.path.join(c.out_dir, "ablation.md")).read()
     out = json.load(open(os.path.join(c.out_dir, "ablation.json")))
-    assert out["missing_runs"] == ["cispo-s1", "cispo-s2"]
-    assert "**Incomplete: 2 run(s) without a result" in md and "cispo-s1, cispo-s2" in md
-    assert "| CISPO | 1 | 0.300 ± 0.000 |" in md
+    # GPPO's seed 2 is also alpha's α=0.1 and filter's "on": named once; a run without its held-out
+    # evaluation is named too
+    assert out["missing_runs"][:4] == [
+        "gppo-s2",
+        "gppo-s1 (held-out eval)",
+        "gppo-s2 (held-out eval)",
+        "grpo-s1 (held-out eval)",
+    ]
+    # 3 unfinished runs, and 8 variants' held-out evals of seeds 1 and 2
+    assert len(out["missing_runs"]) == len(set(out["missing_runs"])) == 3 + 8 * 2
+    assert "cispo-s1, cispo-s2, cispo-s1 (held-out eval)" in md
+    assert "**Incomplete: 19 runs or evaluations without a result" in md
+    assert "| CISPO | 1 | 0.300 ± 0.000 |" in md and "| GPPO | 2 | 0.350 ± 0.071 |" in md
     v = {x["claim"]: x for x in out["verdicts"]}
     assert v["loss: GPPO > CISPO"]["verdict"] == "missing runs"
-    # four claims in the family although one cannot be tested
-    assert v["loss: GPPO > GRPO"]["family_size"] == 4 and v["loss: GPPO > GRPO"]["level"] == 0.0125
+    # seven claims in the family although one cannot be tested; GRPO's deficit is the same on
+    # both pairs (p = 0): the first Holm step, at 0.05/7
+    assert v["loss: GPPO > GRPO"]["family_size"] == 7
+    assert v["loss: GPPO > GRPO"]["level"] == pytest.approx(0.05 / 7)
+    assert v["loss: GPPO > GRPO"]["seeds_paired"] == [0, 1]
 
 
 STAND_IN = textwrap.dedent("""
@@ -729,7 +747,8 @@ def test_the_report_names_commits_cost_and_a_changed_analysis_setting(tmp_path):
     lines, core = ablate.invocation_lines(c, invocations)
     assert core == pytest.approx(10 * 2 + 5 * 1 + 2.5 * 2)
     assert lines[0] == (
-        "Cost: 30 core-minutes (wall time x runs at once), 1 invocation(s) recorded no settings "
+        "Cost: 30 core-minutes (wall time x --parallel; reward workers not counted), 1 invocation(s) "
+        "recorded no settings "
         "(counted at --parallel=2). Commits: abc1234 (1), abc1234+ (1)."
     )
     assert lines[1:] == ["**Warning: --metric differed between invocations: held_out, on_policy.**"]
@@ -737,7 +756,8 @@ def test_the_report_names_commits_cost_and_a_changed_analysis_setting(tmp_path):
         dict(wall_minutes=1.0, parallel=2, commit="", metric="on_policy", untestable_share=0.01)
     ]
     assert ablate.invocation_lines(c, same)[0] == [
-        "Cost: 2 core-minutes (wall time x runs at once). Commits: unknown (1)."
+        "Cost: 2 core-minutes (wall time x --parallel; reward workers not counted). Commits: "
+        "unknown (1)."
     ]
     os.makedirs(c.out_dir)
     ablate.report(c, [10.0, 5.0, 2.5], invocations)
@@ -772,3 +792,17 @@ def test_an_invocation_on_a_state_from_before_the_record_keeps_it_and_adds_its_o
     assert old == {"wall_minutes": 50.0} and older == {"wall_minutes": 40.0}
     assert (new["parallel"], new["metric"], new["untestable_share"]) == (1, "on_policy", 0.01)
     assert new["commit"] == ablate.git_commit() and reported[0][1] == state["invocations"]
+    # an older checkout resumed it meanwhile: it appended wall minutes only
+    state["wall_minutes"].append(30.0)
+    json.dump(state, open(path, "w"))
+    ablate.main(c)
+    state = json.load(open(path))
+    assert [i["wall_minutes"] for i in state["invocations"][:4]] == [
+        50.0,
+        40.0,
+        new["wall_minutes"],
+        30.0,
+    ]
+    assert state["invocations"][3] == {"wall_minutes": 30.0} and "commit" in state["invocations"][4]
+    assert len(state["wall_minutes"]) == len(state["invocations"]) == 5
+    assert not os.path.exists(path + ".tmp")
