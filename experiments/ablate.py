@@ -46,6 +46,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -1110,10 +1111,7 @@ def invocation_lines(cfg, invocations: list) -> tuple:
     did."""
     unknown = [i for i in invocations if "commit" not in i]
     core_minutes = sum(i["wall_minutes"] * i.get("parallel", cfg.parallel) for i in invocations)
-    commits = {}
-    for i in invocations:
-        if "commit" in i:
-            commits[i["commit"] or "unknown"] = commits.get(i["commit"] or "unknown", 0) + 1
+    commits = Counter(i["commit"] or "unknown" for i in invocations if "commit" in i)
     lines = [
         f"Cost: {core_minutes:.0f} core-minutes (wall time x --parallel; reward workers not counted)"
         + (
