@@ -681,21 +681,32 @@ def plan(cfg):
 
 
 def core_minutes(job, cfg) -> float:
-    """A job's expected minutes on one core, two runs at once on the 2-core machine (measured on the
-    toy, runs without the periodic held-out eval a little less): math RL 30 steps 4 at 8 updates per
-    batch, 5.5 at 16; code RL 7 per 12 steps; SFT about 12 (twice train.sh's 2-process 6);
-    distill.py 2.5; eval.py 1 per 800 samples; tools/toy.py 0.5."""
+    """A job's expected minutes on one core, two runs at once on the 2-core machine: the mean
+    durations of the jobs of invocations 6-7 of the 2026-12-07 rerun (benchmarks/RESULTS.md).
+    Math RL, 30 steps: 3.6 at 8 updates per batch, 3.8 at 16. Code RL: 14 per 20 steps (every
+    sample's tests run in the sandbox). SFT 12.4 on mixed data (only-correct data: 6.8).
+    distill.py 2; tools/toy.py 0.13. eval.py: 1.5 per 4,000 math samples of up to 320 tokens (2.0
+    measured at 400), 12.8 per 1,000 code samples (each runs about 16 tests in the sandbox)."""
     tool = job["cmd"][0]
     cmd = job["cmd"]
+    code = any(a.startswith("--code_data=") for a in cmd)
     if tool == "gppo.py":
         steps = int([a for a in cmd if a.startswith("--steps=")][-1].split("=")[1])
         mini = int([a for a in cmd if a.startswith("--mini_batch_prompts=")][-1].split("=")[1])
-        code = any(a.startswith("--code_data=") for a in cmd)
-        per_30 = 7 * 30 / 12 if code else 2.5 + 3 * (cfg.prompts_per_step // mini) / 16
-        return per_30 * steps / 30
+        updates = cfg.prompts_per_step // mini
+        if code:
+            return 14 * steps / 20
+        return (3.4 + 0.025 * updates) * steps / 30
     if tool == "eval.py":
-        return max(0.5, job["problems"] * cfg.eval_k / 800)
-    return {"sft.py": 12, "distill.py": 2.5, "tools/toy.py": 0.5}[tool]
+        samples = job["problems"] * cfg.eval_k
+        if code:
+            return max(0.5, samples * 12.8 / 1000)
+        # generation: in proportion to the longest response allowed (the final evals: 320)
+        max_tokens = [int(a.split("=")[1]) for a in cmd if a.startswith("--max_tokens=")]
+        return max(0.5, samples * 1.5 / 4000 * (max_tokens or [320])[-1] / 320)
+    if tool == "sft.py" and job.get("name", "").startswith("sft-correct"):
+        return 6.8
+    return {"sft.py": 12.4, "distill.py": 2, "tools/toy.py": 0.13}[tool]
 
 
 def progress(job):

@@ -806,3 +806,46 @@ def test_an_invocation_on_a_state_from_before_the_record_keeps_it_and_adds_its_o
     assert state["invocations"][3] == {"wall_minutes": 30.0} and "commit" in state["invocations"][4]
     assert len(state["wall_minutes"]) == len(state["invocations"]) == 5
     assert not os.path.exists(path + ".tmp")
+
+
+def test_job_estimates_match_the_measured_durations_of_each_kind(tmp_path):
+    """--dry_run's cost comes from core_minutes(): for each kind of job of the default plan it must
+    be within 15% of the mean measured in the 2026-12-07 rerun (its logs' "done NAME in X min").
+    Before, an eval.py run on code was put at 1.2 minutes (measured 12.8: each sample runs its
+    tests in the sandbox) and one on math at 5 (measured 1.5)."""
+    measured = json.load(
+        open(os.path.join(ROOT, "experiments", "results", "ablate_job_minutes_2026-12-07.json"))
+    )["kinds"]
+    c = ablate.AblateConfig(out_dir=str(tmp_path))
+    jobs = ablate.plan(c)
+    # loss_off's runs join the plan after the pilot: one as dry_run estimates it
+    off = f"--mini_batch_prompts={c.prompts_per_step // c.off_updates}"
+    jobs.append(dict(name="gppo-off-s0", cmd=["gppo.py", "--steps=30", off]))
+
+    def kind(job):
+        cmd = job["cmd"]
+        code = any(a.startswith("--code_data=") for a in cmd)
+        if cmd[0] == "eval.py":
+            if code:
+                return "eval.py code (200 problems x 5)"
+            sft = job["name"].startswith("eval:")
+            return "eval.py math" + (", SFT models" if sft else "") + " (800 problems x 5)"
+        if cmd[0] == "gppo.py":
+            if code:
+                return "gppo.py code (20 steps)"
+            sixteen = job["name"].startswith("pilot") or "-off-" in job["name"]
+            return f"gppo.py math, {16 if sixteen else 8} updates (30 steps)"
+        if cmd[0] == "sft.py":
+            return "sft.py only-correct" if "correct" in job["name"] else "sft.py mixed"
+        return cmd[0]
+
+    seen = set()
+    for job in jobs:
+        if job["name"].startswith("pilot"):  # 15 steps, 5 runs: not measured as a kind
+            continue
+        mean = measured[kind(job)]["mean"]
+        # the logs give minutes to 0.1
+        estimate = ablate.core_minutes(job, c)
+        assert estimate == pytest.approx(mean, rel=0.15, abs=0.05), job["name"]
+        seen.add(kind(job))
+    assert seen == set(measured)
