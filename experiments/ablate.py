@@ -706,7 +706,8 @@ def core_minutes(job, cfg) -> float:
         return max(0.5, samples * 1.5 / 4000 * (max_tokens or [320])[-1] / 320)
     if tool == "sft.py" and job.get("name", "").startswith("sft-correct"):
         return 6.8
-    return {"sft.py": 12.4, "distill.py": 2, "tools/toy.py": 0.13}[tool]
+    # any other script (the scheduler's tests run stand-ins): a minute
+    return {"sft.py": 12.4, "distill.py": 2, "tools/toy.py": 0.13}.get(tool, 1.0)
 
 
 def progress(job):
@@ -722,29 +723,29 @@ def progress(job):
     return step / int(total[-1][0] or total[-1][1]) if total else None
 
 
-def eta(running, pending, durations, parallel):
-    """'running: A 40% (ETA 2.1 min), ...; all: ETA N min'. A kind of run (sft, gppo, eval) with
-    none finished yet is estimated from a running one; the total is left out while a pending kind
-    has no estimate."""
+def eta(running, pending, ratios, cfg):
+    """'running: A 40% (ETA 2.1 min), B (ETA ~12.8 min), ...; all: ETA N min'. A run's length is
+    its progress so far extrapolated, else (an evaluation, a run just started, a pending run)
+    core_minutes()'s estimate times how long this invocation's finished jobs took against theirs
+    (ratios: measured / estimated, one per finished job)."""
+    scale = statistics.fmean(ratios) if ratios else 1.0
     parts = []
     left = 0.0
-    guess = {k: statistics.fmean(v) for k, v in durations.items()}
     for j in running:
         f = progress(j)
         elapsed = time.time() - j["start"]
-        total = elapsed / f if f and f > 0.02 else guess.get(j["cmd"][0])
-        guess.setdefault(j["cmd"][0], total)
-        left += max(0.0, (total or 0) - elapsed)
+        measured = bool(f and f > 0.02)
+        total = elapsed / f if measured else core_minutes(j, cfg) * 60 * scale
+        left += max(0.0, total - elapsed)
+        minutes = max(0.0, total - elapsed) / 60
         parts.append(
-            f"{j['name']} {f:.0%} (ETA {(total - elapsed) / 60:.1f} min)"
-            if f and total
-            else j["name"]
+            f"{j['name']} {f:.0%} (ETA {minutes:.1f} min)"
+            if measured
+            else f"{j['name']} (ETA ~{minutes:.1f} min)"
         )
-    todo = [guess.get(j["cmd"][0]) for j in pending]
+    todo = sum(core_minutes(j, cfg) * 60 * scale for j in pending)
     return (
-        "running: "
-        + ", ".join(parts)
-        + ("" if None in todo else f"; all: ETA {(left + sum(todo)) / parallel / 60:.0f} min")
+        "running: " + ", ".join(parts) + f"; all: ETA {(left + todo) / cfg.parallel / 60:.0f} min"
     )
 
 
@@ -765,7 +766,7 @@ def run_jobs(jobs, cfg, deadline=None, replan=None):
     pending = [j for j in jobs if j["name"] not in finished]
     running = {}
     failed = set()
-    durations = {}
+    ratios = []  # each finished job: its minutes / core_minutes()'s estimate
     print(
         f"ablate: {len(jobs)} runs, {len(finished)} already done, {len(pending)} to run, {cfg.parallel} at once"
     )
@@ -806,7 +807,7 @@ def run_jobs(jobs, cfg, deadline=None, replan=None):
                 del running[name]
                 if p.returncode == 0 and j["done"]():
                     finished.add(name)
-                    durations.setdefault(j["cmd"][0], []).append(time.time() - j["start"])
+                    ratios.append((time.time() - j["start"]) / 60 / core_minutes(j, cfg))
                     print(
                         f"  done  {name} in {(time.time() - j['start']) / 60:.1f} min [{len(finished)}/{len(jobs)}]"
                     )
@@ -833,7 +834,7 @@ def run_jobs(jobs, cfg, deadline=None, replan=None):
                 last_print = time.time()
                 print(
                     f"[{(last_print - t0) / 60:.1f} min] {len(finished)}/{len(jobs)} done; "
-                    + eta([j for j, _ in running.values()], pending, durations, cfg.parallel)
+                    + eta([j for j, _ in running.values()], pending, ratios, cfg)
                 )
     finally:  # interrupted (Ctrl-C, kill): stop our children; their checkpoints stay for the resume
         for j, p in running.values():

@@ -849,3 +849,24 @@ def test_job_estimates_match_the_measured_durations_of_each_kind(tmp_path):
         assert estimate == pytest.approx(mean, rel=0.15, abs=0.05), job["name"]
         seen.add(kind(job))
     assert seen == set(measured)
+
+
+def test_the_eta_counts_each_pending_job_by_its_kind_scaled_by_this_invocation(
+    tmp_path, monkeypatch
+):
+    """The progress line's total: every pending job at its own estimate, scaled by how long the
+    finished jobs took against theirs. Before, a pending eval.py run on code was guessed at the
+    mean of the eval.py runs on math that had finished (1.5 minutes instead of 12.8)."""
+    c = cfg(tmp_path, parallel=2)
+    code = dict(name="eval_code:code-soft-s1", cmd=["eval.py", "--code_data=t.jsonl"], problems=200)
+    math_eval = dict(name="eval_final:gppo-s1", cmd=["eval.py", "--max_tokens=320"], problems=800)
+    estimates = [ablate.core_minutes(j, c) for j in (code, math_eval)]
+    assert estimates == pytest.approx([12.8, 1.5])
+    # finished jobs took twice their estimates; nothing runs
+    line = ablate.eta([], [code, math_eval], [1.5, 2.5], c)
+    assert line.endswith(f"all: ETA {round(2 * sum(estimates) / 2)} min"), line
+    # an evaluation running for a minute (no progress to read): its estimate less that minute
+    monkeypatch.setattr(ablate.time, "time", lambda: 1000.0)
+    running = dict(code, dir=str(tmp_path / "none"), steps=None, start=940.0)
+    line = ablate.eta([running], [], [], c)
+    assert "eval_code:code-soft-s1 (ETA ~11.8 min)" in line and line.endswith("all: ETA 6 min")
