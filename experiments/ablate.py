@@ -259,6 +259,7 @@ class AblateConfig:
         )
         counts = (
             min(self.seeds, self.sft_seeds, self.parallel, self.ckpt_every) < 1
+            or min(self.steps, self.code_steps, self.pilot_steps) < 1
             or self.eval_every < 0
         )
         if (
@@ -272,7 +273,8 @@ class AblateConfig:
             raise ValueError(
                 f"AblateConfig: arms must be a subset of {list(ARMS)} "
                 f"(unknown: {sorted(bad)}); "
-                "seeds, sft_seeds, parallel, ckpt_every >= 1, eval_every >= 0; (code_)prompts_per_step "
+                "seeds, sft_seeds, parallel, ckpt_every, steps, code_steps, pilot_steps >= 1, "
+                "eval_every >= 0; (code_)prompts_per_step "
                 "multiples of mini_batch_prompts; prompts_per_step a multiple of every sweep point "
                 f"{UPDATES}, of beta1_updates and of off_updates"
             )
@@ -711,41 +713,56 @@ def core_minutes(job, cfg) -> float:
 
 
 def progress(job):
-    """Fraction done of a running gppo.py or sft.py run (from its metrics and log), else None."""
+    """Fraction done of a gppo.py or sft.py run, started or resumed (from its metrics and log),
+    else None."""
     step = max(read_metrics(os.path.join(job["dir"], "metrics.jsonl")) or [0])
     if job["steps"]:
         return step / job["steps"]
+    log = os.path.join(job["dir"], "log.txt")
     total = (
-        re.findall(r"stopping after (\d+)|(\d+) steps\n", open(job["log"]).read())
-        if job["cmd"][0] == "sft.py"
+        re.findall(r"stopping after (\d+)|(\d+) steps\n", open(log).read())
+        if job["cmd"][0] == "sft.py" and os.path.exists(log)
         else []
     )
     return step / int(total[-1][0] or total[-1][1]) if total else None
 
 
-def eta(running, pending, ratios, cfg):
-    """'running: A 40% (ETA 2.1 min), B (ETA ~12.8 min), ...; all: ETA N min'. A run's length is
-    its progress so far extrapolated, else (an evaluation, a run just started, a pending run)
-    core_minutes()'s estimate times how long this invocation's finished jobs took against theirs
-    (ratios: measured / estimated, one per finished job)."""
-    scale = statistics.fmean(ratios) if ratios else 1.0
+def eta(running, pending, ratios, cfg, deadline=None):
+    """'running: A 40% (ETA 2.1 min), B (ETA ~12.8 min), ...; all planned: ETA N min'. A run's
+    time left is its progress in this launch extrapolated (a resumed run's steps before it do not
+    count), else (an evaluation, a run just started) core_minutes()'s estimate of what is left
+    times how long this invocation's finished jobs took against their estimates (ratios: pairs of
+    measured and estimated minutes). Pending runs count at the same scaled estimates, a resumed
+    one for its steps left; runs the plan adds later (loss_off's, after the pilot) are not in it."""
+    estimated = sum(e for _, e in ratios)
+    scale = sum(m for m, _ in ratios) / estimated if estimated > 0 else 1.0
     parts = []
     left = 0.0
     for j in running:
         f = progress(j)
+        before = j.get("start_progress") or 0.0
         elapsed = time.time() - j["start"]
-        measured = bool(f and f > 0.02)
-        total = elapsed / f if measured else core_minutes(j, cfg) * 60 * scale
-        left += max(0.0, total - elapsed)
-        minutes = max(0.0, total - elapsed) / 60
-        parts.append(
-            f"{j['name']} {f:.0%} (ETA {minutes:.1f} min)"
+        measured = bool(f and f - before > 0.02)
+        remaining = (
+            elapsed * (1 - f) / (f - before)
             if measured
-            else f"{j['name']} (ETA ~{minutes:.1f} min)"
+            else max(0.0, core_minutes(j, cfg) * (1 - before) * 60 * scale - elapsed)
         )
-    todo = sum(core_minutes(j, cfg) * 60 * scale for j in pending)
+        left += remaining
+        parts.append(
+            f"{j['name']} {f:.0%} (ETA {remaining / 60:.1f} min)"
+            if measured
+            else f"{j['name']} (ETA ~{remaining / 60:.1f} min)"
+        )
+    todo = sum(core_minutes(j, cfg) * (1 - (progress(j) or 0.0)) * 60 * scale for j in pending)
+    stop = ""
+    if deadline is not None:
+        after = (deadline - time.time()) / 60
+        stop = f"; no run starts after {after:.0f} more min" if after > 0 else "; no more starts"
     return (
-        "running: " + ", ".join(parts) + f"; all: ETA {(left + todo) / cfg.parallel / 60:.0f} min"
+        "running: "
+        + ", ".join(parts)
+        + f"; all planned: ETA {(left + todo) / cfg.parallel / 60:.0f} min{stop}"
     )
 
 
@@ -766,7 +783,7 @@ def run_jobs(jobs, cfg, deadline=None, replan=None):
     pending = [j for j in jobs if j["name"] not in finished]
     running = {}
     failed = set()
-    ratios = []  # each finished job: its minutes / core_minutes()'s estimate
+    ratios = []  # each finished job: (its minutes, core_minutes()'s estimate of what it had to do)
     print(
         f"ablate: {len(jobs)} runs, {len(finished)} already done, {len(pending)} to run, {cfg.parallel} at once"
     )
@@ -789,6 +806,9 @@ def run_jobs(jobs, cfg, deadline=None, replan=None):
                     os.makedirs(j["dir"], exist_ok=True)
                     j["log"] = os.path.join(j["dir"], "log.txt")
                     j["start"] = time.time()
+                    # a run resumed from its checkpoint (a stop saves its last step): what it had
+                    # done before this launch
+                    j["start_progress"] = progress(j)
                     cmd = [sys.executable, os.path.join(ROOT, j["cmd"][0]), *j["cmd"][1:]]
                     with open(j["log"], "a") as log:
                         log.write(f"$ {shlex.join(cmd)}\n")
@@ -807,9 +827,17 @@ def run_jobs(jobs, cfg, deadline=None, replan=None):
                 del running[name]
                 if p.returncode == 0 and j["done"]():
                     finished.add(name)
-                    ratios.append((time.time() - j["start"]) / 60 / core_minutes(j, cfg))
+                    minutes = (time.time() - j["start"]) / 60
+                    before = j.get("start_progress") or 0.0
+                    estimate = core_minutes(j, cfg) * (1 - before)
+                    ratios.append((minutes, estimate))
+                    resumed = (
+                        f" (resumed at step {round(before * j['steps'])} of {j['steps']})"
+                        if before and j["steps"]
+                        else ""
+                    )
                     print(
-                        f"  done  {name} in {(time.time() - j['start']) / 60:.1f} min [{len(finished)}/{len(jobs)}]"
+                        f"  done  {name} in {minutes:.1f} min{resumed} [{len(finished)}/{len(jobs)}]"
                     )
                     fresh = replan() if replan else []
                     known = {k["name"] for k in jobs}
@@ -834,7 +862,7 @@ def run_jobs(jobs, cfg, deadline=None, replan=None):
                 last_print = time.time()
                 print(
                     f"[{(last_print - t0) / 60:.1f} min] {len(finished)}/{len(jobs)} done; "
-                    + eta([j for j, _ in running.values()], pending, ratios, cfg)
+                    + eta([j for j, _ in running.values()], pending, ratios, cfg, deadline)
                 )
     finally:  # interrupted (Ctrl-C, kill): stop our children; their checkpoints stay for the resume
         for j, p in running.values():
@@ -1123,7 +1151,12 @@ def invocation_lines(cfg, invocations: list) -> tuple:
     did."""
     unknown = [i for i in invocations if "commit" not in i]
     core_minutes = sum(i["wall_minutes"] * i.get("parallel", cfg.parallel) for i in invocations)
-    commits = Counter(i["commit"] or "unknown" for i in invocations if "commit" in i)
+
+    def commits_of(invocation):  # "start -> end" where the checkout changed while it ran
+        ends = [invocation["commit_at_end"]] if "commit_at_end" in invocation else []
+        return " -> ".join(c or "unknown" for c in [invocation["commit"], *ends])
+
+    commits = Counter(commits_of(i) for i in invocations if "commit" in i)
     lines = [
         f"Cost: {core_minutes:.0f} core-minutes (wall time x --parallel; reward workers not counted)"
         + (
@@ -1154,13 +1187,17 @@ def report(cfg, wall_minutes, invocations=None):
         if cfg.metric == "on_policy"
         else f"held-out Avg@{cfg.rl_eval_k} at step {cfg.steps}"
     )
+    final = (
+        f"eval.py Avg@{cfg.eval_k} at T = 1 on {cfg.final_eval_problems} {kind} problems"
+        if cfg.final_eval_problems
+        else "none of the math runs (--final_eval_problems=0)"
+    )
     md = [
         f"# Countdown ablations: {cfg.seeds} seed(s), {cfg.steps} RL steps of {cfg.prompts_per_step} prompts x "
         f"{cfg.group_size} samples, {cfg.prompts_per_step // cfg.mini_batch_prompts} updates per step unless "
         f"labelled, lr {cfg.lr:g}",
         f"Mean ± std over seeds. Metric of the verdicts: {metric} ({kind} prompts; code: the fraction of samples "
-        f"passing every test). Held-out (final): eval.py Avg@{cfg.eval_k} at T = 1 on {cfg.final_eval_problems} "
-        f"{kind} problems (code: {cfg.eval_code_problems} programs). Wall time: {sum(wall_minutes):.0f} min in "
+        f"passing every test). Held-out (final): {final} (code: {cfg.eval_code_problems} programs). Wall time: {sum(wall_minutes):.0f} min in "
         f"{len(wall_minutes)} invocation(s). Command: `{shlex.join(sys.argv)}`",
         "",
         *cost,
@@ -1255,7 +1292,8 @@ def report(cfg, wall_minutes, invocations=None):
                 for s in seeds
             ]
             missing += [f"{name}-s{s}" for s in seeds if values[s] is None]
-            missing += [f"{name}-s{s} (held-out eval)" for s in seeds if held_out[s] is None]
+            if code or cfg.final_eval_problems:  # planned
+                missing += [f"{name}-s{s} (held-out eval)" for s in seeds if held_out[s] is None]
             series = {k: [curve(r, k) for r in records] for k in SWEEP_METRICS}
             stats = run_stats(series)
             done = sum(v is not None for v in values)
@@ -1434,10 +1472,12 @@ def dry_run(cfg):
         print(f"  {j['name']:<34} {core_minutes(j, cfg):5.1f} core-min  {shlex.join(j['cmd'])}")
     if waiting:
         print(
-            f"  + {waiting[0]} loss_off runs and their evals after the pilot: {waiting[1]:.0f} core-min"
+            f"  + {waiting[0]} loss_off runs{' and their evals' if cfg.final_eval_problems else ''}"
+            f" after the pilot: {waiting[1]:.0f} core-min"
         )
     total = minutes + (waiting[1] if waiting else 0)
-    later = f" (+ {2 * waiting[0]} after the pilot)" if waiting else ""
+    per_run = 2 if cfg.final_eval_problems else 1  # a run and its final eval
+    later = f" (+ {per_run * waiting[0]} after the pilot)" if waiting else ""
     print(
         f"ablate --dry_run: {len(todo)} of {len(jobs)} planned jobs to run{later}, about {total:.0f} core-minutes "
         f"({total / cfg.parallel / 60:.1f} h at {cfg.parallel} at once)"
@@ -1498,7 +1538,9 @@ def main(cfg):
     state["invocations"] += [
         dict(wall_minutes=w) for w in state["wall_minutes"][len(state["invocations"]) :]
     ]
-    commit = git_commit()  # the code that runs now, even if the checkout changes meanwhile
+    # the code that runs now; each run starts from the checkout, so a commit made meanwhile runs
+    # in the later ones (recorded below)
+    commit = git_commit()
     t0 = time.time()
     deadline = t0 + 60 * cfg.stop_after_minutes if cfg.stop_after_minutes else None
     try:  # planned again after each finished run: the pilot's choice adds the loss_off runs
@@ -1506,16 +1548,18 @@ def main(cfg):
     finally:
         wall = round((time.time() - t0) / 60, 2)
         state["wall_minutes"].append(wall)
-        state["invocations"].append(
-            dict(
-                wall_minutes=wall,
-                parallel=cfg.parallel,
-                commit=commit,
-                metric=cfg.metric,
-                untestable_share=cfg.untestable_share,
-                argv=sys.argv[1:],
-            )
+        invocation = dict(
+            wall_minutes=wall,
+            parallel=cfg.parallel,
+            commit=commit,
+            metric=cfg.metric,
+            untestable_share=cfg.untestable_share,
+            argv=sys.argv[1:],
         )
+        end_commit = git_commit()
+        if end_commit != commit:
+            invocation["commit_at_end"] = end_commit
+        state["invocations"].append(invocation)
         with open(state_path + ".tmp", "w") as f:  # a stop mid-write leaves the old state whole
             json.dump(state, f, indent=1)
         os.replace(state_path + ".tmp", state_path)

@@ -858,15 +858,98 @@ def test_the_eta_counts_each_pending_job_by_its_kind_scaled_by_this_invocation(
     finished jobs took against theirs. Before, a pending eval.py run on code was guessed at the
     mean of the eval.py runs on math that had finished (1.5 minutes instead of 12.8)."""
     c = cfg(tmp_path, parallel=2)
-    code = dict(name="eval_code:code-soft-s1", cmd=["eval.py", "--code_data=t.jsonl"], problems=200)
-    math_eval = dict(name="eval_final:gppo-s1", cmd=["eval.py", "--max_tokens=320"], problems=800)
+    none = str(tmp_path / "none")
+    code = dict(
+        name="eval_code:code-soft-s1",
+        dir=none,
+        steps=None,
+        cmd=["eval.py", "--code_data=t.jsonl"],
+        problems=200,
+    )
+    math_eval = dict(
+        name="eval_final:gppo-s1",
+        dir=none,
+        steps=None,
+        cmd=["eval.py", "--max_tokens=320"],
+        problems=800,
+    )
     estimates = [ablate.core_minutes(j, c) for j in (code, math_eval)]
     assert estimates == pytest.approx([12.8, 1.5])
-    # finished jobs took twice their estimates; nothing runs
-    line = ablate.eta([], [code, math_eval], [1.5, 2.5], c)
-    assert line.endswith(f"all: ETA {round(2 * sum(estimates) / 2)} min"), line
+    # finished jobs took twice their estimates (measured, estimated minutes); nothing runs
+    line = ablate.eta([], [code, math_eval], [(3.0, 2.0), (9.0, 4.0)], c)
+    assert line.endswith(f"all planned: ETA {round(2 * sum(estimates) / 2)} min"), line
     # an evaluation running for a minute (no progress to read): its estimate less that minute
     monkeypatch.setattr(ablate.time, "time", lambda: 1000.0)
-    running = dict(code, dir=str(tmp_path / "none"), steps=None, start=940.0)
-    line = ablate.eta([running], [], [], c)
-    assert "eval_code:code-soft-s1 (ETA ~11.8 min)" in line and line.endswith("all: ETA 6 min")
+    running = dict(code, start=940.0)
+    line = ablate.eta([running], [], [], c, deadline=1000.0 + 25 * 60)
+    assert "eval_code:code-soft-s1 (ETA ~11.8 min)" in line
+    assert line.endswith("all planned: ETA 6 min; no run starts after 25 more min"), line
+
+
+def test_the_eta_of_a_resumed_run_counts_only_what_this_launch_did(tmp_path, monkeypatch):
+    """A run resumed at step 12 of 20 that did steps 13-14 in its first minute has 6 steps, 3
+    minutes, left (before: its 70% was taken as the first minute's work, 0.4 minutes left); a
+    pending resumed run counts for its steps left."""
+    c = cfg(tmp_path, parallel=1)
+    d = tmp_path / "code-binary-s0"
+    cmd = ["gppo.py", "--code_data=c.jsonl", "--steps=20", "--mini_batch_prompts=1"]
+    job = dict(name="code-binary-s0", dir=str(d), steps=20, cmd=cmd)
+    write_jsonl(str(d / "metrics.jsonl"), [{"step": s} for s in range(1, 13)])
+    monkeypatch.setattr(ablate.time, "time", lambda: 1000.0)
+    job.update(start=940.0, start_progress=ablate.progress(job))
+    write_jsonl(str(d / "metrics.jsonl"), [{"step": s} for s in range(1, 15)])
+    line = ablate.eta([job], [], [], c)
+    assert "code-binary-s0 70% (ETA 3.0 min)" in line and line.endswith("ETA 3 min"), line
+    # not started in this invocation: 6 of its 20 steps left, at 14 minutes per 20
+    assert ablate.eta([], [job], [], c).endswith(f"ETA {round(14 * 6 / 20)} min")
+
+
+def test_a_resumed_run_says_so_when_done(tmp_path, capsys):
+    """'done NAME in X min' of a run resumed at step 2 of 4 says so: its minutes are this launch's
+    (before, a resumed run looked like a whole run done in a fraction of its time)."""
+    script = tmp_path / "stand_in.py"
+    script.write_text(STAND_IN)
+    d = tmp_path / "runs" / "r"
+    write_jsonl(str(d / "metrics.jsonl"), [{"step": 1}, {"step": 2}])
+    job = dict(
+        name="r",
+        dir=str(d),
+        cmd=[str(script), str(d), "ok"],
+        after=[],
+        steps=4,
+        done=lambda: os.path.exists(os.path.join(str(d), "done")),
+    )
+    assert ablate.run_jobs([job], ablate.AblateConfig(parallel=1)) == set()
+    assert "(resumed at step 2 of 4) [1/1]" in capsys.readouterr().out
+
+
+def test_without_final_evals_a_finished_ablation_is_not_called_incomplete(tmp_path, capsys):
+    """--final_eval_problems=0 plans no held-out evaluation of the math runs: a report whose runs
+    are all done must not open with "Incomplete" for evaluations never planned (before: it named
+    each run's "held-out eval"), and the dry run adds one job per loss_off run, not two."""
+    c = cfg(tmp_path, arms="filter", seeds=2, steps=20, final_eval_problems=0)
+    runs = os.path.join(c.out_dir, "runs")
+    for s in range(2):
+        for name in ("gppo", "nofilter"):
+            synthetic_run(runs, name, s, lambda k, s=s: 0.3 + s / 10)
+    ablate.report(c, [1.0])
+    md = open(os.path.join(c.out_dir, "ablation.md")).read()
+    assert "Incomplete" not in md and "none of the math runs (--final_eval_problems=0)" in md
+    ablate.dry_run(cfg(tmp_path / "dry", arms="loss_off", seeds=2, final_eval_problems=0))
+    out = capsys.readouterr().out
+    assert "+ 10 loss_off runs after the pilot" in out and "(+ 10 after the pilot)" in out
+
+
+def test_an_invocation_whose_checkout_changed_while_it_ran_records_both_commits(
+    tmp_path, monkeypatch
+):
+    """Each run starts from the checkout: a commit made while an invocation runs is the code of its
+    later runs, so the record and the report name both commits (before: only the first)."""
+    c = cfg(tmp_path, arms="alpha", seeds=1, parallel=1)
+    commits = iter(["abc1234", "def5678"])
+    monkeypatch.setattr(ablate, "git_commit", lambda: next(commits))
+    monkeypatch.setattr(ablate, "run_jobs", lambda *a, **k: set())
+    ablate.main(c)
+    (record,) = json.load(open(os.path.join(c.out_dir, "ablate_state.json")))["invocations"]
+    assert (record["commit"], record["commit_at_end"]) == ("abc1234", "def5678")
+    assert "Commits: abc1234 -> def5678 (1)." in open(os.path.join(c.out_dir, "ablation.md")).read()
