@@ -33,7 +33,8 @@ Interrupted? Run the same command again: finished runs are skipped, unfinished o
 their checkpoint, seeds run in order (every arm's seed 0, then seed 1, ...), so a partial result is
 still paired; a larger --steps or --seeds extends; other changed options need a new --out_dir.
 Writes out_dir/ablation.md (the tables and verdicts), ablation.json (every seed's curves) and
-ablation.png (if matplotlib is importable).
+ablation.png (if matplotlib is importable); experiments/readme_table.py makes the README's verdict
+table from ablation.json.
 """
 
 import json

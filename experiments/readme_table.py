@@ -1,0 +1,141 @@
+"""The README's verdict table of an ablation, made from its ablation.json (experiments/ablate.py), so
+that every number the README shows is one the JSON holds.
+
+One row per claim: the paired seeds and degrees of freedom, the effect (favoured − other, on the
+claim's metric) with its unadjusted 95% interval and its Holm-level interval (the level of the Holm
+step that decided it: it excludes 0 exactly when the claim is resolved), the treatment check (the
+share of the gradient's per-token coefficients that falls on clipped tokens, low + high side, each
+arm's mean over seeds: where both are under the threshold a clipping claim is untestable), and the
+verdict. In the README the table sits between the two marker lines below; --write replaces what is
+between them, and without it the README's table is checked against the JSON (exit 1 if they differ).
+
+    python experiments/readme_table.py --results=experiments/results/ablate_2026-12-07/ablation.json
+    python experiments/readme_table.py --results=... --readme=README.md --write=true   # put it there
+    python experiments/readme_table.py --results=... --readme=README.md                # check it
+"""
+
+import json
+import os
+import sys
+from dataclasses import dataclass
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+from parts.cli import parse_config  # noqa: E402
+
+BEGIN = "<!-- ablation table: made by experiments/readme_table.py from {results}; edit the JSON, not this -->"
+END = "<!-- end of the ablation table -->"
+# the paper's figure or table behind each arm's claims (arXiv 2508.07629)
+PAPER = {
+    "loss": "Fig. 2",
+    "loss_off": "Fig. 2, off-policy",
+    "alpha": "Table 6",
+    "filter": "Fig. 5",
+    "code": "Fig. 3",
+    "sft_easy": "Table 2",
+    "sft_hard": "Table 2",
+}
+# a claim's arm in ablation.json's "arms" (the sft claims read the sft arm, which logs no update)
+ARM_OF = {"sft_easy": "sft", "sft_hard": "sft"}
+
+
+@dataclass
+class ReadmeTableConfig:
+    # fmt: off
+    results: str = ""    # an ablation.json (experiments/ablate.py's), as committed under experiments/results/
+    readme: str = ""     # a README holding the marker lines; empty = print the table
+    write: bool = False  # replace the README's table (else check it: exit 1 if it differs)
+    # fmt: on
+
+    def __post_init__(self):
+        if not self.results:
+            raise ValueError("give --results=PATH (an ablation.json)")
+
+
+def signed(x: float) -> str:
+    return f"{x:+.3f}".replace("-", "−")
+
+
+def interval(lo_hi) -> str:
+    lo, hi = lo_hi
+    return f"[{signed(lo)}, {signed(hi)}]"
+
+
+def share_cell(out: dict, arm: str, favoured: str, other: str) -> str:
+    """'a / b': each arm's clipped tokens' share of the gradient's coefficients, %, mean over seeds;
+    '—' for an arm that logs none (the SFT data)."""
+    variants = out["arms"].get(ARM_OF.get(arm, arm), {})
+    shares = []
+    for label in (favoured, other):
+        stats = variants.get(label, {}).get("stats", {})
+        if "share_low_pct" not in stats:
+            return "—"
+        shares.append(stats["share_low_pct"][0] + stats["share_high_pct"][0])
+    return " / ".join(f"{s:.2f}" for s in shares)
+
+
+def table(out: dict) -> list[str]:
+    """The markdown lines of the verdict table of ablation.json's `out`."""
+    family = max((v.get("family_size", 0) for v in out["verdicts"]), default=0)
+    lines = [
+        f"| claim (paper) | seeds (df) | effect, 95% interval | Holm-level interval ({family} claims) | "
+        "gradient share on clipped tokens, % | verdict |",
+        "|---|---|---|---|---|---|",
+    ]
+    for v in out["verdicts"]:
+        arm, rest = v["claim"].split(": ", 1)
+        favoured, other = rest.split(" > ")
+        seeds = f"{v['n']} ({v['df']})" if "n" in v else "—"
+        effect = f"{signed(v['effect'])} {interval(v['ci95'])}" if "effect" in v else "—"
+        holm = (
+            f"{interval(v['ci_holm'])} at {100 * (1 - v['level']):.2f}%" if "ci_holm" in v else "—"
+        )
+        verdict = v["verdict"]
+        if verdict in ("reproduced", "reversed"):
+            verdict = f"**{verdict}**"
+        lines.append(
+            f"| {v['claim']} ({PAPER.get(arm, '—')}) | {seeds} | {effect} | {holm} | "
+            f"{share_cell(out, arm, favoured, other)} | {verdict} |"
+        )
+    return lines
+
+
+def block(out: dict, results: str) -> str:
+    return "\n".join([BEGIN.format(results=results), *table(out), END])
+
+
+def main(cfg: ReadmeTableConfig) -> int:
+    try:
+        out = json.load(open(cfg.results))
+    except (OSError, ValueError) as error:
+        print(f"error: {cfg.results}: {error}", file=sys.stderr)
+        return 2
+    made = block(out, os.path.relpath(os.path.abspath(cfg.results), ROOT))
+    if not cfg.readme:
+        print(made)
+        return 0
+    text = open(cfg.readme).read()
+    start = text.find(BEGIN.split("{results}")[0])
+    end = text.find(END)
+    if start < 0 or end < start:
+        print(f"error: {cfg.readme}: no ablation table between its marker lines", file=sys.stderr)
+        return 2
+    shown = text[start : end + len(END)]
+    if cfg.write:
+        with open(cfg.readme, "w") as f:
+            f.write(text[:start] + made + text[end + len(END) :])
+        print(f"wrote the table into {cfg.readme}")
+        return 0
+    if shown != made:
+        print(
+            f"{cfg.readme}: its ablation table differs from {cfg.results}'s; "
+            "rerun with --write=true",
+            file=sys.stderr,
+        )
+        return 1
+    print(f"{cfg.readme}: its ablation table is {cfg.results}'s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(parse_config(ReadmeTableConfig)))
