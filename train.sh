@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole Klear-Reasoner pipeline: long-CoT SFT -> GPPO RL -> evaluation of both models, one table.
 #
-#   bash train.sh quick           # a first run: every stage of the toy once, small, 2-5 min on 2 cores (out/quick)
+#   bash train.sh quick           # a first run: every stage of the toy once, small, 1.5-5 min on 2 cores (out/quick)
 #   bash train.sh                 # the Countdown toy on a CPU (a tiny model from scratch): ~23 min on 2 cores
 #   TOY=sums bash train.sh        # the old toy, multi-digit sums (docs/toy_sums.md)
 #   bash train.sh ablate          # the paper's ablations in miniature on Countdown, 8 paired seeds per arm; resumes,
