@@ -713,19 +713,40 @@ def core_minutes(job, cfg) -> float:
     return {"sft.py": 12.4, "distill.py": 2, "tools/toy.py": 0.13}.get(tool, 1.0)
 
 
-def progress(job):
-    """Fraction done of a gppo.py or sft.py run, started or resumed (from its metrics and log),
-    else None."""
-    step = max(read_metrics(os.path.join(job["dir"], "metrics.jsonl")) or [0])
+def total_steps(job) -> int | None:
+    """The steps of a gppo.py run, or of an sft.py run once its log has said them; else None."""
     if job["steps"]:
-        return step / job["steps"]
+        return job["steps"]
     log = os.path.join(job["dir"], "log.txt")
     total = (
         re.findall(r"stopping after (\d+)|(\d+) steps\n", open(log).read())
         if job["cmd"][0] == "sft.py" and os.path.exists(log)
         else []
     )
-    return step / int(total[-1][0] or total[-1][1]) if total else None
+    return int(total[-1][0] or total[-1][1]) if total else None
+
+
+def progress(job):
+    """Fraction done of a gppo.py or sft.py run (its metrics' last step), else None."""
+    total = total_steps(job)
+    step = max(read_metrics(os.path.join(job["dir"], "metrics.jsonl")) or [0])
+    return step / total if total else None
+
+
+def resumes_at(job) -> int:
+    """The step a run starts from when launched: its newest complete checkpoint's (a stop saves
+    one at its last step; after a kill, the steps logged since the last checkpoint are done
+    again), 0 without one."""
+    from parts.trainer import newest_checkpoint  # imports torch: only once runs are launched
+
+    newest = newest_checkpoint(os.path.join(job["dir"], "checkpoint"))
+    return newest[0] if newest else 0
+
+
+def done_before(job) -> float:
+    """Fraction of a run done before its launch (resumes_at over its steps)."""
+    total = total_steps(job)
+    return min(1.0, resumes_at(job) / total) if total else 0.0
 
 
 def eta(running, pending, ratios, cfg, deadline=None):
@@ -755,7 +776,7 @@ def eta(running, pending, ratios, cfg, deadline=None):
             if measured
             else f"{j['name']} (ETA ~{remaining / 60:.1f} min)"
         )
-    todo = sum(core_minutes(j, cfg) * (1 - (progress(j) or 0.0)) * 60 * scale for j in pending)
+    todo = sum(core_minutes(j, cfg) * (1 - done_before(j)) * 60 * scale for j in pending)
     stop = ""
     if deadline is not None:
         after = (deadline - time.time()) / 60
@@ -807,9 +828,8 @@ def run_jobs(jobs, cfg, deadline=None, replan=None):
                     os.makedirs(j["dir"], exist_ok=True)
                     j["log"] = os.path.join(j["dir"], "log.txt")
                     j["start"] = time.time()
-                    # a run resumed from its checkpoint (a stop saves its last step): what it had
-                    # done before this launch
-                    j["start_progress"] = progress(j)
+                    # a run resumed from its checkpoint: what it had done before this launch
+                    j["start_progress"] = done_before(j)
                     cmd = [sys.executable, os.path.join(ROOT, j["cmd"][0]), *j["cmd"][1:]]
                     with open(j["log"], "a") as log:
                         log.write(f"$ {shlex.join(cmd)}\n")
@@ -833,8 +853,8 @@ def run_jobs(jobs, cfg, deadline=None, replan=None):
                     estimate = core_minutes(j, cfg) * (1 - before)
                     ratios.append((minutes, estimate))
                     resumed = (
-                        f" (resumed at step {round(before * j['steps'])} of {j['steps']})"
-                        if before and j["steps"]
+                        f" (resumed at step {round(before * total_steps(j))} of {total_steps(j)})"
+                        if before
                         else ""
                     )
                     print(

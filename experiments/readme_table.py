@@ -1,5 +1,5 @@
-"""The README's verdict table of an ablation, made from its ablation.json (experiments/ablate.py), so
-that every number the README shows is one the JSON holds.
+"""The README's verdict table of an ablation, made from its ablation.json (experiments/ablate.py),
+so that every number the README shows is one the JSON holds.
 
 One row per claim: the paired seeds and degrees of freedom, the effect (favoured − other, on the
 claim's metric) with its unadjusted 95% interval and its Holm-level interval (the level of the Holm
@@ -10,8 +10,8 @@ verdict. In the README the table sits between the two marker lines below; --writ
 between them, and without it the README's table is checked against the JSON (exit 1 if they differ).
 
     python experiments/readme_table.py --results=experiments/results/ablate_2026-12-07/ablation.json
-    python experiments/readme_table.py --results=... --readme=README.md --write=true   # put it there
-    python experiments/readme_table.py --results=... --readme=README.md                # check it
+    python experiments/readme_table.py --results=... --readme=README.md --write=true  # put it there
+    python experiments/readme_table.py --results=... --readme=README.md               # check it
 """
 
 import json
@@ -23,7 +23,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 from parts.cli import parse_config  # noqa: E402
 
-BEGIN = "<!-- ablation table: made by experiments/readme_table.py from {results}; edit the JSON, not this -->"
+BEGIN = (
+    "<!-- ablation table: made by experiments/readme_table.py from {results}; "
+    "edit the JSON, not this -->"
+)
 END = "<!-- end of the ablation table -->"
 # the paper's figure or table behind each arm's claims (arXiv 2508.07629)
 PAPER = {
@@ -35,6 +38,9 @@ PAPER = {
     "sft_easy": "Table 2",
     "sft_hard": "Table 2",
 }
+# the β1 claims test the authors' later advice (β1 = 0.25-0.5 against entropy collapse), not the
+# paper
+AUTHORS = "the authors"
 # a claim's arm in ablation.json's "arms" (the sft claims read the sft arm, which logs no update)
 ARM_OF = {"sft_easy": "sft", "sft_hard": "sft"}
 
@@ -42,7 +48,7 @@ ARM_OF = {"sft_easy": "sft", "sft_hard": "sft"}
 @dataclass
 class ReadmeTableConfig:
     # fmt: off
-    results: str = ""    # an ablation.json (experiments/ablate.py's), as committed under experiments/results/
+    results: str = ""    # an ablation.json of experiments/ablate.py's, in experiments/results/
     readme: str = ""     # a README holding the marker lines; empty = print the table
     write: bool = False  # replace the README's table (else check it: exit 1 if it differs)
     # fmt: on
@@ -78,7 +84,8 @@ def table(out: dict) -> list[str]:
     """The markdown lines of the verdict table of ablation.json's `out`."""
     family = max((v.get("family_size", 0) for v in out["verdicts"]), default=0)
     lines = [
-        f"| claim (paper) | seeds (df) | effect, 95% interval | Holm-level interval ({family} claims) | "
+        "| claim (paper) | seeds (df) | effect, 95% interval | "
+        f"Holm-level interval (family of {family} testable claims) | "
         "gradient share on clipped tokens, % | verdict |",
         "|---|---|---|---|---|---|",
     ]
@@ -93,8 +100,9 @@ def table(out: dict) -> list[str]:
         verdict = v["verdict"]
         if verdict in ("reproduced", "reversed"):
             verdict = f"**{verdict}**"
+        source = AUTHORS if "β1" in favoured else PAPER.get(arm, "—")
         lines.append(
-            f"| {v['claim']} ({PAPER.get(arm, '—')}) | {seeds} | {effect} | {holm} | "
+            f"| {v['claim']} ({source}) | {seeds} | {effect} | {holm} | "
             f"{share_cell(out, arm, favoured, other)} | {verdict} |"
         )
     return lines
@@ -107,26 +115,39 @@ def block(out: dict, results: str) -> str:
 def main(cfg: ReadmeTableConfig) -> int:
     try:
         out = json.load(open(cfg.results))
+        made = block(out, os.path.relpath(os.path.abspath(cfg.results), ROOT))
     except (OSError, ValueError) as error:
         print(f"error: {cfg.results}: {error}", file=sys.stderr)
         return 2
-    made = block(out, os.path.relpath(os.path.abspath(cfg.results), ROOT))
+    except (KeyError, TypeError) as error:  # not an ablation.json of experiments/ablate.py's
+        print(f"error: {cfg.results}: no ablation verdicts ({error!r})", file=sys.stderr)
+        return 2
     if not cfg.readme:
         print(made)
         return 0
-    text = open(cfg.readme).read()
-    start = text.find(BEGIN.split("{results}")[0])
-    end = text.find(END)
-    if start < 0 or end < start:
-        print(f"error: {cfg.readme}: no ablation table between its marker lines", file=sys.stderr)
+    try:
+        # newline="": a README with CRLF line ends keeps them
+        text = open(cfg.readme, newline="").read()
+    except OSError as error:
+        print(f"error: {cfg.readme}: {error}", file=sys.stderr)
+        return 2
+    opening = BEGIN.split("{results}")[0]
+    start = text.find(opening)
+    end = text.find(END, start)
+    if start < 0 or end < 0 or text.count(opening) > 1:
+        print(
+            f"error: {cfg.readme}: needs exactly one ablation table between its marker lines",
+            file=sys.stderr,
+        )
         return 2
     shown = text[start : end + len(END)]
     if cfg.write:
-        with open(cfg.readme, "w") as f:
-            f.write(text[:start] + made + text[end + len(END) :])
+        ends = made.replace("\n", "\r\n") if "\r\n" in text else made
+        with open(cfg.readme, "w", newline="") as f:
+            f.write(text[:start] + ends + text[end + len(END) :])
         print(f"wrote the table into {cfg.readme}")
         return 0
-    if shown != made:
+    if shown.replace("\r\n", "\n") != made:
         print(
             f"{cfg.readme}: its ablation table differs from {cfg.results}'s; "
             "rerun with --write=true",

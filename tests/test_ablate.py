@@ -886,31 +886,53 @@ def test_the_eta_counts_each_pending_job_by_its_kind_scaled_by_this_invocation(
     assert line.endswith("all planned: ETA 6 min; no run starts after 25 more min"), line
 
 
+def checkpoint(run_dir, step: int):
+    """A complete checkpoint of `step` as parts/trainer.py's Checkpointer leaves it (the files
+    newest_checkpoint looks for)."""
+    path = os.path.join(str(run_dir), "checkpoint", f"step-{step}")
+    os.makedirs(path)
+    for name in (".metadata", "trainer_state.json"):
+        open(os.path.join(path, name), "w").close()
+
+
 def test_the_eta_of_a_resumed_run_counts_only_what_this_launch_did(tmp_path, monkeypatch):
     """A run resumed at step 12 of 20 that did steps 13-14 in its first minute has 6 steps, 3
-    minutes, left (before: its 70% was taken as the first minute's work, 0.4 minutes left); a
-    pending resumed run counts for its steps left."""
+    minutes, left (before: its 70% was taken as the first minute's work, 0.4 minutes left). It
+    resumes from its checkpoint, not from its metrics' last step (after a kill they run past it).
+    Just launched, it counts at its estimate for the steps left; pending, the same."""
     c = cfg(tmp_path, parallel=1)
     d = tmp_path / "code-binary-s0"
     cmd = ["gppo.py", "--code_data=c.jsonl", "--steps=20", "--mini_batch_prompts=1"]
     job = dict(name="code-binary-s0", dir=str(d), steps=20, cmd=cmd)
-    write_jsonl(str(d / "metrics.jsonl"), [{"step": s} for s in range(1, 13)])
+    # killed at step 15, its last checkpoint of step 12
+    write_jsonl(str(d / "metrics.jsonl"), [{"step": s} for s in range(1, 16)])
+    checkpoint(d, 12)
+    assert ablate.done_before(job) == pytest.approx(0.6)
     monkeypatch.setattr(ablate.time, "time", lambda: 1000.0)
-    job.update(start=940.0, start_progress=ablate.progress(job))
+    job.update(start=940.0, start_progress=ablate.done_before(job))
+    # the rerun cut its metrics back to step 12 and has done 13-14
     write_jsonl(str(d / "metrics.jsonl"), [{"step": s} for s in range(1, 15)])
     line = ablate.eta([job], [], [], c)
     assert "code-binary-s0 70% (ETA 3.0 min)" in line and line.endswith("ETA 3 min"), line
-    # not started in this invocation: 6 of its 20 steps left, at 14 minutes per 20
-    assert ablate.eta([], [job], [], c).endswith(f"ETA {round(14 * 6 / 20)} min")
+    # just launched (nothing done in this launch yet): 8 steps at 14 minutes per 20, less a minute
+    write_jsonl(str(d / "metrics.jsonl"), [{"step": s} for s in range(1, 13)])
+    line = ablate.eta([job], [], [], c)
+    assert f"code-binary-s0 (ETA ~{14 * 8 / 20 - 1:.1f} min)" in line, line
+    # not started in this invocation: 8 of its 20 steps left
+    assert ablate.eta([], [job], [], c).endswith(f"ETA {round(14 * 8 / 20)} min")
+    # past --stop_after_minutes' deadline: the line says no run will start
+    assert ablate.eta([], [job], [], c, deadline=999.0).endswith("; no more starts")
 
 
 def test_a_resumed_run_says_so_when_done(tmp_path, capsys):
-    """'done NAME in X min' of a run resumed at step 2 of 4 says so: its minutes are this launch's
-    (before, a resumed run looked like a whole run done in a fraction of its time)."""
+    """'done NAME in X min' of a run resumed at step 2 of 4 (its checkpoint's) says so: its minutes
+    are this launch's (before, a resumed run looked like a whole run done in a fraction of its
+    time)."""
     script = tmp_path / "stand_in.py"
     script.write_text(STAND_IN)
     d = tmp_path / "runs" / "r"
     write_jsonl(str(d / "metrics.jsonl"), [{"step": 1}, {"step": 2}])
+    checkpoint(d, 2)
     job = dict(
         name="r",
         dir=str(d),
@@ -953,3 +975,11 @@ def test_an_invocation_whose_checkout_changed_while_it_ran_records_both_commits(
     (record,) = json.load(open(os.path.join(c.out_dir, "ablate_state.json")))["invocations"]
     assert (record["commit"], record["commit_at_end"]) == ("abc1234", "def5678")
     assert "Commits: abc1234 -> def5678 (1)." in open(os.path.join(c.out_dir, "ablation.md")).read()
+
+
+@pytest.mark.parametrize("field", ["steps", "code_steps", "pilot_steps"])
+def test_a_run_of_no_steps_is_refused(field):
+    """A run of 0 steps would be estimated at 0 minutes (and could not report progress): refused
+    with the rule that names it."""
+    with pytest.raises(ValueError, match=f"{field}.*>= 1"):
+        ablate.AblateConfig(**{field: 0})

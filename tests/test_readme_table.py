@@ -18,7 +18,11 @@ def stats(low: float, high: float) -> dict:
 
 RESULTS = {
     "arms": {
-        "loss": {"GPPO": stats(0.10, 0.05), "GRPO": stats(0.0, 0.01)},
+        "loss": {
+            "GPPO": stats(0.10, 0.05),
+            "GRPO": stats(0.0, 0.01),
+            "GPPO β1=0.5": stats(1.5, 0.25),
+        },
         "code": {"soft": stats(0.02, 0.0), "binary": stats(0.01, 0.0)},
         "sft": {"a": {"per_seed": {}}, "b": {"per_seed": {}}},
     },
@@ -43,6 +47,17 @@ RESULTS = {
             "verdict": "reproduced",
         },
         {
+            "claim": "loss: GPPO β1=0.5 > GPPO",
+            "n": 8,
+            "df": 7,
+            "effect": -0.2,
+            "ci95": [-0.3, -0.1],
+            "ci_holm": [-0.35, -0.05],
+            "level": 0.0125,
+            "family_size": 2,
+            "verdict": "reversed",
+        },
+        {
             "claim": "sft_easy: a > b",
             "n": 5,
             "df": 4,
@@ -56,13 +71,16 @@ RESULTS = {
     ],
 }
 ROWS = [
-    "| claim (paper) | seeds (df) | effect, 95% interval | Holm-level interval (2 claims) | "
+    "| claim (paper) | seeds (df) | effect, 95% interval | "
+    "Holm-level interval (family of 2 testable claims) | "
     "gradient share on clipped tokens, % | verdict |",
     "|---|---|---|---|---|---|",
     "| loss: GPPO > GRPO (Fig. 2) | 8 (7) | −0.012 [−0.050, +0.025] | — | 0.15 / 0.01 | "
     "untestable in this regime (clipped tokens carry 0.15% of ...) |",
     "| code: soft > binary (Fig. 3) | 8 (7) | +0.046 [+0.020, +0.071] | [+0.005, +0.086] at 97.50% | "
     "0.02 / 0.01 | **reproduced** |",
+    "| loss: GPPO β1=0.5 > GPPO (the authors) | 8 (7) | −0.200 [−0.300, −0.100] | "
+    "[−0.350, −0.050] at 98.75% | 1.75 / 0.15 | **reversed** |",
     "| sft_easy: a > b (Table 2) | 5 (4) | +0.100 [−0.200, +0.400] | [−0.300, +0.500] at 95.00% | — | "
     "not resolved (minimum detectable effect 0.452 at 80% power) |",
 ]
@@ -87,11 +105,12 @@ def test_the_readme_check_fails_when_the_readme_and_the_json_differ(tmp_path):
     path.write_text(json.dumps(RESULTS))
     readme = tmp_path / "README.md"
     # the markers as a README holds them, with an older table between them
-    readme.write_text(
+    before = (
         "# x\n\ntext before\n"
         "<!-- ablation table: made by experiments/readme_table.py from old.json; edit the JSON, not "
         "this -->\n| old |\n<!-- end of the ablation table -->\ntext after\n"
     )
+    readme.write_text(before)
     assert run(f"--results={path}", f"--readme={readme}").returncode == 1
     assert run(f"--results={path}", f"--readme={readme}", "--write=true").returncode == 0
     text = readme.read_text()
@@ -104,8 +123,26 @@ def test_the_readme_check_fails_when_the_readme_and_the_json_differ(tmp_path):
     path.write_text(json.dumps(changed))
     failed = run(f"--results={path}", f"--readme={readme}")
     assert failed.returncode == 1 and "differs" in failed.stderr
-    # a README without the markers, a missing JSON: one line, exit 2
-    readme.write_text("# no table\n")
-    assert run(f"--results={path}", f"--readme={readme}").returncode == 2
-    missing = run(f"--results={tmp_path / 'none.json'}")
-    assert missing.returncode == 2 and missing.stderr.count("\n") == 1
+    # a README with CRLF line ends keeps them
+    path.write_text(json.dumps(RESULTS))
+    readme.write_bytes(before.replace("\n", "\r\n").encode())
+    assert run(f"--results={path}", f"--readme={readme}").returncode == 1
+    assert run(f"--results={path}", f"--readme={readme}", "--write=true").returncode == 0
+    assert readme.read_bytes() == text.replace("\n", "\r\n").encode()
+    assert run(f"--results={path}", f"--readme={readme}").returncode == 0
+    # bad input: one line, exit 2. No markers, two tables (the second could be stale), no README,
+    # no JSON, a JSON without verdicts
+    two = text.replace("text after", text)
+    for bad_readme in ("# no table\n", two):
+        readme.write_text(bad_readme)
+        failed = run(f"--results={path}", f"--readme={readme}")
+        assert failed.returncode == 2 and failed.stderr.count("\n") == 1, failed.stderr
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"arms": {}}))
+    for args in (
+        [f"--results={path}", f"--readme={tmp_path / 'none.md'}"],
+        [f"--results={tmp_path / 'none.json'}"],
+        [f"--results={other}"],
+    ):
+        failed = run(*args)
+        assert failed.returncode == 2 and failed.stderr.count("\n") == 1, failed.stderr
