@@ -1477,7 +1477,9 @@ def dry_run(cfg):
     effects."""
     jobs = plan(cfg)
     todo = [j for j in jobs if not j["done"]()]
-    minutes = sum(core_minutes(j, cfg) for j in todo)
+    # a run resumed from a checkpoint: its steps left
+    left = {j["name"]: core_minutes(j, cfg) * (1 - done_before(j)) for j in todo}
+    minutes = sum(left.values())
     waiting = []
     # planned after the pilot
     if "loss_off" in cfg.arms.split(",") and off_policy_lr(cfg)[0] is None:
@@ -1490,7 +1492,7 @@ def dry_run(cfg):
         )
         waiting = [len(ARMS["loss_off"][1]) * cfg.seeds, len(ARMS["loss_off"][1]) * cfg.seeds * one]
     for j in todo:
-        print(f"  {j['name']:<34} {core_minutes(j, cfg):5.1f} core-min  {shlex.join(j['cmd'])}")
+        print(f"  {j['name']:<34} {left[j['name']]:5.1f} core-min  {shlex.join(j['cmd'])}")
     if waiting:
         print(
             f"  + {waiting[0]} loss_off runs{' and their evals' if cfg.final_eval_problems else ''}"

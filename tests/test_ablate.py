@@ -983,3 +983,13 @@ def test_a_run_of_no_steps_is_refused(field):
     with the rule that names it."""
     with pytest.raises(ValueError, match=f"{field}.*>= 1"):
         ablate.AblateConfig(**{field: 0})
+
+
+def test_the_dry_run_counts_a_resumed_run_for_its_steps_left(tmp_path, capsys):
+    """A run with a checkpoint at step 15 of 30 costs half its estimate in --dry_run's total."""
+    c = cfg(tmp_path, arms="filter", seeds=1, final_eval_problems=0)
+    checkpoint(os.path.join(c.out_dir, "runs", "gppo-s0"), 15)
+    ablate.dry_run(c)
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("  gppo-s0 "))
+    whole = ablate.core_minutes(dict(cmd=["gppo.py", "--steps=30", "--mini_batch_prompts=2"]), c)
+    assert f" {whole / 2:5.1f} core-min " in line, line
