@@ -1068,13 +1068,14 @@ def verdict_lines(verdicts: list) -> list:
         f"## Verdicts: paired t per claim, Holm over a family of {family} (the untestable claims left out)",
         "Holm-level CI: the interval at the level of the Holm step that decided the claim (shown as its "
         "coverage); it excludes 0 exactly when the claim is resolved, and a minimum detectable effect is "
-        "at that level. A claim with missing runs stays in the family (p = 1).",
-        "| claim | seeds (df) | effect | 95% CI | Holm-level CI | p (Holm) | verdict |",
-        "|---|---|---|---|---|---|---|",
+        "at that level. A claim with missing runs stays in the family (p = 1). MDE: the minimum "
+        "detectable effect, the true effect this design would resolve 4 times in 5 at that level.",
+        "| claim | seeds (df) | effect | 95% CI | Holm-level CI | MDE | p (Holm) | verdict |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for v in verdicts:
         if "effect" not in v:
-            lines.append(f"| {v['claim']} | — | — | — | — | — | {v['verdict']} |")
+            lines.append(f"| {v['claim']} | — | — | — | — | — | — | {v['verdict']} |")
             continue
         holm = (
             "—"
@@ -1082,9 +1083,10 @@ def verdict_lines(verdicts: list) -> list:
             else f"[{v['ci_holm'][0]:+.3f}, {v['ci_holm'][1]:+.3f}] at {100 * (1 - v['level']):.2f}%"
         )
         p_holm = f" ({v['p_holm']:.3g})" if "p_holm" in v else ""
+        mde = f"{v['mde']:.3f}" if "mde" in v else "—"  # none outside Holm's family
         lines.append(
             f"| {v['claim']} | {v['n']} ({v['df']:g}) | {v['effect']:+.3f} | "
-            f"[{v['ci95'][0]:+.3f}, {v['ci95'][1]:+.3f}] | {holm} | "
+            f"[{v['ci95'][0]:+.3f}, {v['ci95'][1]:+.3f}] | {holm} | {mde} | "
             f"{v['p']:.3g}{p_holm} | **{v['verdict']}** |"
         )
     return lines

@@ -3,10 +3,10 @@ so that every number the README shows is one the JSON holds.
 
 One row per claim: the paired seeds and degrees of freedom, the effect (favoured − other, on the
 claim's metric) with its unadjusted 95% interval and its Holm-level interval (the level of the Holm
-step that decided it: it excludes 0 exactly when the claim is resolved), the treatment check (the
-share of the gradient's per-token coefficients that falls on clipped tokens, low + high side, each
-arm's mean over seeds: where both are under the threshold a clipping claim is untestable), and the
-verdict. In the README the table sits between the two marker lines below; --write replaces what is
+step that decided it: it excludes 0 exactly when the claim is resolved), the minimum detectable
+effect at that level (80% power), the treatment check (the share of the gradient's per-token
+coefficients that falls on clipped tokens, low + high side, each arm's mean over seeds: where both
+are under the threshold a clipping claim is untestable), and the verdict. In the README the table sits between the two marker lines below; --write replaces what is
 between them, and without it the README's table is checked against the JSON (exit 1 if they differ).
 
     python experiments/readme_table.py --results=experiments/results/ablate_2026-12-07/ablation.json
@@ -86,8 +86,8 @@ def table(out: dict) -> list[str]:
     lines = [
         "| claim (paper) | seeds (df) | effect, 95% interval | "
         f"Holm-level interval (family of {family} testable claims) | "
-        "gradient share on clipped tokens, % | verdict |",
-        "|---|---|---|---|---|---|",
+        "MDE | gradient share on clipped tokens, % | verdict |",
+        "|---|---|---|---|---|---|---|",
     ]
     for v in out["verdicts"]:
         arm, rest = v["claim"].split(": ", 1)
@@ -100,9 +100,10 @@ def table(out: dict) -> list[str]:
         verdict = v["verdict"]
         if verdict in ("reproduced", "reversed"):
             verdict = f"**{verdict}**"
+        mde = f"{v['mde']:.3f}" if "mde" in v else "—"  # none outside Holm's family
         source = AUTHORS if "β1" in favoured else PAPER.get(arm, "—")
         lines.append(
-            f"| {v['claim']} ({source}) | {seeds} | {effect} | {holm} | "
+            f"| {v['claim']} ({source}) | {seeds} | {effect} | {holm} | {mde} | "
             f"{share_cell(out, arm, favoured, other)} | {verdict} |"
         )
     return lines

@@ -491,10 +491,11 @@ def test_report_on_synthetic_runs(tmp_path, capsys):
     assert v["loss: GPPO > CISPO"]["verdict"].startswith("not resolved (minimum detectable effect")
     code = v["code: soft > binary"]
     assert code["effect"] == pytest.approx(-0.02) and code["verdict"] == "reversed"
-    # pairs (df), effect, 95% CI, the interval at the deciding Holm step's level (1 − 0.05/7)
+    # pairs (df), effect, 95% CI, the interval at the deciding Holm step's level (1 − 0.05/7), the
+    # minimum detectable effect (no spread over the seeds: 0)
     assert (
-        "| loss: GPPO > GRPO | 3 (2) | +0.050 | [+0.050, +0.050] | [+0.050, +0.050] at 99.29% |"
-        in md
+        "| loss: GPPO > GRPO | 3 (2) | +0.050 | [+0.050, +0.050] | [+0.050, +0.050] at 99.29% | "
+        "0.000 |" in md
     )
     assert "Incomplete" not in md and out["missing_runs"] == []
     assert v["loss: GPPO > GRPO"]["seeds_paired"] == [0, 1, 2]

@@ -44,6 +44,7 @@ RESULTS = {
             "ci_holm": [0.0049, 0.0863],
             "level": 0.025,
             "family_size": 2,
+            "mde": 0.0312,
             "verdict": "reproduced",
         },
         {
@@ -55,6 +56,7 @@ RESULTS = {
             "ci_holm": [-0.35, -0.05],
             "level": 0.0125,
             "family_size": 2,
+            "mde": 0.1234,
             "verdict": "reversed",
         },
         {
@@ -66,6 +68,7 @@ RESULTS = {
             "ci_holm": [-0.3, 0.5],
             "level": 0.05,
             "family_size": 2,
+            "mde": 0.4521,
             "verdict": "not resolved (minimum detectable effect 0.452 at 80% power)",
         },
     ],
@@ -73,16 +76,16 @@ RESULTS = {
 ROWS = [
     "| claim (paper) | seeds (df) | effect, 95% interval | "
     "Holm-level interval (family of 2 testable claims) | "
-    "gradient share on clipped tokens, % | verdict |",
-    "|---|---|---|---|---|---|",
-    "| loss: GPPO > GRPO (Fig. 2) | 8 (7) | −0.012 [−0.050, +0.025] | — | 0.15 / 0.01 | "
+    "MDE | gradient share on clipped tokens, % | verdict |",
+    "|---|---|---|---|---|---|---|",
+    "| loss: GPPO > GRPO (Fig. 2) | 8 (7) | −0.012 [−0.050, +0.025] | — | — | 0.15 / 0.01 | "
     "untestable in this regime (clipped tokens carry 0.15% of ...) |",
     "| code: soft > binary (Fig. 3) | 8 (7) | +0.046 [+0.020, +0.071] | [+0.005, +0.086] at 97.50% | "
-    "0.02 / 0.01 | **reproduced** |",
+    "0.031 | 0.02 / 0.01 | **reproduced** |",
     "| loss: GPPO β1=0.5 > GPPO (the authors) | 8 (7) | −0.200 [−0.300, −0.100] | "
-    "[−0.350, −0.050] at 98.75% | 1.75 / 0.15 | **reversed** |",
-    "| sft_easy: a > b (Table 2) | 5 (4) | +0.100 [−0.200, +0.400] | [−0.300, +0.500] at 95.00% | — | "
-    "not resolved (minimum detectable effect 0.452 at 80% power) |",
+    "[−0.350, −0.050] at 98.75% | 0.123 | 1.75 / 0.15 | **reversed** |",
+    "| sft_easy: a > b (Table 2) | 5 (4) | +0.100 [−0.200, +0.400] | [−0.300, +0.500] at 95.00% | 0.452 | "
+    "— | not resolved (minimum detectable effect 0.452 at 80% power) |",
 ]
 
 
