@@ -310,6 +310,19 @@ def read_metrics(path, max_step=None):
     }
 
 
+def with_treatment_metrics(records: dict) -> dict:
+    """The per-step values the filter and code claims' treatments act on, added to each record:
+    groups_dropped_frac, the share of sampled groups dropped for a zero advantage (what the filter
+    changes; 0 with it off); partial_credit, the mean reward less the share of fully correct samples
+    (what a soft code reward adds over a binary one: 0 when every reward is 0 or 1)."""
+    for record in records.values():
+        if "groups_kept" in record:
+            record["groups_dropped_frac"] = 1 - record["groups_kept"]
+        if "reward" in record and "accuracy" in record:
+            record["partial_credit"] = record["reward"] - record["accuracy"]
+    return records
+
+
 def curve(records, key, window=1):
     """[(step, value)] of `key`; window > 1: each value is the mean of the steps in (step − window,
     step]."""
@@ -914,6 +927,8 @@ SWEEP_METRICS = (
     "grad_norm",
     "grad_norm_max",
     "grad_clipped_frac",
+    "groups_dropped_frac",
+    "partial_credit",
 )
 MIXED = "mixed (the difficulty rule)"
 CORRECT = "only-correct (--keep=correct)"
@@ -996,7 +1011,8 @@ def run_stats(series) -> dict:
     seed's own mean: on-policy accuracy at step 1 and over the last 5 steps, entropy over the last
     5; over all steps: the entropy of the clipped tokens, clip fractions and the shares of the
     gradient's coefficients on clipped tokens (in %), approx KL, the grad norm, its largest value
-    and how often the clip acted (in %); the last held-out greedy and pass@k."""
+    and how often the clip acted (in %), the zero-advantage groups dropped (in %) and the partial
+    credit (with_treatment_metrics); the last held-out greedy and pass@k."""
 
     def per_seed(key, last=None, scale=1.0, first=None, reduce=statistics.fmean):
         out = []
@@ -1019,6 +1035,8 @@ def run_stats(series) -> dict:
         grad_norm=mean_std(per_seed("grad_norm")),
         grad_norm_max=mean_std(per_seed("grad_norm_max", reduce=max)),
         grad_clip_pct=mean_std(per_seed("grad_clipped_frac", scale=100)),
+        dropped_pct=mean_std(per_seed("groups_dropped_frac", scale=100)),
+        partial_credit=mean_std(per_seed("partial_credit")),
         greedy_last=mean_std(per_seed("eval_accuracy", 1)),
         pass_k_last=mean_std(per_seed("eval_pass_k", 1)),
     )
@@ -1033,6 +1051,8 @@ RL_COLUMNS = [
     "gradient share on clipped low / high %",
     "grad norm (max)",
     "grad clip acts %",
+    "zero-advantage groups dropped, % of sampled",
+    "mean reward − accuracy (partial credit)",
 ]
 
 
@@ -1047,6 +1067,8 @@ def rl_cells(st) -> list:
         both("share_low_pct", "share_high_pct"),
         f"{fmt(*st['grad_norm'])} ({fmt(*st['grad_norm_max'])})",
         fmt(*st["grad_clip_pct"], 1),
+        fmt(*st["dropped_pct"], 1),
+        fmt(*st["partial_credit"]),
     ]
 
 
@@ -1229,7 +1251,9 @@ def report(cfg, wall_minutes, invocations=None):
         "each run's mean over its steps that made an update (a step without one logs none), the warmup "
         "included; the entropy of clipped tokens over the steps that clipped some. A clipping-rule claim is "
         "untestable in this regime where both arms put under "
-        f"{100 * cfg.untestable_share:g}% of the gradient's coefficients on clipped tokens (low + high).",
+        f"{100 * cfg.untestable_share:g}% of the gradient's coefficients on clipped tokens (low + high). "
+        "The filter's treatment: the zero-advantage groups it drops (mean over all steps); the code "
+        "reward's: the partial credit a soft reward adds over the share of fully correct samples.",
         "",
         "## Design: minimum detectable effects at these seeds (stated before the runs)",
         *design_lines(design(cfg)),
@@ -1303,7 +1327,10 @@ def report(cfg, wall_minutes, invocations=None):
         for label, name in variants:
             name = run_name(name, cfg)
             records = [
-                read_metrics(run_file(f"{name}-s{s}", "metrics.jsonl"), steps) for s in seeds
+                with_treatment_metrics(
+                    read_metrics(run_file(f"{name}-s{s}", "metrics.jsonl"), steps)
+                )
+                for s in seeds
             ]
             values = [metric_value(r, steps, cfg.warmup_steps, cfg.metric) for r in records]
             held_out = [

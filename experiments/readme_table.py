@@ -4,9 +4,10 @@ so that every number the README shows is one the JSON holds.
 One row per claim: the paired seeds and degrees of freedom, the effect (favoured − other, on the
 claim's metric) with its unadjusted 95% interval and its Holm-level interval (the level of the Holm
 step that decided it: it excludes 0 exactly when the claim is resolved), the minimum detectable
-effect at that level (80% power), the treatment check (the share of the gradient's per-token
-coefficients that falls on clipped tokens, low + high side, each arm's mean over seeds: where both
-are under the threshold a clipping claim is untestable), and the verdict. In the README the table sits between the two marker lines below; --write replaces what is
+effect at that level (80% power), the treatment check (what the compared rule changes, each arm's
+mean over seeds: for a clipping claim the share of the gradient's per-token coefficients on
+clipped tokens, under the threshold in both arms making it untestable; the zero-advantage groups
+the filter drops; the partial credit a soft code reward adds), and the verdict. In the README the table sits between the two marker lines below; --write replaces what is
 between them, and without it the README's table is checked against the JSON (exit 1 if they differ).
 
     python experiments/readme_table.py --results=experiments/results/ablate_2026-12-07/ablation.json
@@ -41,8 +42,6 @@ PAPER = {
 # the β1 claims test the authors' later advice (β1 = 0.25-0.5 against entropy collapse), not the
 # paper
 AUTHORS = "the authors"
-# a claim's arm in ablation.json's "arms" (the sft claims read the sft arm, which logs no update)
-ARM_OF = {"sft_easy": "sft", "sft_hard": "sft"}
 
 
 @dataclass
@@ -67,17 +66,34 @@ def interval(lo_hi) -> str:
     return f"[{signed(lo)}, {signed(hi)}]"
 
 
-def share_cell(out: dict, arm: str, favoured: str, other: str) -> str:
-    """'a / b': each arm's clipped tokens' share of the gradient's coefficients, %, mean over seeds;
-    '—' for an arm that logs none (the SFT data)."""
-    variants = out["arms"].get(ARM_OF.get(arm, arm), {})
-    shares = []
-    for label in (favoured, other):
-        stats = variants.get(label, {}).get("stats", {})
-        if "share_low_pct" not in stats:
+# what each arm's rule changes, as ablate.py's stats measure it: (label, the stats' keys summed,
+# digits, unit). The clipping claims: the share of the gradient's coefficients on clipped tokens;
+# the filter: the zero-advantage groups it drops; the code reward: the partial credit a soft reward
+# adds (mean reward − share fully correct).
+CLIPPED = ("clipped tokens' share of the gradient", ("share_low_pct", "share_high_pct"), 2, "%")
+TREATMENT = {
+    "loss": CLIPPED,
+    "loss_off": CLIPPED,
+    "loss16": CLIPPED,
+    "filter": ("zero-advantage groups dropped", ("dropped_pct",), 1, "%"),
+    "code": ("partial credit", ("partial_credit",), 3, ""),
+}
+
+
+def treatment_cell(out: dict, arm: str, favoured: str, other: str) -> str:
+    """'label a / b unit': the favoured and the other arm's treatment measure (mean over seeds);
+    '—' where the claim has none (α, the SFT data) or the runs did not log it."""
+    if arm not in TREATMENT:
+        return "—"
+    label, keys, digits, unit = TREATMENT[arm]
+    variants = out["arms"].get(arm, {})
+    values = []
+    for variant in (favoured, other):
+        stats = variants.get(variant, {}).get("stats", {})
+        if any(stats.get(k, [None])[0] is None for k in keys):
             return "—"
-        shares.append(stats["share_low_pct"][0] + stats["share_high_pct"][0])
-    return " / ".join(f"{s:.2f}" for s in shares)
+        values.append(sum(stats[k][0] for k in keys))
+    return f"{label} {values[0]:.{digits}f} / {values[1]:.{digits}f}{unit}"
 
 
 def table(out: dict) -> list[str]:
@@ -86,7 +102,7 @@ def table(out: dict) -> list[str]:
     lines = [
         "| claim (paper) | seeds (df) | effect, 95% interval | "
         f"Holm-level interval (family of {family} testable claims) | "
-        "MDE | gradient share on clipped tokens, % | verdict |",
+        "MDE | treatment check (favoured / other) | verdict |",
         "|---|---|---|---|---|---|---|",
     ]
     for v in out["verdicts"]:
@@ -104,7 +120,7 @@ def table(out: dict) -> list[str]:
         source = AUTHORS if "β1" in favoured else PAPER.get(arm, "—")
         lines.append(
             f"| {v['claim']} ({source}) | {seeds} | {effect} | {holm} | {mde} | "
-            f"{share_cell(out, arm, favoured, other)} | {verdict} |"
+            f"{treatment_cell(out, arm, favoured, other)} | {verdict} |"
         )
     return lines
 

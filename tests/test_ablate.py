@@ -994,3 +994,20 @@ def test_the_dry_run_counts_a_resumed_run_for_its_steps_left(tmp_path, capsys):
     line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("  gppo-s0 "))
     whole = ablate.core_minutes(dict(cmd=["gppo.py", "--steps=30", "--mini_batch_prompts=2"]), c)
     assert f" {whole / 2:5.1f} core-min " in line, line
+
+
+def test_the_filter_and_code_treatments_against_hand_computed_values():
+    """What the filter and the soft code reward change, per step, then per run: the share of sampled
+    groups dropped for a zero advantage (1 − groups_kept) and the partial credit (mean reward −
+    share fully correct)."""
+    records = {
+        1: {"step": 1, "groups_kept": 0.75, "reward": 0.5, "accuracy": 0.375},
+        2: {"step": 2, "groups_kept": 1.0, "reward": 0.25, "accuracy": 0.25},
+    }
+    ablate.with_treatment_metrics(records)
+    assert [records[s]["groups_dropped_frac"] for s in (1, 2)] == [0.25, 0.0]
+    assert [records[s]["partial_credit"] for s in (1, 2)] == [0.125, 0.0]
+    series = {k: [ablate.curve(records, k)] for k in ablate.SWEEP_METRICS}
+    stats = ablate.run_stats(series)
+    assert stats["dropped_pct"] == (12.5, 0.0) and stats["partial_credit"] == (0.0625, 0.0)
+    assert ablate.rl_cells(stats)[-2:] == ["12.5 ± 0.0", "0.062 ± 0.000"]

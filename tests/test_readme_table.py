@@ -23,7 +23,14 @@ RESULTS = {
             "GRPO": stats(0.0, 0.01),
             "GPPO β1=0.5": stats(1.5, 0.25),
         },
-        "code": {"soft": stats(0.02, 0.0), "binary": stats(0.01, 0.0)},
+        "code": {
+            "soft": {"stats": {"partial_credit": [0.0584, 0.004]}},
+            "binary": {"stats": {"partial_credit": [0.0, 0.0]}},
+        },
+        "filter": {
+            "filter on": {"stats": {"dropped_pct": [14.23, 1.4]}},
+            "filter off": {"stats": {"dropped_pct": [None, None]}},
+        },
         "sft": {"a": {"per_seed": {}}, "b": {"per_seed": {}}},
     },
     "verdicts": [
@@ -60,6 +67,18 @@ RESULTS = {
             "verdict": "reversed",
         },
         {
+            "claim": "filter: filter on > filter off",
+            "n": 8,
+            "df": 7,
+            "effect": 0.01,
+            "ci95": [-0.01, 0.03],
+            "ci_holm": [-0.02, 0.04],
+            "level": 0.05 / 3,
+            "family_size": 2,
+            "mde": 0.04,
+            "verdict": "not resolved (minimum detectable effect 0.040 at 80% power)",
+        },
+        {
             "claim": "sft_easy: a > b",
             "n": 5,
             "df": 4,
@@ -76,14 +95,19 @@ RESULTS = {
 ROWS = [
     "| claim (paper) | seeds (df) | effect, 95% interval | "
     "Holm-level interval (family of 2 testable claims) | "
-    "MDE | gradient share on clipped tokens, % | verdict |",
+    "MDE | treatment check (favoured / other) | verdict |",
     "|---|---|---|---|---|---|---|",
-    "| loss: GPPO > GRPO (Fig. 2) | 8 (7) | −0.012 [−0.050, +0.025] | — | — | 0.15 / 0.01 | "
+    "| loss: GPPO > GRPO (Fig. 2) | 8 (7) | −0.012 [−0.050, +0.025] | — | — | "
+    "clipped tokens' share of the gradient 0.15 / 0.01% | "
     "untestable in this regime (clipped tokens carry 0.15% of ...) |",
     "| code: soft > binary (Fig. 3) | 8 (7) | +0.046 [+0.020, +0.071] | [+0.005, +0.086] at 97.50% | "
-    "0.031 | 0.02 / 0.01 | **reproduced** |",
+    "0.031 | partial credit 0.058 / 0.000 | **reproduced** |",
     "| loss: GPPO β1=0.5 > GPPO (the authors) | 8 (7) | −0.200 [−0.300, −0.100] | "
-    "[−0.350, −0.050] at 98.75% | 0.123 | 1.75 / 0.15 | **reversed** |",
+    "[−0.350, −0.050] at 98.75% | 0.123 | clipped tokens' share of the gradient 1.75 / 0.15% | "
+    "**reversed** |",
+    "| filter: filter on > filter off (Fig. 5) | 8 (7) | +0.010 [−0.010, +0.030] | "
+    "[−0.020, +0.040] at 98.33% | 0.040 | — | not resolved (minimum detectable effect 0.040 at "
+    "80% power) |",
     "| sft_easy: a > b (Table 2) | 5 (4) | +0.100 [−0.200, +0.400] | [−0.300, +0.500] at 95.00% | 0.452 | "
     "— | not resolved (minimum detectable effect 0.452 at 80% power) |",
 ]
