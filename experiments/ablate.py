@@ -314,7 +314,8 @@ def with_treatment_metrics(records: dict) -> dict:
     """The per-step values the filter and code claims' treatments act on, added to each record:
     groups_dropped_frac, the share of sampled groups dropped for a zero advantage (what the filter
     changes; 0 with it off); partial_credit, the mean reward less the share of fully correct samples
-    (what a soft code reward adds over a binary one: 0 when every reward is 0 or 1)."""
+    (what a soft code reward adds over a binary one: 0 when every reward is 0 or 1, as on gppo.py's
+    default reward scale; on one with negative rewards it is not partial credit)."""
     for record in records.values():
         if "groups_kept" in record:
             record["groups_dropped_frac"] = 1 - record["groups_kept"]
@@ -750,7 +751,7 @@ def resumes_at(job) -> int:
     """The step a run starts from when launched: its newest complete checkpoint's (a stop saves
     one at its last step; after a kill, the steps logged since the last checkpoint are done
     again), 0 without one."""
-    from parts.trainer import newest_checkpoint  # imports torch: only once runs are launched
+    from parts.trainer import newest_checkpoint  # imports torch: only where a run's progress counts
 
     newest = newest_checkpoint(os.path.join(job["dir"], "checkpoint"))
     return newest[0] if newest else 0
@@ -777,7 +778,11 @@ def eta(running, pending, ratios, cfg, deadline=None):
         f = progress(j)
         before = j.get("start_progress") or 0.0
         elapsed = time.time() - j["start"]
-        measured = bool(f and f - before > 0.02)
+        # a restarted run first cuts its metrics back to its checkpoint: until it has written them,
+        # they are the old launch's steps
+        metrics = os.path.join(j["dir"], "metrics.jsonl")
+        fresh = os.path.exists(metrics) and os.path.getmtime(metrics) >= j["start"]
+        measured = bool(f and fresh and f - before > 0.02)
         remaining = (
             elapsed * (1 - f) / (f - before)
             if measured
@@ -1105,7 +1110,7 @@ def verdict_lines(verdicts: list) -> list:
             else f"[{v['ci_holm'][0]:+.3f}, {v['ci_holm'][1]:+.3f}] at {100 * (1 - v['level']):.2f}%"
         )
         p_holm = f" ({v['p_holm']:.3g})" if "p_holm" in v else ""
-        mde = f"{v['mde']:.3f}" if "mde" in v else "—"  # none outside Holm's family
+        mde = f"{v['mde']:.3f}" if "mde" in v else "—"  # none: untestable, or runs missing
         lines.append(
             f"| {v['claim']} | {v['n']} ({v['df']:g}) | {v['effect']:+.3f} | "
             f"[{v['ci95'][0]:+.3f}, {v['ci95'][1]:+.3f}] | {holm} | {mde} | "
@@ -1251,9 +1256,10 @@ def report(cfg, wall_minutes, invocations=None):
         "each run's mean over its steps that made an update (a step without one logs none), the warmup "
         "included; the entropy of clipped tokens over the steps that clipped some. A clipping-rule claim is "
         "untestable in this regime where both arms put under "
-        f"{100 * cfg.untestable_share:g}% of the gradient's coefficients on clipped tokens (low + high). "
-        "The filter's treatment: the zero-advantage groups it drops (mean over all steps); the code "
-        "reward's: the partial credit a soft reward adds over the share of fully correct samples.",
+        f"{100 * cfg.untestable_share:g}% of the gradient's coefficients on clipped tokens "
+        "(low + high). The filter's treatment: the zero-advantage groups it drops (mean over all "
+        "steps); the code reward's: the partial credit a soft reward adds over the share of fully "
+        "correct samples.",
         "",
         "## Design: minimum detectable effects at these seeds (stated before the runs)",
         *design_lines(design(cfg)),

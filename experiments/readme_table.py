@@ -7,8 +7,9 @@ step that decided it: it excludes 0 exactly when the claim is resolved), the min
 effect at that level (80% power), the treatment check (what the compared rule changes, each arm's
 mean over seeds: for a clipping claim the share of the gradient's per-token coefficients on
 clipped tokens, under the threshold in both arms making it untestable; the zero-advantage groups
-the filter drops; the partial credit a soft code reward adds), and the verdict. In the README the table sits between the two marker lines below; --write replaces what is
-between them, and without it the README's table is checked against the JSON (exit 1 if they differ).
+the filter drops; the partial credit a soft code reward adds), and the verdict. In the README the
+table sits between the two marker lines below; --write replaces what is between them, and without
+it the README's table is checked against the JSON (exit 1 if they differ).
 
     python experiments/readme_table.py --results=experiments/results/ablate_2026-12-07/ablation.json
     python experiments/readme_table.py --results=... --readme=README.md --write=true  # put it there
@@ -19,6 +20,7 @@ import json
 import os
 import sys
 from dataclasses import dataclass
+from typing import NamedTuple
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -66,17 +68,27 @@ def interval(lo_hi) -> str:
     return f"[{signed(lo)}, {signed(hi)}]"
 
 
-# what each arm's rule changes, as ablate.py's stats measure it: (label, the stats' keys summed,
-# digits, unit). The clipping claims: the share of the gradient's coefficients on clipped tokens;
-# the filter: the zero-advantage groups it drops; the code reward: the partial credit a soft reward
-# adds (mean reward − share fully correct).
-CLIPPED = ("clipped tokens' share of the gradient", ("share_low_pct", "share_high_pct"), 2, "%")
+class Treatment(NamedTuple):
+    """What an arm's rule changes, as experiments/ablate.py's run stats measure it."""
+
+    label: str
+    keys: tuple  # the stats summed (mean over seeds of each)
+    digits: int
+    unit: str
+
+
+# The clipping claims: the share of the gradient's coefficients on clipped tokens (low + high); the
+# filter: the zero-advantage groups it drops; the code reward: the partial credit a soft reward adds
+# (mean reward − share fully correct). α and the SFT data have none to show.
+CLIPPED = Treatment(
+    "clipped tokens' share of the gradient", ("share_low_pct", "share_high_pct"), 2, "%"
+)
 TREATMENT = {
     "loss": CLIPPED,
     "loss_off": CLIPPED,
     "loss16": CLIPPED,
-    "filter": ("zero-advantage groups dropped", ("dropped_pct",), 1, "%"),
-    "code": ("partial credit", ("partial_credit",), 3, ""),
+    "filter": Treatment("zero-advantage groups dropped", ("dropped_pct",), 1, "%"),
+    "code": Treatment("partial credit", ("partial_credit",), 3, ""),
 }
 
 
@@ -85,15 +97,15 @@ def treatment_cell(out: dict, arm: str, favoured: str, other: str) -> str:
     '—' where the claim has none (α, the SFT data) or the runs did not log it."""
     if arm not in TREATMENT:
         return "—"
-    label, keys, digits, unit = TREATMENT[arm]
+    t = TREATMENT[arm]
     variants = out["arms"].get(arm, {})
     values = []
     for variant in (favoured, other):
         stats = variants.get(variant, {}).get("stats", {})
-        if any(stats.get(k, [None])[0] is None for k in keys):
+        if any(stats.get(k, [None])[0] is None for k in t.keys):
             return "—"
-        values.append(sum(stats[k][0] for k in keys))
-    return f"{label} {values[0]:.{digits}f} / {values[1]:.{digits}f}{unit}"
+        values.append(sum(stats[k][0] for k in t.keys))
+    return f"{t.label} {values[0]:.{t.digits}f} / {values[1]:.{t.digits}f}{t.unit}"
 
 
 def table(out: dict) -> list[str]:
@@ -132,12 +144,18 @@ def block(out: dict, results: str) -> str:
 def main(cfg: ReadmeTableConfig) -> int:
     try:
         out = json.load(open(cfg.results))
+        if not isinstance(out, dict) or not isinstance(out.get("verdicts"), list):
+            # e.g. the committed results of the protocols before 2026-12-07 (a dict of verdicts)
+            raise TypeError("its 'verdicts' is not a list")
         made = block(out, os.path.relpath(os.path.abspath(cfg.results), ROOT))
     except (OSError, ValueError) as error:
         print(f"error: {cfg.results}: {error}", file=sys.stderr)
         return 2
     except (KeyError, TypeError) as error:  # not an ablation.json of experiments/ablate.py's
-        print(f"error: {cfg.results}: no ablation verdicts ({error!r})", file=sys.stderr)
+        print(
+            f"error: {cfg.results}: not an ablation.json of experiments/ablate.py's: {error}",
+            file=sys.stderr,
+        )
         return 2
     if not cfg.readme:
         print(made)

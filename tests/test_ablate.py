@@ -497,6 +497,10 @@ def test_report_on_synthetic_runs(tmp_path, capsys):
         "| loss: GPPO > GRPO | 3 (2) | +0.050 | [+0.050, +0.050] | [+0.050, +0.050] at 99.29% | "
         "0.000 |" in md
     )
+    # a claim with spread over the seeds: its MDE column is the verdict's mde (not, e.g., its SE)
+    cispo = v["loss: GPPO > CISPO"]
+    assert cispo["mde"] > 2 * cispo["se"] > 0
+    assert f"at {100 * (1 - cispo['level']):.2f}% | {cispo['mde']:.3f} |" in md
     assert "Incomplete" not in md and out["missing_runs"] == []
     assert v["loss: GPPO > GRPO"]["seeds_paired"] == [0, 1, 2]
     # the held-out eval, beside it: paired effects with 95% intervals, no words
@@ -909,8 +913,17 @@ def test_the_eta_of_a_resumed_run_counts_only_what_this_launch_did(tmp_path, mon
     write_jsonl(str(d / "metrics.jsonl"), [{"step": s} for s in range(1, 16)])
     checkpoint(d, 12)
     assert ablate.done_before(job) == pytest.approx(0.6)
+    # pending: 8 of its 20 steps left, at 14 minutes per 20
+    assert ablate.eta([], [job], [], c).endswith(f"ETA {round(14 * 8 / 20)} min")
+    # launched a minute ago, its metrics not yet cut back to its checkpoint: the old run's 75% is
+    # not this launch's work
+    written = os.path.getmtime(d / "metrics.jsonl")
+    monkeypatch.setattr(ablate.time, "time", lambda: written + 61)
+    job.update(start=written + 1, start_progress=ablate.done_before(job))
+    line = ablate.eta([job], [], [], c)
+    assert f"code-binary-s0 (ETA ~{14 * 8 / 20 - 1:.1f} min)" in line, line
     monkeypatch.setattr(ablate.time, "time", lambda: 1000.0)
-    job.update(start=940.0, start_progress=ablate.done_before(job))
+    job.update(start=940.0)
     # the rerun cut its metrics back to step 12 and has done 13-14
     write_jsonl(str(d / "metrics.jsonl"), [{"step": s} for s in range(1, 15)])
     line = ablate.eta([job], [], [], c)
@@ -932,7 +945,8 @@ def test_a_resumed_run_says_so_when_done(tmp_path, capsys):
     script = tmp_path / "stand_in.py"
     script.write_text(STAND_IN)
     d = tmp_path / "runs" / "r"
-    write_jsonl(str(d / "metrics.jsonl"), [{"step": 1}, {"step": 2}])
+    # killed after step 3, its checkpoint of step 2
+    write_jsonl(str(d / "metrics.jsonl"), [{"step": s} for s in (1, 2, 3)])
     checkpoint(d, 2)
     job = dict(
         name="r",

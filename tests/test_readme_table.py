@@ -29,7 +29,7 @@ RESULTS = {
         },
         "filter": {
             "filter on": {"stats": {"dropped_pct": [14.23, 1.4]}},
-            "filter off": {"stats": {"dropped_pct": [None, None]}},
+            "filter off": {"stats": {"dropped_pct": [0.0, 0.0]}},
         },
         "sft": {"a": {"per_seed": {}}, "b": {"per_seed": {}}},
     },
@@ -106,7 +106,8 @@ ROWS = [
     "[−0.350, −0.050] at 98.75% | 0.123 | clipped tokens' share of the gradient 1.75 / 0.15% | "
     "**reversed** |",
     "| filter: filter on > filter off (Fig. 5) | 8 (7) | +0.010 [−0.010, +0.030] | "
-    "[−0.020, +0.040] at 98.33% | 0.040 | — | not resolved (minimum detectable effect 0.040 at "
+    "[−0.020, +0.040] at 98.33% | 0.040 | zero-advantage groups dropped 14.2 / 0.0% | "
+    "not resolved (minimum detectable effect 0.040 at "
     "80% power) |",
     "| sft_easy: a > b (Table 2) | 5 (4) | +0.100 [−0.200, +0.400] | [−0.300, +0.500] at 95.00% | 0.452 | "
     "— | not resolved (minimum detectable effect 0.452 at 80% power) |",
@@ -166,10 +167,14 @@ def test_the_readme_check_fails_when_the_readme_and_the_json_differ(tmp_path):
         assert failed.returncode == 2 and failed.stderr.count("\n") == 1, failed.stderr
     other = tmp_path / "other.json"
     other.write_text(json.dumps({"arms": {}}))
+    # the results of the protocols before 2026-12-07 hold their verdicts as a dict
+    older = tmp_path / "older.json"
+    older.write_text(json.dumps({"verdicts": {"loss": "reproduced"}}))
     for args in (
         [f"--results={path}", f"--readme={tmp_path / 'none.md'}"],
         [f"--results={tmp_path / 'none.json'}"],
         [f"--results={other}"],
+        [f"--results={older}"],
     ):
         failed = run(*args)
         assert failed.returncode == 2 and failed.stderr.count("\n") == 1, failed.stderr
