@@ -32,6 +32,8 @@ Run (each run a subprocess with OMP_NUM_THREADS=1, its output in out_dir/runs/NA
 Interrupted? Run the same command again: finished runs are skipped, unfinished ones resume from
 their checkpoint, seeds run in order (every arm's seed 0, then seed 1, ...), so a partial result is
 still paired; a larger --steps or --seeds extends; other changed options need a new --out_dir.
+Another machine? --archive=FILE.tar.gz keeps the finished runs' results in one file to commit; the
+next invocation anywhere restores them from it first (experiments/ablate_archive.py).
 Writes out_dir/ablation.md (the tables and verdicts), ablation.json (every seed's curves) and
 ablation.png (if matplotlib is importable); experiments/readme_table.py makes the README's verdict
 table from ablation.json.
@@ -53,6 +55,7 @@ from dataclasses import asdict, dataclass
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 # noqa: E402
+from experiments import ablate_archive  # noqa: E402
 from experiments.verdicts import ALPHA, Claim, compare, family_verdicts, interval, mde, seeds_needed
 from parts.cli import parse_config  # noqa: E402
 
@@ -248,6 +251,8 @@ class AblateConfig:
     off_clip_target: float = 0.02      # loss_off's lr: the smallest candidate whose pilot clips this fraction of tokens
     #   (low + high, mean over the steps after warmup); none: the largest
     untestable_share: float = 0.01     # a clipping-rule claim whose arms put less of the gradient's coefficients on
+    archive: str = ""                  # a .tar.gz of the finished runs (experiments/ablate_archive.py): restored
+    #   into out_dir first, written at the end; carries one ablation across machines (commit it)
     # fmt: on
     #   clipped tokens is "untestable in this regime" (docs/clip_mechanism.md: the rules' outcomes
     #   then agree)
@@ -522,7 +527,7 @@ def plan(cfg):
             dict(
                 name=name,
                 dir=d,
-                done=exported(d),
+                done=lambda d=d: exported(d)() or ablate_archive.restored(d),
                 after=["distill-" + name],
                 steps=None,
                 seed=seed,
@@ -541,7 +546,8 @@ def plan(cfg):
         d = run_dir(f"{name}-s{seed}")
         toy = toy_job(seed)
         done = lambda d=d, n=steps: (
-            max(read_metrics(os.path.join(d, "metrics.jsonl")) or [0]) >= n and exported(d)()
+            max(read_metrics(os.path.join(d, "metrics.jsonl")) or [0]) >= n
+            and (exported(d)() or ablate_archive.restored(d))
         )
         task = (
             [
@@ -1563,11 +1569,17 @@ def fixed_settings(cfg) -> dict:
             "stop_after_minutes",
             "dry_run",
             "untestable_share",
+            "archive",
         )
     }
 
 
 def main(cfg):
+    fixed = fixed_settings(cfg)
+    if cfg.archive and os.path.exists(cfg.archive):  # first: --dry_run counts what it holds as done
+        count = ablate_archive.restore(cfg.archive, cfg.out_dir, fixed)
+        ablate_archive.check_commands(cfg.archive, plan(cfg), cfg.out_dir)
+        print(f"ablate: restored {count} finished run(s) from {cfg.archive} into {cfg.out_dir}")
     if cfg.dry_run:
         return dry_run(cfg)
     os.makedirs(cfg.out_dir, exist_ok=True)
@@ -1575,7 +1587,6 @@ def main(cfg):
         raise SystemExit(
             f"error: --sft_from={cfg.sft_from!r} has no config.json (give an sft.py out_dir/hf)"
         )
-    fixed = fixed_settings(cfg)
     state_path = os.path.join(cfg.out_dir, "ablate_state.json")
     state = (
         json.load(open(state_path))
@@ -1621,6 +1632,11 @@ def main(cfg):
         with open(state_path + ".tmp", "w") as f:  # a stop mid-write leaves the old state whole
             json.dump(state, f, indent=1)
         os.replace(state_path + ".tmp", state_path)
+        if cfg.archive:
+            kept = ablate_archive.save(cfg.archive, cfg.out_dir, plan(cfg))
+            print(
+                f"ablate: {cfg.archive} holds {kept} finished run(s); commit it to go on elsewhere"
+            )
     report(cfg, state["wall_minutes"], state["invocations"])
     if failed:
         raise SystemExit(
