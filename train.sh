@@ -7,7 +7,7 @@
 #   bash train.sh ablate          # the paper's ablations in miniature on Countdown, 8 paired seeds per arm; resumes,
 #                                 # so it can run in parts (--stop_after_minutes=N; --dry_run: the plan and its cost;
 #                                 # benchmarks/RESULTS.md has the protocol, the cost and the verdicts;
-#                                 # --archive=FILE.tar.gz carries its finished runs to another machine)
+#                                 # --archive=DIR carries its finished runs to another machine)
 #   bash train.sh rehearsal       # Qwen3-0.6B's exact shape through every stage, memory vs budget (docs/scale.md);
 #                                 # needs QWEN3_TOKENIZER_DIR, ~13 GB of RAM
 #

@@ -32,8 +32,8 @@ Run (each run a subprocess with OMP_NUM_THREADS=1, its output in out_dir/runs/NA
 Interrupted? Run the same command again: finished runs are skipped, unfinished ones resume from
 their checkpoint, seeds run in order (every arm's seed 0, then seed 1, ...), so a partial result is
 still paired; a larger --steps or --seeds extends; other changed options need a new --out_dir.
-Another machine? --archive=FILE.tar.gz keeps the finished runs' results in one file to commit; the
-next invocation anywhere restores them from it first (experiments/ablate_archive.py).
+Another machine? --archive=DIR keeps the finished runs' results in a directory to commit; the next
+invocation anywhere restores them from it first (experiments/ablate_archive.py).
 Writes out_dir/ablation.md (the tables and verdicts), ablation.json (every seed's curves) and
 ablation.png (if matplotlib is importable); experiments/readme_table.py makes the README's verdict
 table from ablation.json.
@@ -57,7 +57,7 @@ sys.path.insert(0, ROOT)
 # noqa: E402
 from experiments import ablate_archive  # noqa: E402
 from experiments.verdicts import ALPHA, Claim, compare, family_verdicts, interval, mde, seeds_needed
-from parts.cli import parse_config  # noqa: E402
+from parts.cli import CommandLineError, parse_config  # noqa: E402
 
 
 # arm -> (title with the paper's claim, [(variant label, run name)]); run name -> gppo.py options
@@ -251,8 +251,8 @@ class AblateConfig:
     off_clip_target: float = 0.02      # loss_off's lr: the smallest candidate whose pilot clips this fraction of tokens
     #   (low + high, mean over the steps after warmup); none: the largest
     untestable_share: float = 0.01     # a clipping-rule claim whose arms put less of the gradient's coefficients on
-    archive: str = ""                  # a .tar.gz of the finished runs (experiments/ablate_archive.py): restored
-    #   into out_dir first, written at the end; carries one ablation across machines (commit it)
+    archive: str = ""                  # a directory of the finished runs (experiments/ablate_archive.py): restored
+    #   into out_dir first (--dry_run too), saved at the end; carries one ablation across machines (commit it)
     # fmt: on
     #   clipped tokens is "untestable in this regime" (docs/clip_mechanism.md: the rules' outcomes
     #   then agree)
@@ -1576,9 +1576,16 @@ def fixed_settings(cfg) -> dict:
 
 def main(cfg):
     fixed = fixed_settings(cfg)
-    if cfg.archive and os.path.exists(cfg.archive):  # first: --dry_run counts what it holds as done
-        count = ablate_archive.restore(cfg.archive, cfg.out_dir, fixed)
-        ablate_archive.check_commands(cfg.archive, plan(cfg), cfg.out_dir)
+    manifest = os.path.join(cfg.archive, ablate_archive.MANIFEST)
+    if cfg.archive and os.path.exists(cfg.archive) and not os.path.exists(manifest):
+        if not os.path.isdir(cfg.archive) or os.listdir(cfg.archive):
+            raise CommandLineError(
+                f"error: --archive={cfg.archive} is neither an ablation archive nor a new or empty directory"
+            )
+    if cfg.archive and os.path.exists(manifest):  # first: --dry_run counts what it holds as done
+        count = ablate_archive.restore(cfg.archive, cfg.out_dir, fixed, plan(cfg))
+        # loss_off's runs join the plan once the pilot is restored: their commands too
+        ablate_archive.check(cfg.archive, cfg.out_dir, fixed, plan(cfg))
         print(f"ablate: restored {count} finished run(s) from {cfg.archive} into {cfg.out_dir}")
     if cfg.dry_run:
         return dry_run(cfg)

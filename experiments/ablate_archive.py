@@ -1,40 +1,40 @@
-"""An ablation that outlives its machine: the finished runs' results in one file to commit.
+"""An ablation that outlives its machine: the finished runs' results in one directory to commit.
 
 The default ablation costs about 1,300 core-minutes, several sessions of a 2-core machine, and a
-machine (its out_dir with it) may not outlive a session. `save` packs into one .tar.gz what the
-report reads of every finished job, and what an unfinished job still needs of it:
+machine (its out_dir with it) may not outlive a session. `save` copies into an archive directory
+what the report reads of every finished job, and what a job still to run needs of it:
 
   gppo.py, sft.py    metrics.jsonl                 eval.py    results.json
-  distill.py         report.json                   the state  ablate_state.json (the invocations)
-  a model a job still to run starts from (the base SFT model of every RL run): its hf/ directory
+  distill.py         report.json                   the state  ablate_state.json's (in the manifest)
+  the base model every RL run starts from, and a finished RL run's model while its eval is to run:
+  the hf/ directory
 
-and `restore` unpacks it into an out_dir, marking each run it holds finished (a file RESTORED in
-its directory), so ablate.py skips it. A finished job is kept only where no job still to run needs
-more of it than that: an RL run once its eval is done (the eval reads its weights), distill.py's
-data once its SFT run is done. tools/toy.py's files are never kept: the toy is made again from its
-seed in seconds. Unfinished runs are not kept; they start again from step 0.
+and `restore` copies them into an out_dir, marking each run finished (a file RESTORED in its
+directory), so ablate.py skips it. A finished job is kept only where no job still to run needs more
+of it than that: an RL run once its eval is done or with its model, distill.py's data once its SFT
+run is done. tools/toy.py's files are never kept: the toy is made again from its seed in seconds.
+Unfinished runs are not kept (no checkpoint travels); they start again from step 0.
 
-The same seeds on the same base model keep the arms paired however many machines the runs took:
-the base model travels as bits. The archive holds each job's command (paths relative to the
-out_dir) and the state's settings; restoring into a plan with other settings or other commands
-stops with one line.
+The base model travels as bits, so the arms stay paired however many machines the runs took. The
+archive only grows: a save keeps every job an earlier save kept that this plan does not (other
+--arms, fewer --seeds). manifest.json, written last, names each file with its sha256; a restore
+checks them, the settings and each job's command before it changes anything, and refuses with one
+line (exit 2). One file per result, so git stores an unchanged file (the base model) once.
 
 Run (ablate.py restores at its start and saves at its end):
-  bash train.sh ablate --archive=experiments/results/ablate_rerun/runs.tar.gz --stop_after_minutes=100
+  bash train.sh ablate --archive=experiments/results/ablate_rerun --stop_after_minutes=100
 """
 
-import gzip
-import io
+import hashlib
 import json
 import os
 import shutil
-import tarfile
 
 from parts.cli import CommandLineError
 
 MARKER = "RESTORED"  # in a run's directory: finished on another machine, its results restored
 KEPT_FILES = ("metrics.jsonl", "results.json", "report.json")
-STATE = "ablate_state.json"
+MANIFEST = "manifest.json"
 
 
 def under(path: str, out_dir: str) -> str | None:
@@ -60,16 +60,16 @@ def relative_cmd(cmd: list, out_dir: str) -> list:
 
 
 def models_needed(jobs: list, out_dir: str) -> set:
-    """The directories (relative to out_dir) of the finished jobs' models that a job still to run
-    reads: an hf/ dir named in the command of a job not done."""
+    """The model directories (hf/, relative to out_dir) to keep: each one a job still to run reads,
+    and the base model (every gppo.py run's --init_from), which a larger --seeds reads later."""
     needed = set()
     for job in jobs:
-        if job["done"]():
-            continue
+        pending = not job["done"]()
         for arg in job["cmd"]:
-            value = arg.split("=", 1)[-1].rstrip("/")
+            key, _, value = arg.partition("=")
+            value = value.rstrip("/")
             rel = under(value, out_dir) if os.sep in value else None
-            if rel and os.path.basename(rel) == "hf":
+            if rel and os.path.basename(rel) == "hf" and (pending or key == "--init_from"):
                 needed.add(rel)
     return needed
 
@@ -78,7 +78,6 @@ def kept_jobs(jobs: list, out_dir: str) -> dict:
     """{name: (job, [files relative to out_dir])}: the finished jobs to keep and their files (see
     the module's docstring for the rule)."""
     root = os.path.abspath(out_dir)
-    by_name = {j["name"]: j for j in jobs}
     done = {j["name"] for j in jobs if j["done"]()}
     dependents = {}
     for j in jobs:
@@ -86,9 +85,9 @@ def kept_jobs(jobs: list, out_dir: str) -> dict:
             dependents.setdefault(a, []).append(j["name"])
     models = models_needed(jobs, out_dir)
     kept = {}
-    for name in sorted(done):
-        job = by_name[name]
-        if job["cmd"][0] == "tools/toy.py":
+    for job in jobs:
+        name = job["name"]
+        if name not in done or job["cmd"][0] == "tools/toy.py":
             continue
         rel = os.path.relpath(os.path.abspath(job["dir"]), root)
         model = os.path.join(rel, "hf")
@@ -109,72 +108,108 @@ def kept_jobs(jobs: list, out_dir: str) -> dict:
     return kept
 
 
-def _add_bytes(tar, name: str, data: bytes):
-    info = tarfile.TarInfo(name)
-    info.size = len(data)
-    info.mtime = 0  # the same runs make the same bytes: a commit of an unchanged archive is empty
-    info.mode = 0o644
-    tar.addfile(info, io.BytesIO(data))
+def sha256(path: str) -> str:
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def _write_atomic(path: str, data: bytes):
+    """Write whole or not at all (a stop leaves the old file, or none)."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    try:
+        with open(path + ".tmp", "wb") as f:
+            f.write(data)
+        os.replace(path + ".tmp", path)
+    finally:
+        if os.path.exists(path + ".tmp"):
+            os.remove(path + ".tmp")
+
+
+def _safe(archive: str, rel: str) -> str:
+    """A path the manifest names, checked to lie inside (runs/ ...): no absolute path, no '..'."""
+    parts = rel.split("/")
+    if (
+        not rel
+        or rel.startswith("/")
+        or parts[0] != "runs"
+        or any(p in ("", ".", "..") for p in parts)
+    ):
+        raise CommandLineError(f"error: {archive}/{MANIFEST}: unsafe path {rel!r}")
+    return rel
+
+
+def read(archive: str) -> dict:
+    """The manifest of an archive, every path checked safe and every file present with its sha256
+    (a save stopped half-way leaves the old manifest, whose files are unchanged, or a mismatch)."""
+    path = os.path.join(archive, MANIFEST)
+    try:
+        manifest = json.load(open(path))
+        jobs = manifest["jobs"]
+        if manifest["state"] is not None:
+            dict(manifest["state"]["settings"]), list(manifest["state"]["invocations"])
+        for name, job in jobs.items():
+            _safe(archive, job["dir"] + "/x")
+            for rel, digest in job["files"].items():
+                full = os.path.join(archive, _safe(archive, rel))
+                if not os.path.isfile(full) or os.path.islink(full) or sha256(full) != digest:
+                    raise CommandLineError(
+                        f"error: {archive}: {rel} of {name} is missing or differs from "
+                        f"{MANIFEST}'s sha256 (an edit, or a copy of part of it)"
+                    )
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise CommandLineError(
+            f"error: {path}: not an ablation archive's manifest ({type(e).__name__}: {e})"
+        ) from None
+    return manifest
 
 
 def save(archive: str, out_dir: str, jobs: list) -> int:
-    """Write `archive` (.tar.gz) from out_dir: the kept jobs' files, the state and a manifest of the
-    kept jobs (command, directory, files). Written to a temporary file and then renamed, so a stop
-    mid-write leaves the old archive whole. Returns the number of jobs kept."""
+    """Copy into `archive` (a directory) the kept jobs' files, then write its manifest (their
+    commands, directories, files with sha256, and out_dir's state), then remove the files no job
+    names any more. Jobs of an earlier manifest that this plan does not keep stay. Returns the
+    number of jobs the archive holds."""
     root = os.path.abspath(out_dir)
-    kept = kept_jobs(jobs, out_dir)
-    manifest = dict(
-        jobs={
-            name: dict(
-                cmd=relative_cmd(job["cmd"], out_dir),
-                dir=os.path.relpath(os.path.abspath(job["dir"]), root),
-                files=files,
-            )
-            for name, (job, files) in kept.items()
-        }
-    )
-    tmp = archive + ".tmp"
-    os.makedirs(os.path.dirname(os.path.abspath(archive)), exist_ok=True)
-    with open(tmp, "wb") as raw:
-        with gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as gz:
-            with tarfile.open(fileobj=gz, mode="w") as tar:
-                _add_bytes(tar, "manifest.json", json.dumps(manifest, indent=1).encode())
-                state = os.path.join(root, STATE)
-                if os.path.exists(state):
-                    _add_bytes(tar, STATE, open(state, "rb").read())
-                paths = sorted({rel for _, files in kept.values() for rel in files})
-                for rel in paths:
-                    _add_bytes(tar, "out/" + rel, open(os.path.join(root, rel), "rb").read())
-    os.replace(tmp, archive)
-    return len(kept)
-
-
-def read(archive: str) -> tuple:
-    """(manifest, state or None, {path relative to out_dir: bytes}) of an archive."""
-    files = {}
-    with tarfile.open(archive, "r:gz") as tar:
-        for member in tar.getmembers():
-            if not member.isfile() or member.name.startswith("/") or ".." in member.name.split("/"):
-                raise CommandLineError(f"error: {archive}: unexpected member {member.name!r}")
-            files[member.name] = tar.extractfile(member).read()
-    if "manifest.json" not in files:
+    state_path = os.path.join(root, "ablate_state.json")
+    state = json.load(open(state_path)) if os.path.exists(state_path) else None
+    old = read(archive) if os.path.exists(os.path.join(archive, MANIFEST)) else dict(jobs={})
+    theirs = (old.get("state") or {}).get("invocations", [])
+    mine = (state or {}).get("invocations", [])
+    if mine[: len(theirs)] != theirs:  # runs not restored from it: another base model, unpaired
         raise CommandLineError(
-            f"error: {archive}: no manifest.json (not written by ablate_archive.save)"
+            f"error: {out_dir} does not continue {archive} (its invocations do not begin with the "
+            "archive's); restore the archive first or save to another one"
         )
-    manifest = json.loads(files.pop("manifest.json"))
-    state = json.loads(files.pop(STATE)) if STATE in files else None
-    out = {name[len("out/") :]: data for name, data in files.items() if name.startswith("out/")}
-    return manifest, state, out
+    entries = dict(old["jobs"])
+    for name, (job, files) in kept_jobs(jobs, out_dir).items():
+        for rel in files:
+            digest = sha256(os.path.join(root, rel))
+            target = os.path.join(archive, rel)
+            if not (os.path.isfile(target) and sha256(target) == digest):
+                _write_atomic(target, open(os.path.join(root, rel), "rb").read())
+        entries[name] = dict(
+            cmd=relative_cmd(job["cmd"], out_dir),
+            dir=os.path.relpath(os.path.abspath(job["dir"]), root),
+            files={rel: sha256(os.path.join(root, rel)) for rel in files},
+        )
+    manifest = dict(state=state, jobs=dict(sorted(entries.items())))
+    _write_atomic(os.path.join(archive, MANIFEST), json.dumps(manifest, indent=1).encode())
+    named = {rel for job in entries.values() for rel in job["files"]}
+    for folder, _, names in os.walk(os.path.join(archive, "runs"), topdown=False):
+        for n in names:
+            rel = os.path.relpath(os.path.join(folder, n), archive).replace(os.sep, "/")
+            if rel not in named:
+                os.remove(os.path.join(folder, n))
+        if not os.listdir(folder):
+            os.rmdir(folder)
+    return len(entries)
 
 
-def restore(archive: str, out_dir: str, settings: dict) -> int:
-    """Unpack `archive` into out_dir: each job it holds whose files out_dir lacks or holds otherwise,
-    marked RESTORED (its unfinished checkpoint here, if any, removed); its state where out_dir has
-    none. `settings`: ablate.py's fixed settings of this invocation, which must be the archive's.
-    An out_dir whose state does not begin with the archive's invocations holds other runs:
-    refused. Returns the number of jobs restored."""
-    manifest, state, files = read(archive)
-    state_path = os.path.join(out_dir, STATE)
+def check(archive: str, out_dir: str, settings: dict, jobs: list) -> dict:
+    """Refuse (one line, exit 2) an archive made with other settings, holding a job whose command
+    this plan writes otherwise, or whose invocations are not the out_dir's (one must begin with
+    the other's). Changes nothing. Returns the manifest."""
+    manifest = read(archive)
+    state = manifest["state"]
     if state is not None:
         diff = {
             k: (state["settings"].get(k), v)
@@ -186,55 +221,60 @@ def restore(archive: str, out_dir: str, settings: dict) -> int:
                 f"error: {archive} holds runs made with other settings, "
                 f"{{option: (archived, now)}} = {diff}"
             )
+        state_path = os.path.join(out_dir, "ablate_state.json")
         if os.path.exists(state_path):
             mine = json.load(open(state_path)).get("invocations", [])
-            if mine[: len(state["invocations"])] != state["invocations"]:
+            theirs = state["invocations"]
+            if mine[: len(theirs)] != theirs and theirs[: len(mine)] != mine:
                 raise CommandLineError(
                     f"error: {out_dir} holds runs that are not {archive}'s (its invocations "
-                    "differ); restore into a new --out_dir"
+                    "differ from the archive's); restore into a new --out_dir"
                 )
-        else:
-            os.makedirs(out_dir, exist_ok=True)
-            with open(state_path + ".tmp", "w") as f:
-                json.dump(state, f, indent=1)
-            os.replace(state_path + ".tmp", state_path)
+    planned = {j["name"]: relative_cmd(j["cmd"], out_dir) for j in jobs}
+    for name, job in manifest["jobs"].items():
+        if name in planned and planned[name] != job["cmd"]:
+            archived = sorted(set(job["cmd"]) - set(planned[name]))
+            now = sorted(set(planned[name]) - set(job["cmd"]))
+            raise CommandLineError(
+                f"error: {archive}: job {name} ran with {archived}, this plan has {now}; a "
+                "restored run cannot change (no checkpoint travels): use the archive's options"
+            )
+    return manifest
+
+
+def restore(archive: str, out_dir: str, settings: dict, jobs: list) -> int:
+    """check(), then copy into out_dir each archived job's files and mark it RESTORED (an
+    unfinished attempt's checkpoint here removed); the archive's state where out_dir has none or
+    an older one. Returns the number of jobs whose files it copied (0 when out_dir has them all)."""
+    manifest = check(archive, out_dir, settings, jobs)
+    state_path = os.path.join(out_dir, "ablate_state.json")
+    state = manifest["state"]
+    if state is not None:
+        mine = json.load(open(state_path)) if os.path.exists(state_path) else None
+        if mine is None or len(mine.get("invocations", [])) < len(state["invocations"]):
+            _write_atomic(state_path, json.dumps(state, indent=1).encode())
     restored = 0
     for name, job in manifest["jobs"].items():
         here = lambda rel: os.path.join(out_dir, rel)  # noqa: E731
+        marker = here(os.path.join(job["dir"], MARKER))
         same = all(
-            os.path.exists(here(rel)) and open(here(rel), "rb").read() == files[rel]
-            for rel in job["files"]
+            os.path.isfile(here(rel)) and sha256(here(rel)) == digest
+            for rel, digest in job["files"].items()
         )
-        if same:  # finished here, or restored before
-            continue
-        for rel in job["files"]:
-            os.makedirs(os.path.dirname(here(rel)), exist_ok=True)
-            with open(here(rel) + ".tmp", "wb") as f:
-                f.write(files[rel])
-            os.replace(here(rel) + ".tmp", here(rel))
-        checkpoint = here(os.path.join(job["dir"], "checkpoint"))
-        if os.path.isdir(checkpoint):  # an unfinished attempt here: the archive's run replaces it
-            shutil.rmtree(checkpoint)
-        with open(here(os.path.join(job["dir"], MARKER)), "w") as f:
-            json.dump(dict(archive=archive, name=name), f)
-        restored += 1
+        if not same:
+            for rel in job["files"]:
+                _write_atomic(here(rel), open(os.path.join(archive, rel), "rb").read())
+            checkpoint = here(os.path.join(job["dir"], "checkpoint"))
+            if os.path.isdir(
+                checkpoint
+            ):  # an unfinished attempt here: the archive's run replaces it
+                shutil.rmtree(checkpoint)
+            restored += 1
+        if not os.path.exists(marker):  # also after a restore stopped before its marker
+            _write_atomic(marker, json.dumps(dict(archive=archive, name=name)).encode())
     return restored
 
 
 def restored(run_dir: str) -> bool:
     """Whether a run was restored from an archive (finished on another machine)."""
     return os.path.exists(os.path.join(run_dir, MARKER))
-
-
-def check_commands(archive: str, jobs: list, out_dir: str):
-    """Every archived job that the plan holds must have the plan's command: a job restored under a
-    changed command would mix two experiments. One line and exit 2 otherwise."""
-    manifest, _, _ = read(archive)
-    planned = {j["name"]: relative_cmd(j["cmd"], out_dir) for j in jobs}
-    for name, job in manifest["jobs"].items():
-        if name in planned and planned[name] != job["cmd"]:
-            raise CommandLineError(
-                f"error: {archive}: job {name}'s command differs from this plan's "
-                f"(archived {job['cmd']}, planned {planned[name]}); use the archive's options "
-                "or another archive"
-            )

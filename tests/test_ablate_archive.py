@@ -1,11 +1,11 @@
 """experiments/ablate_archive.py with ablate.py's real plan on synthetic run directories: what a
-save keeps (finished runs, and a model only while a run still to run reads it), that a restore on
-a new machine makes the same jobs finished with the same bytes, and that other runs are refused."""
+save keeps (finished runs; a model only while a run to come reads it, the base model always), that
+a restore on a new machine makes the same jobs finished with the same bytes, that the archive only
+grows, and that other runs, bad archives and stopped saves are refused or survived."""
 
 import importlib.util
 import json
 import os
-import tarfile
 
 import pytest
 
@@ -19,7 +19,7 @@ archive_mod = ablate.ablate_archive
 
 
 def cfg(path, **kw):
-    kw = dict(arms="alpha,sft", seeds=2, sft_seeds=1, parallel=1) | kw
+    kw = dict(arms="alpha,sft", seeds=2, sft_seeds=2, parallel=1) | kw
     return ablate.AblateConfig(out_dir=str(path), **kw)
 
 
@@ -59,22 +59,24 @@ def done(c):
 
 def machine_a(tmp_path):
     """Seed 0 of alpha: alpha0 finished and evaluated, the base α run (gppo) finished but not yet
-    evaluated, alpha0.2 half-way; the sft arm's run finished, its eval not."""
+    evaluated, alpha0.2 half-way; sft: seed 0's only-correct run finished and evaluated, seed 1's
+    data made but its SFT run not started."""
     c = cfg(tmp_path / "a")
     for name in (
         "toy-s0",
+        "toy-s1",
         "distill-sft-mixed-s0",
         "sft-mixed-s0",
         "alpha0-s0",
         "eval_final:alpha0-s0",
+        "gppo-s0",
+        "distill-sft-correct-s0",
+        "sft-correct-s0",
+        "eval:sft-correct-s0",
+        "distill-sft-correct-s1",
     ):
         finish(c, name, steps=c.steps)
-    finish(c, "gppo-s0", steps=c.steps)
     finish(c, "alpha0.2-s0", steps=5, model=False)
-    finish(c, "toy-s1")
-    finish(c, "distill-sft-correct-s0")
-    finish(c, "sft-correct-s0")
-    os.makedirs(c.out_dir, exist_ok=True)
     state = dict(
         settings=ablate.fixed_settings(c),
         wall_minutes=[10.0],
@@ -84,21 +86,36 @@ def machine_a(tmp_path):
     return c
 
 
+KEPT = {
+    "distill-sft-mixed-s0",  # its SFT run is done: report.json only, not the data
+    "sft-mixed-s0",  # the base model: every RL run starts from its hf/
+    "alpha0-s0",  # evaluated: metrics only
+    "eval_final:alpha0-s0",
+    "gppo-s0",  # its eval is still to run: its model is kept
+    "distill-sft-correct-s0",
+    "sft-correct-s0",  # evaluated: metrics only
+    "eval:sft-correct-s0",
+}
+
+
+def archived_files(archive):
+    return sorted(
+        os.path.relpath(os.path.join(d, n), archive)
+        for d, _, names in os.walk(archive)
+        for n in names
+        if n != "manifest.json"
+    )
+
+
 def test_save_keeps_finished_runs_and_a_model_only_while_a_run_to_come_reads_it(tmp_path):
     c = machine_a(tmp_path)
-    path = str(tmp_path / "runs.tar.gz")
-    assert archive_mod.save(path, c.out_dir, ablate.plan(c)) == 7
-    manifest, state, files = archive_mod.read(path)
-    assert set(manifest["jobs"]) == {
-        "distill-sft-mixed-s0",  # its SFT run is done: report.json only, not the data
-        "sft-mixed-s0",  # the base model: every RL run still to run starts from its hf/
-        "alpha0-s0",  # evaluated: metrics only
-        "eval_final:alpha0-s0",
-        "gppo-s0",  # its eval is still to run: its model is kept
-        "distill-sft-correct-s0",
-        "sft-correct-s0",  # its eval is still to run
-    }
-    assert sorted(files) == sorted(
+    archive = str(tmp_path / "archive")
+    assert archive_mod.save(archive, c.out_dir, ablate.plan(c)) == len(KEPT)
+    manifest = archive_mod.read(archive)
+    # not kept: the toys (made again in seconds), alpha0.2 (unfinished), seed 1's only-correct
+    # data (its SFT run, to come, reads sft.jsonl, which is not kept)
+    assert set(manifest["jobs"]) == KEPT
+    assert archived_files(archive) == sorted(
         [
             "runs/distill-sft-mixed-s0/report.json",
             "runs/distill-sft-correct-s0/report.json",
@@ -111,121 +128,238 @@ def test_save_keeps_finished_runs_and_a_model_only_while_a_run_to_come_reads_it(
             "runs/gppo-s0/hf/model.safetensors",
             "runs/gppo-s0/hf/tokenizer.json",
             "runs/sft-correct-s0/metrics.jsonl",
-            "runs/sft-correct-s0/hf/model.safetensors",
-            "runs/sft-correct-s0/hf/tokenizer.json",
+            "runs/sft-correct-s0/eval/results.json",
         ]
     )
-    for rel, data in files.items():
-        assert open(os.path.join(c.out_dir, rel), "rb").read() == data
-    assert state["invocations"] == [dict(wall_minutes=10.0, commit="abc")]
+    for rel in archived_files(archive):
+        assert (
+            open(os.path.join(c.out_dir, rel), "rb").read()
+            == open(os.path.join(archive, rel), "rb").read()
+        )
+    assert manifest["state"]["invocations"] == [dict(wall_minutes=10.0, commit="abc")]
     # commands with the out_dir left out: the same job on any machine
     assert "--out_dir={out_dir}/runs/alpha0-s0" in manifest["jobs"]["alpha0-s0"]["cmd"]
-    # the same runs, the same bytes (an unchanged archive commits nothing)
-    first = open(path, "rb").read()
-    archive_mod.save(path, c.out_dir, ablate.plan(c))
-    assert open(path, "rb").read() == first and not os.path.exists(path + ".tmp")
+    # the same runs, the same bytes (an unchanged archive commits nothing); no temporary file left
+    first = {
+        rel: open(os.path.join(archive, rel), "rb").read()
+        for rel in os.listdir(archive)
+        if rel.endswith(".json")
+    }
+    archive_mod.save(archive, c.out_dir, ablate.plan(c))
+    assert first == {rel: open(os.path.join(archive, rel), "rb").read() for rel in first}
+    assert not [n for _, _, names in os.walk(archive) for n in names if n.endswith(".tmp")]
 
 
 def test_an_out_dir_given_relative_to_the_working_directory_saves_the_same(tmp_path, monkeypatch):
     machine_a(tmp_path)
     monkeypatch.chdir(tmp_path)
     relative = cfg("a")
-    path = str(tmp_path / "runs.tar.gz")
-    archive_mod.save(path, relative.out_dir, ablate.plan(relative))
-    manifest, _, files = archive_mod.read(path)
-    assert "runs/sft-mixed-s0/hf/model.safetensors" in files
+    archive = str(tmp_path / "archive")
+    archive_mod.save(archive, relative.out_dir, ablate.plan(relative))
+    manifest = archive_mod.read(archive)
+    assert "runs/sft-mixed-s0/hf/model.safetensors" in archived_files(archive)
     assert "--out_dir={out_dir}/runs/alpha0-s0" in manifest["jobs"]["alpha0-s0"]["cmd"]
     # restored into an absolute out_dir: the commands agree
     b = cfg(tmp_path / "b")
-    archive_mod.restore(path, b.out_dir, ablate.fixed_settings(b))
-    archive_mod.check_commands(path, ablate.plan(b), b.out_dir)
+    archive_mod.restore(archive, b.out_dir, ablate.fixed_settings(b), ablate.plan(b))
 
 
-def test_a_restore_on_a_new_machine_finishes_the_same_jobs_with_the_same_bytes(tmp_path, capsys):
+def test_a_restore_on_a_new_machine_finishes_the_same_jobs_with_the_same_bytes(tmp_path):
     a = machine_a(tmp_path)
-    path = str(tmp_path / "runs.tar.gz")
-    archive_mod.save(path, a.out_dir, ablate.plan(a))
+    archive = str(tmp_path / "archive")
+    archive_mod.save(archive, a.out_dir, ablate.plan(a))
     b = cfg(tmp_path / "b")
     # an unfinished attempt at alpha0-s0 on b: the archive's finished run replaces it
     write(os.path.join(b.out_dir, "runs", "alpha0-s0", "checkpoint", "step_1", "x"), "stale")
     write(os.path.join(b.out_dir, "runs", "alpha0-s0", "metrics.jsonl"), '{"step": 1}\n')
-    assert archive_mod.restore(path, b.out_dir, ablate.fixed_settings(b)) == 7
+    fixed = ablate.fixed_settings(b)
+    assert archive_mod.restore(archive, b.out_dir, fixed, ablate.plan(b)) == len(KEPT)
     assert not os.path.exists(os.path.join(b.out_dir, "runs", "alpha0-s0", "checkpoint"))
-    # finished on b as on a, except what is made again in seconds (the toy's files)
-    assert done(b) == done(a) - {"toy-s0", "toy-s1"}
-    for rel, data in archive_mod.read(path)[2].items():
-        assert open(os.path.join(b.out_dir, rel), "rb").read() == data
-    # alpha0 has no model on b, and needs none: its eval is done
-    assert not os.path.exists(os.path.join(b.out_dir, "runs", "alpha0-s0", "hf"))
+    # finished on b as on a, except what is made again in seconds (the toys) and the data whose
+    # SFT run is to come
+    assert done(b) == done(a) - {"toy-s0", "toy-s1", "distill-sft-correct-s1"}
+    for rel in archived_files(archive):
+        assert (
+            open(os.path.join(b.out_dir, rel), "rb").read()
+            == open(os.path.join(archive, rel), "rb").read()
+        )
+    # alpha0 and sft-correct have no model on b, and need none: their evals are done
+    for run in ("alpha0-s0", "sft-correct-s0"):
+        assert not os.path.exists(os.path.join(b.out_dir, "runs", run, "hf"))
     # every job still to run finds what it reads: its model, or a job that makes it
     jobs = {j["name"]: j for j in ablate.plan(b)}
-    for name in {"eval_final:gppo-s0", "alpha0.2-s0", "eval:sft-correct-s0"}:
+    for name in ("eval_final:gppo-s0", "alpha0.2-s0", "alpha0-s1", "eval:sft-mixed-s0"):
         model = [
             x.split("=", 1)[1]
             for x in jobs[name]["cmd"]
             if x.startswith(("--model=", "--init_from="))
         ][0]
         assert os.path.exists(os.path.join(model, "model.safetensors")), name
-    # a second restore changes nothing
-    assert archive_mod.restore(path, b.out_dir, ablate.fixed_settings(b)) == 0
-    # the state travels: b's next invocation adds to a's
+    assert (
+        all(a in done(b) or a.startswith("toy-") for a in jobs["sft-correct-s1"]["after"]) is False
+    )
+    # a second restore copies nothing; one stopped before its marker is completed
+    assert archive_mod.restore(archive, b.out_dir, fixed, ablate.plan(b)) == 0
+    os.remove(os.path.join(b.out_dir, "runs", "alpha0-s0", archive_mod.MARKER))
+    assert "alpha0-s0" not in done(b)
+    assert archive_mod.restore(archive, b.out_dir, fixed, ablate.plan(b)) == 0
+    assert "alpha0-s0" in done(b)
     state = json.load(open(os.path.join(b.out_dir, "ablate_state.json")))
     assert state["invocations"] == [dict(wall_minutes=10.0, commit="abc")]
 
 
-def test_main_restores_first_and_saves_at_the_end(tmp_path, monkeypatch, capsys):
+def test_the_base_model_stays_for_more_seeds_and_the_archive_only_grows(tmp_path):
+    a = cfg(tmp_path / "a", arms="alpha", seeds=1)
+    for name in ("toy-s0", "distill-sft-mixed-s0", "sft-mixed-s0"):
+        finish(a, name)
+    for run in ("alpha0-s0", "gppo-s0", "alpha0.2-s0"):
+        finish(a, run, steps=a.steps)
+        finish(a, f"eval_final:{run}")
+    assert not [j for j in ablate.plan(a) if not j["done"]()]
+    archive = str(tmp_path / "archive")
+    archive_mod.save(archive, a.out_dir, ablate.plan(a))
+    # nothing left to run, yet the base model is kept: seed 1, later, starts from it
+    assert "runs/sft-mixed-s0/hf/model.safetensors" in archived_files(archive)
+    b = cfg(tmp_path / "b", arms="alpha", seeds=2)
+    archive_mod.restore(archive, b.out_dir, ablate.fixed_settings(b), ablate.plan(b))
+    seed1 = [j for j in ablate.plan(b) if j["name"] == "alpha0-s1"][0]
+    base = [x.split("=", 1)[1] for x in seed1["cmd"] if x.startswith("--init_from=")][0]
+    assert (
+        open(os.path.join(base, "model.safetensors"), "rb").read()
+        == open(
+            os.path.join(a.out_dir, "runs", "sft-mixed-s0", "hf", "model.safetensors"), "rb"
+        ).read()
+    )
+    # a save from an invocation of fewer arms keeps what the archive held
+    c = cfg(tmp_path / "b", arms="alpha", seeds=1)
+    finish(c, "alpha0.2-s0", steps=c.steps)  # unchanged bytes of a restored run
+    assert (
+        archive_mod.save(
+            archive, c.out_dir, ablate.plan(cfg(tmp_path / "b", arms="filter", seeds=1))
+        )
+        >= 7
+    )
+    assert set(archive_mod.read(archive)["jobs"]) >= {
+        "alpha0-s0",
+        "gppo-s0",
+        "eval_final:alpha0.2-s0",
+    }
+
+
+def test_main_checks_before_it_restores_and_saves_at_the_end(tmp_path, monkeypatch, capsys):
     a = machine_a(tmp_path)
-    path = str(tmp_path / "runs.tar.gz")
+    archive = str(tmp_path / "archive")
     monkeypatch.setattr(ablate, "run_jobs", lambda *a, **k: set())
     monkeypatch.setattr(ablate, "report", lambda *a, **k: None)
-    ablate.main(ablate.AblateConfig(**{**ablate.asdict(a), "archive": path}))
-    assert "holds 7 finished run(s)" in capsys.readouterr().out
-    b = ablate.AblateConfig(**{**ablate.asdict(cfg(tmp_path / "b")), "archive": path})
+    ablate.main(ablate.AblateConfig(**{**ablate.asdict(a), "archive": archive}))
+    assert f"holds {len(KEPT)} finished run(s)" in capsys.readouterr().out
+    b = ablate.AblateConfig(**{**ablate.asdict(cfg(tmp_path / "b")), "archive": archive})
     ablate.main(b)
-    assert "restored 7 finished run(s)" in capsys.readouterr().out
+    assert f"restored {len(KEPT)} finished run(s)" in capsys.readouterr().out
     state = json.load(open(os.path.join(b.out_dir, "ablate_state.json")))
-    assert [i["wall_minutes"] for i in state["invocations"]][0] == 10.0
     assert len(state["invocations"]) == 3  # a's first, a's run of main, b's
-    saved = archive_mod.read(path)[1]
-    assert saved["invocations"] == state["invocations"]
-    # --dry_run with the archive on a third machine counts the restored runs as done
+    assert archive_mod.read(archive)["state"]["invocations"] == state["invocations"]
+    # --dry_run on a third machine restores first, so it counts the archive's runs as done
     c = ablate.AblateConfig(
-        **{**ablate.asdict(cfg(tmp_path / "c")), "archive": path, "dry_run": True}
+        **{**ablate.asdict(cfg(tmp_path / "c")), "archive": archive, "dry_run": True}
     )
     ablate.main(c)
-    out = capsys.readouterr().out
     planned = len(ablate.plan(c))
-    assert f"{planned - 7} of {planned} planned jobs to run" in out
-
-
-def test_other_settings_other_commands_and_other_runs_are_refused(tmp_path, capsys):
-    a = machine_a(tmp_path)
-    path = str(tmp_path / "runs.tar.gz")
-    archive_mod.save(path, a.out_dir, ablate.plan(a))
-    other = cfg(tmp_path / "b", lr=1e-4)
+    assert f"{planned - len(KEPT)} of {planned} planned jobs to run" in capsys.readouterr().out
+    # a changed command (steps are not a fixed setting): refused before out_dir changes
+    d = cfg(tmp_path / "d", steps=40)
+    write(os.path.join(d.out_dir, "runs", "alpha0-s0", "checkpoint", "step_30", "x"), "mine")
     with pytest.raises(SystemExit) as e:
-        archive_mod.restore(path, other.out_dir, ablate.fixed_settings(other))
-    assert e.value.code == 2 and "'lr': (5e-05, 0.0001)" in capsys.readouterr().err
-    assert not os.path.exists(os.path.join(other.out_dir, "runs"))
-    # a command the plan now writes otherwise (a code change, not a setting)
-    b = cfg(tmp_path / "b")
-    jobs = ablate.plan(b)
-    [j for j in jobs if j["name"] == "alpha0-s0"][0]["cmd"].append("--new_option=1")
-    with pytest.raises(SystemExit) as e:
-        archive_mod.check_commands(path, jobs, b.out_dir)
-    assert e.value.code == 2 and "job alpha0-s0's command differs" in capsys.readouterr().err
-    # an out_dir with invocations of its own that are not the archive's
-    write(
-        os.path.join(b.out_dir, "ablate_state.json"),
-        json.dumps(dict(settings=ablate.fixed_settings(b), invocations=[dict(wall_minutes=3.0)])),
+        ablate.main(ablate.AblateConfig(**{**ablate.asdict(d), "archive": archive}))
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "ran with ['--steps=30'], this plan has ['--steps=40']" in err
+    assert err.count("\n") == 1
+    assert os.listdir(os.path.join(d.out_dir, "runs")) == ["alpha0-s0"]
+    assert os.path.exists(
+        os.path.join(d.out_dir, "runs", "alpha0-s0", "checkpoint", "step_30", "x")
     )
-    with pytest.raises(SystemExit) as e:
-        archive_mod.restore(path, b.out_dir, ablate.fixed_settings(b))
-    assert e.value.code == 2 and "restore into a new --out_dir" in capsys.readouterr().err
-    # an archive with a path out of the out_dir
-    bad = str(tmp_path / "bad.tar.gz")
-    with tarfile.open(bad, "w:gz") as tar:
-        tar.add(path, arcname="../escape")
-    with pytest.raises(SystemExit) as e:
-        archive_mod.read(bad)
-    assert e.value.code == 2 and "unexpected member '../escape'" in capsys.readouterr().err
+    # --archive naming a file, or a directory of something else
+    for bad in (str(tmp_path / "a" / "ablate_state.json"), str(tmp_path / "a" / "runs")):
+        with pytest.raises(SystemExit) as e:
+            ablate.main(
+                ablate.AblateConfig(**{**ablate.asdict(cfg(tmp_path / "e")), "archive": bad})
+            )
+        assert e.value.code == 2 and "is neither an ablation archive" in capsys.readouterr().err
+
+
+def test_other_settings_runs_and_damaged_archives_are_refused_in_one_line(tmp_path, capsys):
+    a = machine_a(tmp_path)
+    archive = str(tmp_path / "archive")
+    archive_mod.save(archive, a.out_dir, ablate.plan(a))
+
+    def refused(fn, words):
+        with pytest.raises(SystemExit) as e:
+            fn()
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and words in err and err.count("\n") == 1, err
+
+    other = cfg(tmp_path / "o", lr=1e-4)
+    restore = lambda c: archive_mod.restore(  # noqa: E731
+        archive, c.out_dir, ablate.fixed_settings(c), ablate.plan(c)
+    )
+    refused(lambda: restore(other), "'lr': (5e-05, 0.0001)")
+    assert not os.path.exists(other.out_dir)
+    # an out_dir with invocations of its own that are not the archive's
+    b = cfg(tmp_path / "b")
+    mine = dict(settings=ablate.fixed_settings(b), invocations=[dict(wall_minutes=3.0)])
+    write(os.path.join(b.out_dir, "ablate_state.json"), json.dumps(mine))
+    refused(lambda: restore(b), "restore into a new --out_dir")
+    refused(lambda: archive_mod.save(archive, b.out_dir, ablate.plan(b)), "does not continue")
+    # an older state of the same runs is brought up to date
+    older = dict(settings=ablate.fixed_settings(b), invocations=[])
+    write(os.path.join(b.out_dir, "ablate_state.json"), json.dumps(older))
+    restore(b)
+    assert len(json.load(open(os.path.join(b.out_dir, "ablate_state.json")))["invocations"]) == 1
+    # damaged archives
+    manifest_path = os.path.join(archive, "manifest.json")
+    good = open(manifest_path).read()
+    rel = "runs/alpha0-s0/metrics.jsonl"
+    with open(os.path.join(archive, rel), "a") as f:
+        f.write("{}\n")
+    refused(lambda: restore(cfg(tmp_path / "c")), f"{rel} of alpha0-s0 is missing or differs")
+    os.remove(os.path.join(archive, rel))
+    refused(lambda: restore(cfg(tmp_path / "c")), f"{rel} of alpha0-s0 is missing or differs")
+    write(os.path.join(archive, rel), open(os.path.join(a.out_dir, rel), "rb").read())
+    for text, words in (
+        ("{", "not an ablation archive's manifest"),
+        ('{"jobs": {}}', "not an ablation archive's manifest"),
+        (good.replace('"runs/alpha0-s0/metrics.jsonl"', '"runs/../../escape"'), "unsafe path"),
+        (good.replace('"runs/alpha0-s0/metrics.jsonl"', '"/tmp/escape"'), "unsafe path"),
+        (good.replace('"dir": "runs/gppo-s0"', '"dir": "../victim"'), "unsafe path"),
+    ):
+        write(manifest_path, text)
+        refused(lambda: restore(cfg(tmp_path / "c")), words)
+    assert not os.path.exists(tmp_path / "victim") and not os.path.exists(tmp_path / "c" / "runs")
+
+
+def test_a_save_stopped_before_its_manifest_leaves_the_old_archive_whole(tmp_path, monkeypatch):
+    a = machine_a(tmp_path)
+    archive = str(tmp_path / "archive")
+    archive_mod.save(archive, a.out_dir, ablate.plan(a))
+    finish(a, "eval_final:gppo-s0")  # gppo-s0's model is no longer needed
+    finish(a, "alpha0.2-s0", steps=a.steps)
+    write_atomic = archive_mod._write_atomic
+
+    def stop_at_manifest(path, data):
+        if path.endswith("manifest.json"):
+            raise KeyboardInterrupt
+        write_atomic(path, data)
+
+    monkeypatch.setattr(archive_mod, "_write_atomic", stop_at_manifest)
+    with pytest.raises(KeyboardInterrupt):
+        archive_mod.save(archive, a.out_dir, ablate.plan(a))
+    monkeypatch.setattr(archive_mod, "_write_atomic", write_atomic)
+    assert set(archive_mod.read(archive)["jobs"]) == KEPT  # the old manifest, its files unchanged
+    b = cfg(tmp_path / "b")
+    assert archive_mod.restore(archive, b.out_dir, ablate.fixed_settings(b), ablate.plan(b)) == len(
+        KEPT
+    )
+    # the next save completes it and drops the model no job needs
+    archive_mod.save(archive, a.out_dir, ablate.plan(a))
+    assert "runs/gppo-s0/hf/model.safetensors" not in archived_files(archive)
+    assert {"alpha0.2-s0", "eval_final:gppo-s0"} <= set(archive_mod.read(archive)["jobs"])
