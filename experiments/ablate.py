@@ -1582,10 +1582,14 @@ def main(cfg):
             raise CommandLineError(
                 f"error: --archive={cfg.archive} is neither an ablation archive nor a new or empty directory"
             )
+    if cfg.archive:
+        ablate_archive.apart(cfg.archive, cfg.out_dir)
     if cfg.archive and os.path.exists(manifest):  # first: --dry_run counts what it holds as done
+        # checked before anything is written, against the plan the archive's own pilot makes
+        # (with loss_off's runs), then restored
+        in_archive = plan(AblateConfig(**{**asdict(cfg), "out_dir": cfg.archive}))
+        ablate_archive.check(cfg.archive, cfg.out_dir, fixed, in_archive, planned_in=cfg.archive)
         count = ablate_archive.restore(cfg.archive, cfg.out_dir, fixed, plan(cfg))
-        # loss_off's runs join the plan once the pilot is restored: their commands too
-        ablate_archive.check(cfg.archive, cfg.out_dir, fixed, plan(cfg))
         print(f"ablate: restored {count} finished run(s) from {cfg.archive} into {cfg.out_dir}")
     if cfg.dry_run:
         return dry_run(cfg)
@@ -1604,7 +1608,7 @@ def main(cfg):
         k: (state["settings"].get(k), v) for k, v in fixed.items() if state["settings"].get(k) != v
     }
     if diff:
-        raise SystemExit(
+        raise CommandLineError(
             f"error: {cfg.out_dir} holds runs made with other settings, {{option: (old, new)}} = {diff}; "
             "use another --out_dir or the old values"
         )
@@ -1617,6 +1621,7 @@ def main(cfg):
     # the code that runs now; each run starts from the checkout, so a commit made meanwhile runs
     # in the later ones (recorded below)
     commit = git_commit()
+    unsaved = ""
     t0 = time.time()
     deadline = t0 + 60 * cfg.stop_after_minutes if cfg.stop_after_minutes else None
     try:  # planned again after each finished run: the pilot's choice adds the loss_off runs
@@ -1640,15 +1645,19 @@ def main(cfg):
             json.dump(state, f, indent=1)
         os.replace(state_path + ".tmp", state_path)
         if cfg.archive:
-            kept = ablate_archive.save(cfg.archive, cfg.out_dir, plan(cfg))
-            print(
-                f"ablate: {cfg.archive} holds {kept} finished run(s); commit it to go on elsewhere"
-            )
+            try:  # a failed save must not hide the report or the runs' outcome
+                kept = ablate_archive.save(cfg.archive, cfg.out_dir, plan(cfg))
+                print(f"ablate: {cfg.archive} holds {kept} finished run(s); commit it to go on")
+            except (OSError, SystemExit) as e:
+                unsaved = f"the archive {cfg.archive} was not saved ({e})"
+                print(f"ablate: {unsaved}", file=sys.stderr, flush=True)
     report(cfg, state["wall_minutes"], state["invocations"])
     if failed:
         raise SystemExit(
             f"error: {len(failed)} run(s) failed or were skipped: {sorted(failed)}; rerun to retry them"
         )
+    if unsaved:
+        raise SystemExit(f"error: {unsaved}; rerun to save it (finished runs are skipped)")
 
 
 if __name__ == "__main__":

@@ -59,31 +59,35 @@ def relative_cmd(cmd: list, out_dir: str) -> list:
     return out
 
 
-def models_needed(jobs: list, out_dir: str) -> set:
-    """The model directories (hf/, relative to out_dir) to keep: each one a job still to run reads,
-    and the base model (every gppo.py run's --init_from), which a larger --seeds reads later."""
-    needed = set()
+def models_needed(jobs: list, out_dir: str) -> tuple:
+    """(the model directories, hf/ relative to out_dir, that a job still to run reads; the base
+    models, every gppo.py run's --init_from, which a larger --seeds reads later)."""
+    pending = set()
+    base = set()
     for job in jobs:
-        pending = not job["done"]()
         for arg in job["cmd"]:
             key, _, value = arg.partition("=")
             value = value.rstrip("/")
             rel = under(value, out_dir) if os.sep in value else None
-            if rel and os.path.basename(rel) == "hf" and (pending or key == "--init_from"):
-                needed.add(rel)
-    return needed
+            if rel and os.path.basename(rel) == "hf":
+                if not job["done"]():
+                    pending.add(rel)
+                if key == "--init_from":
+                    base.add(rel)
+    return pending, base
 
 
 def kept_jobs(jobs: list, out_dir: str) -> dict:
-    """{name: (job, [files relative to out_dir])}: the finished jobs to keep and their files (see
-    the module's docstring for the rule)."""
+    """{name: (job, [files relative to out_dir], whether it is a base model)}: the finished jobs to
+    keep and their files (see the module's docstring for the rule)."""
     root = os.path.abspath(out_dir)
     done = {j["name"] for j in jobs if j["done"]()}
     dependents = {}
     for j in jobs:
         for a in j["after"]:
             dependents.setdefault(a, []).append(j["name"])
-    models = models_needed(jobs, out_dir)
+    pending, base = models_needed(jobs, out_dir)
+    models = pending | base
     kept = {}
     for job in jobs:
         name = job["name"]
@@ -104,7 +108,7 @@ def kept_jobs(jobs: list, out_dir: str) -> dict:
                 for f in sorted(os.listdir(os.path.join(root, model)))
                 if os.path.isfile(os.path.join(root, model, f))
             ]
-        kept[name] = (job, files)
+        kept[name] = (job, files, model in base)
     return kept
 
 
@@ -125,9 +129,9 @@ def _write_atomic(path: str, data: bytes):
             os.remove(path + ".tmp")
 
 
-def _safe(archive: str, rel: str) -> str:
+def _safe(archive: str, rel) -> str:
     """A path the manifest names, checked to lie inside (runs/ ...): no absolute path, no '..'."""
-    parts = rel.split("/")
+    parts = rel.split("/") if isinstance(rel, str) else [""]
     if (
         not rel
         or rel.startswith("/")
@@ -138,20 +142,67 @@ def _safe(archive: str, rel: str) -> str:
     return rel
 
 
+def apart(archive: str, out_dir: str):
+    """Refuse an archive and an out_dir that overlap: a save removes every file of the archive that
+    no job names, which would be out_dir's checkpoints, logs and unfinished runs."""
+    a = os.path.realpath(archive)
+    o = os.path.realpath(out_dir)
+    if a == o or a.startswith(o + os.sep) or o.startswith(a + os.sep):
+        raise CommandLineError(
+            f"error: --archive={archive} and --out_dir={out_dir} overlap; keep the archive apart"
+        )
+
+
+def load_state(path: str):
+    """An ablate_state.json, or None where there is none; a damaged one is refused in one line."""
+    if not os.path.exists(path):
+        return None
+    try:
+        state = json.load(open(path))
+        shapes = isinstance(state.get("settings"), dict) and isinstance(
+            state.get("invocations", []), list
+        )
+        if not shapes:
+            raise ValueError("settings or invocations of the wrong type")
+    except (OSError, ValueError, AttributeError) as e:
+        raise CommandLineError(
+            f"error: {path}: not an ablation state ({type(e).__name__}: {e})"
+        ) from None
+    return state
+
+
 def read(archive: str) -> dict:
     """The manifest of an archive, every path checked safe and every file present with its sha256
     (a save stopped half-way leaves the old manifest, whose files are unchanged, or a mismatch)."""
     path = os.path.join(archive, MANIFEST)
     try:
         manifest = json.load(open(path))
-        jobs = manifest["jobs"]
-        if manifest["state"] is not None:
-            dict(manifest["state"]["settings"]), list(manifest["state"]["invocations"])
-        for name, job in jobs.items():
-            _safe(archive, job["dir"] + "/x")
+        state = manifest["state"]
+        shapes = [isinstance(manifest["jobs"], dict)]
+        if state is not None:
+            shapes += [isinstance(state["settings"], dict), isinstance(state["invocations"], list)]
+        for job in manifest["jobs"].values():
+            shapes += [
+                isinstance(job["cmd"], list) and all(isinstance(a, str) for a in job["cmd"]),
+                isinstance(job["files"], dict),
+                isinstance(job.get("base", False), bool),
+            ]
+        if not all(shapes):
+            raise ValueError("a field of the wrong type")
+        if os.path.islink(os.path.join(archive, "runs")):
+            raise CommandLineError(
+                f"error: {archive}/runs is a link (an archive holds plain files)"
+            )
+        for name, job in manifest["jobs"].items():
+            _safe(archive, f"{job['dir']}/x")
             for rel, digest in job["files"].items():
                 full = os.path.join(archive, _safe(archive, rel))
-                if not os.path.isfile(full) or os.path.islink(full) or sha256(full) != digest:
+                if os.path.islink(full) or (os.path.exists(full) and not os.path.isfile(full)):
+                    raise CommandLineError(
+                        f"error: {archive}: {rel} of {name} is not a plain file "
+                        "(an archive holds plain files)"
+                    )
+                if not os.path.isfile(full) or sha256(full) != digest:
                     raise CommandLineError(
                         f"error: {archive}: {rel} of {name} is missing or differs from "
                         f"{MANIFEST}'s sha256 (an edit, or a copy of part of it)"
@@ -168,9 +219,9 @@ def save(archive: str, out_dir: str, jobs: list) -> int:
     commands, directories, files with sha256, and out_dir's state), then remove the files no job
     names any more. Jobs of an earlier manifest that this plan does not keep stay. Returns the
     number of jobs the archive holds."""
+    apart(archive, out_dir)
     root = os.path.abspath(out_dir)
-    state_path = os.path.join(root, "ablate_state.json")
-    state = json.load(open(state_path)) if os.path.exists(state_path) else None
+    state = load_state(os.path.join(root, "ablate_state.json"))
     old = read(archive) if os.path.exists(os.path.join(archive, MANIFEST)) else dict(jobs={})
     theirs = (old.get("state") or {}).get("invocations", [])
     mine = (state or {}).get("invocations", [])
@@ -180,7 +231,12 @@ def save(archive: str, out_dir: str, jobs: list) -> int:
             "archive's); restore the archive first or save to another one"
         )
     entries = dict(old["jobs"])
-    for name, (job, files) in kept_jobs(jobs, out_dir).items():
+    for name, (job, files, base) in kept_jobs(jobs, out_dir).items():
+        was = entries.get(name, {})
+        if was.get("base") and was["cmd"] == relative_cmd(job["cmd"], out_dir):
+            # a base model stays, even where this plan (other --arms) starts no run from it
+            files = sorted(set(files) | set(was["files"]))
+            base = True
         for rel in files:
             digest = sha256(os.path.join(root, rel))
             target = os.path.join(archive, rel)
@@ -189,7 +245,8 @@ def save(archive: str, out_dir: str, jobs: list) -> int:
         entries[name] = dict(
             cmd=relative_cmd(job["cmd"], out_dir),
             dir=os.path.relpath(os.path.abspath(job["dir"]), root),
-            files={rel: sha256(os.path.join(root, rel)) for rel in files},
+            files={rel: sha256(os.path.join(root, rel)) for rel in sorted(files)},
+            base=base,
         )
     manifest = dict(state=state, jobs=dict(sorted(entries.items())))
     _write_atomic(os.path.join(archive, MANIFEST), json.dumps(manifest, indent=1).encode())
@@ -204,10 +261,13 @@ def save(archive: str, out_dir: str, jobs: list) -> int:
     return len(entries)
 
 
-def check(archive: str, out_dir: str, settings: dict, jobs: list) -> dict:
+def check(archive: str, out_dir: str, settings: dict, jobs: list, planned_in: str = "") -> dict:
     """Refuse (one line, exit 2) an archive made with other settings, holding a job whose command
     this plan writes otherwise, or whose invocations are not the out_dir's (one must begin with
-    the other's). Changes nothing. Returns the manifest."""
+    the other's), or overlapping out_dir. `jobs` were planned in planned_in (default out_dir; or
+    the archive itself, whose runs/ holds the pilot that plans loss_off's runs). Changes nothing.
+    Returns the manifest."""
+    apart(archive, out_dir)
     manifest = read(archive)
     state = manifest["state"]
     if state is not None:
@@ -221,16 +281,16 @@ def check(archive: str, out_dir: str, settings: dict, jobs: list) -> dict:
                 f"error: {archive} holds runs made with other settings, "
                 f"{{option: (archived, now)}} = {diff}"
             )
-        state_path = os.path.join(out_dir, "ablate_state.json")
-        if os.path.exists(state_path):
-            mine = json.load(open(state_path)).get("invocations", [])
+        local = load_state(os.path.join(out_dir, "ablate_state.json"))
+        if local is not None:
+            mine = local.get("invocations", [])
             theirs = state["invocations"]
             if mine[: len(theirs)] != theirs and theirs[: len(mine)] != mine:
                 raise CommandLineError(
                     f"error: {out_dir} holds runs that are not {archive}'s (its invocations "
                     "differ from the archive's); restore into a new --out_dir"
                 )
-    planned = {j["name"]: relative_cmd(j["cmd"], out_dir) for j in jobs}
+    planned = {j["name"]: relative_cmd(j["cmd"], planned_in or out_dir) for j in jobs}
     for name, job in manifest["jobs"].items():
         if name in planned and planned[name] != job["cmd"]:
             archived = sorted(set(job["cmd"]) - set(planned[name]))
@@ -247,10 +307,18 @@ def restore(archive: str, out_dir: str, settings: dict, jobs: list) -> int:
     unfinished attempt's checkpoint here removed); the archive's state where out_dir has none or
     an older one. Returns the number of jobs whose files it copied (0 when out_dir has them all)."""
     manifest = check(archive, out_dir, settings, jobs)
+    try:
+        return _copy_in(archive, out_dir, manifest)
+    except OSError as e:
+        raise CommandLineError(f"error: restoring {archive} into {out_dir}: {e}") from None
+
+
+def _copy_in(archive: str, out_dir: str, manifest: dict) -> int:
+    """restore()'s copying, after its checks."""
     state_path = os.path.join(out_dir, "ablate_state.json")
     state = manifest["state"]
     if state is not None:
-        mine = json.load(open(state_path)) if os.path.exists(state_path) else None
+        mine = load_state(state_path)
         if mine is None or len(mine.get("invocations", [])) < len(state["invocations"]):
             _write_atomic(state_path, json.dumps(state, indent=1).encode())
     restored = 0

@@ -363,3 +363,126 @@ def test_a_save_stopped_before_its_manifest_leaves_the_old_archive_whole(tmp_pat
     archive_mod.save(archive, a.out_dir, ablate.plan(a))
     assert "runs/gppo-s0/hf/model.safetensors" not in archived_files(archive)
     assert {"alpha0.2-s0", "eval_final:gppo-s0"} <= set(archive_mod.read(archive)["jobs"])
+
+
+def test_a_plan_of_other_arms_keeps_the_base_model_in_the_archive(tmp_path):
+    """An invocation of --arms=sft starts no RL run from the base model, yet the archive keeps it:
+    the next invocation of the RL arms starts every run from it."""
+    a = machine_a(tmp_path)
+    archive = str(tmp_path / "archive")
+    archive_mod.save(archive, a.out_dir, ablate.plan(a))
+    finish(a, "eval:sft-mixed-s0")  # the base model's own eval done: no sft-arm job reads it now
+    sft_only = cfg(tmp_path / "a", arms="sft")
+    archive_mod.save(archive, sft_only.out_dir, ablate.plan(sft_only))
+    assert "runs/sft-mixed-s0/hf/model.safetensors" in archived_files(archive)
+    b = cfg(tmp_path / "b")
+    archive_mod.restore(archive, b.out_dir, ablate.fixed_settings(b), ablate.plan(b))
+    assert os.path.exists(
+        os.path.join(b.out_dir, "runs", "sft-mixed-s0", "hf", "model.safetensors")
+    )
+
+
+def pilot(c, clipped):
+    """Finished pilot runs whose clipped fraction after the warmup is `clipped` at every lr."""
+    for lr in ablate.pilot_lrs(c):
+        rows = [
+            dict(step=s, accuracy=0.5, clip_frac_low=clipped, clip_frac_high=0.0)
+            for s in range(1, c.pilot_steps + 1)
+        ]
+        name = f"pilot-lr{lr:g}-s{c.pilot_seed}"
+        write(
+            os.path.join(c.out_dir, "runs", name, "metrics.jsonl"),
+            "".join(json.dumps(r) + "\n" for r in rows),
+        )
+        write(os.path.join(c.out_dir, "runs", name, "hf", "tokenizer.json"), "{}")
+
+
+def test_loss_off_runs_are_checked_before_anything_is_restored(tmp_path, capsys, monkeypatch):
+    """loss_off's runs are planned from the pilot's metrics, which a new machine has only once
+    restored: the check plans them from the archive's own pilot, before writing anything."""
+    a = cfg(tmp_path / "a", arms="loss_off", seeds=1)
+    for name in ("toy-s0", "toy-s100", "distill-sft-mixed-s0", "sft-mixed-s0"):
+        finish(a, name)
+    pilot(a, 0.05)
+    assert "gppo-off-s0" in {j["name"] for j in ablate.plan(a)}
+    finish(a, "gppo-off-s0", steps=a.steps)
+    finish(a, "eval_final:gppo-off-s0")
+    archive = str(tmp_path / "archive")
+    monkeypatch.setattr(ablate, "run_jobs", lambda *a, **k: set())
+    monkeypatch.setattr(ablate, "report", lambda *a, **k: None)
+    ablate.main(ablate.AblateConfig(**{**ablate.asdict(a), "archive": archive}))
+    assert "gppo-off-s0" in archive_mod.read(archive)["jobs"]
+    longer = cfg(tmp_path / "b", arms="loss_off", seeds=1, steps=40, archive=archive)
+    with pytest.raises(SystemExit) as e:
+        ablate.main(longer)
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "job gppo-off-s0 ran with ['--steps=30']" in err
+    assert not os.path.exists(longer.out_dir)
+
+
+def test_an_archive_overlapping_the_out_dir_is_refused(tmp_path, capsys, monkeypatch):
+    a = machine_a(tmp_path)
+    monkeypatch.setattr(ablate, "run_jobs", lambda *a, **k: set())
+    monkeypatch.setattr(ablate, "report", lambda *a, **k: None)
+    for archive in (a.out_dir, os.path.join(a.out_dir, "archive"), str(tmp_path)):
+        c = ablate.AblateConfig(**{**ablate.asdict(a), "archive": archive})
+        with pytest.raises(SystemExit) as e:
+            ablate.main(c)
+        assert e.value.code == 2 and "overlap" in capsys.readouterr().err
+    assert done(a) >= KEPT
+
+
+def test_a_failed_save_still_reports_and_says_so(tmp_path, monkeypatch, capsys):
+    a = machine_a(tmp_path)
+    reported = []
+    monkeypatch.setattr(ablate, "run_jobs", lambda *a, **k: set())
+    monkeypatch.setattr(ablate, "report", lambda *a, **k: reported.append(1))
+
+    def full_disk(*args):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(archive_mod, "save", full_disk)
+    c = ablate.AblateConfig(**{**ablate.asdict(a), "archive": str(tmp_path / "archive")})
+    with pytest.raises(SystemExit) as e:
+        ablate.main(c)
+    assert reported == [1] and "was not saved" in str(e.value.code)
+    assert "No space left on device" in capsys.readouterr().err
+
+
+def test_manifests_and_states_of_the_wrong_shape_are_refused_in_one_line(tmp_path, capsys):
+    a = machine_a(tmp_path)
+    archive = str(tmp_path / "archive")
+    archive_mod.save(archive, a.out_dir, ablate.plan(a))
+    manifest_path = os.path.join(archive, "manifest.json")
+    good = json.load(open(manifest_path))
+    b = cfg(tmp_path / "b")
+
+    def refused(words):
+        with pytest.raises(SystemExit) as e:
+            archive_mod.restore(archive, b.out_dir, ablate.fixed_settings(b), ablate.plan(b))
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and words in err and err.count("\n") == 1, err
+
+    for change in (
+        lambda m: m["jobs"]["alpha0-s0"].pop("cmd"),
+        lambda m: m["jobs"]["alpha0-s0"].update(cmd=3),
+        lambda m: m["state"].update(settings=[1]),
+        lambda m: m["jobs"]["alpha0-s0"].update(files=["runs/x"]),
+    ):
+        m = json.loads(json.dumps(good))
+        change(m)
+        write(manifest_path, json.dumps(m))
+        refused("not an ablation archive's manifest")
+    write(manifest_path, json.dumps(good))
+    # a link in place of a file, even to the right bytes
+    rel = os.path.join(archive, "runs", "alpha0-s0", "metrics.jsonl")
+    copy = str(tmp_path / "copy.jsonl")
+    os.replace(rel, copy)
+    os.symlink(copy, rel)
+    refused("is not a plain file")
+    os.remove(rel)
+    os.replace(copy, rel)
+    # a damaged state in the out_dir
+    write(os.path.join(b.out_dir, "ablate_state.json"), "[1, 2]")
+    refused("not an ablation state")
+    assert not os.path.exists(os.path.join(b.out_dir, "runs"))
