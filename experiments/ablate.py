@@ -252,7 +252,7 @@ class AblateConfig:
     #   (low + high, mean over the steps after warmup); none: the largest
     untestable_share: float = 0.01     # a clipping-rule claim whose arms put less of the gradient's coefficients on
     archive: str = ""                  # a directory of the finished runs (experiments/ablate_archive.py): restored
-    #   into out_dir first (--dry_run too), saved at the end; carries one ablation across machines (commit it)
+    #   into out_dir first (--dry_run too), saved after each finished job; carries one ablation across machines
     # fmt: on
     #   clipped tokens is "untestable in this regime" (docs/clip_mechanism.md: the rules' outcomes
     #   then agree)
@@ -819,7 +819,7 @@ def stop_on_sigterm(*_):
     sys.exit(128 + signal.SIGTERM)
 
 
-def run_jobs(jobs, cfg, deadline=None, replan=None):
+def run_jobs(jobs, cfg, deadline=None, replan=None, after_each=None):
     """Start ready jobs (every `after` finished) in list order, cfg.parallel at once, none after
     `deadline` (a time.time(); the running ones finish). replan(): the plan again, asked after each
     finished job; jobs it adds (loss_off's, once the pilot is done) join the pending ones in its
@@ -884,6 +884,8 @@ def run_jobs(jobs, cfg, deadline=None, replan=None):
                     print(
                         f"  done  {name} in {minutes:.1f} min{resumed} [{len(finished)}/{len(jobs)}]"
                     )
+                    if after_each:  # e.g. save the archive: a machine lost mid-way loses less
+                        after_each()
                     fresh = replan() if replan else []
                     known = {k["name"] for k in jobs}
                     if any(k["name"] not in known for k in fresh):
@@ -1621,11 +1623,28 @@ def main(cfg):
     # the code that runs now; each run starts from the checkout, so a commit made meanwhile runs
     # in the later ones (recorded below)
     commit = git_commit()
+
+    def save_archive():
+        """(runs the archive holds, "") or (None, why it was not saved): a failed save must not
+        stop the runs or hide the report."""
+        try:
+            return ablate_archive.save(cfg.archive, cfg.out_dir, plan(cfg)), ""
+        except (OSError, SystemExit) as e:
+            unsaved = f"the archive {cfg.archive} was not saved ({e})"
+            print(f"ablate: {unsaved}", file=sys.stderr, flush=True)
+            return None, unsaved
+
     unsaved = ""
     t0 = time.time()
     deadline = t0 + 60 * cfg.stop_after_minutes if cfg.stop_after_minutes else None
     try:  # planned again after each finished run: the pilot's choice adds the loss_off runs
-        failed = run_jobs(plan(cfg), cfg, deadline, replan=lambda: plan(cfg))
+        failed = run_jobs(
+            plan(cfg),
+            cfg,
+            deadline,
+            replan=lambda: plan(cfg),
+            after_each=save_archive if cfg.archive else None,
+        )
     finally:
         wall = round((time.time() - t0) / 60, 2)
         state["wall_minutes"].append(wall)
@@ -1645,12 +1664,9 @@ def main(cfg):
             json.dump(state, f, indent=1)
         os.replace(state_path + ".tmp", state_path)
         if cfg.archive:
-            try:  # a failed save must not hide the report or the runs' outcome
-                kept = ablate_archive.save(cfg.archive, cfg.out_dir, plan(cfg))
+            kept, unsaved = save_archive()
+            if kept is not None:
                 print(f"ablate: {cfg.archive} holds {kept} finished run(s); commit it to go on")
-            except (OSError, SystemExit) as e:
-                unsaved = f"the archive {cfg.archive} was not saved ({e})"
-                print(f"ablate: {unsaved}", file=sys.stderr, flush=True)
     report(cfg, state["wall_minutes"], state["invocations"])
     if failed:
         raise SystemExit(

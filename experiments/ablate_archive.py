@@ -21,7 +21,7 @@ archive only grows: a save keeps every job an earlier save kept that this plan d
 checks them, the settings and each job's command before it changes anything, and refuses with one
 line (exit 2). One file per result, so git stores an unchanged file (the base model) once.
 
-Run (ablate.py restores at its start and saves at its end):
+Run (ablate.py restores at its start, saves after each finished job and at its end):
   bash train.sh ablate --archive=experiments/results/ablate_rerun --stop_after_minutes=100
 """
 

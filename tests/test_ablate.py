@@ -633,8 +633,12 @@ def test_scheduler_runs_in_dependency_order_skips_dependents_of_failures_and_res
         job("after_bad", ["bad"]),
         job("b", ["a"]),
     ]
-    failed = ablate.run_jobs(jobs, ablate.AblateConfig(parallel=2))
+    # after_each (ablate.py saves its archive with it): once per finished job, after it is done
+    seen = []
+    after_each = lambda: seen.append(sorted(j["name"] for j in jobs if j["done"]()))  # noqa: E731
+    failed = ablate.run_jobs(jobs, ablate.AblateConfig(parallel=2), after_each=after_each)
     assert failed == {"bad", "after_bad"}
+    assert seen[0] == ["base"] and seen[-1] == ["a", "b", "base"] and len(seen) == 3
     order = (runs / "order.txt").read_text().split()
     assert order[0] == "base" and order.index("a") < order.index("b") and "after_bad" not in order
     assert "FAILED bad (exit 3)" in capsys.readouterr().out

@@ -486,3 +486,21 @@ def test_manifests_and_states_of_the_wrong_shape_are_refused_in_one_line(tmp_pat
     write(os.path.join(b.out_dir, "ablate_state.json"), "[1, 2]")
     refused("not an ablation state")
     assert not os.path.exists(os.path.join(b.out_dir, "runs"))
+
+
+def test_main_saves_after_each_finished_job(tmp_path, monkeypatch):
+    """A machine lost mid-invocation (no finally runs) leaves an archive of the jobs finished so
+    far: main hands run_jobs a save to call after each."""
+    a = machine_a(tmp_path)
+    archive = str(tmp_path / "archive")
+    saved_mid_way = []
+
+    def run_jobs(*args, after_each=None, **kw):
+        after_each()
+        saved_mid_way.append(set(archive_mod.read(archive)["jobs"]))
+        return set()
+
+    monkeypatch.setattr(ablate, "run_jobs", run_jobs)
+    monkeypatch.setattr(ablate, "report", lambda *a, **k: None)
+    ablate.main(ablate.AblateConfig(**{**ablate.asdict(a), "archive": archive}))
+    assert saved_mid_way == [KEPT]
