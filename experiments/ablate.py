@@ -27,7 +27,8 @@ Run (each run a subprocess with OMP_NUM_THREADS=1, its output in out_dir/runs/NA
 --parallel at once):
   bash train.sh ablate --dry_run                     # the plan: runs, core-minutes, the design's detectable effects
   bash train.sh ablate                               # every default arm (cost: benchmarks/RESULTS.md)
-  bash train.sh ablate --stop_after_minutes=120      # ... in parts: no new run starts after 2 h; rerun to go on
+  bash train.sh ablate --stop_after_minutes=120      # ... in parts: no new run starts after 2 h (but the evals of
+                                                       finished runs); rerun to go on
   python experiments/ablate.py --arms=loss --sft_from=out/sft/hf --seeds=1 --steps=10   # a subset, a given SFT model
 Interrupted? Run the same command again: finished runs are skipped, unfinished ones resume from
 their checkpoint, seeds run in order (every arm's seed 0, then seed 1, ...), so a partial result is
@@ -213,7 +214,8 @@ class AblateConfig:
     seeds: int = 8                     # seeds 0..seeds-1 of every RL arm (the same seeds in each: paired)
     sft_seeds: int = 5                 # seeds of the sft arm (each an SFT data set and model of its own)
     parallel: int = 2                  # runs at once, one thread each
-    stop_after_minutes: float = 0.0    # start no run after this many minutes (running ones finish); 0 = no limit
+    stop_after_minutes: float = 0.0    # start no run after this many minutes (running ones finish, and the
+    #   evaluations of finished runs still start); 0 = no limit
     dry_run: bool = False              # print the plan (runs, core-minutes, detectable effects) and stop
     sft_from: str = ""                 # an SFT Hugging Face dir for the RL arms; empty = train one (mixed, seed 0)
     sft_args: str = "--epochs=1 --row_tokens=1024 --rows_per_step=2"   # sft.py options of every SFT run (train.sh's)
@@ -821,9 +823,11 @@ def stop_on_sigterm(*_):
 
 def run_jobs(jobs, cfg, deadline=None, replan=None, after_each=None):
     """Start ready jobs (every `after` finished) in list order, cfg.parallel at once, none after
-    `deadline` (a time.time(); the running ones finish). replan(): the plan again, asked after each
-    finished job; jobs it adds (loss_off's, once the pilot is done) join the pending ones in its
-    order. Returns the failed ones."""
+    `deadline` (a time.time(); the running ones finish) but the evaluations of finished runs (a
+    run without its evaluation counts for nothing, and its model would have to be kept).
+    replan(): the plan again, asked after each finished job; jobs it adds (loss_off's, once the
+    pilot is done) join the pending ones in its order. after_each(): called after each finished
+    job. Returns the failed ones."""
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     finished = {j["name"] for j in jobs if j["done"]()}
     pending = [j for j in jobs if j["name"] not in finished]
@@ -836,11 +840,14 @@ def run_jobs(jobs, cfg, deadline=None, replan=None, after_each=None):
     signal.signal(signal.SIGTERM, stop_on_sigterm)
     t0 = time.time()
     last_print = time.time()
+    past = lambda: deadline is not None and time.time() > deadline  # noqa: E731
+    evaluation = lambda j: os.path.basename(j["cmd"][0]) == "eval.py"  # noqa: E731
+    ready = lambda j: all(a in finished | failed for a in j["after"])  # noqa: E731
     try:
-        while running or (pending and not (deadline is not None and time.time() > deadline)):
-            for j in [j for j in pending if all(a in finished | failed for a in j["after"])]:
-                if deadline is not None and time.time() > deadline:
-                    break
+        while running or any(not past() or (evaluation(j) and ready(j)) for j in pending):
+            for j in [j for j in pending if ready(j)]:
+                if past() and not evaluation(j):
+                    continue
                 if any(a in failed for a in j["after"]):
                     (
                         pending.remove(j),

@@ -668,6 +668,23 @@ def test_scheduler_stops_starting_at_the_deadline_and_adds_what_the_plan_adds(tm
     # past the deadline nothing starts; the jobs stay for the next invocation
     assert ablate.run_jobs([job("a")], ablate.AblateConfig(parallel=1), deadline=0.0) == set()
     assert not (runs / "a").exists() and "1 run(s) not started" in capsys.readouterr().out
+    # ... but the evaluation of a finished run (its model need not be kept for the next one)
+    evaluation = tmp_path / "eval.py"
+    evaluation.write_text(STAND_IN)
+    finished = job("run")
+    os.makedirs(finished["dir"])
+    open(os.path.join(finished["dir"], "done"), "w").close()
+    evals = [
+        dict(job(f"eval:{r}", [r]), cmd=[str(evaluation), str(runs / f"eval-{r}"), "ok"])
+        for r in ("run", "a")
+    ]
+    for e, r in zip(evals, ("run", "a")):
+        e["done"] = lambda r=r: (runs / f"eval-{r}" / "done").exists()
+    jobs = [finished, job("a"), *evals]
+    assert ablate.run_jobs(jobs, ablate.AblateConfig(parallel=1), deadline=0.0) == set()
+    assert (runs / "order.txt").read_text().split() == ["eval-run"]
+    assert "2 run(s) not started" in capsys.readouterr().out
+    (runs / "order.txt").unlink()
     # a plan that grows once "pilot" is done (the off-policy runs wait for the pilot's choice)
     # noqa
     plan = lambda: (
