@@ -5,7 +5,7 @@ machine (its out_dir with it) may not outlive a session. `save` copies into an a
 what the report reads of every finished job, and what a job still to run needs of it:
 
   gppo.py, sft.py    metrics.jsonl                 eval.py    results.json
-  distill.py         report.json                   the state  ablate_state.json's (in the manifest)
+  distill.py         report.json                   the state  ablate_state.json, inside the manifest
   the base model every RL run starts from, and a finished RL run's model while its eval is to run:
   the hf/ directory
 
@@ -15,9 +15,10 @@ of it than that: an RL run once its eval is done or with its model, distill.py's
 run is done. tools/toy.py's files are never kept: the toy is made again from its seed in seconds.
 Unfinished runs are not kept (no checkpoint travels); they start again from step 0.
 
-The base model travels as bits, so the arms stay paired however many machines the runs took. The
-archive only grows: a save keeps every job an earlier save kept that this plan does not (other
---arms, fewer --seeds). manifest.json, written last, names each file with its sha256; a restore
+The base model travels as bits, so the arms stay paired however many machines the runs took: a
+model trained again from the same seed is not the same model. The archive only grows: a save keeps
+every job an earlier save kept that this plan does not (other --arms, fewer --seeds), and a base
+model for good; only an RL model whose eval is done leaves it. manifest.json, written last, names each file with its sha256; a restore
 checks them, the settings and each job's command before it changes anything, and refuses with one
 line (exit 2). One file per result, so git stores an unchanged file (the base model) once.
 
