@@ -16,7 +16,7 @@ run is done. tools/toy.py's files are never kept: the toy is made again from its
 Unfinished runs are not kept (no checkpoint travels); they start again from step 0.
 
 The base model travels as bits, so the arms stay paired however many machines the runs took: a
-model trained again from the same seed is not the same model. The archive only grows: a save keeps
+model trained again from the same seed need not be the same bits (another CPU, another commit). The archive only grows: a save keeps
 every job an earlier save kept that this plan does not (other --arms, fewer --seeds), and a base
 model for good; only an RL model whose eval is done leaves it. manifest.json, written last, names each file with its sha256; a restore
 checks them, the settings and each job's command before it changes anything, and refuses with one
