@@ -1189,6 +1189,24 @@ def avg_at_k(path, bench):
     return json.load(open(path))["benchmarks"][bench]["avg_at_k"] if os.path.exists(path) else None
 
 
+def cpu_kind() -> str:
+    """'AMD EPYC, family 25 model 17, avx512f' from /proc/cpuinfo (its first processor), or what
+    platform knows elsewhere: the kind of machine an invocation's runs ran on."""
+    import platform
+
+    try:
+        info = dict(
+            line.split(":", 1)
+            for line in open("/proc/cpuinfo").read().split("\n\n")[0].splitlines()
+            if ":" in line
+        )
+        info = {k.strip(): v.strip() for k, v in info.items()}
+        vector = "avx512f" if "avx512f" in info.get("flags", "").split() else "no avx512f"
+        return f"{info['model name']}, family {info['cpu family']} model {info['model']}, {vector}"
+    except (OSError, KeyError):
+        return platform.processor() or platform.machine()
+
+
 def git_commit() -> str:
     """The commit of the checkout this script runs from, '+' if tracked files differ from it; ''
     where there is no git."""
@@ -1233,6 +1251,9 @@ def invocation_lines(cfg, invocations: list) -> tuple:
         + (", ".join(f"{c} ({n})" for c, n in commits.items()) or "not recorded")
         + "."
     ]
+    cpus = Counter(i["cpu"] for i in invocations if "cpu" in i)
+    if cpus:  # floating-point sums differ between CPU kinds (AVX2, AVX-512): say which ran
+        lines[0] += " CPUs: " + ", ".join(f"{c} ({n})" for c, n in cpus.items()) + "."
     for key in ("metric", "untestable_share"):
         used = sorted({str(i[key]) for i in invocations if key in i} | {str(getattr(cfg, key))})
         if len(used) > 1:
@@ -1659,6 +1680,7 @@ def main(cfg):
             wall_minutes=wall,
             parallel=cfg.parallel,
             commit=commit,
+            cpu=cpu_kind(),
             metric=cfg.metric,
             untestable_share=cfg.untestable_share,
             argv=sys.argv[1:],

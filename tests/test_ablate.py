@@ -778,6 +778,14 @@ def test_the_report_names_commits_cost_and_a_changed_analysis_setting(tmp_path):
         "(counted at --parallel=2). Commits: abc1234 (1), abc1234+ (1)."
     )
     assert lines[1:] == ["**Warning: --metric differed between invocations: held_out, on_policy.**"]
+    # each invocation's CPU kind, where recorded (floating-point sums differ between kinds)
+    kinds = [
+        dict(invocations[1], cpu="EPYC, avx512f"),
+        dict(invocations[1], cpu="EPYC, no avx512f"),
+    ]
+    assert ablate.invocation_lines(c, kinds)[0][0].endswith(
+        "CPUs: EPYC, avx512f (1), EPYC, no avx512f (1)."
+    )
     same = [
         dict(wall_minutes=1.0, parallel=2, commit="", metric="on_policy", untestable_share=0.01)
     ]
@@ -818,6 +826,7 @@ def test_an_invocation_on_a_state_from_before_the_record_keeps_it_and_adds_its_o
     assert old == {"wall_minutes": 50.0} and older == {"wall_minutes": 40.0}
     assert (new["parallel"], new["metric"], new["untestable_share"]) == (1, "on_policy", 0.01)
     assert new["commit"] == ablate.git_commit() and reported[0][1] == state["invocations"]
+    assert new["cpu"] == ablate.cpu_kind() and "family" in new["cpu"]
     # an older checkout resumed it meanwhile: it appended wall minutes only
     state["wall_minutes"].append(30.0)
     json.dump(state, open(path, "w"))
