@@ -252,9 +252,9 @@ class AblateConfig:
     pilot_seed: int = 100              # ... its seed (no arm runs it)
     off_clip_target: float = 0.02      # loss_off's lr: the smallest candidate whose pilot clips this fraction of tokens
     #   (low + high, mean over the steps after warmup); none: the largest
-    untestable_share: float = 0.01     # a clipping-rule claim whose arms put less of the gradient's coefficients on
     archive: str = ""                  # a directory of the finished runs (experiments/ablate_archive.py): restored
     #   into out_dir first (--dry_run too), saved after each finished job; carries one ablation across machines
+    untestable_share: float = 0.01     # a clipping-rule claim whose arms put less of the gradient's coefficients on
     # fmt: on
     #   clipped tokens is "untestable in this regime" (docs/clip_mechanism.md: the rules' outcomes
     #   then agree)
