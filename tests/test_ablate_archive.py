@@ -504,3 +504,20 @@ def test_main_saves_after_each_finished_job(tmp_path, monkeypatch):
     monkeypatch.setattr(ablate, "report", lambda *a, **k: None)
     ablate.main(ablate.AblateConfig(**{**ablate.asdict(a), "archive": archive}))
     assert saved_mid_way == [KEPT]
+
+
+def test_the_committed_rerun_restores_under_todays_defaults(tmp_path):
+    """experiments/results/ablate_rerun, the 2026-12-07 rerun's finished runs: whole (every file's
+    sha256), made with today's default settings and commands, so that `bash train.sh ablate
+    --archive=experiments/results/ablate_rerun` goes on with it; a change to a job's command
+    fails here, not hours into the next invocation."""
+    archive = os.path.join(ROOT, "experiments", "results", "ablate_rerun")
+    c = ablate.AblateConfig(out_dir=str(tmp_path / "out"))
+    fixed = ablate.fixed_settings(c)
+    in_archive = ablate.plan(ablate.AblateConfig(**{**ablate.asdict(c), "out_dir": archive}))
+    manifest = archive_mod.check(archive, c.out_dir, fixed, in_archive, planned_in=archive)
+    assert archive_mod.restore(archive, c.out_dir, fixed, ablate.plan(c)) == len(manifest["jobs"])
+    planned = ablate.plan(c)
+    assert set(manifest["jobs"]) <= {j["name"] for j in planned if j["done"]()}
+    # the base model travels (every RL run starts from it)
+    assert manifest["jobs"]["sft-mixed-s0"]["base"]
