@@ -15,6 +15,7 @@ the graceful stop on SIGTERM and Ctrl-C with a checkpoint, the full state dict g
 for an export and its atomic publication (out_dir/hf, a link to exports/step-N). torch only.
 """
 
+import atexit
 import dataclasses
 import datetime
 import json
@@ -96,6 +97,9 @@ def init_distributed(device: str = "auto", timeout_minutes: float = 120.0):
             dist.init_process_group(
                 "gloo", store=dist.HashStore(), rank=0, world_size=1, timeout=timeout
             )
+        # a script that never destroys the group (a copy of this file used alone): torn down
+        # before the interpreter's own teardown, where gloo's threads can abort the process
+        atexit.register(lambda: dist.is_initialized() and dist.destroy_process_group())
     rank = dist.get_rank()
     if use_cuda:
         local_rank = int(os.environ.get("LOCAL_RANK", 0))
