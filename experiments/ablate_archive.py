@@ -36,6 +36,7 @@ from parts.cli import CommandLineError
 MARKER = "RESTORED"  # in a run's directory: finished on another machine, its results restored
 KEPT_FILES = ("metrics.jsonl", "results.json", "report.json")
 MANIFEST = "manifest.json"
+STATE = "ablate_state.json"  # ablate.py's state in out_dir: the settings and the invocations
 
 
 def under(path: str, out_dir: str) -> str | None:
@@ -222,7 +223,7 @@ def save(archive: str, out_dir: str, jobs: list) -> int:
     number of jobs the archive holds."""
     apart(archive, out_dir)
     root = os.path.abspath(out_dir)
-    state = load_state(os.path.join(root, "ablate_state.json"))
+    state = load_state(os.path.join(root, STATE))
     old = read(archive) if os.path.exists(os.path.join(archive, MANIFEST)) else dict(jobs={})
     theirs = (old.get("state") or {}).get("invocations", [])
     mine = (state or {}).get("invocations", [])
@@ -238,15 +239,15 @@ def save(archive: str, out_dir: str, jobs: list) -> int:
             # a base model stays, even where this plan (other --arms) starts no run from it
             files = sorted(set(files) | set(was["files"]))
             base = True
-        for rel in files:
-            digest = sha256(os.path.join(root, rel))
+        digests = {rel: sha256(os.path.join(root, rel)) for rel in sorted(files)}
+        for rel, digest in digests.items():
             target = os.path.join(archive, rel)
             if not (os.path.isfile(target) and sha256(target) == digest):
                 _write_atomic(target, open(os.path.join(root, rel), "rb").read())
         entries[name] = dict(
             cmd=relative_cmd(job["cmd"], out_dir),
             dir=os.path.relpath(os.path.abspath(job["dir"]), root),
-            files={rel: sha256(os.path.join(root, rel)) for rel in sorted(files)},
+            files=digests,
             base=base,
         )
     manifest = dict(state=state, jobs=dict(sorted(entries.items())))
@@ -282,7 +283,7 @@ def check(archive: str, out_dir: str, settings: dict, jobs: list, planned_in: st
                 f"error: {archive} holds runs made with other settings, "
                 f"{{option: (archived, now)}} = {diff}"
             )
-        local = load_state(os.path.join(out_dir, "ablate_state.json"))
+        local = load_state(os.path.join(out_dir, STATE))
         if local is not None:
             mine = local.get("invocations", [])
             theirs = state["invocations"]
@@ -316,15 +317,15 @@ def restore(archive: str, out_dir: str, settings: dict, jobs: list) -> int:
 
 def _copy_in(archive: str, out_dir: str, manifest: dict) -> int:
     """restore()'s copying, after its checks."""
-    state_path = os.path.join(out_dir, "ablate_state.json")
+    state_path = os.path.join(out_dir, STATE)
     state = manifest["state"]
     if state is not None:
         mine = load_state(state_path)
         if mine is None or len(mine.get("invocations", [])) < len(state["invocations"]):
             _write_atomic(state_path, json.dumps(state, indent=1).encode())
+    here = lambda rel: os.path.join(out_dir, rel)  # noqa: E731
     restored = 0
     for name, job in manifest["jobs"].items():
-        here = lambda rel: os.path.join(out_dir, rel)  # noqa: E731
         marker = here(os.path.join(job["dir"], MARKER))
         same = all(
             os.path.isfile(here(rel)) and sha256(here(rel)) == digest
@@ -333,10 +334,9 @@ def _copy_in(archive: str, out_dir: str, manifest: dict) -> int:
         if not same:
             for rel in job["files"]:
                 _write_atomic(here(rel), open(os.path.join(archive, rel), "rb").read())
+            # an unfinished attempt here: the archive's finished run replaces it
             checkpoint = here(os.path.join(job["dir"], "checkpoint"))
-            if os.path.isdir(
-                checkpoint
-            ):  # an unfinished attempt here: the archive's run replaces it
+            if os.path.isdir(checkpoint):
                 shutil.rmtree(checkpoint)
             restored += 1
         if not os.path.exists(marker):  # also after a restore stopped before its marker
