@@ -1628,7 +1628,7 @@ def main(cfg):
         raise SystemExit(
             f"error: --sft_from={cfg.sft_from!r} has no config.json (give an sft.py out_dir/hf)"
         )
-    state_path = os.path.join(cfg.out_dir, "ablate_state.json")
+    state_path = os.path.join(cfg.out_dir, ablate_archive.STATE)
     state = (
         json.load(open(state_path))
         if os.path.exists(state_path)

@@ -98,7 +98,8 @@ def init_distributed(device: str = "auto", timeout_minutes: float = 120.0):
                 "gloo", store=dist.HashStore(), rank=0, world_size=1, timeout=timeout
             )
         # a script that never destroys the group (a copy of this file used alone): torn down
-        # before the interpreter's own teardown, where gloo's threads can abort the process
+        # before the interpreter's own teardown (a defence against one SIGABRT seen at exit,
+        # "terminate called without an active exception"; its cause was not proven)
         atexit.register(lambda: dist.is_initialized() and dist.destroy_process_group())
     rank = dist.get_rank()
     if use_cuda:
